@@ -1,0 +1,105 @@
+"""Parameter constraints, declared once on each algorithm's config dataclass and checked at the edge
+(``api``), as scikit-learn's ``_parameter_constraints``. Below the edge, parameters are trusted."""
+import math
+import numbers
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+
+class InvalidParameterError(ValueError, TypeError):
+    """A parameter outside its declared set; the message names the parameter, the set and the value."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    kind: type  # numbers.Integral or numbers.Real
+    low: float | None
+    high: float | None
+    closed: str = "both"  # "both", "left", "right", "neither"
+
+    def holds(self, v):
+        if isinstance(v, bool) or not isinstance(v, self.kind):
+            return False
+        if isinstance(v, numbers.Real) and not math.isfinite(v) and self.kind is numbers.Real:
+            return False
+        lo_ok = self.low is None or (v >= self.low if self.closed in ("both", "left") else v > self.low)
+        hi_ok = self.high is None or (v <= self.high if self.closed in ("both", "right") else v < self.high)
+        return lo_ok and hi_ok
+
+    def __str__(self):
+        name = "an int" if self.kind is numbers.Integral else "a float"
+        left = "[" if self.closed in ("both", "left") else "("
+        right = "]" if self.closed in ("both", "right") else ")"
+        lo = "-inf" if self.low is None else f"{self.low:g}"
+        hi = "inf" if self.high is None else f"{self.high:g}"
+        return f"{name} in the range {left}{lo}, {hi}{right}"
+
+    def bad_value(self):
+        if self.low is not None:
+            return self.low - 1 if self.kind is numbers.Integral else self.low - 0.5
+        return self.high + 1
+
+
+@dataclass(frozen=True)
+class Options:
+    values: tuple
+
+    def holds(self, v):
+        return isinstance(v, str) and v in self.values
+
+    def __str__(self):
+        return "a str among {" + ", ".join(repr(v) for v in self.values) + "}"
+
+    def bad_value(self):
+        return "not-a-valid-option"
+
+
+class ArrayOf2D:
+    """A (rows, cols) array-like of finite numbers (shape checked against the data by the algorithm)."""
+
+    def holds(self, v):
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
+            return False
+        a = np.asarray(v)
+        return a.ndim == 2 and a.dtype.kind in "biuf" and bool(np.all(np.isfinite(a)))
+
+    def __str__(self):
+        return "a 2-D array-like of finite numbers"
+
+    def bad_value(self):
+        return [1.0, 2.0]
+
+
+class NoneOK:
+    def holds(self, v):
+        return v is None
+
+    def __str__(self):
+        return "None"
+
+    def bad_value(self):
+        return None
+
+
+def check(owner, name, value, constraints):
+    if any(c.holds(value) for c in constraints):
+        return
+    allowed = " or ".join(str(c) for c in constraints)
+    shown = repr(value) if not hasattr(value, "shape") else f"array of shape {np.shape(value)}"
+    raise InvalidParameterError(
+        f"The {name!r} parameter of {owner} must be {allowed}; got {shown} ({type(value).__name__})"
+    )
+
+
+def build_config(config_cls, owner, params):
+    """Instantiate ``config_cls`` from ``params``, rejecting unknown names and invalid values."""
+    names = [f.name for f in fields(config_cls)]
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise InvalidParameterError(
+            f"{owner} got unknown parameter(s) {unknown}; valid parameters are {sorted(names)}"
+        )
+    for name, value in params.items():
+        check(owner, name, value, config_cls.constraints[name])
+    return config_cls(**params)

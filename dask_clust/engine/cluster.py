@@ -1,0 +1,231 @@
+"""Client and LocalCluster handling, partition placement, lost-worker detection and rebuild.
+
+The only module of dask_clust that imports ``distributed`` (DESIGN layers). Two backends serve the
+Engine: ``InProcessBackend`` (rule 6: small in-memory problems, no cluster) and ``ActorBackend`` (one
+``Partition`` actor per worker, created where its chunks are loaded, rebuilt elsewhere when its worker
+is lost, rule 1).
+"""
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import time
+
+import distributed
+from dask.utils import parse_timedelta
+from distributed.comm.core import CommClosedError
+
+from . import config
+from .data import ArraySource
+from .partition import Partition
+
+logger = logging.getLogger("dask_clust")
+
+_COMM_ERRORS = (OSError, CommClosedError, asyncio.CancelledError, concurrent.futures.CancelledError,
+                distributed.scheduler.KilledWorker, asyncio.TimeoutError)
+
+
+IN_PROCESS = "in-process"
+
+
+class WorkerLost(RuntimeError):
+    """Partitions whose worker died; the Engine rebuilds them and repeats their call."""
+
+    def __init__(self, partition_ids):
+        super().__init__(f"lost the workers holding partitions {sorted(partition_ids)}")
+        self.partition_ids = partition_ids
+
+
+def _meta(chunk_ids, source, entropy, threads):
+    return {"chunks": [(int(i), int(source.starts[i])) for i in chunk_ids], "entropy": entropy, "threads": threads}
+
+
+class InProcessBackend:
+    """All chunks in one Partition in this process, run on this machine's threads."""
+
+    kind = "in-process"
+
+    def __init__(self, source, entropy):
+        self.threads = os.cpu_count() or 1
+        ids = range(source.n_chunks)
+        self.parts = [Partition(_meta(ids, source, entropy, self.threads), *[source.block(i) for i in ids])]
+        self.n_workers = 1
+
+    def call(self, method, *args, builders=()):
+        return [getattr(p, method)(*args) for p in self.parts]
+
+    def close(self):
+        for p in self.parts:
+            if p._pool is not None:
+                p._pool.shutdown()
+
+
+class ActorBackend:
+    """One Partition actor per worker; chunks placed in contiguous ranges, loaded on their worker."""
+
+    kind = "cluster"
+
+    def __init__(self, client, source, entropy):
+        self.client = client
+        self.source = source
+        self.entropy = entropy
+        workers = self._live_workers()
+        if not workers:
+            raise RuntimeError("the Dask cluster has no workers")
+        addrs = sorted(workers)
+        n = source.n_chunks
+        groups = [[i for i in range(n) if (i * len(addrs)) // n == w] for w in range(len(addrs))]
+        self.placement = []   # per partition: (worker address, chunk ids)
+        self.data = []        # per partition: futures of its chunks, kept so Dask keeps the rows
+        self.actors = []
+        pending = []
+        for addr, ids in zip(addrs, groups):
+            if ids:
+                self.placement.append((addr, ids))
+                futs = self._load(ids, addr)
+                self.data.append(futs)
+                pending.append(self._spawn(ids, addr, futs, workers[addr]))
+        self.actors = [f.result() for f in pending]
+        self._actor_futures = pending
+        self.n_workers = len(self.actors)
+        self.threads = sum(workers[a] for a, _ in self.placement)
+        self.n_rebuilds = 0
+
+    # -- placement
+    def _live_workers(self):
+        info = self.client.scheduler_info(n_workers=-1) if _accepts_n_workers() else self.client.scheduler_info()
+        return {addr: w.get("nthreads", 1) for addr, w in info["workers"].items()}
+
+    def _load(self, ids, addr):
+        if isinstance(self.source, ArraySource):
+            return self.client.scatter([self.source.block(i) for i in ids], workers=[addr], hash=False)
+        blocks = [self.source.delayed_block(i) for i in ids]
+        return self.client.compute(blocks, workers=[addr], allow_other_workers=False)
+
+    def _spawn(self, ids, addr, futs, threads):
+        meta = _meta(ids, self.source, self.entropy, threads)
+        return self.client.submit(Partition, meta, *futs, actor=True, workers=[addr],
+                                  allow_other_workers=False, pure=False)
+
+    # -- calls with recovery
+    def call(self, method, *args, builders=()):
+        """Call ``method`` on every partition; rebuild and repeat only the partitions whose worker died.
+
+        builders: [(step, params)] that rebuild per-chunk state on a rebuilt partition, in order.
+        """
+        futures = [getattr(a, method)(*args) for a in self.actors]
+        results = [None] * len(futures)
+        lost = []
+        for pid, fut in enumerate(futures):
+            try:
+                results[pid] = fut.result()
+            except Exception as exc:
+                if not self._is_lost(pid, exc):
+                    raise
+                lost.append(pid)
+        for pid in lost:
+            results[pid] = self._recover(pid, method, args, builders)
+        return results
+
+    def _is_lost(self, pid, exc):
+        addr = self.placement[pid][0]
+        deadline = time.monotonic() + parse_timedelta(config.get("lost-worker-timeout"))
+        while True:
+            if addr not in self._live_workers():
+                return True
+            if not isinstance(exc, _COMM_ERRORS) and "lost" not in str(exc).lower():
+                return False
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+    def _recover(self, pid, method, args, builders, attempts=3):
+        for attempt in range(attempts):
+            ids = self.placement[pid][1]
+            workers = self._live_workers()
+            if not workers:
+                raise WorkerLost([pid])
+            load = {a: 0 for a in workers}
+            for a, _ in self.placement:
+                if a in load:
+                    load[a] += 1
+            addr = min(sorted(load), key=load.get)
+            logger.warning("worker of partition %d lost; rebuilding its %d chunks on %s", pid, len(ids), addr)
+            try:
+                futs = self._load(ids, addr)
+                actor_future = self._spawn(ids, addr, futs, workers[addr])
+                actor = actor_future.result()
+                for step, params in builders:
+                    actor.init_state(step, params).result()
+                result = getattr(actor, method)(*args).result()
+            except Exception as exc:
+                if attempt + 1 < attempts and isinstance(exc, _COMM_ERRORS):
+                    continue
+                raise
+            self.placement[pid] = (addr, ids)
+            self.data[pid] = futs
+            self.actors[pid] = actor
+            self._actor_futures[pid] = actor_future
+            self.n_rebuilds += 1
+            return result
+        raise WorkerLost([pid])
+
+    def close(self):
+        self.actors = []
+        self._actor_futures = []
+        self.data = []
+
+
+def _accepts_n_workers():
+    import inspect
+
+    return "n_workers" in inspect.signature(distributed.Client.scheduler_info).parameters
+
+
+def _current_client():
+    try:
+        return distributed.get_client()
+    except ValueError:
+        return None
+
+
+def local_cluster_size():
+    """Workers x threads for a LocalCluster on this machine: processes for the GIL-bound glue,
+    threads for the nogil kernels."""
+    cores = os.cpu_count() or 1
+    workers = min(cores, 4)
+    return workers, max(1, cores // workers)
+
+
+@contextlib.contextmanager
+def backend_for(source, client, entropy):
+    """The backend a fit runs on, closed again afterwards along with anything this call started.
+
+    client: a ``distributed.Client``, a scheduler address, ``"in-process"``, or None (the current client
+    if there is one; else in-process for in-memory data up to ``in-process-bytes``; else a LocalCluster
+    for this fit).
+    """
+    stack = contextlib.ExitStack()
+    with stack:
+        if client == IN_PROCESS:
+            backend = InProcessBackend(source, entropy)
+            stack.callback(backend.close)
+            yield backend
+            return
+        if isinstance(client, str):
+            client = stack.enter_context(distributed.Client(client))
+        if client is None:
+            client = _current_client()
+        if client is None and source.in_memory and source.nbytes <= config.get_bytes("in-process-bytes"):
+            backend = InProcessBackend(source, entropy)
+        else:
+            if client is None:
+                workers, threads = local_cluster_size()
+                logger.info("starting a LocalCluster with %d workers x %d threads", workers, threads)
+                cluster = stack.enter_context(distributed.LocalCluster(
+                    n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None))
+                client = stack.enter_context(distributed.Client(cluster))
+            backend = ActorBackend(client, source, entropy)
+        stack.callback(backend.close)
+        yield backend

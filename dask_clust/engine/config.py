@@ -1,0 +1,29 @@
+"""dask_clust settings, kept in ``dask.config`` under ``dask_clust.*`` so users set them the Dask way:
+``dask.config.set({"dask_clust.split-every": 4})`` or a YAML file / environment variable
+(``DASK_DASK_CLUST__CHUNK_BYTES=64MiB``)."""
+import dask
+from dask.utils import parse_bytes
+
+DEFAULTS = {
+    # row chunks: target size, and the bounds within which a dask input's own chunks are kept
+    "chunk-bytes": "128MiB",
+    "min-chunk-bytes": "4MiB",
+    "max-chunk-bytes": "256MiB",
+    # a default chunking gives at least this many chunks, so small data still uses every thread
+    "min-chunks": 16,
+    # fan-in of the tree that combines per-partition partials
+    "split-every": 8,
+    # in-memory input up to this size is fitted in-process when no client is running (rule 6)
+    "in-process-bytes": "1GiB",
+    # how long to wait for the scheduler to confirm a lost worker after a communication error
+    "lost-worker-timeout": "10s",
+}
+
+
+def get(key):
+    value = dask.config.get(f"dask_clust.{key}", DEFAULTS[key])
+    return value
+
+
+def get_bytes(key):
+    return parse_bytes(get(key))

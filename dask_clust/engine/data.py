@@ -1,0 +1,288 @@
+"""Input normalisation and validation, row chunks, per-chunk random streams.
+
+Everything the caller passes is read, never modified: conversions (integers to float64, float16 to
+float32, non-contiguous blocks to contiguous ones) make new arrays.
+"""
+import os
+import zlib
+
+import dask.array as da
+import numpy as np
+
+from . import config
+
+
+class InputError(ValueError):
+    """Bad input found before any work was spent (DESIGN rule 8)."""
+
+
+# ---------------------------------------------------------------- random streams (rule 5)
+
+def check_random_state(random_state):
+    """The root entropy of a fit: an int, a SeedSequence, or None (fresh entropy)."""
+    if random_state is None:
+        return np.random.SeedSequence().entropy
+    if isinstance(random_state, np.random.SeedSequence):
+        return random_state.entropy
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise InputError(f"random_state must be a non-negative int, None or a SeedSequence; got {random_state}")
+        return int(random_state)
+    raise InputError(
+        f"random_state must be a non-negative int, None or a numpy SeedSequence; got {type(random_state).__name__}"
+    )
+
+
+def tag_key(tag):
+    """Stable integer spawn-key elements for a tag such as ("kmeans++", 3)."""
+    return tuple(t if isinstance(t, (int, np.integer)) else zlib.crc32(str(t).encode()) for t in tag)
+
+
+def stream(entropy, *tag):
+    """A Generator that depends only on the fit's entropy and the tag (chunk index included by callers)."""
+    return np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=tag_key(tag)))
+
+
+# ---------------------------------------------------------------- sources
+
+class Source:
+    """Row-chunked input: what partitions load, and reload after a lost worker (rule 1)."""
+
+    def __init__(self, n_samples, n_features, dtype, starts, in_memory):
+        self.n_samples = int(n_samples)
+        self.n_features = int(n_features)
+        self.dtype = np.dtype(dtype)
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.in_memory = in_memory
+
+    @property
+    def n_chunks(self):
+        return len(self.starts) - 1
+
+    @property
+    def nbytes(self):
+        return self.n_samples * self.n_features * self.dtype.itemsize
+
+    def block(self, i):
+        """Chunk i as (x, w) numpy arrays, computed here (in-process use and tests)."""
+        raise NotImplementedError
+
+
+class ArraySource(Source):
+    """Input already in the driver's memory (numpy, pandas, a memory-mapped .npy)."""
+
+    def __init__(self, X, weights, starts):
+        super().__init__(X.shape[0], X.shape[1], _float_dtype(X.dtype), starts, True)
+        self.X = X
+        self.weights = weights
+
+    def block(self, i):
+        a, b = self.starts[i], self.starts[i + 1]
+        x = np.ascontiguousarray(self.X[a:b], dtype=self.dtype)
+        w = None if self.weights is None else np.ascontiguousarray(self.weights[a:b], dtype=np.float64)
+        return x, w
+
+
+class DaskSource(Source):
+    """A dask array (from dask, zarr or parquet): chunks are computed where they are loaded."""
+
+    def __init__(self, X, weights):
+        starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
+        super().__init__(X.shape[0], X.shape[1], X.dtype, starts, False)
+        self.X = X
+        self.weights = weights
+
+    def delayed_block(self, i):
+        import dask
+
+        x = self.X.blocks[i]
+        w = None if self.weights is None else self.weights.blocks[i]
+        return dask.delayed(_pair)(x, w)
+
+    def block(self, i):
+        return self.delayed_block(i).compute(scheduler="threads")
+
+
+def _pair(x, w):
+    x = np.ascontiguousarray(x)
+    return x, (None if w is None else np.ascontiguousarray(w, dtype=np.float64))
+
+
+# ---------------------------------------------------------------- normalisation
+
+def _float_dtype(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.dtype(np.float32) if dtype.itemsize <= 4 else np.dtype(np.float64)
+    return np.dtype(np.float64)
+
+
+def _check_dtype(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise InputError(f"Input must be numeric (float or integer); got dtype {dtype}")
+
+
+def _check_shape(shape):
+    if len(shape) != 2:
+        raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got an array of shape {tuple(shape)}")
+    if shape[0] < 1 or shape[1] < 1:
+        raise InputError(f"Input has shape {tuple(shape)}: at least 1 sample and 1 feature are required")
+
+
+def auto_chunk_rows(n_samples, n_features, itemsize):
+    """Rows per chunk from the data's size alone (not the cluster's), so that the chunking, and with
+    it the model (rule 5), is the same on any number of workers: about ``chunk-bytes`` per chunk, but
+    at least ``min-chunks`` chunks of at least ``min-chunk-bytes`` each."""
+    row_bytes = max(1, n_features * itemsize)
+    total = n_samples * row_bytes
+    target = config.get_bytes("chunk-bytes")
+    floor = config.get_bytes("min-chunk-bytes")
+    per_chunk = min(target, max(floor, total // int(config.get("min-chunks"))))
+    return int(max(1, min(n_samples, per_chunk // row_bytes)))
+
+
+def _row_starts(n, rows):
+    return np.append(np.arange(0, n, rows, dtype=np.int64), np.int64(n))
+
+
+def _open_path(path):
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InputError(f"Input path does not exist: {path}")
+    if path.endswith(".npy"):
+        return np.load(path, mmap_mode="r")
+    if path.endswith(".parquet") or (os.path.isdir(path) and any(f.endswith(".parquet") for f in os.listdir(path))):
+        import dask.dataframe as dd
+
+        return dd.read_parquet(path)
+    import zarr
+
+    try:
+        node = zarr.open(path, mode="r")
+    except Exception as exc:
+        raise InputError(f"Cannot read {path}: expected a .npy file, a zarr array or group, or a parquet dataset ({exc})") from exc
+    if hasattr(node, "shape"):
+        return da.from_zarr(path)
+    arrays = [name for name, _ in node.arrays()]
+    if len(arrays) != 1:
+        raise InputError(f"zarr group {path} must hold exactly one array to fit on; it holds {sorted(arrays)}")
+    return da.from_zarr(path, component=arrays[0])
+
+
+def _numeric_frame_columns(columns, dtypes):
+    bad = [str(c) for c, t in zip(columns, dtypes) if np.dtype(t).kind not in "biuf"]
+    if bad:
+        raise InputError(f"Input must be numeric; non-numeric columns: {bad}")
+
+
+def as_array(X):
+    """Any supported input as a 2-D numpy or dask array (not yet chunked or cast)."""
+    if isinstance(X, (str, os.PathLike)):
+        X = _open_path(X)
+    mod = type(X).__module__
+    if mod.startswith("pandas"):
+        if X.ndim != 2:
+            raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got a pandas object with {X.ndim} dimension(s)")
+        _numeric_frame_columns(X.columns, X.dtypes)
+        return X.to_numpy()
+    if mod.startswith("dask.dataframe") or mod.startswith("dask_expr"):
+        if getattr(X, "ndim", 2) != 2:
+            raise InputError("Expected a 2-D input; got a dask Series")
+        _numeric_frame_columns(X.columns, X.dtypes)
+        return X.to_dask_array(lengths=True)
+    if isinstance(X, da.Array):
+        return X
+    return np.asarray(X)
+
+
+def as_source(X, sample_weight=None, *, chunk_rows=None):
+    """Normalise and validate the input; return its row-chunked ``Source``.
+
+    Raises ``InputError`` (a ValueError) or TypeError-free messages naming the problem precisely.
+    NaN/inf are found later, in the engine's first pass, and reported with chunk and row.
+    """
+    X = as_array(X)
+    _check_shape(X.shape)
+    _check_dtype(X.dtype)
+    dtype = _float_dtype(X.dtype)
+    n, d = X.shape
+    if isinstance(X, da.Array) and np.isnan(n):
+        X = X.compute_chunk_sizes()
+        n = X.shape[0]
+    rows = chunk_rows or auto_chunk_rows(n, d, dtype.itemsize)
+    weights = _check_weights(sample_weight, n)
+    if isinstance(X, da.Array):
+        X = X.astype(dtype) if X.dtype != dtype else X
+        if chunk_rows is not None or not _chunks_ok(X):
+            X = X.rechunk({0: rows, 1: -1})
+        elif len(X.chunks[1]) > 1:
+            X = X.rechunk({1: -1})
+        if weights is not None:
+            weights = (da.from_array(weights, chunks=(X.chunks[0],)) if isinstance(weights, np.ndarray)
+                       else weights.rechunk((X.chunks[0],)))
+        return DaskSource(X, weights)
+    if isinstance(weights, da.Array):
+        weights = weights.compute()
+    return ArraySource(X, weights, _row_starts(n, rows))
+
+
+def _chunks_ok(X):
+    """Keep a dask input's row chunks when each is within the configured size bounds."""
+    row_bytes = X.shape[1] * X.dtype.itemsize
+    sizes = np.asarray(X.chunks[0]) * row_bytes
+    lo, hi = config.get_bytes("min-chunk-bytes"), config.get_bytes("max-chunk-bytes")
+    inner = sizes[:-1] if len(sizes) > 1 else sizes
+    return bool(np.all(inner >= lo) and np.all(sizes <= hi))
+
+
+def _check_weights(sample_weight, n):
+    if sample_weight is None:
+        return None
+    w = sample_weight if isinstance(sample_weight, da.Array) else np.asarray(sample_weight)
+    if w.ndim != 1 or w.shape[0] != n:
+        raise InputError(f"sample_weight must have shape ({n},) to match the input; got {tuple(w.shape)}")
+    if np.dtype(w.dtype).kind not in "biuf":
+        raise InputError(f"sample_weight must be numeric; got dtype {w.dtype}")
+    if isinstance(w, np.ndarray):
+        if not np.all(np.isfinite(w)):
+            raise InputError(f"sample_weight contains NaN or infinity at index {int(np.argmin(np.isfinite(w)))}")
+        if np.any(w < 0):
+            raise InputError(f"sample_weight must be non-negative; index {int(np.argmax(w < 0))} is {w[np.argmax(w < 0)]}")
+        if not w.sum() > 0:
+            raise InputError("sample_weight must have a positive sum")
+    return w
+
+
+# ---------------------------------------------------------------- one-shot lazy passes
+
+def as_dask_rows(X, n_features=None):
+    """Any supported input as a row-chunked dask array in its float dtype, for lazy one-shot passes
+    (predict, transform, score). ``n_features`` checks the feature count against a fitted model."""
+    X = as_array(X)
+    _check_shape(X.shape)
+    _check_dtype(X.dtype)
+    if n_features is not None and X.shape[1] != n_features:
+        raise InputError(f"X has {X.shape[1]} features, but the model was fitted with {n_features} features")
+    dtype = _float_dtype(X.dtype)
+    rows = auto_chunk_rows(X.shape[0], X.shape[1], dtype.itemsize)
+    if isinstance(X, da.Array):
+        X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
+        return X.astype(dtype) if X.dtype != dtype else X
+    return da.from_array(X, chunks=(rows, -1)).astype(dtype)
+
+
+def map_rows(X, block_fn, dtype, n_cols, *args):
+    """Lazy blockwise ``block_fn(block, *args)`` over the rows of X (a dask array from ``as_dask_rows``):
+    one output row per input row, ``n_cols`` columns (None: a 1-D output)."""
+    if n_cols is None:
+        return X.map_blocks(block_fn, *args, dtype=dtype, drop_axis=1, meta=np.empty((0,), dtype))
+    return X.map_blocks(block_fn, *args, dtype=dtype, chunks=(X.chunks[0], (n_cols,)),
+                        meta=np.empty((0, 0), dtype))
+
+
+def check_finite_block(x, offset_hint=""):
+    """Raise with the row when a block of a one-shot pass holds NaN or infinity."""
+    ok = np.isfinite(x).all(axis=1)
+    if not ok.all():
+        raise InputError(f"Input contains NaN or infinity at row {int(np.argmin(ok))} of a block{offset_hint}")

@@ -1,0 +1,65 @@
+"""The iteration driver: max_iter, history, logging, progress, a per-iteration callback.
+
+Convergence is the algorithm's decision (its tol rule); the loop records, reports and stops.
+``history`` holds one dict per iteration with fixed keys — iteration, objective, wall_s,
+distance_evals, changed — plus algorithm-specific extras (STYLE row 12).
+"""
+import logging
+import sys
+import time
+
+logger = logging.getLogger("dask_clust")
+
+FIXED_KEYS = ("iteration", "objective", "wall_s", "distance_evals", "changed")
+
+
+class StopFit(Exception):
+    """Raised by a callback to end a fit early; the model is returned as it stands."""
+
+
+class Loop:
+    """``for it in Loop(...): ...; loop.record(...)``; ``loop.converged = True`` then break."""
+
+    def __init__(self, name, max_iter, *, callback=None, progress=False):
+        self.name = name
+        self.max_iter = int(max_iter)
+        self.callback = callback
+        self.progress = progress
+        self.history = []
+        self.converged = False
+        self.stopped = False
+        self._t = None
+
+    def __iter__(self):
+        for it in range(self.max_iter):
+            self._t = time.perf_counter()
+            yield it
+            if self.converged or self.stopped:
+                break
+        if self.progress:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    @property
+    def n_iter(self):
+        return len(self.history)
+
+    def record(self, objective, distance_evals, changed=None, **extras):
+        rec = {"iteration": len(self.history) + 1, "objective": float(objective),
+               "wall_s": time.perf_counter() - self._t, "distance_evals": int(distance_evals),
+               "changed": None if changed is None else int(changed)}
+        rec.update(extras)
+        self.history.append(rec)
+        logger.debug("%s iteration %d: objective %.6g, %.3f s, %d distance evaluations, changed %s",
+                     self.name, rec["iteration"], rec["objective"], rec["wall_s"], rec["distance_evals"], changed)
+        if self.progress:
+            sys.stderr.write(f"\r{self.name}: iteration {rec['iteration']}/{self.max_iter}  "
+                             f"objective {rec['objective']:.6g}  {rec['wall_s'] * 1000:.0f} ms/it   ")
+            sys.stderr.flush()
+        if self.callback is not None:
+            try:
+                self.callback(rec)
+            except StopFit:
+                logger.info("%s stopped by the callback after iteration %d", self.name, rec["iteration"])
+                self.stopped = True
+        return rec

@@ -1,0 +1,117 @@
+"""Partial statistics: the one-pass data summary and exact, order-independent sums.
+
+Why fixed point: float64 addition is not associative, so summing the same per-chunk partials in a
+different tree (1 worker vs 8) changes the last bits of the centres, and DESIGN rule 5 asks for the same
+model on any number of workers. Each per-chunk float64 partial is therefore converted to a 3-word
+fixed-point number (62 bits per word, the top word signed) on a grid fixed for the whole fit; integer
+addition is exactly associative, so every tree shape gives bit-identical totals. The grid's top is set
+from the data's scale (``fixed_top_exponent``), which leaves about 120 bits below any sum's magnitude.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+WORD_BITS = 62
+N_WORDS = 3
+
+
+@njit(nogil=True, cache=True)
+def to_fixed(values, top, out):
+    """Convert float64 values to fixed point on the grid 2^(top - 186).
+
+    values : IN  float64 (n,)  finite, |v| < 2^top
+    top    : IN  int           exponent of the grid's top word (as ``fixed_top_exponent``)
+    out    : OUT int64 (n, 3)  words, most significant first; word 0 signed, words 1-2 in [0, 2^62)
+    Returns the number of values that did not fit (|v| >= 2^top or not finite); 0 when all did.
+    """
+    bad = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        if not math.isfinite(v) or abs(v) >= math.ldexp(1.0, top):
+            bad += 1
+            out[i, 0] = 0
+            out[i, 1] = 0
+            out[i, 2] = 0
+            continue
+        s = math.ldexp(v, WORD_BITS - top)
+        w0 = math.floor(s)
+        r = math.ldexp(s - w0, WORD_BITS)  # the fractional part of a float is exact
+        w1 = math.floor(r)
+        r = math.ldexp(r - w1, WORD_BITS)
+        out[i, 0] = np.int64(w0)
+        out[i, 1] = np.int64(w1)
+        out[i, 2] = np.int64(round(r))
+        _carry(out, i)
+    return bad
+
+
+@njit(nogil=True, cache=True)
+def _carry(words, i):
+    for j in range(N_WORDS - 1, 0, -1):
+        c = words[i, j] >> WORD_BITS
+        words[i, j] -= c << WORD_BITS
+        words[i, j - 1] += c
+
+
+@njit(nogil=True, cache=True)
+def fixed_add(acc, other):
+    """acc += other, exactly.
+
+    acc   : INOUT int64 (n, 3)
+    other : IN    int64 (n, 3)
+    """
+    for i in range(acc.shape[0]):
+        for j in range(N_WORDS):
+            acc[i, j] += other[i, j]
+        _carry(acc, i)
+
+
+@njit(nogil=True, cache=True)
+def from_fixed(words, top, out):
+    """Fixed point back to float64 (deterministic: the same words give the same floats).
+
+    words : IN  int64 (n, 3)
+    top   : IN  int
+    out   : OUT float64 (n,)
+    """
+    for i in range(words.shape[0]):
+        v = 0.0
+        for j in range(N_WORDS - 1, -1, -1):
+            v += math.ldexp(float(words[i, j]), top - WORD_BITS * (j + 1))
+        out[i] = v
+
+
+def fixed_top_exponent(total_weight, n_features, max_abs):
+    """Top exponent of the fixed-point grid for one fit.
+
+    Every sum an algorithm forms (Σ w x, Σ w, Σ w ||x - c||², counts) is bounded by
+    W · max(1, D · (2 max|x| + 1)²); 16 bits of headroom cover weights and intermediate centres.
+    """
+    bound = max(float(total_weight), 1.0) * max(1.0, n_features * (2.0 * float(max_abs) + 1.0) ** 2)
+    return int(math.ceil(math.log2(bound))) + 16
+
+
+@njit(nogil=True, cache=True)
+def chunk_summary(X, sums, sumsq):
+    """One pass over a block: per-feature Σx and Σx² (float64), max |x|, and the first non-finite row.
+
+    X     : IN  float32/float64 (n, d)
+    sums  : OUT float64 (d,)
+    sumsq : OUT float64 (d,)
+    Returns (max_abs, first_bad_row) with first_bad_row = -1 when every value is finite.
+    """
+    sums[:] = 0.0
+    sumsq[:] = 0.0
+    max_abs = 0.0
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            v = np.float64(X[i, j])
+            if not math.isfinite(v):
+                return max_abs, i
+            sums[j] += v
+            sumsq[j] += v * v
+            a = abs(v)
+            if a > max_abs:
+                max_abs = a
+    return max_abs, -1

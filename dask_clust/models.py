@@ -1,0 +1,152 @@
+"""ClusteringModel: the result of a fit, its lazy one-shot passes, and its on-disk form.
+
+Saved as a directory: ``model.json`` (metadata) + ``arrays.npz`` (centres and other arrays); never a
+pickle, so a model can be read by any version and inspected by hand.
+"""
+import json
+import os
+
+import dask.array as da
+import numpy as np
+
+from .engine.data import as_dask_rows, check_finite_block, map_rows
+from .kernels.assign import Prepared, all_sqdist, nearest
+
+FORMAT_VERSION = 1
+
+
+def _predict_block(x, centers):
+    check_finite_block(x)
+    labels, _, _ = nearest(np.ascontiguousarray(x), centers)
+    return labels
+
+
+def _transform_block(x, C):
+    check_finite_block(x)
+    out = np.empty((x.shape[0], C.shape[0]))
+    all_sqdist(np.ascontiguousarray(x), C, out)
+    return np.sqrt(out)
+
+
+def _qe_block(x, centers):
+    check_finite_block(x)
+    _, mind, _ = nearest(np.ascontiguousarray(x), centers)
+    return mind
+
+
+class ClusteringModel:
+    """A fitted clustering model (DESIGN "Results").
+
+    Attributes: ``algo``, ``params``, ``cluster_centers_`` (k × d, float64), ``n_iter_``, ``converged_``,
+    ``history_`` (one dict per iteration), ``n_distance_evals_``, ``objective_`` (the algorithm's final
+    objective; QE for k-means), ``extras_`` (algorithm-specific figures), ``engine_`` (where it ran).
+    """
+
+    def __init__(self, algo, params, cluster_centers_, *, n_iter_=0, converged_=False, history_=(),
+                 n_distance_evals_=0, objective_=None, extras_=None, engine_=None):
+        self.algo = algo
+        self.params = dict(params)
+        self.cluster_centers_ = np.asarray(cluster_centers_, dtype=np.float64)
+        self.n_iter_ = int(n_iter_)
+        self.converged_ = bool(converged_)
+        self.history_ = list(history_)
+        self.n_distance_evals_ = int(n_distance_evals_)
+        self.objective_ = None if objective_ is None else float(objective_)
+        self.extras_ = dict(extras_ or {})
+        self.engine_ = dict(engine_ or {})
+
+    @property
+    def n_clusters(self):
+        return self.cluster_centers_.shape[0]
+
+    @property
+    def n_features_in_(self):
+        return self.cluster_centers_.shape[1]
+
+    def _rows(self, X):
+        X = as_dask_rows(X, self.n_features_in_)
+        return X, Prepared(self.cluster_centers_, X.dtype)
+
+    def predict(self, X):
+        """Index of the nearest centre of each row: a lazy dask array of int32 (exact, blocked GEMM)."""
+        X, centers = self._rows(X)
+        return map_rows(X, _predict_block, np.int32, None, centers)
+
+    def transform(self, X):
+        """Euclidean distance of each row to every centre: a lazy (n, k) float64 dask array."""
+        X = as_dask_rows(X, self.n_features_in_)
+        return map_rows(X, _transform_block, np.float64, self.n_clusters, self.cluster_centers_)
+
+    def quantization_error(self, X, sample_weight=None):
+        """Σ w min_c ||x − c||² over X (computed now, float64)."""
+        X, centers = self._rows(X)
+        d2 = map_rows(X, _qe_block, np.float64, None, centers)
+        if sample_weight is not None:
+            w = sample_weight if isinstance(sample_weight, da.Array) else da.from_array(np.asarray(sample_weight, float))
+            if w.shape != d2.shape:
+                raise ValueError(f"sample_weight must have shape {d2.shape}; got {w.shape}")
+            d2 = d2 * w.rechunk(d2.chunks)
+        return float(d2.sum().compute())
+
+    def score(self, X, sample_weight=None):
+        """Negative quantization error, as scikit-learn's ``KMeans.score``."""
+        return -self.quantization_error(X, sample_weight)
+
+    def __repr__(self):
+        return (f"ClusteringModel(algo={self.algo!r}, n_clusters={self.n_clusters}, n_features={self.n_features_in_}, "
+                f"n_iter={self.n_iter_}, converged={self.converged_}, objective={self.objective_})")
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, path):
+        """Write the model to the directory ``path`` (created; existing model files are replaced)."""
+        os.makedirs(path, exist_ok=True)
+        arrays = {"cluster_centers_": self.cluster_centers_}
+        params = {}
+        for k, v in self.params.items():
+            if isinstance(v, np.ndarray):
+                arrays[f"param:{k}"] = v
+            else:
+                params[k] = v
+        extras = {}
+        for k, v in self.extras_.items():
+            if isinstance(v, np.ndarray):
+                arrays[f"extra:{k}"] = v
+            else:
+                extras[k] = v
+        meta = {"format_version": FORMAT_VERSION, "algo": self.algo, "params": params, "n_iter_": self.n_iter_,
+                "converged_": self.converged_, "history_": self.history_,
+                "n_distance_evals_": self.n_distance_evals_, "objective_": self.objective_, "extras_": extras,
+                "engine_": self.engine_}
+        np.savez(os.path.join(path, "arrays.npz"), **arrays)
+        with open(os.path.join(path, "model.json"), "w") as f:
+            json.dump(meta, f, indent=1, default=_json_default)
+        return path
+
+    @classmethod
+    def load(cls, path):
+        meta_path = os.path.join(path, "model.json")
+        if not os.path.exists(meta_path):
+            raise FileNotFoundError(f"{path} is not a saved dask_clust model (no model.json)")
+        with open(meta_path) as f:
+            meta = json.load(f)
+        if meta.get("format_version", 0) > FORMAT_VERSION:
+            raise ValueError(f"{path} was written by a newer dask_clust (format {meta['format_version']})")
+        with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        params = dict(meta["params"])
+        extras = dict(meta["extras_"])
+        for k, v in arrays.items():
+            if k.startswith("param:"):
+                params[k[6:]] = v
+            elif k.startswith("extra:"):
+                extras[k[6:]] = v
+        return cls(meta["algo"], params, arrays["cluster_centers_"], n_iter_=meta["n_iter_"],
+                   converged_=meta["converged_"], history_=meta["history_"],
+                   n_distance_evals_=meta["n_distance_evals_"], objective_=meta["objective_"], extras_=extras,
+                   engine_=meta.get("engine_"))
+
+
+def _json_default(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"cannot store {type(v).__name__} in model.json")

@@ -1,0 +1,243 @@
+"""Initial centres: greedy k-means++, k-means|| (scalable), AFK-MC2, random rows, or a given array.
+
+Every seeder is written against the Engine verbs (it never sees Dask) and returns float64 centres plus
+the number of distance evaluations it spent. Random draws come from the fit's entropy: per chunk for
+row-level draws, on the driver for choices between chunks, so the seeds do not depend on the number of
+workers (rule 5). Inputs are validated by ``api``; nothing here re-checks them.
+
+References
+- k-means++: Arthur & Vassilvitskii, SODA 2007; greedy variant (2 + ⌊ln k⌋ trials) as scikit-learn.
+- k-means||: Bahmani et al., VLDB 2012, doi:10.14778/2180912.2180915 (ℓ = 2k, weighted recluster).
+- AFK-MC2: Bachem, Lucic, Hassani, Krause, NeurIPS 2016 (assumption-free K-MC², chain length m).
+"""
+import math
+
+import numpy as np
+
+from .engine.data import stream
+from .kernels.assign import Prepared, candidate_potentials, nearest, update_mind
+from .kernels.sampling import sample_proportional
+
+SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
+
+
+# ---------------------------------------------------------------- per-chunk steps
+
+def _init_mind(chunk, centers):
+    """State: squared distance of each row to its nearest chosen centre (rebuildable from the centres)."""
+    mind = np.full(chunk.x.shape[0], np.inf)
+    if centers is not None and len(centers):
+        update_mind(chunk.x, centers, mind)
+    chunk.state["mind"] = mind
+
+
+def _draw(p, rng, m):
+    """m i.i.d. row indices ∝ p (p ≥ 0, Σp > 0), in random order."""
+    u = np.sort(rng.random(m))
+    idx = np.empty(m, np.int64)
+    sample_proportional(p, u, idx)
+    return rng.permutation(idx)
+
+
+def _propose(chunk, params):
+    """Commit the last chosen centre, then propose ``trials`` rows ∝ w·mind (∝ w when ``uniform``)."""
+    new_center, trials, step, uniform = params
+    mind = chunk.state["mind"]
+    evals = 0
+    if new_center is not None:
+        evals = update_mind(chunk.x, new_center[None, :], mind)
+    p = chunk.w if uniform else chunk.w * mind
+    mass = float(p.sum())
+    if mass <= 0:
+        return 0.0, evals, np.empty(0, np.int64), chunk.x[:0]
+    idx = _draw(p, chunk.rng("propose", step), trials)
+    return mass, evals, idx + chunk.start, chunk.x[idx]
+
+
+def _potentials(chunk, centers):
+    pot = np.zeros(centers.C.shape[0])
+    evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers.Ct, centers.cnorm,
+                                 centers.C, centers.block, pot)
+    return pot, np.int64(evals)
+
+
+def _update_potential(chunk, new_centers):
+    """Add new centres to mind; return Σ w·mind (φ)."""
+    mind = chunk.state["mind"]
+    evals = update_mind(chunk.x, new_centers, mind) if len(new_centers) else 0
+    return float(np.dot(chunk.w, mind)), np.int64(evals)
+
+
+def _oversample(chunk, params):
+    """k-means|| round: keep each row independently with probability min(1, ℓ w mind / φ)."""
+    ell, phi, rnd = params
+    prob = np.minimum(1.0, ell * chunk.w * chunk.state["mind"] / phi)
+    keep = np.flatnonzero(chunk.rng("k-means||", rnd).random(chunk.x.shape[0]) < prob)
+    return keep + chunk.start, chunk.x[keep]
+
+
+def _candidate_weights(chunk, centers):
+    """Σ w of the rows closest to each candidate."""
+    labels, _, evals = nearest(chunk.x, centers)
+    return np.bincount(labels, weights=chunk.w, minlength=centers.C.shape[0]), np.int64(evals)
+
+
+def _afk_masses(chunk, first):
+    """AFK-MC2 pass: d² to the first centre (kept as state) and the chunk's Σ w d², Σ w."""
+    d2 = np.full(chunk.x.shape[0], np.inf)
+    update_mind(chunk.x, first, d2)
+    chunk.state["afk_d2"] = d2
+    return float(np.dot(chunk.w, d2)), float(chunk.w.sum())
+
+
+def _afk_sample(chunk, params):
+    """Draw this chunk's share of the AFK-MC2 proposals; return ids, rows, q, w."""
+    counts, S, W = params
+    m = int(counts[chunk.index])
+    d2 = chunk.state["afk_d2"]
+    if m == 0:
+        return np.empty(0, np.int64), chunk.x[:0], np.empty(0), np.empty(0)
+    q = 0.5 * chunk.w * d2 / S + 0.5 * chunk.w / W if S > 0 else chunk.w / W
+    idx = _draw(q, chunk.rng("afkmc2"), m)
+    return idx + chunk.start, chunk.x[idx], q[idx], chunk.w[idx]
+
+
+# ---------------------------------------------------------------- driver side
+
+def _pick_proposals(proposals, trials, rng):
+    """Turn per-chunk proposals into ``trials`` i.i.d. draws ∝ w·mind over all rows."""
+    masses = np.array([p[0] for p in proposals])
+    total = masses.sum()
+    if not total > 0:
+        return None
+    chunks = rng.choice(len(masses), size=trials, p=masses / total)
+    return np.stack([proposals[c][3][t] for t, c in enumerate(chunks)])
+
+
+def first_center(engine, rng_tag, entropy):
+    engine.init_state(_init_mind, None, key="mind")
+    props = engine.map(_propose, (None, 1, (rng_tag, 0), True))
+    return _pick_proposals(props, 1, stream(entropy, rng_tag, "driver", 0))
+
+
+def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
+    """Greedy k-means++ over all rows: per centre, one pass proposes candidates ∝ w·D², one scores them."""
+    trials = n_local_trials or 2 + int(np.log(k))
+    centers = np.empty((k, engine.n_features))
+    centers[0] = first_center(engine, "k-means++", entropy)[0]
+    evals = 0
+    new = centers[0]
+    for j in range(1, k):
+        engine.set_rebuild(_init_mind, centers[:j].copy(), key="mind")
+        props = engine.map(_propose, (new, trials, ("k-means++", j), False))
+        evals += sum(int(p[1]) for p in props)
+        cands = _pick_proposals(props, trials, stream(entropy, "k-means++", "driver", j))
+        if cands is None:  # every row already coincides with a centre: duplicates are all that is left
+            cands = engine.take(stream(entropy, "k-means++", "dup", j).integers(0, engine.n_samples, 1))
+            new = cands[0].astype(np.float64)
+        else:
+            pot, e = engine.reduce(_potentials, Prepared(cands, engine.dtype))
+            evals += int(e)
+            new = cands[int(np.argmin(pot))].astype(np.float64)
+        centers[j] = new
+    engine.clear_state("mind")
+    return centers, evals
+
+
+def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=30, max_rounds=5):
+    """k-means||: ⌈ln φ⌉ ≤ 5 rounds of independent sampling with ℓ = factor·k, then the candidates,
+    weighted by the mass of rows closest to them, reduced to k by weighted k-means++ and Lloyd
+    (run in-process: the candidate set is small)."""
+    from .algorithms.kmeans import lloyd
+    from .engine import as_source, open_engine
+    from .engine.cluster import IN_PROCESS
+
+    ell = oversampling_factor * k
+    cands = [first_center(engine, "k-means||", entropy).astype(np.float64)]
+    phi, evals = engine.reduce(_update_potential, cands[0])
+    evals = int(evals)
+    rounds = max(1, min(max_rounds, math.ceil(math.log(phi)))) if phi > 1 else 1
+    for r in range(rounds):
+        if not phi > 0:
+            break
+        picked = engine.map(_oversample, (ell, phi, r))
+        new = np.concatenate([rows for _, rows in picked]).astype(np.float64)
+        if not len(new):
+            continue
+        cands.append(new)
+        engine.set_rebuild(_init_mind, np.concatenate(cands), key="mind")
+        phi, e = engine.reduce(_update_potential, new)
+        evals += int(e)
+    engine.clear_state("mind")
+    cands = np.concatenate(cands)
+    if len(cands) < k:  # too few distinct candidates: top up with uniformly random rows
+        extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - len(cands), replace=False)
+        cands = np.concatenate([cands, engine.take(extra).astype(np.float64)])
+    weights, e = engine.reduce(_candidate_weights, Prepared(cands, engine.dtype))
+    evals += int(e)
+    keep = weights > 0
+    if keep.sum() >= k:
+        cands, weights = cands[keep], weights[keep]
+    else:
+        weights = np.maximum(weights, np.finfo(float).tiny)
+    with open_engine(as_source(cands, weights), client=IN_PROCESS, entropy=entropy) as local:
+        seeds, e = kmeans_plusplus(local, k, stream(entropy, "k-means||", "recluster").integers(2**63))
+        result = lloyd(local, seeds, max_iter=recluster_iter, tol=0.0)
+    return result["centers"], evals + e + result["distance_evals"]
+
+
+def afkmc2(engine, k, entropy, chain_length=20):
+    """AFK-MC2: first centre ∝ w; proposal q = ½ w d²(x, c1)/Σ w d² + ½ w/Σ w (one pass); for each further
+    centre a Markov chain of ``chain_length`` proposals (the first draw included) with acceptance
+    (score_y/q_y)/(score_x/q_x) > U, score = w·min_j d²(·, c_j); vectorised over the chosen centres."""
+    first = first_center(engine, "afkmc2", entropy).astype(np.float64)
+    engine.clear_state("mind")
+    per_chunk = engine.map(_afk_masses, first)
+    engine.set_rebuild(_afk_masses, first, key="afk_d2")
+    S = sum(s for s, _ in per_chunk)
+    W = sum(w for _, w in per_chunk)
+    masses = np.array([(0.5 * s / S if S > 0 else 0.0) + (0.5 if S > 0 else 1.0) * w / W for s, w in per_chunk])
+    rng = stream(entropy, "afkmc2", "driver")
+    m = chain_length * (k - 1)
+    counts = rng.multinomial(m, masses / masses.sum())
+    engine.set_rebuild(_afk_masses, first, key="afk_d2")
+    got = engine.map(_afk_sample, (counts, S, W))
+    engine.clear_state("afk_d2")
+    rows = np.concatenate([g[1] for g in got]).astype(np.float64)
+    q = np.concatenate([g[2] for g in got])
+    w = np.concatenate([g[3] for g in got])
+    order = rng.permutation(len(rows))
+    rows, q, w = rows[order], q[order], w[order]
+    centers = np.empty((k, engine.n_features))
+    centers[0] = first[0]
+    u = rng.random(m)
+    for j in range(1, k):
+        sl = slice((j - 1) * chain_length, j * chain_length)
+        y = rows[sl]
+        d2 = ((y[:, None, :] - centers[None, :j, :]) ** 2).sum(-1).min(1)
+        score = w[sl] * d2 / q[sl]
+        x = 0
+        for t in range(1, chain_length):
+            if score[x] == 0 or score[t] / score[x] > u[sl][t]:
+                x = t
+        centers[j] = y[x]
+    return centers, engine.n_samples + m * k
+
+
+def random_rows(engine, k, entropy):
+    ids = stream(entropy, "random").choice(engine.n_samples, size=k, replace=False)
+    return engine.take(np.sort(ids)).astype(np.float64), 0
+
+
+def seed(engine, k, init, entropy, *, n_local_trials=None, oversampling_factor=2.0, init_max_iter=30,
+         chain_length=20):
+    """Initial centres (k, d) float64 and the distance evaluations spent on them."""
+    if not isinstance(init, str):
+        return np.array(init, dtype=np.float64), 0
+    if init == "k-means++":
+        return kmeans_plusplus(engine, k, entropy, n_local_trials)
+    if init == "k-means||":
+        return kmeans_parallel(engine, k, entropy, oversampling_factor, init_max_iter)
+    if init == "afkmc2":
+        return afkmc2(engine, k, entropy, chain_length)
+    return random_rows(engine, k, entropy)
