@@ -23,11 +23,18 @@ SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
 
 # ---------------------------------------------------------------- per-chunk steps
 
+def _lower_mind(x, centers, mind):
+    """mind ← min(mind, distance² to the nearest of ``centers``) by the GEMM kernel; returns evaluations."""
+    _, d2, evals = nearest(x, Prepared(centers, x.dtype))
+    np.minimum(mind, d2, out=mind)
+    return evals
+
+
 def _init_mind(chunk, centers):
     """State: squared distance of each row to its nearest chosen centre (rebuildable from the centres)."""
     mind = np.full(chunk.x.shape[0], np.inf)
     if centers is not None and len(centers):
-        update_mind(chunk.x, centers, mind)
+        _lower_mind(chunk.x, centers, mind)
     chunk.state["mind"] = mind
 
 
@@ -56,15 +63,15 @@ def _propose(chunk, params):
 
 def _potentials(chunk, centers):
     pot = np.zeros(centers.C.shape[0])
-    evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers.Ct, centers.cnorm,
-                                 centers.C, centers.block, pot)
+    evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers.Cd, centers.cnorm,
+                                 centers.block, pot)
     return pot, np.int64(evals)
 
 
 def _update_potential(chunk, new_centers):
     """Add new centres to mind; return Σ w·mind (φ)."""
     mind = chunk.state["mind"]
-    evals = update_mind(chunk.x, new_centers, mind) if len(new_centers) else 0
+    evals = _lower_mind(chunk.x, new_centers, mind) if len(new_centers) else 0
     return float(np.dot(chunk.w, mind)), np.int64(evals)
 
 

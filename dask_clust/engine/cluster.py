@@ -15,6 +15,7 @@ import time
 import distributed
 from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
+from threadpoolctl import threadpool_limits
 
 from . import config
 from .data import ArraySource
@@ -52,10 +53,15 @@ class InProcessBackend:
         self.parts = [Partition(_meta(ids, source, entropy, self.threads), *[source.block(i) for i in ids])]
         self.n_workers = 1
 
+        # our pool runs one chunk per core; a multi-threaded BLAS inside each would oversubscribe them
+        self._blas = threadpool_limits(1, user_api="blas") if self.threads > 1 else None
+
     def call(self, method, *args, builders=()):
         return [getattr(p, method)(*args) for p in self.parts]
 
     def close(self):
+        if self._blas is not None:
+            self._blas.restore_original_limits()
         for p in self.parts:
             if p._pool is not None:
                 p._pool.shutdown()

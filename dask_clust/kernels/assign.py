@@ -2,23 +2,27 @@
 import numpy as np
 from numba import njit
 
-from .distance import gemm_tolerance, nearest_rows, rows_per_block, sqdist
+from .distance import cross_products, gemm_tolerance, nearest_rows, rows_per_block, sqdist
 
 
 @njit(nogil=True, cache=True)
-def assign(X, Ct, cnorm, C, tol, block, labels, mind):
+def assign(X, Cd, cnorm, C, tol, block, labels, mind):
     """Label every row of X with its nearest centre; returns distance evaluations.
 
     X      : IN  float32/float64 (n, d)
-    Ct     : IN  dtype of X (d, k) contiguous;  cnorm : IN float64 (k,);  C : IN float64 (k, d)
-    tol    : IN  float  (``gemm_tolerance``);    block : IN int (``rows_per_block``)
+    Cd     : IN  X's dtype (k, d) contiguous;  cnorm : IN float64 (k,);  C : IN float64 (k, d)
+    tol    : IN  float  (``gemm_tolerance``);   block : IN int (``rows_per_block``)
     labels : OUT int32 (n,);  mind : OUT float64 (n,) exact squared distance to the label's centre
     """
     n = X.shape[0]
-    G = np.empty((min(block, n), C.shape[0]), dtype=X.dtype)
+    block = min(block, n)
+    G = np.empty((C.shape[0], block), dtype=X.dtype)
+    best = np.empty(block)
+    second = np.empty(block)
+    jb = np.zeros(block, dtype=np.int32)
     evals = 0
     for b0 in range(0, n, block):
-        evals += nearest_rows(X, b0, min(n, b0 + block), Ct, cnorm, C, tol, G, labels, mind)
+        evals += nearest_rows(X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, labels, mind)
     return evals
 
 
@@ -56,29 +60,33 @@ def all_sqdist(X, C, out):
 
 
 @njit(nogil=True, cache=True)
-def candidate_potentials(X, w, mind, Ct, cnorm, C, block, pot):
+def candidate_potentials(X, w, mind, Cd, cnorm, block, pot):
     """Greedy k-means++ scoring: pot[j] += Σ_i w_i min(mind_i, ||x_i − c_j||²); returns evaluations.
 
     X    : IN    float32/float64 (n, d);  w : IN float64 (n,);  mind : IN float64 (n,)
-    Ct   : IN    dtype of X (d, m) contiguous;  cnorm : IN float64 (m,);  C : IN float64 (m, d)
+    Cd   : IN    X's dtype (m, d) contiguous;  cnorm : IN float64 (m,)
     pot  : INOUT float64 (m,)
     """
     n = X.shape[0]
-    m = C.shape[0]
-    G = np.empty((min(block, n), m), dtype=X.dtype)
+    block = min(block, n)
+    G = np.empty((Cd.shape[0], block), dtype=X.dtype)
+    xx = np.empty(block)
     for b0 in range(0, n, block):
         b1 = min(n, b0 + block)
-        np.dot(X[b0:b1], Ct, G[: b1 - b0])
+        Gv = cross_products(X, b0, b1, Cd, G)
         for r in range(b1 - b0):
-            i = b0 + r
-            xx = 0.0
+            s = 0.0
             for t in range(X.shape[1]):
-                xv = np.float64(X[i, t])
-                xx += xv * xv
-            for j in range(m):
-                d = max(0.0, xx - 2.0 * np.float64(G[r, j]) + cnorm[j])
-                pot[j] += w[i] * min(mind[i], d)
-    return n * m
+                xv = np.float64(X[b0 + r, t])
+                s += xv * xv
+            xx[r] = s
+        for j in range(Cd.shape[0]):
+            acc = 0.0
+            for r in range(b1 - b0):
+                d = max(0.0, xx[r] - 2.0 * np.float64(Gv[j, r]) + cnorm[j])
+                acc += w[b0 + r] * min(mind[b0 + r], d)
+            pot[j] += acc
+    return n * Cd.shape[0]
 
 
 @njit(nogil=True, cache=True)
@@ -98,18 +106,18 @@ def update_mind(X, C, mind):
 class Prepared:
     """Centres in the forms the GEMM kernels want, computed once per broadcast (plain Python, not numba)."""
 
-    __slots__ = ("C", "Ct", "cnorm", "tol", "block")
+    __slots__ = ("C", "Cd", "cnorm", "tol", "block")
 
     def __init__(self, C, dtype):
         self.C = np.ascontiguousarray(C, dtype=np.float64)
-        self.Ct = np.ascontiguousarray(self.C.T, dtype=dtype)
+        self.Cd = np.ascontiguousarray(self.C, dtype=dtype)
         self.cnorm = np.einsum("ij,ij->i", self.C, self.C)
         self.tol = gemm_tolerance(dtype, self.C.shape[1])
         self.block = rows_per_block(self.C.shape[0])
 
     def __reduce__(self):
         # ship only C: the receiving side rebuilds the rest in the block's dtype
-        return (Prepared, (self.C, self.Ct.dtype))
+        return (Prepared, (self.C, self.Cd.dtype))
 
 
 def nearest(X, centers, labels=None, mind=None):
@@ -120,5 +128,5 @@ def nearest(X, centers, labels=None, mind=None):
     n = X.shape[0]
     labels = np.empty(n, np.int32) if labels is None else labels
     mind = np.empty(n) if mind is None else mind
-    evals = assign(X, centers.Ct, centers.cnorm, centers.C, centers.tol, centers.block, labels, mind)
+    evals = assign(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, labels, mind)
     return labels, mind, evals

@@ -39,8 +39,8 @@ def row_sqnorms(X, out):
 
 
 def rows_per_block(n_centers):
-    """GEMM row-block height: keeps the block of cross products (rows × k) near 256 KB of cache."""
-    return max(16, min(4096, 65536 // max(1, n_centers)))
+    """GEMM row-block width: keeps the (k × rows) block of cross products near 1 MB of cache."""
+    return max(256, min(4096, (1 << 18) // max(1, n_centers)))
 
 
 def gemm_tolerance(dtype, n_features):
@@ -50,55 +50,70 @@ def gemm_tolerance(dtype, n_features):
 
 
 @njit(nogil=True, cache=True)
-def nearest_rows(X, b0, b1, Ct, cnorm, C, tol, G, labels, mind):
+def cross_products(X, b0, b1, Cd, G):
+    """G[:, :b1-b0] = Cd · X[b0:b1]ᵀ (k × rows), the GEMM part of ||x||² − 2 x·c + ||c||².
+
+    Rows sit on G's contiguous axis so the per-row scans that follow vectorise across rows.
+    X : IN (n, d);  Cd : IN (k, d) contiguous, X's dtype;  G : OUT (k, >= b1-b0), X's dtype
+    Returns the view of G that holds the block.
+    """
+    m = b1 - b0
+    Gv = G if G.shape[1] == m else np.empty((Cd.shape[0], m), dtype=G.dtype)
+    np.dot(Cd, X[b0:b1].T, Gv)
+    return Gv
+
+
+@njit(nogil=True, cache=True)
+def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind):
     """Nearest centre for rows b0..b1 of X; returns the number of distance evaluations.
 
-    X      : IN  float32/float64 (n, d)       the data block
-    b0, b1 : IN  int                          row range
-    Ct     : IN  dtype of X (d, k), contiguous  the centres transposed, for the GEMM
-    cnorm  : IN  float64 (k,)                 ||c||²
-    C      : IN  float64 (k, d)               the centres, for the exact float64 re-search
-    tol    : IN  float                        relative gap that triggers the re-search
-    G      : OUT dtype of X (>= b1-b0, k)     scratch for the cross products
-    labels : OUT int32 (n,)                   nearest centre (lowest index on ties)
-    mind   : OUT float64 (n,)                 exact squared distance to it
+    X      : IN  float32/float64 (n, d)        the data block
+    b0, b1 : IN  int                           row range
+    Cd     : IN  X's dtype (k, d) contiguous   the centres, for the GEMM
+    cnorm  : IN  float64 (k,)                  ||c||²
+    C      : IN  float64 (k, d)                the centres, for the exact float64 re-search
+    tol    : IN  float                         relative gap that triggers the re-search
+    G      : OUT X's dtype (k, block)          scratch for the cross products
+    best, second, jb : OUT float64, float64, int32 (block,)  scratch (the caller's own allocations:
+                                               distinct arrays let LLVM vectorise the scan)
+    labels : OUT int32 (n,)                    nearest centre (lowest index on ties)
+    mind   : OUT float64 (n,)                  exact squared distance to it
     """
     k = C.shape[0]
     m = b1 - b0
-    np.dot(X[b0:b1], Ct, G[:m])
+    Gv = cross_products(X, b0, b1, Cd, G)
     cmax = 0.0
     for j in range(k):
-        if cnorm[j] > cmax:
-            cmax = cnorm[j]
+        cmax = max(cmax, cnorm[j])
+    best[:m] = np.inf
+    second[:m] = np.inf
+    for j in range(k):  # branch-free selects across rows: vectorises, no reduction, exact
+        cj = cnorm[j]
+        for r in range(m):
+            v = cj - 2.0 * np.float64(Gv[j, r])
+            b = best[r]
+            lt = v < b
+            second[r] = b if lt else min(v, second[r])
+            jb[r] = j if lt else jb[r]
+            best[r] = v if lt else b
     evals = m * k
     for r in range(m):
         i = b0 + r
-        best = np.inf
-        second = np.inf
-        jb = 0
-        for j in range(k):
-            v = cnorm[j] - 2.0 * np.float64(G[r, j])
-            if v < best:
-                second = best
-                best = v
-                jb = j
-            elif v < second:
-                second = v
+        labels[i] = jb[r]
         xx = 0.0
         for t in range(X.shape[1]):
             xv = np.float64(X[i, t])
             xx += xv * xv
-        if k > 1 and second - best <= tol * (xx + cmax):
+        if k > 1 and second[r] - best[r] <= tol * (xx + cmax):
             exact = np.inf
             for j in range(k):
                 dj = sqdist(X[i], C[j])
                 if dj < exact:
                     exact = dj
-                    jb = j
+                    labels[i] = j
             evals += k
             mind[i] = exact
         else:
-            mind[i] = sqdist(X[i], C[jb])
+            mind[i] = sqdist(X[i], C[labels[i]])
             evals += 1
-        labels[i] = jb
     return evals
