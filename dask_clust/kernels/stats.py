@@ -75,10 +75,20 @@ def from_fixed(words, top, out):
     top   : IN  int
     out   : OUT float64 (n,)
     """
+    half = np.int64(1) << (WORD_BITS - 1)
+    digits = np.empty(N_WORDS, np.int64)
     for i in range(words.shape[0]):
+        # balanced digits in [-2^61, 2^61): the leading non-zero digit carries the magnitude, so
+        # rounding each digit to float64 costs at most an ulp of the total (no cancelling terms)
+        for j in range(N_WORDS):
+            digits[j] = words[i, j]
+        for j in range(N_WORDS - 1, 0, -1):
+            if digits[j] >= half:
+                digits[j] -= np.int64(1) << WORD_BITS
+                digits[j - 1] += 1
         v = 0.0
         for j in range(N_WORDS - 1, -1, -1):
-            v += math.ldexp(float(words[i, j]), top - WORD_BITS * (j + 1))
+            v += math.ldexp(float(digits[j]), top - WORD_BITS * (j + 1))
         out[i] = v
 
 

@@ -1,0 +1,35 @@
+import os
+
+import dask
+import numpy as np
+import pytest
+
+from tests.reference.make_blobs import blobs
+
+# small test data still gets many chunks, so every multi-chunk path runs
+dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", "dask_clust.lost-worker-timeout": "20s"})
+
+
+@pytest.fixture(scope="session")
+def small_blobs():
+    X, y = blobs(3000, 4, 6, seed=1)
+    return X, y
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A LocalCluster with worker processes: 2 workers x 1 thread (the acceptance layout)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        with Client(lc, set_as_default=False) as client:
+            yield client
+
+
+@pytest.fixture(params=[np.float32, np.float64], ids=["float32", "float64"])
+def dtype(request):
+    return request.param
+
+
+def rtol_for(dtype):
+    return 1e-5 if np.dtype(dtype) == np.float32 else 1e-10

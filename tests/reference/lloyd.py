@@ -1,0 +1,53 @@
+"""Plain-numpy Lloyd k-means, line by line as ALGORITHMS.md §6 and scikit-learn's ``_kmeans_single_lloyd``:
+the oracle for dask_clust's kmeans. Slow and simple on purpose: brute-force float64 distances."""
+import numpy as np
+
+
+def sqdist(X, C):
+    X = np.asarray(X, np.float64)
+    return ((X[:, None, :] - C[None, :, :]) ** 2).sum(-1)
+
+
+def assign(X, C):
+    d = sqdist(X, C)
+    labels = d.argmin(1)  # ties: lowest index
+    return labels, d[np.arange(len(X)), labels]
+
+
+def lloyd(X, init, sample_weight=None, max_iter=300, tol=1e-4):
+    """Returns centres, labels, QE (of the returned centres), n_iter, relocations per iteration."""
+    X = np.asarray(X, np.float64)
+    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    tol_abs = tol * np.var(X, axis=0).mean()
+    C = np.array(init, np.float64)
+    k = len(C)
+    prev = None
+    relocations = []
+    strict = False
+    for it in range(max_iter):
+        labels, d = assign(X, C)
+        sums = np.zeros_like(C)
+        np.add.at(sums, labels, w[:, None] * X)
+        weights = np.bincount(labels, weights=w, minlength=k)
+        empty = np.flatnonzero(weights == 0)
+        if len(empty):  # farthest rows from their centre, ties by lowest row index
+            far = np.lexsort((np.arange(len(X)), -d))[: len(empty)]
+            for e, i in zip(empty, far):
+                o = labels[i]
+                if weights[o] - w[i] > 0:
+                    sums[o] -= w[i] * X[i]
+                    weights[o] -= w[i]
+                sums[e] = w[i] * X[i]
+                weights[e] = w[i]
+        relocations.append(len(empty))
+        new = C.copy()
+        nz = weights > 0
+        new[nz] = sums[nz] / weights[nz, None]
+        shift = ((new - C) ** 2).sum()
+        strict = prev is not None and np.array_equal(prev, labels) and not len(empty)
+        C = new
+        prev = labels
+        if strict or shift <= tol_abs:
+            break
+    labels, d = assign(X, C)
+    return C, labels, float((w * d).sum()), it + 1, relocations

@@ -1,0 +1,139 @@
+"""Kernels against brute force (hypothesis)."""
+import math
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
+
+from dask_clust.kernels.assign import Prepared, accumulate, all_sqdist, candidate_potentials, nearest, update_mind
+from dask_clust.kernels.sampling import sample_proportional
+from dask_clust.kernels.stats import N_WORDS, chunk_summary, fixed_add, fixed_top_exponent, from_fixed, to_fixed
+from tests.reference.lloyd import sqdist
+
+finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
+
+
+@st.composite
+def data_and_centers(draw):
+    n = draw(st.integers(1, 60))
+    d = draw(st.integers(1, 9))
+    k = draw(st.integers(1, 12))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    X = draw(arrays(dtype, (n, d), elements=finite))
+    # centres drawn partly from the rows, so exact ties and zero distances occur
+    C = draw(arrays(np.float64, (k, d), elements=finite))
+    rows = draw(st.lists(st.integers(0, n - 1), max_size=k))
+    for j, i in enumerate(rows):
+        C[j] = X[i]
+    return X, C
+
+
+@settings(max_examples=150, deadline=None)
+@given(data_and_centers())
+def test_nearest_matches_brute_force(xc):
+    X, C = xc
+    labels, mind, evals = nearest(X, Prepared(C, X.dtype))
+    D = sqdist(X, C)
+    best = D.min(1)
+    # the kernel's distance is exact, and its label attains the minimum (lowest index among exact ties)
+    np.testing.assert_allclose(mind, best, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(D[np.arange(len(X)), labels], best, rtol=1e-12, atol=1e-9)
+    exact_ties = D == best[:, None]
+    assert all(labels[i] == np.flatnonzero(exact_ties[i])[0] for i in range(len(X)) if exact_ties[i].sum() > 1)
+    assert evals >= X.shape[0] * C.shape[0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(data_and_centers(), st.integers(0, 2**31))
+def test_accumulate_matches_numpy(xc, seed):
+    X, C = xc
+    rng = np.random.default_rng(seed)
+    w = rng.random(len(X))
+    labels, mind, _ = nearest(X, Prepared(C, X.dtype))
+    sums, weights = np.zeros_like(C), np.zeros(len(C))
+    qe = accumulate(X, w, labels, mind, sums, weights)
+    ref_sums = np.zeros_like(C)
+    np.add.at(ref_sums, labels, w[:, None] * X.astype(np.float64))
+    np.testing.assert_allclose(sums, ref_sums, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(weights, np.bincount(labels, weights=w, minlength=len(C)), rtol=1e-12)
+    np.testing.assert_allclose(qe, (w * sqdist(X, C).min(1)).sum(), rtol=1e-10, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data_and_centers(), st.integers(0, 2**31))
+def test_candidate_potentials_and_update_mind(xc, seed):
+    X, C = xc
+    rng = np.random.default_rng(seed)
+    w = rng.random(len(X))
+    mind = rng.random(len(X)) * 1e3
+    pot = np.zeros(len(C))
+    P = Prepared(C, X.dtype)
+    candidate_potentials(X, w, mind, P.Cd, P.cnorm, 7, pot)
+    ref = (w[:, None] * np.minimum(mind[:, None], sqdist(X, C))).sum(0)
+    # GEMM rounding bound: each distance is off by at most ~ d·eps·(||x||² + ||c||²)
+    xx = (X.astype(np.float64) ** 2).sum(1)
+    eps = np.finfo(X.dtype).eps
+    bound = 4 * X.shape[1] * eps * (w[:, None] * (xx[:, None] + P.cnorm[None, :])).sum(0) + 1e-9
+    assert np.all(np.abs(pot - ref) <= bound)
+    m2 = mind.copy()
+    update_mind(X, C, m2)
+    np.testing.assert_allclose(m2, np.minimum(mind, sqdist(X, C).min(1)), rtol=1e-12, atol=1e-12)
+    out = np.empty((len(X), len(C)))
+    all_sqdist(X, C, out)
+    np.testing.assert_allclose(out, sqdist(X, C), rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(-1e12, 1e12, allow_nan=False), min_size=1, max_size=40), st.integers(0, 2**31))
+def test_fixed_point_sums_are_exact_and_order_free(values, seed):
+    v = np.array(values)
+    top = fixed_top_exponent(len(v), 1, np.abs(v).max())
+    words = np.empty((len(v), N_WORDS), np.int64)
+    assert to_fixed(v, top, words) == 0
+
+    def total(order, split):
+        acc = np.zeros((1, N_WORDS), np.int64)
+        parts = [order[i:i + split] for i in range(0, len(order), split)]
+        for part in parts:  # a tree: sum each group, then the groups
+            sub = np.zeros((1, N_WORDS), np.int64)
+            for i in part:
+                fixed_add(sub, words[i:i + 1])
+            fixed_add(acc, sub)
+        out = np.empty(1)
+        from_fixed(acc, top, out)
+        return out[0]
+
+    rng = np.random.default_rng(seed)
+    a = total(np.arange(len(v)), 1)
+    b = total(rng.permutation(len(v)), 3)
+    assert a == b  # bit-identical whatever the order and grouping
+    assert math.isclose(a, math.fsum(values), rel_tol=1e-15, abs_tol=1e-20)
+
+
+def test_fixed_point_reports_overflow():
+    words = np.empty((2, N_WORDS), np.int64)
+    assert to_fixed(np.array([1.0, 2.0 ** 40]), 20, words) == 1
+    assert to_fixed(np.array([1.0, np.nan]), 20, words) == 1
+
+
+def test_sample_proportional_frequencies():
+    p = np.array([0.0, 1.0, 3.0, 0.0, 6.0, 0.0])
+    rng = np.random.default_rng(0)
+    u = np.sort(rng.random(200_000))
+    out = np.empty(len(u), np.int64)
+    sample_proportional(p, u, out)
+    freq = np.bincount(out, minlength=len(p)) / len(u)
+    np.testing.assert_allclose(freq, p / p.sum(), atol=0.005)
+    assert freq[[0, 3, 5]].sum() == 0  # zero weight is never drawn
+
+
+def test_chunk_summary_finds_first_bad_row():
+    X = np.arange(12, dtype=np.float32).reshape(4, 3)
+    s, s2 = np.empty(3), np.empty(3)
+    m, bad = chunk_summary(X, s, s2)
+    assert bad == -1 and m == 11
+    np.testing.assert_array_equal(s, X.sum(0))
+    np.testing.assert_array_equal(s2, (X.astype(float) ** 2).sum(0))
+    X[2, 1] = np.inf
+    X[3, 0] = np.nan
+    assert chunk_summary(X, s, s2)[1] == 2
