@@ -92,7 +92,7 @@ class ActorBackend:
                 futs = self._load(ids, addr)
                 self.data.append(futs)
                 pending.append(self._spawn(ids, addr, futs, workers[addr]))
-        self.actors = [f.result() for f in pending]
+        self.actors = [self._bind(f) for f in pending]
         self._actor_futures = pending
         self.n_workers = len(self.actors)
         self.threads = sum(workers[a] for a, _ in self.placement)
@@ -113,6 +113,11 @@ class ActorBackend:
         meta = _meta(ids, self.source, self.entropy, threads)
         return self.client.submit(Partition, meta, *futs, actor=True, workers=[addr],
                                   allow_other_workers=False, pure=False)
+
+    def _bind(self, actor_future):
+        # an Actor handle binds to the current client when it is made; ours need not be the default
+        with self.client.as_current():
+            return actor_future.result()
 
     # -- calls with recovery
     def call(self, method, *args, builders=()):
@@ -161,7 +166,7 @@ class ActorBackend:
             try:
                 futs = self._load(ids, addr)
                 actor_future = self._spawn(ids, addr, futs, workers[addr])
-                actor = actor_future.result()
+                actor = self._bind(actor_future)
                 for step, params in builders:
                     actor.init_state(step, params).result()
                 result = getattr(actor, method)(*args).result()

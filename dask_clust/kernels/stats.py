@@ -34,14 +34,16 @@ def to_fixed(values, top, out):
             out[i, 1] = 0
             out[i, 2] = 0
             continue
-        s = math.ldexp(v, WORD_BITS - top)
+        # digits of |v| (for s >= 0, s - floor(s) is exact; for negative s it is not), then negate
+        s = math.ldexp(abs(v), WORD_BITS - top)
         w0 = math.floor(s)
-        r = math.ldexp(s - w0, WORD_BITS)  # the fractional part of a float is exact
+        r = math.ldexp(s - w0, WORD_BITS)
         w1 = math.floor(r)
         r = math.ldexp(r - w1, WORD_BITS)
-        out[i, 0] = np.int64(w0)
-        out[i, 1] = np.int64(w1)
-        out[i, 2] = np.int64(round(r))
+        sign = -1 if v < 0 else 1
+        out[i, 0] = sign * np.int64(w0)
+        out[i, 1] = sign * np.int64(w1)
+        out[i, 2] = sign * np.int64(round(r))
         _carry(out, i)
     return bad
 
