@@ -171,7 +171,7 @@ def _open_path(path):
 
 
 def _numeric_frame_columns(columns, dtypes):
-    bad = [str(c) for c, t in zip(columns, dtypes) if np.dtype(t).kind not in "biuf"]
+    bad = [str(c) for c, t in zip(columns, dtypes) if getattr(t, "kind", "O") not in "biuf"]
     if bad:
         raise InputError(f"Input must be numeric; non-numeric columns: {bad}")
 

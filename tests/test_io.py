@@ -1,0 +1,123 @@
+"""Saved models, zarr / parquet / .npy inputs, labels written back, and the command line."""
+import json
+import os
+import subprocess
+import sys
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+
+import dask_clust
+from dask_clust.cli import main
+from tests.reference import lloyd as ref
+
+
+def test_save_load_round_trip(tmp_path, small_blobs):
+    X, _ = small_blobs
+    m = dask_clust.fit(X, n_clusters=4, random_state=0)
+    m.save(tmp_path / "model")
+    assert sorted(os.listdir(tmp_path / "model")) == ["arrays.npz", "model.json"]
+    back = dask_clust.load(tmp_path / "model")
+    np.testing.assert_array_equal(back.cluster_centers_, m.cluster_centers_)
+    assert back.history_ == m.history_ and back.params == m.params and back.n_iter_ == m.n_iter_
+    np.testing.assert_array_equal(back.predict(X).compute(), m.predict(X).compute())
+    # an explicit init array is a parameter too, kept in the npz
+    m2 = dask_clust.fit(X, n_clusters=2, init=X[:2].astype(np.float64))
+    m2.save(tmp_path / "m2")
+    np.testing.assert_array_equal(dask_clust.load(tmp_path / "m2").params["init"], X[:2])
+
+
+def test_load_missing_model(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"not a saved dask_clust model"):
+        dask_clust.load(tmp_path)
+
+
+def test_zarr_input_and_labels_written_back(tmp_path, small_blobs):
+    X, _ = small_blobs
+    path = str(tmp_path / "x.zarr")
+    da.from_array(X, chunks=(500, 4)).to_zarr(path)
+    m = dask_clust.fit(path, n_clusters=3, random_state=0, client="in-process")
+    ours = dask_clust.fit(X, n_clusters=3, init=m.cluster_centers_, max_iter=1)
+    np.testing.assert_allclose(ours.cluster_centers_, m.cluster_centers_, rtol=1e-9)  # already converged
+    m.predict(path).to_zarr(str(tmp_path / "labels.zarr"))
+    labels = da.from_zarr(str(tmp_path / "labels.zarr")).compute()
+    np.testing.assert_array_equal(labels, ref.assign(X, m.cluster_centers_)[0])
+
+
+def test_parquet_input_and_cli_labels(tmp_path, small_blobs):
+    X, _ = small_blobs
+    pq = str(tmp_path / "x.parquet")
+    pd.DataFrame(X, columns=list("abcd")).to_parquet(pq)
+    model_dir = str(tmp_path / "model")
+    labels_out = str(tmp_path / "labels.parquet")
+    assert main(["fit", pq, "-k", "3", "--seed", "0", "--out", model_dir, "--labels-out", labels_out,
+                 "--quiet"]) == 0
+    m = dask_clust.load(model_dir)
+    got = pd.read_parquet(labels_out)["label"].to_numpy()
+    np.testing.assert_array_equal(got, ref.assign(X, m.cluster_centers_)[0])
+
+
+def test_cli_fit_predict_npy(tmp_path, small_blobs, capsys):
+    X, _ = small_blobs
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "init.npy", X[:3].astype(np.float64))
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--init", str(tmp_path / "init.npy"), "--tol", "0",
+                 "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    C, _, qe, n_iter, _ = ref.lloyd(X, X[:3], tol=0)
+    assert summary["objective"] == pytest.approx(qe, rel=1e-9) and summary["n_iter"] == n_iter
+    assert main(["predict", str(tmp_path / "m"), str(tmp_path / "x.npy"), "--out", str(tmp_path / "l.npy")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "l.npy"), ref.assign(X, C)[0])
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["fit", "/nonexistent/x.npy"], r"Input path does not exist"),
+    (["fit", "X", "-k", "0"], None),
+    (["fit", "X", "--tol", "-1"], r"'tol' parameter of algo='kmeans' must be"),
+])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, small_blobs, argv, msg):
+    X, _ = small_blobs
+    np.save(tmp_path / "x.npy", X)
+    argv = [str(tmp_path / "x.npy") if a == "X" else a for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "dask_clust.cli", *argv], capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dask-clust: error: ")
+    if msg:
+        import re
+
+        assert re.search(msg, lines[0])
+
+
+def test_make_blobs_equals_shared_generator_when_one_chunk():
+    from dask_clust.datasets import make_blobs
+    from tests.reference.make_blobs import blobs
+
+    X, y = make_blobs(5000, 7, 9, random_state=3)
+    Xr, yr = blobs(5000, 7, 9, seed=3)
+    np.testing.assert_array_equal(X.compute(), Xr)
+    np.testing.assert_array_equal(y.compute(), yr)
+    # many chunks: lazy, reproducible, same centres, same statistics
+    Xc, yc = make_blobs(5000, 7, 9, chunks=1000, random_state=3)
+    assert Xc.numblocks == (5, 1) and X.dtype == np.float32
+    np.testing.assert_array_equal(Xc.compute(), make_blobs(5000, 7, 9, chunks=1000, random_state=3)[0].compute())
+    assert abs((yc.compute() == -1).mean() - 0.1) < 0.02
+
+
+def test_metrics_against_scikit_learn():
+    from sklearn.metrics import normalized_mutual_info_score
+
+    from dask_clust import metrics
+
+    rng = np.random.default_rng(0)
+    t = rng.integers(0, 5, 500)
+    p = np.where(rng.random(500) < 0.7, (t + 1) % 5, rng.integers(0, 6, 500))
+    assert metrics.nmi(t, p) == pytest.approx(normalized_mutual_info_score(t, p), rel=1e-12)
+    assert metrics.acc(t, (t + 2) % 5) == 1.0  # a relabelling is a perfect match
+    assert metrics.purity([0, 0, 1, 1], [0, 0, 0, 1]) == 0.75
+    assert metrics.acc([0, 0, 1, 1], [0, 0, 0, 1]) == 0.75
+    X = rng.random((50, 2))
+    C = X[:3]
+    assert metrics.quantization_error(X, C) == pytest.approx(ref.assign(X, C)[1].sum(), rel=1e-12)

@@ -1,0 +1,139 @@
+"""Every DESIGN rule-8 error, matched by regex, raised before any work; nothing the caller passed is
+modified; a generated bad value for every declared constraint of every algorithm (STYLE row 1)."""
+from dataclasses import fields
+
+import dask
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+
+import dask_clust
+from dask_clust import InputError, InvalidParameterError
+from dask_clust.algorithms import REGISTRY
+
+X = np.random.default_rng(0).random((200, 3)).astype(np.float32)
+
+
+def test_not_2d():
+    with pytest.raises(InputError, match=r"Expected a 2-D array .* got an array of shape \(200,\)"):
+        dask_clust.fit(X[:, 0], n_clusters=2)
+    with pytest.raises(InputError, match=r"shape \(2, 3, 4\)"):
+        dask_clust.fit(np.zeros((2, 3, 4)), n_clusters=2)
+
+
+def test_empty():
+    with pytest.raises(InputError, match=r"at least 1 sample and 1 feature"):
+        dask_clust.fit(np.zeros((0, 3)), n_clusters=1)
+
+
+@pytest.mark.parametrize("bad", [np.array([["a", "b"], ["c", "d"]]), np.zeros((3, 2), dtype=complex)])
+def test_non_numeric(bad):
+    with pytest.raises(InputError, match=r"Input must be numeric .* got dtype"):
+        dask_clust.fit(bad, n_clusters=1)
+
+
+def test_non_numeric_dataframe_columns():
+    df = pd.DataFrame({"a": [1.0, 2.0, 3.0], "name": ["x", "y", "z"]})
+    with pytest.raises(InputError, match=r"non-numeric columns: \['name'\]"):
+        dask_clust.fit(df, n_clusters=1)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_nan_inf_reported_with_chunk_and_row(value):
+    Xb = X.copy()
+    Xb[137, 2] = value
+    # chunks of 20 rows (kept: within the configured bounds): row 137 is row 17 of chunk 6
+    with dask.config.set({"dask_clust.min-chunk-bytes": "200B"}), \
+            pytest.raises(InputError, match=r"NaN or infinity at row 137 \(chunk 6, row 17 of the chunk\)"):
+        dask_clust.fit(da.from_array(Xb, chunks=(20, 3)), n_clusters=2, client="in-process")
+
+
+def test_n_clusters_larger_than_n_samples():
+    with pytest.raises(InputError, match=r"n_clusters=201 must be <= n_samples=200"):
+        dask_clust.fit(X, n_clusters=201)
+
+
+def test_init_array_shape():
+    with pytest.raises(InputError, match=r"init array has shape \(2, 3\); expected .* \(3, 3\)"):
+        dask_clust.fit(X, n_clusters=3, init=np.zeros((2, 3)))
+
+
+def test_feature_mismatch_at_predict():
+    m = dask_clust.fit(X, n_clusters=2, random_state=0)
+    with pytest.raises(InputError, match=r"X has 4 features, but the model was fitted with 3 features"):
+        m.predict(np.zeros((5, 4)))
+
+
+def test_nan_at_predict_is_reported():
+    m = dask_clust.fit(X, n_clusters=2, random_state=0)
+    bad = X.copy()
+    bad[3, 0] = np.nan
+    with pytest.raises(InputError, match=r"NaN or infinity at row 3"):
+        m.predict(bad).compute()
+
+
+def test_unknown_algorithm_lists_valid_ones():
+    with pytest.raises(InvalidParameterError, match=r"unknown algorithm 'nope'; valid algorithms are \['kmeans'"):
+        dask_clust.fit(X, algo="nope")
+
+
+def test_unknown_parameter_lists_valid_ones():
+    with pytest.raises(InvalidParameterError, match=r"unknown parameter\(s\) \['n_jobs'\]; valid parameters are \["):
+        dask_clust.fit(X, n_clusters=2, n_jobs=4)
+    with pytest.raises(InvalidParameterError, match=r"KMeans got unknown parameter\(s\) \['copy_x'\]"):
+        dask_clust.KMeans(copy_x=True)
+
+
+@pytest.mark.parametrize("algo,name,constraint", [
+    (a, f.name, c) for a, spec in REGISTRY.items() for f in fields(spec.config)
+    for c in spec.config.constraints[f.name] if type(c).__name__ != "NoneOK"
+])
+def test_every_constraint_rejects_a_generated_bad_value(algo, name, constraint):
+    bad = constraint.bad_value()
+    with pytest.raises(InvalidParameterError, match=rf"The '{name}' parameter of algo='{algo}' must be"):
+        dask_clust.fit(X, algo=algo, **{name: bad})
+
+
+def test_every_parameter_has_constraints():
+    for spec in REGISTRY.values():
+        assert set(spec.config.constraints) == {f.name for f in fields(spec.config)}
+
+
+@pytest.mark.parametrize("bad,msg", [
+    (np.ones(5), r"sample_weight must have shape \(200,\)"),
+    (-np.ones(200), r"sample_weight must be non-negative"),
+    (np.full(200, np.nan), r"sample_weight contains NaN or infinity at index 0"),
+    (np.zeros(200), r"positive sum"),
+])
+def test_sample_weight_errors(bad, msg):
+    with pytest.raises(InputError, match=msg):
+        dask_clust.fit(X, n_clusters=2, sample_weight=bad)
+
+
+def test_random_state_errors():
+    with pytest.raises(InputError, match=r"random_state must be"):
+        dask_clust.fit(X, n_clusters=2, random_state="zero")
+
+
+@pytest.mark.parametrize("make", [lambda: X.copy(), lambda: (X * 100).astype(np.int64),
+                                  lambda: np.asfortranarray(X.astype(np.float64))])
+def test_input_is_not_modified(make):
+    data = make()
+    before = data.copy()
+    w = np.linspace(1, 2, 200)
+    w_before = w.copy()
+    m = dask_clust.fit(data, n_clusters=3, random_state=0, sample_weight=w)
+    m.predict(data).compute()
+    np.testing.assert_array_equal(data, before)
+    np.testing.assert_array_equal(w, w_before)
+    assert data.dtype == before.dtype
+
+
+def test_integer_input_is_cast_to_float64_and_float32_kept():
+    assert dask_clust.fit((X * 10).astype(np.int32), n_clusters=2, random_state=0).predict(X).dtype == np.int32
+    from dask_clust.engine import as_source
+
+    assert as_source((X * 10).astype(np.int32)).dtype == np.float64
+    assert as_source(X).dtype == np.float32
+    assert as_source(X.astype(np.float16)).dtype == np.float32
