@@ -19,6 +19,7 @@ import numpy as np
 
 from . import algorithms, api
 from ._params import InvalidParameterError
+from .engine.cluster import connect
 from .engine.data import InputError
 
 EXIT_BAD_INPUT = 2
@@ -57,9 +58,7 @@ def _client(address):
     if not address:
         yield None
         return
-    from distributed import Client
-
-    with Client(address) as client:
+    with connect(address) as client:
         yield client
 
 
@@ -130,82 +129,24 @@ def cmd_demo(args):
     }]))
 
 
-def _bench_data(args):
+def cmd_bench(args):
+    from . import bench
     from .datasets import make_blobs
 
-    X, _ = make_blobs(args.n, args.d, args.true_clusters, random_state=0)
-    return X.compute()
-
-
-def _bench_ours(X, args, client, seed):
-    from .engine import as_source, open_engine
-
-    t = time.perf_counter()
-    model = api.fit(X, "kmeans", args.k, init=args.init, random_state=seed, client=client,
-                    max_iter=args.max_iter)
-    wall = time.perf_counter() - t
-    with open_engine(as_source(X), client, 0) as engine:
-        overhead = engine.overhead_ms()
-    its = [h["wall_s"] for h in model.history_]
-    return {"tool": "dask_clust", "algo": "kmeans", "init": args.init, "n": X.shape[0], "d": X.shape[1],
-            "k": args.k, "seed": seed, "wall_s": wall, "n_iter": model.n_iter_, "objective": model.objective_,
-            "distance_evals": model.n_distance_evals_, "s_per_iter": statistics.median(its),
-            "overhead_ms_per_iter": overhead, "workers": model.engine_["workers"]}
-
-
-def _bench_sklearn(X, args, seed):
-    try:
-        from sklearn.cluster import KMeans
-    except ImportError:
-        return None
-    t = time.perf_counter()
-    km = KMeans(args.k, init="k-means++", n_init=1, random_state=seed, max_iter=args.max_iter).fit(X)
-    wall = time.perf_counter() - t
-    return {"tool": "scikit-learn", "algo": "kmeans", "init": "k-means++", "n": X.shape[0], "d": X.shape[1],
-            "k": args.k, "seed": seed, "wall_s": wall, "n_iter": int(km.n_iter_), "objective": float(km.inertia_),
-            "distance_evals": None, "s_per_iter": None, "overhead_ms_per_iter": None, "workers": None}
-
-
-def _bench_daskml(X, args, seed, client):
-    try:
-        import dask.array as da
-        from dask_ml.cluster import KMeans
-    except ImportError:
-        return None
-    from .models import ClusteringModel
-
-    Xd = da.from_array(X, chunks=(max(1, X.shape[0] // 16), -1))
-    t = time.perf_counter()
-    try:
-        km = KMeans(n_clusters=args.k, init="k-means||", random_state=seed, max_iter=args.max_iter).fit(Xd)
-    except Exception as exc:  # dask-ml lags behind dask releases; report instead of failing the bench
-        return {"tool": "dask-ml", "error": f"{type(exc).__name__}: {exc}"[:300]}
-    wall = time.perf_counter() - t
-    qe = ClusteringModel("kmeans", {}, km.cluster_centers_).quantization_error(X)
-    return {"tool": "dask-ml", "algo": "kmeans", "init": "k-means||", "n": X.shape[0], "d": X.shape[1], "k": args.k,
-            "seed": seed, "wall_s": wall, "n_iter": int(km.n_iter_), "objective": qe, "distance_evals": None,
-            "s_per_iter": wall / max(1, int(km.n_iter_)), "overhead_ms_per_iter": None, "workers": None}
-
-
-def cmd_bench(args):
-    X = _bench_data(args)
-    out = open(args.out, "a") if args.out else None
+    X = make_blobs(args.n, args.d, args.true_clusters, random_state=0, chunks=args.n)[0].compute()
     header = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    with _client(args.scheduler) as client:
-        rows = []
+    out = open(args.out, "a") if args.out else contextlib.nullcontext()
+    with out, connect(args.scheduler) as client:
         for seed in range(args.seeds):
-            rows.append(_bench_ours(X, args, client, seed))
-            rows.append(_bench_sklearn(X, args, seed))
+            rows = [bench.run_ours(X, args.k, args.init, seed, client, args.max_iter),
+                    bench.run_sklearn(X, args.k, seed, args.max_iter)]
             if args.dask_ml:
-                rows.append(_bench_daskml(X, args, seed, client))
-        for r in rows:
-            if r is not None:
+                rows.append(bench.run_daskml(X, args.k, seed, args.max_iter))
+            for r in filter(None, rows):
                 line = json.dumps({**header, **r})
                 print(line, flush=True)
-                if out:
+                if args.out:
                     out.write(line + "\n")
-    if out:
-        out.close()
 
 
 def build_parser():
@@ -239,7 +180,8 @@ def build_parser():
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=cmd_demo)
 
-    b = sub.add_parser("bench", help="JSON lines: our k-means vs scikit-learn (and dask-ml) on blobs")
+    b = sub.add_parser("bench", help="JSON lines: our k-means on a LocalCluster (or --scheduler) vs "
+                                    "scikit-learn (and dask-ml) on blobs")
     b.add_argument("--n", type=int, default=1_000_000)
     b.add_argument("--d", type=int, default=16)
     b.add_argument("-k", type=int, default=200)

@@ -240,3 +240,19 @@ def backend_for(source, client, entropy):
             backend = ActorBackend(client, source, entropy)
         stack.callback(backend.close)
         yield backend
+
+
+@contextlib.contextmanager
+def connect(address=None, n_workers=None, threads_per_worker=None):
+    """A client made current for the block: to the scheduler at ``address``, or to a LocalCluster
+    started here (sized to the machine unless given) and closed afterwards. For the CLI and benchmarks."""
+    with contextlib.ExitStack() as stack:
+        if address:
+            client = stack.enter_context(distributed.Client(address))
+        else:
+            workers, threads = local_cluster_size()
+            cluster = stack.enter_context(distributed.LocalCluster(
+                n_workers=n_workers or workers, threads_per_worker=threads_per_worker or threads, processes=True,
+                dashboard_address=None))
+            client = stack.enter_context(distributed.Client(cluster))
+        yield client

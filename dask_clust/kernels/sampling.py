@@ -1,5 +1,4 @@
 """Sampling inside one block: draws proportional to a non-negative weight vector."""
-import numpy as np
 from numba import njit
 
 
