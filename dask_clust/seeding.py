@@ -14,9 +14,12 @@ import math
 
 import numpy as np
 
+from .engine import as_source, open_engine
+from .engine.cluster import IN_PROCESS
 from .engine.data import stream
 from .kernels.assign import Prepared, candidate_potentials, nearest, update_mind
 from .kernels.sampling import sample_proportional
+from .lloyd import lloyd
 
 SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
 
@@ -155,9 +158,6 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
     """k-means||: ⌈ln φ⌉ ≤ 5 rounds of independent sampling with ℓ = factor·k, then the candidates,
     weighted by the mass of rows closest to them, reduced to k by weighted k-means++ and Lloyd
     (run in-process: the candidate set is small)."""
-    from .algorithms.kmeans import lloyd
-    from .engine import as_source, open_engine
-    from .engine.cluster import IN_PROCESS
 
     ell = oversampling_factor * k
     cands = [first_center(engine, "k-means||", entropy).astype(np.float64)]

@@ -12,8 +12,8 @@ import pytest
 
 import dask_clust
 from dask_clust.engine import as_source, open_engine
-from dask_clust.engine.ops import _add, decode, tree_combine
-from dask_clust.engine.partition import encode
+from dask_clust.engine.ops import decode, tree_combine
+from dask_clust.engine.partition import add_encoded, encode
 from dask_clust.kernels.stats import fixed_top_exponent
 from tests.reference import lloyd as ref
 from tests.reference.make_blobs import blobs
@@ -27,7 +27,7 @@ def test_combine_is_independent_of_tree_shape_and_order():
 
     def run(order, split_every):
         enc = [encode(partials[i], top) for i in order]
-        return decode(tree_combine(enc, _add, split_every), top)
+        return decode(tree_combine(enc, add_encoded, split_every), top)
 
     base = run(range(23), 23)
     for split_every, order in [(2, range(23)), (3, range(23)), (2, rng.permutation(23)), (5, rng.permutation(23))]:

@@ -121,3 +121,30 @@ def test_metrics_against_scikit_learn():
     X = rng.random((50, 2))
     C = X[:3]
     assert metrics.quantization_error(X, C) == pytest.approx(ref.assign(X, C)[1].sum(), rel=1e-12)
+
+
+def test_pandas_and_dask_dataframe_inputs(small_blobs):
+    import dask.dataframe as dd
+
+    X, _ = small_blobs
+    df = pd.DataFrame(X, columns=list("abcd"))
+    init = X[:3].astype(np.float64)
+    C, labels, qe, n_iter, _ = ref.lloyd(X, init)
+    for data in (df, dd.from_pandas(df, npartitions=4)):
+        m = dask_clust.fit(data, n_clusters=3, init=init, client="in-process")
+        np.testing.assert_allclose(m.cluster_centers_, C, rtol=1e-10)
+        np.testing.assert_array_equal(m.predict(data).compute(), labels)
+
+
+def test_load_digits_clusters_like_scikit_learn():
+    from sklearn.cluster import KMeans
+
+    from dask_clust import metrics
+    from dask_clust.datasets import load_digits
+
+    X, y = load_digits()
+    assert X.shape == (1797, 64) and X.dtype == np.float64
+    ours = np.mean([metrics.nmi(y, dask_clust.fit(X, n_clusters=10, random_state=s).predict(X).compute())
+                    for s in range(3)])
+    sk = np.mean([metrics.nmi(y, KMeans(10, n_init=1, random_state=s).fit_predict(X)) for s in range(3)])
+    assert ours >= sk - 0.05, (ours, sk)

@@ -1,14 +1,8 @@
-"""Lloyd k-means (``algo="kmeans"``): the baseline and the building block of the other algorithms.
+"""Lloyd k-means (``algo="kmeans"``): seed (``seeding``), then Lloyd iterations (``lloyd``) to
+convergence. The baseline users compare with, and the building block of the other algorithms.
 
 S. P. Lloyd, "Least squares quantization in PCM", IEEE Trans. Inf. Theory 28(2), 1982,
-doi:10.1109/TIT.1982.1056489. ALGORITHMS.md §6.
-
-One iteration (``lloyd_step`` on every chunk, exact sum, ``m_step``):
-  1. assign every row to its nearest centre (blocked GEMM, float64 re-search near ties);
-  2. accumulate Σ w x, Σ w and Σ w d² per centre (float64);
-  3. centres ← Σ w x / Σ w; an empty cluster takes the row farthest from its centre (as scikit-learn);
-  4. stop when no label changed, or when Σ ||Δc||² ≤ tol · mean feature variance (scikit-learn's rule),
-     then one assignment pass so that the returned labels and QE belong to the returned centres.
+doi:10.1109/TIT.1982.1056489. ALGORITHMS.md §6; the steps are in ``dask_clust/lloyd.py``.
 """
 import numbers
 from dataclasses import dataclass
@@ -17,8 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
-from ..engine import Loop
-from ..kernels.assign import Prepared, accumulate, nearest
+from ..lloyd import lloyd
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, register
 
@@ -44,93 +37,6 @@ class KMeansConfig:
         "n_local_trials": [Interval(numbers.Integral, 1, None), NoneOK()],
         "chain_length": [Interval(numbers.Integral, 1, None)],
     }
-
-
-def lloyd_step(chunk, centers):
-    """Assign the chunk's rows and return the partial (Σ w x, Σ w, QE, changed labels, evaluations).
-
-    State: the labels of the previous iteration (to count changes; a rebuilt chunk counts all rows as
-    changed, which can only delay convergence) and the distances (for empty-cluster relocation).
-    """
-    st = chunk.state
-    n = chunk.x.shape[0]
-    prev = st.get("lloyd_labels")
-    labels = st.get("lloyd_spare")
-    labels, mind, evals = nearest(chunk.x, centers, labels if labels is not None else None,
-                                  st.get("lloyd_mind"))
-    k, d = centers.C.shape
-    sums = np.zeros((k, d))
-    weights = np.zeros(k)
-    qe = accumulate(chunk.x, chunk.w, labels, mind, sums, weights)
-    changed = n if prev is None else int(np.count_nonzero(prev != labels))
-    st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"] = labels, prev, mind
-    return sums, weights, qe, np.int64(changed), np.int64(evals)
-
-
-def farthest_rows(chunk, m):
-    """The chunk's m rows farthest from their centre: (distance², global id, row, label, weight)."""
-    mind = chunk.state["lloyd_mind"]
-    idx = np.lexsort((np.arange(mind.shape[0]), -mind))[:m]
-    return mind[idx], idx + chunk.start, chunk.x[idx], chunk.state["lloyd_labels"][idx], chunk.w[idx]
-
-
-def relocate_empty(engine, sums, weights):
-    """Give every empty cluster the row farthest from its centre, moving that row's mass out of its old
-    cluster (scikit-learn's policy). Modifies sums/weights; returns the number of relocations."""
-    empty = np.flatnonzero(weights == 0)
-    if not len(empty):
-        return 0
-    got = engine.map(farthest_rows, len(empty))
-    dist = np.concatenate([g[0] for g in got])
-    ids = np.concatenate([g[1] for g in got])
-    order = np.lexsort((ids, -dist))[: len(empty)]
-    rows = np.concatenate([g[2] for g in got])[order].astype(np.float64)
-    labels = np.concatenate([g[3] for g in got])[order]
-    w = np.concatenate([g[4] for g in got])[order]
-    for e, x, old, wi in zip(empty, rows, labels, w):
-        if weights[old] - wi > 0:
-            sums[old] -= wi * x
-            weights[old] -= wi
-        sums[e] = wi * x
-        weights[e] = wi
-    return len(order)
-
-
-def m_step(sums, weights, old):
-    """New centres; a cluster that is still empty keeps its old centre."""
-    new = old.copy()
-    nz = weights > 0
-    new[nz] = sums[nz] / weights[nz, None]
-    return new
-
-
-def lloyd(engine, centers, *, max_iter, tol, loop=None):
-    """Lloyd iterations from ``centers`` (float64, validated); ``tol`` is absolute (already scaled).
-
-    Returns {"centers", "objective" (QE of the returned centres), "n_iter", "converged",
-    "distance_evals", "history"}.
-    """
-    loop = loop or Loop("lloyd", max_iter)
-    evals = 0
-    objective = None
-    strict = False
-    for _ in loop:
-        sums, weights, qe, changed, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
-        evals += e
-        relocated = relocate_empty(engine, sums, weights)
-        new = m_step(sums, weights, centers)
-        shift = float(((new - centers) ** 2).sum())
-        loop.record(qe, e, changed, center_shift=shift, relocated=relocated)
-        strict = changed == 0 and relocated == 0
-        centers = new
-        objective = qe
-        if strict or shift <= tol:
-            loop.converged = True
-    if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
-        _, _, objective, _, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
-        evals += e
-    return {"centers": centers, "objective": float(objective), "n_iter": loop.n_iter,
-            "converged": loop.converged, "distance_evals": int(evals), "history": loop.history}
 
 
 def fit(engine, cfg, entropy, loop):

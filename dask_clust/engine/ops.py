@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.stats import chunk_summary, fixed_add, fixed_top_exponent, from_fixed
+from ..kernels.stats import chunk_summary, fixed_top_exponent, from_fixed
 from . import config
 from .cluster import backend_for
 from .data import InputError
+from .partition import add_encoded
 
 
 @dataclass(frozen=True)
@@ -49,15 +50,6 @@ def tree_combine(parts, add, split_every=None):
             nxt.append(acc)
         parts = nxt
     return parts[0]
-
-
-def _add(a, b):
-    for (kind, _, x), (_, _, y) in zip(a, b):
-        if kind == "f":
-            fixed_add(x, y)
-        else:
-            x += y
-    return a
 
 
 def decode(encoded, top):
@@ -143,7 +135,7 @@ class Engine:
     def reduce(self, step, params=None):
         """Exact sum over all chunks of ``step(chunk, params)`` (a tuple of arrays / scalars)."""
         parts = self._call("reduce", step, params, self.top)
-        return decode(tree_combine(parts, _add), self.top)
+        return decode(tree_combine(parts, add_encoded), self.top)
 
     def map(self, step, params=None):
         """``step(chunk, params)`` for every chunk, in chunk order."""
