@@ -17,8 +17,8 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind):
     n = X.shape[0]
     block = min(block, n)
     G = np.empty((C.shape[0], block), dtype=X.dtype)
-    best = np.empty(block)
-    second = np.empty(block)
+    best = np.empty(block, dtype=X.dtype)
+    second = np.empty(block, dtype=X.dtype)
     jb = np.zeros(block, dtype=np.int32)
     evals = 0
     for b0 in range(0, n, block):

@@ -46,7 +46,7 @@ def rows_per_block(n_centers):
 def gemm_tolerance(dtype, n_features):
     """Relative gap below which a GEMM-ranked row is re-searched in float64."""
     eps = np.finfo(dtype).eps
-    return float(8.0 * eps * max(1, n_features))
+    return float(16.0 * eps * max(1, n_features))
 
 
 @njit(nogil=True, cache=True)
@@ -74,8 +74,10 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
     C      : IN  float64 (k, d)                the centres, for the exact float64 re-search
     tol    : IN  float                         relative gap that triggers the re-search
     G      : OUT X's dtype (k, block)          scratch for the cross products
-    best, second, jb : OUT float64, float64, int32 (block,)  scratch (the caller's own allocations:
-                                               distinct arrays let LLVM vectorise the scan)
+    best, second, jb : OUT X's dtype, X's dtype, int32 (block,)  scratch (the caller's own
+                                               allocations: distinct arrays let LLVM vectorise the scan;
+                                               in X's dtype because the GEMM's rounding, which the
+                                               re-search tolerance covers, dominates the scan's)
     labels : OUT int32 (n,)                    nearest centre (lowest index on ties)
     mind   : OUT float64 (n,)                  exact squared distance to it
     """
@@ -87,10 +89,11 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
         cmax = max(cmax, cnorm[j])
     best[:m] = np.inf
     second[:m] = np.inf
+    two = best.dtype.type(2.0)
     for j in range(k):  # branch-free selects across rows: vectorises, no reduction, exact
-        cj = cnorm[j]
+        cj = best.dtype.type(cnorm[j])
         for r in range(m):
-            v = cj - 2.0 * np.float64(Gv[j, r])
+            v = cj - two * Gv[j, r]
             b = best[r]
             lt = v < b
             second[r] = b if lt else min(v, second[r])
@@ -104,7 +107,7 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
         for t in range(X.shape[1]):
             xv = np.float64(X[i, t])
             xx += xv * xv
-        if k > 1 and second[r] - best[r] <= tol * (xx + cmax):
+        if k > 1 and np.float64(second[r]) - np.float64(best[r]) <= tol * (xx + cmax):
             exact = np.inf
             for j in range(k):
                 dj = sqdist(X[i], C[j])
