@@ -139,3 +139,42 @@ def test_separate_scheduler_and_workers_on_loopback(loopback_cluster, small_blob
     remote = dask_clust.fit(X, n_clusters=6, random_state=2, client=addr)  # by address, as the CLI does
     assert remote.engine_["workers"] == 2
     np.testing.assert_array_equal(local.cluster_centers_, remote.cluster_centers_)
+
+
+@pytest.mark.parametrize("where", ["in-process", "cluster"])
+def test_streaming_gives_the_same_model(cluster, where):
+    """Rule 4: data streamed from its source on every pass gives the model persisted data gives."""
+    import dask
+
+    from dask_clust.datasets import make_blobs
+
+    X, _ = make_blobs(6000, 5, 8, chunks=1000, random_state=4)
+    w = np.linspace(0.5, 2.0, 6000)
+    client = "in-process" if where == "in-process" else cluster
+    held = dask_clust.fit(X, n_clusters=8, random_state=0, client=client, sample_weight=w)
+    with dask.config.set({"dask_clust.stream": True}):
+        streamed = dask_clust.fit(X, n_clusters=8, random_state=0, client=client, sample_weight=w)
+    assert streamed.engine_["streaming"] and not held.engine_["streaming"]
+    np.testing.assert_array_equal(streamed.cluster_centers_, held.cluster_centers_)
+    assert streamed.n_iter_ == held.n_iter_ and streamed.objective_ == held.objective_
+
+
+def test_stream_auto_switch_and_small_loaders():
+    import dask
+
+    from dask_clust.datasets import make_blobs
+    from dask_clust.engine.cluster import loaders, should_stream
+    from dask_clust.engine.data import ArraySource
+
+    X, _ = make_blobs(64_000, 4, 3, chunks=1000, random_state=0)
+    src = as_source(X)
+    assert src.n_chunks == 64
+    assert should_stream(src, memory_bytes=src.nbytes)          # data > half the memory: stream
+    assert not should_stream(src, memory_bytes=4 * src.nbytes)
+    assert not should_stream(as_source(X.compute()), memory_bytes=1)  # in driver memory already
+    assert isinstance(as_source(X.compute()), ArraySource)
+    with dask.config.set({"dask_clust.stream": False}):
+        assert not should_stream(src, memory_bytes=1)
+    # each loader carries its own chunk's graph only, not the whole input's
+    sizes = [len(b) for b in loaders(src, range(src.n_chunks))]
+    assert max(sizes) < 4 * min(sizes) and max(sizes) < 20_000

@@ -12,7 +12,9 @@ import logging
 import os
 import time
 
+import cloudpickle
 import distributed
+import psutil
 from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
@@ -39,7 +41,24 @@ class WorkerLost(RuntimeError):
 
 
 def _meta(chunk_ids, source, entropy, threads):
-    return {"chunks": [(int(i), int(source.starts[i])) for i in chunk_ids], "entropy": entropy, "threads": threads}
+    return {"chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
+            "entropy": entropy, "threads": threads}
+
+
+def should_stream(source, memory_bytes):
+    """Rule 4: stream a dask source from where it lives each pass when it would take more than
+    ``stream-fraction`` of the memory available to hold it (``stream``: "auto", True or False)."""
+    mode = config.get("stream")
+    if isinstance(source, ArraySource) or mode is False or mode == "never":
+        return False
+    if mode is True or mode == "always":
+        return True
+    return source.nbytes > float(config.get("stream-fraction")) * memory_bytes
+
+
+def loaders(source, ids):
+    """Per chunk, its pickled dask graph: what a streaming partition computes on every pass."""
+    return [cloudpickle.dumps(source.delayed_block(i)) for i in ids]
 
 
 class InProcessBackend:
@@ -50,7 +69,9 @@ class InProcessBackend:
     def __init__(self, source, entropy):
         self.threads = os.cpu_count() or 1
         ids = range(source.n_chunks)
-        self.parts = [Partition(_meta(ids, source, entropy, self.threads), *[source.block(i) for i in ids])]
+        self.streaming = should_stream(source, psutil.virtual_memory().available)
+        blocks = loaders(source, ids) if self.streaming else [source.block(i) for i in ids]
+        self.parts = [Partition(_meta(ids, source, entropy, self.threads), *blocks)]
         self.n_workers = 1
 
         # our pool runs one chunk per core; a multi-threaded BLAS inside each would oversubscribe them
@@ -80,6 +101,11 @@ class ActorBackend:
         if not workers:
             raise RuntimeError("the Dask cluster has no workers")
         addrs = sorted(workers)
+        memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
+        self.streaming = should_stream(source, memory)
+        if self.streaming:
+            logger.info("streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
+                        source.nbytes / 1e9, memory / 1e9)
         n = source.n_chunks
         groups = [[i for i in range(n) if (i * len(addrs)) // n == w] for w in range(len(addrs))]
         self.placement = []   # per partition: (worker address, chunk ids)
@@ -99,11 +125,17 @@ class ActorBackend:
         self.n_rebuilds = 0
 
     # -- placement
-    def _live_workers(self):
+    def _worker_info(self):
         info = self.client.scheduler_info(n_workers=-1) if _accepts_n_workers() else self.client.scheduler_info()
-        return {addr: w.get("nthreads", 1) for addr, w in info["workers"].items()}
+        return info["workers"]
+
+    def _live_workers(self):
+        return {addr: w.get("nthreads", 1) for addr, w in self._worker_info().items()}
 
     def _load(self, ids, addr):
+        """The chunks' data for a partition on ``addr``: futures of rows loaded there, or loaders."""
+        if self.streaming:
+            return loaders(self.source, ids)
         if isinstance(self.source, ArraySource):
             return self.client.scatter([self.source.block(i) for i in ids], workers=[addr], hash=False)
         blocks = [self.source.delayed_block(i) for i in ids]

@@ -15,6 +15,10 @@ DEFAULTS = {
     "split-every": 8,
     # in-memory input up to this size is fitted in-process when no client is running (rule 6)
     "in-process-bytes": "1GiB",
+    # rule 4: "auto" streams a dask input from its source on every pass when it exceeds this fraction
+    # of the memory that would hold it (the cluster's workers, or this machine in-process)
+    "stream": "auto",
+    "stream-fraction": 0.5,
     # how long to wait for the scheduler to confirm a lost worker after a communication error
     "lost-worker-timeout": "10s",
 }

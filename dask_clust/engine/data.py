@@ -93,10 +93,14 @@ class DaskSource(Source):
         self.weights = weights
 
     def delayed_block(self, i):
+        """Chunk i as a Delayed (x, w), its graph culled to that chunk (it travels to workers)."""
         import dask
 
         x = self.X.blocks[i]
-        w = None if self.weights is None else self.weights.blocks[i]
+        if self.weights is None:
+            (x,) = dask.optimize(x)
+            return dask.delayed(_pair)(x, None)
+        x, w = dask.optimize(x, self.weights.blocks[i])
         return dask.delayed(_pair)(x, w)
 
     def block(self, i):

@@ -175,7 +175,8 @@ class Engine:
 
     def describe(self):
         return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
-                "chunks": self.n_chunks, "rebuilds": getattr(self.backend, "n_rebuilds", 0)}
+                "chunks": self.n_chunks, "streaming": self.backend.streaming,
+                "rebuilds": getattr(self.backend, "n_rebuilds", 0)}
 
 
 @contextlib.contextmanager

@@ -1,10 +1,15 @@
 """Partition: one per worker, holding its row chunks and their per-algorithm state (DESIGN rule 1-2).
 
+Rows are held in memory, or, for data larger than the cluster's memory (rule 4), a chunk holds only
+its loader (the chunk's pickled dask graph, e.g. a zarr or parquet read) and loads its rows for the
+duration of each step; its state stays resident either way.
+
 A step is a module-level function ``step(chunk, params)`` of an algorithm; it sees one ``Chunk`` (rows,
 weights, global offset, its own state dict, its own random streams). The partition runs the step over
 all of its chunks on the worker's threads and returns either one combined partial (``reduce``) or the
 per-chunk results (``map``).
 """
+import pickle
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -14,21 +19,35 @@ from .data import stream
 
 
 class Chunk:
-    """One row chunk as a step sees it."""
+    """One row chunk as a step sees it: rows ``x`` (n × d), weights ``w`` (n,), global rows
+    ``start``..``stop``, its own ``state`` dict and random streams."""
 
-    __slots__ = ("index", "start", "x", "w", "state", "entropy")
+    __slots__ = ("index", "start", "stop", "x", "w", "state", "entropy", "loader")
 
-    def __init__(self, index, start, x, w, entropy):
+    def __init__(self, index, start, stop, data, entropy):
+        """data: (x, w) rows held in memory, or bytes: a pickled dask object computing (x, w)."""
         self.index = int(index)
         self.start = int(start)
-        self.x = x
-        self.w = np.ones(x.shape[0]) if w is None else w
+        self.stop = int(stop)
         self.state = {}
         self.entropy = entropy
+        self.loader = data if isinstance(data, bytes) else None
+        self.x = self.w = None
+        if self.loader is None:
+            self._hold(*data)
 
-    @property
-    def stop(self):
-        return self.start + self.x.shape[0]
+    def _hold(self, x, w):
+        self.x = x
+        self.w = np.ones(x.shape[0]) if w is None else w
+
+    def run(self, step, params):
+        if self.loader is None:
+            return step(self, params)
+        self._hold(*pickle.loads(self.loader).compute(scheduler="sync"))
+        try:
+            return step(self, params)
+        finally:
+            self.x = self.w = None
 
     def rng(self, *tag):
         """This chunk's random stream for ``tag``: independent of which worker holds the chunk."""
@@ -75,15 +94,16 @@ class Partition:
     """Long-lived holder of row chunks on one worker (a Dask Actor on a cluster, a plain object in-process)."""
 
     def __init__(self, meta, *blocks):
-        """meta: {"chunks": [(index, start), ...], "entropy": int, "threads": int}; blocks: (x, w) pairs."""
-        self.chunks = [Chunk(i, s, x, w, meta["entropy"]) for (i, s), (x, w) in zip(meta["chunks"], blocks)]
+        """meta: {"chunks": [(index, start, stop), ...], "entropy": int, "threads": int};
+        blocks: per chunk, (x, w) rows or a loader (see ``Chunk``)."""
+        self.chunks = [Chunk(i, a, b, data, meta["entropy"]) for (i, a, b), data in zip(meta["chunks"], blocks)]
         threads = max(1, int(meta.get("threads", 1)))
         self._pool = ThreadPoolExecutor(threads) if threads > 1 and len(self.chunks) > 1 else None
 
     def _each(self, step, params):
         if self._pool is None:
-            return [step(c, params) for c in self.chunks]
-        return list(self._pool.map(lambda c: step(c, params), self.chunks))
+            return [c.run(step, params) for c in self.chunks]
+        return list(self._pool.map(lambda c: c.run(step, params), self.chunks))
 
     def reduce(self, step, params, top):
         """Run ``step`` on every chunk and return the exact sum of the partials."""
