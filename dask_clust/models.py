@@ -15,21 +15,21 @@ from .kernels.assign import Prepared, all_sqdist, nearest
 FORMAT_VERSION = 1
 
 
-def _predict_block(x, centers):
-    check_finite_block(x)
+def _predict_block(x, centers, block_info=None):
+    check_finite_block(x, block_info)
     labels, _, _ = nearest(np.ascontiguousarray(x), centers)
     return labels
 
 
-def _transform_block(x, C):
-    check_finite_block(x)
+def _transform_block(x, C, block_info=None):
+    check_finite_block(x, block_info)
     out = np.empty((x.shape[0], C.shape[0]))
     all_sqdist(np.ascontiguousarray(x), C, out)
     return np.sqrt(out)
 
 
-def _qe_block(x, centers):
-    check_finite_block(x)
+def _qe_block(x, centers, block_info=None):
+    check_finite_block(x, block_info)
     _, mind, _ = nearest(np.ascontiguousarray(x), centers)
     return mind
 

@@ -73,7 +73,6 @@ class InProcessBackend:
         blocks = loaders(source, ids) if self.streaming else [source.block(i) for i in ids]
         self.parts = [Partition(_meta(ids, source, entropy, self.threads), *blocks)]
         self.n_workers = 1
-
         # our pool runs one chunk per core; a multi-threaded BLAS inside each would oversubscribe them
         self._blas = threadpool_limits(1, user_api="blas") if self.threads > 1 else None
 
@@ -109,7 +108,7 @@ class ActorBackend:
         n = source.n_chunks
         groups = [[i for i in range(n) if (i * len(addrs)) // n == w] for w in range(len(addrs))]
         self.placement = []   # per partition: (worker address, chunk ids)
-        self.data = []        # per partition: futures of its chunks, kept so Dask keeps the rows
+        self.data = []        # per partition: futures of its rows (kept so Dask keeps them) or loaders
         self.actors = []
         pending = []
         for addr, ids in zip(addrs, groups):

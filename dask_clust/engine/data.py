@@ -285,8 +285,10 @@ def map_rows(X, block_fn, dtype, n_cols, *args):
                         meta=np.empty((0, 0), dtype))
 
 
-def check_finite_block(x, offset_hint=""):
-    """Raise with the row when a block of a one-shot pass holds NaN or infinity."""
+def check_finite_block(x, block_info=None):
+    """Raise with the global row when a block of a one-shot pass holds NaN or infinity
+    (``block_info`` as dask's ``map_blocks`` passes it)."""
     ok = np.isfinite(x).all(axis=1)
     if not ok.all():
-        raise InputError(f"Input contains NaN or infinity at row {int(np.argmin(ok))} of a block{offset_hint}")
+        start = block_info[0]["array-location"][0][0] if block_info else 0
+        raise InputError(f"Input contains NaN or infinity at row {start + int(np.argmin(ok))}")

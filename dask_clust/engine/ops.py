@@ -164,14 +164,16 @@ class Engine:
         rows = np.concatenate([r for _, r in got]) if got else np.empty((0, self.n_features), self.dtype)
         return rows[inverse]
 
+    def empty_iteration_ms(self):
+        """Wall time of one empty iteration (a reduce of an empty step over every partition), in ms."""
+        t = time.perf_counter()
+        self.reduce(_empty_step)
+        return 1000.0 * (time.perf_counter() - t)
+
     def overhead_ms(self, repeats=20):
-        """Median wall time of an empty iteration (one reduce of an empty step), in milliseconds."""
-        times = []
-        for _ in range(repeats + 2):
-            t = time.perf_counter()
-            self.reduce(_empty_step)
-            times.append(time.perf_counter() - t)
-        return 1000.0 * statistics.median(times[2:])
+        """Median of ``repeats`` empty iterations after two warm-up ones, in milliseconds."""
+        times = [self.empty_iteration_ms() for _ in range(repeats + 2)]
+        return statistics.median(times[2:])
 
     def describe(self):
         return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
