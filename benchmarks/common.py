@@ -31,5 +31,5 @@ def local_cluster(n_workers=2, threads_per_worker=1):
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                      dashboard_address=None) as lc, Client(lc) as client:
+                      dashboard_address=":0") as lc, Client(lc) as client:
         yield client

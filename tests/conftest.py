@@ -19,7 +19,7 @@ def cluster():
     """A LocalCluster with worker processes: 2 workers x 1 thread (the acceptance layout)."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc:
         with Client(lc, set_as_default=False) as client:
             yield client
 

@@ -86,7 +86,7 @@ def test_worker_killed_mid_fit_finishes_with_same_quality():
 
     X, _ = blobs(60_000, 8, 20, seed=5)
     init = X[:20].astype(np.float64)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc, set_as_default=False) as client:
         calm = dask_clust.fit(X, n_clusters=20, init=init, client=client, tol=0)
         victim = sorted(_worker_pids(client).values())[0]

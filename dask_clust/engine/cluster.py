@@ -266,8 +266,9 @@ def backend_for(source, client, entropy):
                 workers, threads = local_cluster_size()
                 logger.info("starting a LocalCluster with %d workers x %d threads", workers, threads)
                 cluster = stack.enter_context(distributed.LocalCluster(
-                    n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None))
+                    n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=":0"))
                 client = stack.enter_context(distributed.Client(cluster))
+                logger.info("dashboard: %s", client.dashboard_link)
             backend = ActorBackend(client, source, entropy)
         stack.callback(backend.close)
         yield backend
@@ -284,6 +285,6 @@ def connect(address=None, n_workers=None, threads_per_worker=None):
             workers, threads = local_cluster_size()
             cluster = stack.enter_context(distributed.LocalCluster(
                 n_workers=n_workers or workers, threads_per_worker=threads_per_worker or threads, processes=True,
-                dashboard_address=None))
+                dashboard_address=":0"))
             client = stack.enter_context(distributed.Client(cluster))
         yield client
