@@ -63,6 +63,16 @@ def test_same_model_on_one_and_two_workers(cluster, small_blobs, init):
     assert one.n_iter_ == two.n_iter_ and one.objective_ == two.objective_
 
 
+@pytest.mark.parametrize("algo", sorted(dask_clust.REGISTRY))
+def test_every_registered_algorithm_is_worker_count_invariant(cluster, small_blobs, algo):
+    """Every algorithm in the registry, at its defaults: bit-identical on one and on two partitions."""
+    X, _ = small_blobs
+    one = dask_clust.fit(X, algo=algo, n_clusters=6, random_state=5, client="in-process")
+    two = dask_clust.fit(X, algo=algo, n_clusters=6, random_state=5, client=cluster)
+    np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
+    assert one.objective_ == two.objective_
+
+
 def test_dask_input_on_cluster_matches_reference(cluster):
     from dask_clust.datasets import make_blobs
 
