@@ -138,7 +138,7 @@ def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
     evals = 0
     new = centers[0]
     for j in range(1, k):
-        engine.set_rebuild(_init_mind, centers[:j].copy(), key="mind")
+        engine.set_rebuild(_init_mind, centers[:j], key="mind")  # a view: rows < j are final
         props = engine.map(_propose, (new, trials, ("k-means++", j), False))
         evals += sum(int(p[1]) for p in props)
         cands = _pick_proposals(props, trials, stream(entropy, "k-means++", "driver", j))
