@@ -203,7 +203,7 @@ def as_array(X):
 def as_source(X, sample_weight=None, *, chunk_rows=None):
     """Normalise and validate the input; return its row-chunked ``Source``.
 
-    Raises ``InputError`` (a ValueError) or TypeError-free messages naming the problem precisely.
+    Raises ``InputError`` (a ValueError) whose message names the problem precisely.
     NaN/inf are found later, in the engine's first pass, and reported with chunk and row.
     """
     X = as_array(X)

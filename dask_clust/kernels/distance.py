@@ -23,21 +23,6 @@ def sqdist(x, c):
     return s
 
 
-@njit(nogil=True, cache=True)
-def row_sqnorms(X, out):
-    """out[i] = ||X[i]||² in float64.
-
-    X   : IN  float32/float64 (n, d)
-    out : OUT float64 (n,)
-    """
-    for i in range(X.shape[0]):
-        s = 0.0
-        for j in range(X.shape[1]):
-            v = np.float64(X[i, j])
-            s += v * v
-        out[i] = s
-
-
 def rows_per_block(n_centers):
     """GEMM row-block width: keeps the (k × rows) block of cross products near 1 MB of cache."""
     return max(256, min(4096, (1 << 18) // max(1, n_centers)))
