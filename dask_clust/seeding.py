@@ -18,7 +18,7 @@ from .engine import as_source, open_engine
 from .engine.cluster import IN_PROCESS
 from .engine.data import stream
 from .kernels.assign import Prepared, candidate_potentials, nearest, update_mind
-from .kernels.sampling import sample_proportional
+from .kernels.sampling import draw_proportional
 from .lloyd import lloyd
 
 SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
@@ -41,14 +41,6 @@ def _init_mind(chunk, centers):
     chunk.state["mind"] = mind
 
 
-def _draw(p, rng, m):
-    """m i.i.d. row indices ∝ p (p ≥ 0, Σp > 0), in random order."""
-    u = np.sort(rng.random(m))
-    idx = np.empty(m, np.int64)
-    sample_proportional(p, u, idx)
-    return rng.permutation(idx)
-
-
 def _propose(chunk, params):
     """Commit the last chosen centre, then propose ``trials`` rows ∝ w·mind (∝ w when ``uniform``)."""
     new_center, trials, step, uniform = params
@@ -60,7 +52,7 @@ def _propose(chunk, params):
     mass = float(p.sum())
     if mass <= 0:
         return 0.0, evals, np.empty(0, np.int64), chunk.x[:0]
-    idx = _draw(p, chunk.rng("propose", step), trials)
+    idx = draw_proportional(p, chunk.rng("propose", step), trials)
     return mass, evals, idx + chunk.start, chunk.x[idx]
 
 
@@ -108,7 +100,7 @@ def _afk_sample(chunk, params):
     if m == 0:
         return np.empty(0, np.int64), chunk.x[:0], np.empty(0), np.empty(0)
     q = 0.5 * chunk.w * d2 / S + 0.5 * chunk.w / W if S > 0 else chunk.w / W
-    idx = _draw(q, chunk.rng("afkmc2"), m)
+    idx = draw_proportional(q, chunk.rng("afkmc2"), m)
     return idx + chunk.start, chunk.x[idx], q[idx], chunk.w[idx]
 
 
@@ -196,7 +188,8 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
 def afkmc2(engine, k, entropy, chain_length=20):
     """AFK-MC2: first centre ∝ w; proposal q = ½ w d²(x, c1)/Σ w d² + ½ w/Σ w (one pass); for each further
     centre a Markov chain of ``chain_length`` proposals (the first draw included) with acceptance
-    (score_y/q_y)/(score_x/q_x) > U, score = w·min_j d²(·, c_j); vectorised over the chosen centres."""
+    (score_y/q_y)/(score_x/q_x) > U, score = w·min_j d²(·, c_j). All proposals are drawn in one pass
+    (they do not depend on the chain's state); the chains then run on the driver, O(m k² d)."""
     first = first_center(engine, "afkmc2", entropy).astype(np.float64)
     engine.clear_state("mind")
     per_chunk = engine.map(_afk_masses, first)
@@ -207,7 +200,6 @@ def afkmc2(engine, k, entropy, chain_length=20):
     rng = stream(entropy, "afkmc2", "driver")
     m = chain_length * (k - 1)
     counts = rng.multinomial(m, masses / masses.sum())
-    engine.set_rebuild(_afk_masses, first, key="afk_d2")
     got = engine.map(_afk_sample, (counts, S, W))
     engine.clear_state("afk_d2")
     rows = np.concatenate([g[1] for g in got]).astype(np.float64)
@@ -215,20 +207,21 @@ def afkmc2(engine, k, entropy, chain_length=20):
     w = np.concatenate([g[3] for g in got])
     order = rng.permutation(len(rows))
     rows, q, w = rows[order], q[order], w[order]
+    u = rng.random(m)
     centers = np.empty((k, engine.n_features))
     centers[0] = first[0]
-    u = rng.random(m)
+    d2 = np.empty(chain_length)
     for j in range(1, k):
         sl = slice((j - 1) * chain_length, j * chain_length)
-        y = rows[sl]
-        d2 = ((y[:, None, :] - centers[None, :j, :]) ** 2).sum(-1).min(1)
+        d2[:] = np.inf
+        update_mind(rows[sl], centers[:j], d2)
         score = w[sl] * d2 / q[sl]
         x = 0
         for t in range(1, chain_length):
             if score[x] == 0 or score[t] / score[x] > u[sl][t]:
                 x = t
-        centers[j] = y[x]
-    return centers, engine.n_samples + m * k
+        centers[j] = rows[sl][x]
+    return centers, engine.n_samples + chain_length * k * (k - 1) // 2
 
 
 def random_rows(engine, k, entropy):

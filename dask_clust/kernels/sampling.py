@@ -1,4 +1,5 @@
 """Sampling inside one block: draws proportional to a non-negative weight vector."""
+import numpy as np
 from numba import njit
 
 
@@ -25,3 +26,11 @@ def sample_proportional(p, u, out):
         while j > 0 and p[j] == 0.0:  # rounding can run past the last positive weight
             j -= 1
         out[t] = j
+
+
+def draw_proportional(p, rng, m):
+    """m i.i.d. indices ∝ p (p >= 0, Σp > 0) from the Generator ``rng``, in random order."""
+    u = np.sort(rng.random(m))
+    idx = np.empty(m, np.int64)
+    sample_proportional(p, u, idx)
+    return rng.permutation(idx)
