@@ -71,6 +71,17 @@ class ArrayOf2D:
         return [1.0, 2.0]
 
 
+class Boolean:
+    def holds(self, v):
+        return isinstance(v, (bool, np.bool_))
+
+    def __str__(self):
+        return "a bool"
+
+    def bad_value(self):
+        return "yes"
+
+
 class NoneOK:
     def holds(self, v):
         return v is None

@@ -76,6 +76,17 @@ def m_step(sums, weights, old):
     return new
 
 
+def _qe_step(chunk, centers):
+    _, mind, evals = nearest(chunk.x, centers)
+    return float(np.dot(chunk.w, mind)), np.int64(evals)
+
+
+def quantization_error(engine, centers):
+    """Σ w min_c ||x − c||² over the engine's rows (exact nearest centre) and the evaluations spent."""
+    qe, evals = engine.reduce(_qe_step, Prepared(centers, engine.dtype))
+    return float(qe), int(evals)
+
+
 def lloyd(engine, centers, *, max_iter, tol, loop=None):
     """Lloyd iterations from ``centers`` (float64, validated); ``tol`` is absolute (already scaled).
 

@@ -5,6 +5,7 @@
     engine.map(step, params)            run a step on every chunk; the results in chunk order
     engine.init_state(step, params)     build per-chunk state, remembered to rebuild lost partitions
     engine.take(ids)                    rows by global id
+    engine.working_set(X, w, entropy)   an Engine over a small weighted set drawn from this one
     engine.overhead_ms()                the cost of one empty iteration
 
 A step is a module-level function ``step(chunk, params)`` (see ``partition.Chunk``). Every call is one
@@ -19,8 +20,8 @@ import numpy as np
 
 from ..kernels.stats import chunk_summary, fixed_top_exponent, from_fixed
 from . import config
-from .cluster import backend_for
-from .data import InputError
+from .cluster import IN_PROCESS, backend_for
+from .data import InputError, as_source
 from .partition import add_encoded
 
 
@@ -163,6 +164,16 @@ class Engine:
         got = self.map(_take_step, uniq)
         rows = np.concatenate([r for _, r in got]) if got else np.empty((0, self.n_features), self.dtype)
         return rows[inverse]
+
+    @contextlib.contextmanager
+    def working_set(self, X, weights, entropy):
+        """An Engine over a weighted set drawn from this one (a coreset, a sample): one chunk in this
+        process when it fits (rule 6: no cluster round trips), else chunked on this engine's cluster."""
+        small = X.nbytes <= config.get_bytes("in-process-bytes")
+        source = as_source(X, weights, chunk_rows=X.shape[0] if small else None)
+        client = IN_PROCESS if small else getattr(self.backend, "client", IN_PROCESS)
+        with open_engine(source, client, entropy) as engine:
+            yield engine
 
     def empty_iteration_ms(self):
         """Wall time of one empty iteration (a reduce of an empty step over every partition), in ms."""

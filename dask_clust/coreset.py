@@ -1,0 +1,93 @@
+"""Lightweight coresets (ALGORITHMS.md §0): a weighted sample on which any weighted algorithm runs.
+
+O. Bachem, M. Lucic, A. Krause, "Scalable k-Means Clustering via Lightweight Coresets", KDD 2018,
+doi:10.1145/3219819.3219973.
+
+  1. u = the (weighted) mean of X                                   pass 1 (the engine's first pass)
+  2. d²_n = ||x_n − u||², q_n = ½ w_n/Σw + ½ w_n d²_n/Σ w d²         pass 2: per-chunk masses
+  3. N' rows i.i.d. ∝ q with replacement, weight w_n/(N' q_n)       per-chunk Multinomial counts,
+                                                                    then local sampling per chunk
+Duplicates stay separate rows; Σ weights ≈ Σw (unbiased). All rows equal (Σ w d² = 0): q = w/Σw.
+Input sample weights generalise the paper's unit weights (w_n = 1 gives its q and 1/(N' q)).
+"""
+import contextlib
+import time
+
+import numpy as np
+
+from .engine.data import stream
+from .kernels.assign import update_mind
+from .kernels.sampling import draw_proportional
+
+
+def _weighted_sums(chunk, params):
+    return chunk.w @ chunk.x.astype(np.float64), float(chunk.w.sum())
+
+
+def _store_d2(chunk, u):
+    d2 = np.full(chunk.x.shape[0], np.inf)
+    update_mind(chunk.x, u, d2)
+    chunk.state["coreset_d2"] = d2
+    return d2
+
+
+def _masses(chunk, u):
+    """Pass 2: keep d² to the mean as state; return this chunk's Σ w d² and Σ w."""
+    d2 = _store_d2(chunk, u)
+    return float(np.dot(chunk.w, d2)), float(chunk.w.sum())
+
+
+def _sample(chunk, params):
+    """Draw this chunk's count of coreset rows ∝ q; return (rows, their weights)."""
+    counts, S, W, size = params
+    m = int(counts[chunk.index])
+    if m == 0:
+        return chunk.x[:0], np.empty(0)
+    q = 0.5 * chunk.w / W + (0.5 * chunk.w * chunk.state["coreset_d2"] / S if S > 0 else 0.5 * chunk.w / W)
+    idx = np.sort(draw_proportional(q, chunk.rng("coreset"), m))
+    return chunk.x[idx], chunk.w[idx] / (size * q[idx])
+
+
+def mean(engine):
+    """Pass 1: the weighted mean of the rows (the engine's first pass already has it when unweighted)."""
+    if getattr(engine.source, "weights", None) is None:
+        return engine.summary.mean
+    sx, sw = engine.reduce(_weighted_sums)
+    return sx / sw
+
+
+def lightweight_coreset(engine, size, entropy):
+    """``size`` rows drawn ∝ q with replacement and their weights: (rows in the data's dtype, float64)."""
+    u = mean(engine)[None, :]
+    per_chunk = engine.map(_masses, u)
+    engine.set_rebuild(_store_d2, u, key="coreset_d2")
+    S = sum(s for s, _ in per_chunk)
+    W = sum(w for _, w in per_chunk)
+    masses = np.array([0.5 * w / W + (0.5 * s / S if S > 0 else 0.5 * w / W) for s, w in per_chunk])
+    counts = stream(entropy, "coreset", "counts").multinomial(size, masses / masses.sum())
+    got = engine.map(_sample, (counts, S, W, size))
+    engine.clear_state("coreset_d2")
+    rows = np.concatenate([g[0] for g in got])
+    weights = np.concatenate([g[1] for g in got])
+    return rows, weights
+
+
+def default_size(n_samples, n_clusters):
+    """The vc-GMM paper's default N' = min(N, max(2^15, 64·C))."""
+    return int(min(n_samples, max(2 ** 15, 64 * n_clusters)))
+
+
+@contextlib.contextmanager
+def working_set(engine, size, entropy, phases):
+    """The engine an algorithm iterates on: a lightweight coreset of ``size`` rows (one partition when it
+    fits one worker), or ``engine`` itself when ``size`` is None. Records phases["coreset"] (seconds)."""
+    if size is None:
+        phases["coreset"] = 0.0
+        yield engine
+        return
+    t = time.perf_counter()
+    rows, weights = lightweight_coreset(engine, size, entropy)
+    phases["coreset"] = time.perf_counter() - t
+    sub_entropy = int(stream(entropy, "coreset", "engine").integers(2 ** 63))
+    with engine.working_set(rows, weights, sub_entropy) as work:
+        yield work
