@@ -155,6 +155,9 @@ class ClusteringEstimator:
     def predict(self, X):
         return self._check_fitted().predict(X)
 
+    def predict_proba(self, X):
+        return self._check_fitted().predict_proba(X)
+
     def fit_predict(self, X, y=None, sample_weight=None):
         return self.fit(X, sample_weight=sample_weight).labels_
 

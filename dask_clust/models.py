@@ -34,6 +34,19 @@ def _qe_block(x, centers, block_info=None):
     return mind
 
 
+def _proba_block(x, C, sigma2, n_truncated, block_info=None):
+    check_finite_block(x, block_info)
+    d2 = np.empty((x.shape[0], C.shape[0]))
+    all_sqdist(np.ascontiguousarray(x), C, d2)
+    top = np.argpartition(d2, n_truncated - 1, axis=1)[:, :n_truncated] if n_truncated < C.shape[0] else \
+        np.broadcast_to(np.arange(C.shape[0]), d2.shape)
+    a = -np.take_along_axis(d2, top, 1) / (2.0 * sigma2)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    out = np.zeros_like(d2)
+    np.put_along_axis(out, top, e / e.sum(axis=1, keepdims=True), 1)
+    return out
+
+
 class ClusteringModel:
     """A fitted clustering model (DESIGN "Results").
 
@@ -54,6 +67,13 @@ class ClusteringModel:
         self.objective_ = None if objective_ is None else float(objective_)
         self.extras_ = dict(extras_ or {})
         self.engine_ = dict(engine_ or {})
+
+    def __getattr__(self, name):
+        # algorithm extras read as fitted attributes: model.sigma2_, model.coreset_size_, ...
+        extras = self.__dict__.get("extras_", {})
+        if name.endswith("_") and name in extras:
+            return extras[name]
+        raise AttributeError(f"{type(self).__name__} ({self.__dict__.get('algo')}) has no attribute {name!r}")
 
     @property
     def n_clusters(self):
@@ -76,6 +96,18 @@ class ClusteringModel:
         """Euclidean distance of each row to every centre: a lazy (n, k) float64 dask array."""
         X = as_dask_rows(X, self.n_features_in_)
         return map_rows(X, _transform_block, np.float64, self.n_clusters, self.cluster_centers_)
+
+    def predict_proba(self, X):
+        """Truncated posteriors of a probabilistic model (vc-GMM): per row, softmax of −d²/(2σ²) over its
+        ``n_truncated_`` nearest means, zero elsewhere. A lazy (n, k) float64 dask array."""
+        if "sigma2_" not in self.extras_:
+            raise AttributeError(f"predict_proba: {self.algo!r} models are not probabilistic")
+        X = as_dask_rows(X, self.n_features_in_)
+        rows = max(1, (64 << 20) // (8 * self.n_clusters))  # output blocks of about 64 MiB
+        if max(X.chunks[0]) > rows:
+            X = X.rechunk({0: rows})
+        return map_rows(X, _proba_block, np.float64, self.n_clusters, self.cluster_centers_,
+                        float(self.extras_["sigma2_"]), int(self.extras_["n_truncated_"]))
 
     def quantization_error(self, X, sample_weight=None):
         """Σ w min_c ||x − c||² over X (computed now, float64)."""

@@ -30,3 +30,4 @@ def get(name):
 
 
 from . import kmeans  # noqa: E402,F401  (registers itself)
+from . import vcgmm  # noqa: E402,F401

@@ -10,8 +10,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, NoneOK, Options
-from ..lloyd import lloyd
+from .._params import ArrayOf2D, Interval, InvalidParameterError, NoneOK, Options
+from ..coreset import working_set
+from ..lloyd import lloyd, quantization_error
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, register
 
@@ -26,6 +27,7 @@ class KMeansConfig:
     init_max_iter: int = 30
     n_local_trials: int | None = None
     chain_length: int = 20
+    coreset_size: int | None = None
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
@@ -36,18 +38,29 @@ class KMeansConfig:
         "init_max_iter": [Interval(numbers.Integral, 1, None)],
         "n_local_trials": [Interval(numbers.Integral, 1, None), NoneOK()],
         "chain_length": [Interval(numbers.Integral, 1, None)],
+        "coreset_size": [Interval(numbers.Integral, 1, None), NoneOK()],
     }
 
 
 def fit(engine, cfg, entropy, loop):
-    """Seed, then Lloyd to convergence. ``cfg`` is a validated ``KMeansConfig``."""
-    centers, seed_evals = seed(engine, cfg.n_clusters, cfg.init, entropy,
-                               n_local_trials=cfg.n_local_trials, oversampling_factor=cfg.oversampling_factor,
-                               init_max_iter=cfg.init_max_iter, chain_length=cfg.chain_length)
-    tol = cfg.tol * float(np.mean(engine.summary.var))
-    result = lloyd(engine, centers, max_iter=cfg.max_iter, tol=tol, loop=loop)
+    """Seed, then Lloyd to convergence; with ``coreset_size`` both run on a lightweight coreset (the
+    vc-GMM paper's LWCS baseline) and one exact pass gives the QE on all rows."""
+    if cfg.coreset_size is not None and cfg.n_clusters > cfg.coreset_size:
+        raise InvalidParameterError(f"n_clusters={cfg.n_clusters} exceeds coreset_size={cfg.coreset_size}")
+    phases = {}
+    with working_set(engine, cfg.coreset_size, entropy, phases) as work:
+        centers, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy,
+                                   n_local_trials=cfg.n_local_trials, oversampling_factor=cfg.oversampling_factor,
+                                   init_max_iter=cfg.init_max_iter, chain_length=cfg.chain_length)
+        tol = cfg.tol * float(np.mean(work.summary.var))
+        result = lloyd(work, centers, max_iter=cfg.max_iter, tol=tol, loop=loop)
     result["distance_evals"] += seed_evals
     result["extras"] = {"seeding_distance_evals": int(seed_evals)}
+    if cfg.coreset_size is not None:
+        coreset_qe = result["objective"]
+        result["objective"], qe_evals = quantization_error(engine, result["centers"])
+        result["distance_evals"] += qe_evals
+        result["extras"].update(coreset_size_=cfg.coreset_size, coreset_objective=coreset_qe)
     return result
 
 

@@ -1,0 +1,298 @@
+"""vc-GMM (``algo="vcgmm"``) and var-GMM-S (``algo="vargmm"``): truncated variational EM for an
+isotropic Gaussian mixture with equal priors and one shared σ², on a lightweight coreset (vc-GMM) or
+on all rows with weight 1 (var-GMM-S).
+
+F. Hirschberger, D. Forster, J. Lücke, "A Variational EM Acceleration for Efficient Clustering at Very
+Large Scales", IEEE TPAMI 44(12), 2022, doi:10.1109/TPAMI.2021.3133763 (arXiv:1810.00803, Alg. 1-2,
+Suppl. D-F); D. Forster, J. Lücke, "Can clustering scale sublinearly with its clusters?", AISTATS 2018
+(var-GMM-S). ALGORITHMS.md §1 is the specification followed here.
+
+  1. lightweight_coreset                 ``coreset.working_set`` (skipped by var-GMM-S)
+  2. afkmc2_seed                         ``seeding.seed`` (any seeder; AFK-MC2 by default)
+  3. init_truncated_sets, init_neighbourhoods: K^(n) = C' random clusters, G_c = {c} + G−1 random
+  repeat
+  4. truncated_estep: S_n = ∪_{c ∈ K^(n)} G_c (+1); K^(n) ← its C' closest; σ² from eq. 8 the first
+     time; posteriors over K^(n); free energy F
+  5. update_neighbourhoods: G_c ← {c} + the G−1 clusters closest on average to the rows c won
+  6. m_step: μ_c = Σ w s x / Σ w s, σ² = Σ w s ||x − μ_c||² / (D Σw) (one pass, see ``m_step``)
+  until |ΔF/F| < tol (from the 2nd iteration; the last M-step is kept) or max_iter.
+
+Clamping (documented, not an error): G ← min(G, C) and C' ← min(C', C); with C ≤ G every search space
+holds all clusters, i.e. exact EM.
+"""
+import math
+import numbers
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .._params import ArrayOf2D, Boolean, Interval, InvalidParameterError, NoneOK, Options
+from ..coreset import default_size, working_set
+from ..engine.data import InputError, stream
+from ..kernels.assign import Prepared, nearest
+from ..kernels.truncated import (draw_distinct, neighbourhood_pairs, posterior_stats, select_neighbours,
+                                 truncated_search)
+from ..lloyd import quantization_error
+from ..seeding import SEEDERS, seed
+from . import AlgorithmSpec, register
+
+# rows per search block: bounds the per-chunk scratch (search spaces, pairs) to a few tens of MB
+BLOCK_ROWS = 1 << 16
+# σ² never falls below this fraction of the mean feature variance (keeps 1/σ² finite, as reg_covar)
+SIGMA2_FLOOR = 1e-10
+
+
+@dataclass
+class VarGMMConfig:
+    n_clusters: int = 8
+    G: int = 5
+    n_truncated: int | None = None
+    init: object = "afkmc2"
+    chain_length: int = 20
+    extra_random: bool = False
+    tol: float = 1e-4
+    max_iter: int = 300
+    n_init_esteps: int = 0
+
+    constraints: ClassVar = {
+        "n_clusters": [Interval(numbers.Integral, 1, None)],
+        "G": [Interval(numbers.Integral, 1, None)],
+        "n_truncated": [Interval(numbers.Integral, 1, None), NoneOK()],
+        "init": [Options(SEEDERS), ArrayOf2D()],
+        "chain_length": [Interval(numbers.Integral, 1, None)],
+        "extra_random": [Boolean()],
+        "tol": [Interval(numbers.Real, 0, None, "left")],
+        "max_iter": [Interval(numbers.Integral, 1, None)],
+        "n_init_esteps": [Interval(numbers.Integral, 0, None)],
+    }
+
+
+@dataclass
+class VCGMMConfig(VarGMMConfig):
+    coreset_size: object = "auto"
+
+    constraints: ClassVar = {**VarGMMConfig.constraints,
+                             "coreset_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()]}
+
+
+# ---------------------------------------------------------------- per-chunk steps
+
+def _init_truncated_sets(chunk, params):
+    """State: K^(n) (C' distinct random clusters per row, the paper's init), or, when rebuilding a lost
+    partition from the model, the nearest mean plus random others."""
+    n_truncated, n_clusters, key, means = params
+    n = chunk.x.shape[0]
+    first = np.full(n, -1, np.int32)
+    if means is not None:
+        first = nearest(chunk.x, Prepared(means, chunk.x.dtype))[0]
+    K = np.empty((n, n_truncated), np.int32)
+    draw_distinct(first, chunk.start, n_clusters, key, K)
+    chunk.state["vcgmm"] = {"K": K, "Kd2": np.empty((n, n_truncated)), "winner": np.full(n, -1, np.int32)}
+
+
+def _scratch(st, rows, width, n_clusters):
+    sc = st.get("scratch")
+    if sc is None or sc[0].shape[1] != width:
+        pairs = rows * (width - 1)
+        sc = (np.empty((rows, width), np.int32), np.empty((rows, width)), np.empty(rows, np.int32),
+              np.empty(pairs, np.int32), np.empty(pairs, np.int32), np.empty(pairs, np.int64), np.empty(pairs),
+              np.empty(rows, np.int64))
+        st["scratch"] = sc
+    return sc
+
+
+def _merge_pairs(parts, n_clusters):
+    """Sum (c, c~) pairs that occur in several parts; the result grouped by c (deterministic order)."""
+    if len(parts) == 1:
+        return parts[0]
+    c, p, count, dsum = (np.concatenate([q[i] for q in parts]) for i in range(4))
+    code = c.astype(np.int64) * n_clusters + p
+    order = np.argsort(code, kind="stable")
+    code = code[order]
+    first = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+    return (c[order][first], p[order][first], np.add.reduceat(count[order], first),
+            np.add.reduceat(dsum[order], first))
+
+
+def _search(chunk, mu, Gc, key, extra_random):
+    """Step 4's search and step 5's statistics on one chunk: updates K^(n) in place; returns
+    (evaluations, Σ w min d², changed winners, pairs)."""
+    st = chunk.state["vcgmm"]
+    K, Kd2 = st["K"], st["Kd2"]
+    n, n_clusters = K.shape[0], mu.shape[0]
+    rows = min(n, BLOCK_ROWS)
+    S_idx, S_d2, S_size, pc, pp, pn, ps, order = _scratch(st, rows, K.shape[1] * Gc.shape[1] + 1, n_clusters)
+    start = np.empty(n_clusters + 1, np.int64)
+    evals, minsum, parts = 0, 0.0, []
+    for b0 in range(0, n, rows):
+        b1 = min(n, b0 + rows)
+        m = b1 - b0
+        e, s = truncated_search(chunk.x[b0:b1], chunk.w[b0:b1], chunk.start + b0, mu, K[b0:b1], Kd2[b0:b1], Gc,
+                                key, extra_random, S_idx, S_d2, S_size, np.full(n_clusters, -1, np.int64))
+        evals += e
+        minsum += s
+        npairs = neighbourhood_pairs(S_idx[:m], S_d2[:m], S_size[:m], n_clusters, pc, pp, pn, ps, order, start,
+                                     np.full((2, n_clusters), -1, np.int64))
+        parts.append((pc[:npairs].copy(), pp[:npairs].copy(), pn[:npairs].copy(), ps[:npairs].copy()))
+    changed = int(np.count_nonzero(st["winner"] != K[:, 0]))
+    st["winner"][:] = K[:, 0]
+    return evals, minsum, changed, _merge_pairs(parts, n_clusters)
+
+
+def _posteriors(chunk, sigma2, n_clusters):
+    st = chunk.state["vcgmm"]
+    sums = np.zeros((n_clusters, chunk.x.shape[1]))
+    U = np.zeros(n_clusters)
+    Q = np.zeros(n_clusters)
+    data_f = posterior_stats(chunk.x, chunk.w, st["K"], st["Kd2"], sigma2, sums, U, Q)
+    return sums, U, Q, data_f
+
+
+def _estep(chunk, params):
+    """One E-step on a chunk: the search, then (when σ² is known) the posteriors' statistics."""
+    mu, Gc, key, extra_random, sigma2 = params
+    found = _search(chunk, mu, Gc, key, extra_random)
+    return found + (_posteriors(chunk, sigma2, mu.shape[0]) if sigma2 is not None else None,)
+
+
+def _posterior_step(chunk, params):
+    return _posteriors(chunk, *params)
+
+
+# ---------------------------------------------------------------- driver
+
+def init_neighbourhoods(n_clusters, G, key):
+    """G_c = {c} + G−1 distinct random other clusters (c in slot 0)."""
+    Gc = np.empty((n_clusters, G), np.int32)
+    draw_distinct(np.arange(n_clusters, dtype=np.int32), 0, n_clusters, key, Gc)
+    return Gc
+
+
+def initial_sets(entropy, n_rows, n_clusters, G, n_truncated):
+    """Step 3's K^(n) for rows 0..n_rows−1 and G_c, exactly as a fit with this entropy draws them (each
+    chunk draws its own rows' K^(n) from the same row-keyed stream)."""
+    K = np.empty((n_rows, n_truncated), np.int32)
+    draw_distinct(np.full(n_rows, -1, np.int32), 0, n_clusters, _key(entropy, "K"), K)
+    return K, init_neighbourhoods(n_clusters, G, _key(entropy, "G"))
+
+
+def update_neighbourhoods(found, Gc, n_clusters):
+    """Step 5 from every chunk's pairs (merged in chunk order)."""
+    pc, pp, pn, ps = _merge_pairs([f[3] for f in found], n_clusters)
+    select_neighbours(pc, pp, pn, ps, Gc)
+
+
+def m_step(mu, sums, U, Q, total_weight, floor):
+    """μ_c = Σ w s x / U_c (kept when U_c = 0: no re-seeding) and σ² in one pass: with
+    Q_c = Σ w s ||x − μ_c^old||², Σ w s ||x − μ_c^new||² = Q_c − U_c ||μ_c^new − μ_c^old||²."""
+    new = mu.copy()
+    won = U > 0
+    new[won] = sums[won] / U[won, None]
+    shift = ((new - mu) ** 2).sum(axis=1)
+    resid = np.maximum(Q - U * shift, 0.0).sum()
+    return new, max(resid / (mu.shape[1] * total_weight), floor)
+
+
+def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
+    """F = Σ w logsumexp_{K^(n)}(−d²/2σ²) − Σw (D/2) log(2πσ²) − Σw log C."""
+    return data_f - total_weight * (0.5 * n_features * math.log(2 * math.pi * sigma2) + math.log(n_clusters))
+
+
+def _sum_stats(stats):
+    """Per-chunk (sums, U, Q, F) added in chunk order (the same on any number of workers)."""
+    out = [np.array(s, dtype=np.float64, copy=True) for s in stats[0]]
+    for part in stats[1:]:
+        for acc, s in zip(out, part):
+            acc += s
+    return out
+
+
+def truncated_em(engine, mu, cfg, entropy, loop, phases):
+    """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``."""
+    C, D = mu.shape
+    G = min(cfg.G, C)
+    Cp = min(cfg.n_truncated or cfg.G, C)
+    total_w = engine.summary.total_weight
+    floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
+    Gc = init_neighbourhoods(C, G, _key(entropy, "G"))
+    key_K = _key(entropy, "K")
+    engine.init_state(_init_truncated_sets, (Cp, C, key_K, None), key="vcgmm")
+    t0 = time.perf_counter()
+    evals, sigma2, prev_f, f = 0, None, None, None
+    for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
+        found = engine.map(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None))
+        evals += sum(r[0] for r in found)
+        update_neighbourhoods(found, Gc, C)
+    for it in loop:
+        engine.set_rebuild(_init_truncated_sets, (Cp, C, key_K, mu), key="vcgmm")
+        found = engine.map(_estep, (mu, Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2))
+        e = sum(r[0] for r in found)
+        update_neighbourhoods(found, Gc, C)
+        if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
+            sigma2 = max(sum(r[1] for r in found) / (D * total_w), floor)
+            stats = engine.map(_posterior_step, (sigma2, C))
+        else:
+            stats = [r[4] for r in found]
+        sums, U, Q, data_f = _sum_stats(stats)
+        f = free_energy(float(data_f), sigma2, total_w, D, C)
+        used = sigma2
+        mu, sigma2 = m_step(mu, sums, U, Q, total_w, floor)
+        evals += e
+        loop.record(f, e, sum(r[2] for r in found), sigma2=used, active_clusters=int(np.count_nonzero(U > 0)))
+        if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
+            loop.converged = True
+        prev_f = f
+    engine.clear_state("vcgmm")
+    phases["em"] = time.perf_counter() - t0
+    return mu, sigma2, f, evals
+
+
+def _key(entropy, *tag):
+    return int(stream(entropy, "vcgmm", *tag).integers(2 ** 63))
+
+
+def _check(engine, cfg, size):
+    if not float(np.max(engine.summary.var)) > 0:
+        raise InputError("all rows are identical (zero variance): a Gaussian mixture cannot be fitted; "
+                         "use algo='kmeans'")
+    if size is not None and cfg.n_clusters > size:
+        raise InvalidParameterError(f"n_clusters={cfg.n_clusters} exceeds coreset_size={size}: a coreset needs "
+                                    f"at least one row per cluster (use coreset_size >= n_clusters or None)")
+
+
+def fit(engine, cfg, entropy, loop):
+    """Coreset (vc-GMM only), seeding, truncated EM, then one exact QE pass over all rows."""
+    size = getattr(cfg, "coreset_size", None)
+    if size == "auto":
+        size = default_size(engine.n_samples, cfg.n_clusters)
+    _check(engine, cfg, size)
+    phases = {}
+    with working_set(engine, size, entropy, phases) as work:
+        t = time.perf_counter()
+        mu, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy, chain_length=cfg.chain_length)
+        phases["seeding"] = time.perf_counter() - t
+        mu, sigma2, f, em_evals = truncated_em(work, mu, cfg, entropy, loop, phases)
+    t = time.perf_counter()
+    qe, qe_evals = quantization_error(engine, mu)
+    phases["final_qe"] = time.perf_counter() - t
+    extras = {"sigma2_": float(sigma2), "free_energy_": float(f), "coreset_size_": size,
+              "G_": min(cfg.G, cfg.n_clusters), "n_truncated_": min(cfg.n_truncated or cfg.G, cfg.n_clusters),
+              "phase_s": phases, "seeding_distance_evals": int(seed_evals), "em_distance_evals": int(em_evals),
+              "final_qe_distance_evals": int(qe_evals)}
+    return {"centers": mu, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
+            "distance_evals": int(seed_evals + em_evals + qe_evals), "history": loop.history, "extras": extras}
+
+
+register(AlgorithmSpec(
+    name="vcgmm", config=VCGMMConfig, fit=fit, estimator="VCGMM",
+    summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset, AFK-MC2 seeding",
+    reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
+))
+
+register(AlgorithmSpec(
+    name="vargmm", config=VarGMMConfig, fit=fit, estimator="VarGMM",
+    summary="var-GMM-S: vc-GMM's truncated variational EM on all rows (weight 1), the paper's baseline",
+    reference="Forster, Lücke, AISTATS 2018; Hirschberger, Forster, Lücke, TPAMI 2022",
+))

@@ -1,0 +1,232 @@
+"""vc-GMM / var-GMM-S against the plain-numpy reference (tests/reference/vcgmm.py) and the paper's
+invariants; the lightweight coreset and AFK-MC2 against their definitions."""
+import numpy as np
+import pytest
+
+import dask_clust
+from dask_clust.algorithms.vcgmm import initial_sets
+from dask_clust.coreset import lightweight_coreset
+from dask_clust.engine import as_source, open_engine
+from dask_clust.engine.data import check_random_state
+from dask_clust.kernels.truncated import draw_distinct
+from tests.reference import vcgmm as ref
+from tests.reference.make_blobs import blobs
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, _ = blobs(1500, 5, 12, seed=4)
+    return X
+
+
+def _coreset(X, size, random_state):
+    entropy = check_random_state(random_state)
+    with open_engine(as_source(X), "in-process", entropy) as engine:
+        return lightweight_coreset(engine, size, entropy)
+
+
+@pytest.mark.parametrize("G,n_truncated", [(5, None), (4, 2), (3, 3)])
+def test_free_energy_trajectory_matches_reference(data, G, n_truncated):
+    C, size, rs = 30, 800, 7
+    init = data[np.linspace(0, len(data) - 1, C).astype(int)].astype(np.float64)
+    m = dask_clust.fit(data, algo="vcgmm", n_clusters=C, coreset_size=size, G=G, n_truncated=n_truncated,
+                       init=init, random_state=rs, client="in-process")
+    Xc, wc = _coreset(data, size, rs)
+    K0, G0 = initial_sets(check_random_state(rs), size, C, G, n_truncated or G)
+    mu, sigma2, F = ref.vcgmm(Xc, wc, init, K0, G0)
+    ours = np.array([h["objective"] for h in m.history_])
+    assert len(ours) == len(F) == m.n_iter_ and m.n_iter_ > 3
+    np.testing.assert_allclose(ours, F, rtol=1e-6)
+    np.testing.assert_allclose(m.cluster_centers_, mu, rtol=1e-6, atol=1e-9)
+    assert m.sigma2_ == pytest.approx(sigma2, rel=1e-6)
+    assert m.converged_
+
+
+@pytest.mark.parametrize("algo", ["vcgmm", "vargmm"])
+def test_free_energy_never_decreases_from_iteration_two(data, algo):
+    init = data[np.random.default_rng(0).choice(len(data), 40, replace=False)].astype(np.float64)
+    m = dask_clust.fit(data, algo=algo, n_clusters=40, init=init, random_state=3, tol=1e-9, max_iter=40,
+                       client="in-process")
+    F = np.array([h["objective"] for h in m.history_])
+    assert np.all(np.diff(F[1:]) >= -1e-9 * np.abs(F[1:-1])), np.diff(F)
+    # and the fit is a real improvement over its starting means
+    qe_init = ((data[:, None, :].astype(np.float64) - init[None]) ** 2).sum(-1).min(1).sum()
+    assert m.objective_ < 0.8 * qe_init
+
+
+def test_extra_random_explores(data):
+    m = dask_clust.fit(data, algo="vargmm", n_clusters=40, extra_random=True, random_state=3, client="in-process")
+    plain = dask_clust.fit(data, algo="vargmm", n_clusters=40, random_state=3, client="in-process")
+    # "+1" evaluates one more distance per row and E-step
+    per_it = [h["distance_evals"] for h in m.history_]
+    per_it_plain = [h["distance_evals"] for h in plain.history_]
+    assert np.mean(per_it) > np.mean(per_it_plain)
+    assert np.isfinite(m.objective_)
+
+
+def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
+    from dask_clust.algorithms import vcgmm
+
+    seen = []
+    original = vcgmm.update_neighbourhoods
+
+    def spy(found, Gc, n_clusters):
+        original(found, Gc, n_clusters)
+        seen.append(Gc.copy())
+
+    monkeypatch.setattr(vcgmm, "update_neighbourhoods", spy)
+    states = []
+    original_search = vcgmm._search
+
+    def spy_search(chunk, *args):
+        out = original_search(chunk, *args)
+        states.append(chunk.state["vcgmm"]["K"].copy())
+        return out
+
+    monkeypatch.setattr(vcgmm, "_search", spy_search)
+    dask_clust.fit(data, algo="vcgmm", n_clusters=25, G=4, n_truncated=6, extra_random=True, max_iter=8,
+                   coreset_size=600, random_state=1, client="in-process")
+    assert seen and states
+    for Gc in seen:
+        assert np.array_equal(Gc[:, 0], np.arange(25))
+        assert all(len(set(row)) == 4 for row in Gc.tolist())
+    for K in states:
+        assert K.shape[1] == 6 and all(len(set(row)) == 6 for row in K.tolist())
+        assert K.min() >= 0 and K.max() < 25
+
+
+def test_draw_distinct_is_uniform_and_keyed_by_row():
+    out = np.empty((20000, 3), np.int32)
+    draw_distinct(np.full(20000, -1, np.int32), 100, 10, 12345, out)
+    assert all(len(set(r)) == 3 for r in out[:500].tolist())
+    counts = np.bincount(out.ravel(), minlength=10)
+    assert np.all(np.abs(counts / counts.sum() - 0.1) < 0.01)
+    part = np.empty((5, 3), np.int32)
+    draw_distinct(np.full(5, -1, np.int32), 107, 10, 12345, part)  # rows 107..111 alone: the same draws
+    np.testing.assert_array_equal(part, out[7:12])
+
+
+# ---------------------------------------------------------------- coreset
+
+@pytest.mark.parametrize("random_state", [0, 1, 2])
+def test_coreset_weights_sum_to_n(random_state):
+    X, _ = blobs(50000, 8, 20, seed=2)
+    rows, w = _coreset(X, 2 ** 15, random_state)
+    assert abs(w.sum() / len(X) - 1) < 0.01
+    assert len(np.unique(rows, axis=0)) < len(rows)  # drawn with replacement: duplicates stay rows
+
+
+def test_coreset_rows_follow_q():
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 1, (20000, 3)), rng.normal(30, 1, (200, 3))]).astype(np.float32)
+    rows, w = _coreset(X, 20000, 5)
+    assert rows.shape == (20000, 3) and rows.dtype == np.float32
+    # q_n = 1/2N + 1/2 d²/Σd²: the far cluster (1 % of rows, most of Σd²) gets about half the draws
+    u = X.astype(np.float64).mean(0)
+    d2 = ((X - u) ** 2).sum(1)
+    q = 0.5 / len(X) + 0.5 * d2 / d2.sum()
+    far = rows[:, 0] > 15
+    assert far.mean() == pytest.approx(q[20000:].sum(), abs=0.02)
+    # weight of a drawn row = 1/(N' q)
+    row_d2 = ((rows - u) ** 2).sum(1)
+    np.testing.assert_allclose(w, 1 / (20000 * (0.5 / len(X) + 0.5 * row_d2 / d2.sum())), rtol=1e-5)
+
+
+def test_coreset_with_sample_weights_is_unbiased():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(5000, 2))
+    sw = rng.uniform(0.5, 3, 5000)
+    entropy = 2
+    with open_engine(as_source(X, sw), "in-process", entropy) as engine:
+        rows, w = lightweight_coreset(engine, 40000, entropy)
+    assert w.sum() == pytest.approx(sw.sum(), rel=0.01)
+    np.testing.assert_allclose(w @ rows / w.sum(), sw @ X / sw.sum(), atol=0.02)
+
+
+def test_coreset_of_identical_rows_is_uniform():
+    rows, w = _coreset(np.ones((300, 2)), 100, 0)
+    np.testing.assert_allclose(w, 3.0)
+
+
+def test_coreset_is_worker_count_invariant(cluster, small_blobs):
+    X, _ = small_blobs
+    one = dask_clust.fit(X, algo="kmeans", n_clusters=6, coreset_size=500, random_state=3, client="in-process")
+    two = dask_clust.fit(X, algo="kmeans", n_clusters=6, coreset_size=500, random_state=3, client=cluster)
+    np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
+    assert one.objective_ == two.objective_ and one.coreset_size_ == 500
+
+
+def test_kmeans_on_coreset_reports_full_data_qe(small_blobs):
+    X, _ = small_blobs
+    m = dask_clust.fit(X, n_clusters=6, coreset_size=400, random_state=0, client="in-process")
+    brute = ((X[:, None, :].astype(np.float64) - m.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
+    assert m.objective_ == pytest.approx(brute, rel=1e-9)
+    # quality: the median over seeds is close to the best full-data Lloyd (both k-means|| seeded)
+    on_coreset = [dask_clust.fit(X, n_clusters=6, coreset_size=400, random_state=r, client="in-process").objective_
+                  for r in range(5)]
+    full = [dask_clust.fit(X, n_clusters=6, random_state=r, client="in-process").objective_ for r in range(5)]
+    assert np.median(on_coreset) < 1.05 * min(full)
+
+
+# ---------------------------------------------------------------- AFK-MC2
+
+def test_afkmc2_chain_follows_the_acceptance_rule():
+    """Two groups, the far one 1 % of the rows but nearly all of the d² mass. Chain length 1 keeps the
+    proposal's draw, which lands in the far group with probability ≈ ½ + ½·1 % (the proposal mixes
+    D²-sampling with uniform); a long chain's acceptance rule moves it there almost surely."""
+    from dask_clust.seeding import afkmc2
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 0.1, (990, 2)), rng.normal(100, 0.1, (10, 2))])
+    far = {}
+    with open_engine(as_source(X), "in-process", 0) as engine:
+        for m in (1, 40):
+            picks = [afkmc2(engine, 2, rs, chain_length=m)[0] for rs in range(300)]
+            far[m] = np.mean([(c[:, 0] > 50).sum() == 1 for c in picks])
+    assert 0.42 < far[1] < 0.59
+    assert far[40] > 0.97
+
+
+# ---------------------------------------------------------------- model, degenerate inputs
+
+def test_predict_proba_is_truncated_posterior(data):
+    m = dask_clust.fit(data, algo="vcgmm", n_clusters=10, random_state=0, client="in-process")
+    P = m.predict_proba(data[:50]).compute()
+    assert P.shape == (50, 10)
+    np.testing.assert_allclose(P.sum(1), 1.0)
+    assert np.all((P > 0).sum(1) <= m.n_truncated_)
+    d2 = ((data[:50, None, :].astype(np.float64) - m.cluster_centers_[None]) ** 2).sum(-1)
+    top = np.argsort(d2, axis=1)[:, : m.n_truncated_]
+    a = -np.take_along_axis(d2, top, 1) / (2 * m.sigma2_)
+    expect = np.exp(a - a.max(1, keepdims=True))
+    expect /= expect.sum(1, keepdims=True)
+    np.testing.assert_allclose(np.take_along_axis(P, top, 1), expect, rtol=1e-9, atol=1e-12)
+    assert np.array_equal(P.argmax(1), m.predict(data[:50]).compute())
+    with pytest.raises(AttributeError, match="not probabilistic"):
+        dask_clust.fit(data, n_clusters=3, client="in-process").predict_proba(data)
+
+
+def test_identical_rows_are_a_clear_error():
+    with pytest.raises(dask_clust.InputError, match="all rows are identical"):
+        dask_clust.fit(np.ones((100, 3)), algo="vcgmm", n_clusters=2, client="in-process")
+
+
+def test_more_clusters_than_coreset_rows_is_a_clear_error(data):
+    with pytest.raises(dask_clust.InvalidParameterError, match="n_clusters=50 exceeds coreset_size=40"):
+        dask_clust.fit(data, algo="vcgmm", n_clusters=50, coreset_size=40, client="in-process")
+
+
+def test_few_clusters_clamp_to_exact_em(data):
+    """C <= G: every search space holds all clusters, so this is exact EM: F equals the full
+    log-likelihood bound of a plain EM step, and G_, n_truncated_ report the clamped sizes."""
+    m = dask_clust.fit(data, algo="vargmm", n_clusters=3, G=5, random_state=0, client="in-process")
+    assert m.G_ == 3 and m.n_truncated_ == 3
+    mu, s2 = m.cluster_centers_, m.sigma2_
+    assert np.isfinite(m.objective_) and s2 > 0
+    # one more exact EM step from the returned model moves it by less than the tolerance allows
+    d2 = ((data[:, None, :].astype(np.float64) - mu[None]) ** 2).sum(-1)
+    a = -d2 / (2 * s2)
+    r = np.exp(a - a.max(1, keepdims=True))
+    r /= r.sum(1, keepdims=True)
+    new = (r.T @ data.astype(np.float64)) / r.sum(0)[:, None]
+    assert np.abs(new - mu).max() < 0.05 * np.sqrt(s2)
