@@ -32,13 +32,13 @@ from .._params import ArrayOf2D, Boolean, Interval, InvalidParameterError, NoneO
 from ..coreset import default_size, working_set
 from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
-from ..kernels.truncated import (draw_distinct, neighbourhood_pairs, posterior_stats, select_neighbours,
+from ..kernels.truncated import (draw_distinct, merge_pairs, posterior_stats, select_neighbours, table_pairs,
                                  truncated_search)
 from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, register
 
-# rows per search block: bounds the per-chunk scratch (search spaces, pairs) to a few tens of MB
+# rows per search block: bounds the spill buffers to a few tens of MB
 BLOCK_ROWS = 1 << 16
 # σ² never falls below this fraction of the mean feature variance (keeps 1/σ² finite, as reg_covar)
 SIGMA2_FLOOR = 1e-10
@@ -92,53 +92,68 @@ def _init_truncated_sets(chunk, params):
     chunk.state["vcgmm"] = {"K": K, "Kd2": np.empty((n, n_truncated)), "winner": np.full(n, -1, np.int32)}
 
 
-def _scratch(st, rows, width, n_clusters):
-    sc = st.get("scratch")
-    if sc is None or sc[0].shape[1] != width:
-        pairs = rows * (width - 1)
-        sc = (np.empty((rows, width), np.int32), np.empty((rows, width)), np.empty(rows, np.int32),
-              np.empty(pairs, np.int32), np.empty(pairs, np.int32), np.empty(pairs, np.int64), np.empty(pairs),
-              np.empty(rows, np.int64))
-        st["scratch"] = sc
-    return sc
+def _tables(st, n_clusters):
+    """Per-winner pair tables in one flat array, emptied for a search; winner c gets a power of 2 at
+    least twice the partners it had in the last search (64 at first), so a table is rarely over half
+    full; one that is spills, which costs time, never a pair."""
+    offset = st.get("table_offset")
+    if offset is None:
+        offset = np.arange(n_clusters + 1, dtype=np.int64) * 64
+    tab = st.get("tables")
+    if tab is None or tab[1].shape[0] != offset[-1] or not np.array_equal(tab[0], offset):
+        size = int(offset[-1])
+        tab = (offset, np.empty(size, np.int32), np.empty(size, np.int64), np.empty(size),
+               np.empty(n_clusters, np.int32))
+        st["tables"] = tab
+    tab[1].fill(-1)
+    tab[4].fill(0)
+    return tab
+
+
+def _next_offsets(pairs, n_clusters):
+    partners = np.bincount(pairs[0], minlength=n_clusters)
+    width = 1 << np.ceil(np.log2(np.maximum(4, partners) * 2)).astype(np.int64)
+    return np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
 
 
 def _merge_pairs(parts, n_clusters):
-    """Sum (c, c~) pairs that occur in several parts; the result grouped by c (deterministic order)."""
+    """Pairs from several parts (chunks, spills) summed per (c, c~), in part order; grouped by c."""
+    parts = [p for p in parts if len(p[0])]
     if len(parts) == 1:
         return parts[0]
-    c, p, count, dsum = (np.concatenate([q[i] for q in parts]) for i in range(4))
-    code = c.astype(np.int64) * n_clusters + p
-    order = np.argsort(code, kind="stable")
-    code = code[order]
-    first = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
-    return (c[order][first], p[order][first], np.add.reduceat(count[order], first),
-            np.add.reduceat(dsum[order], first))
+    c, p, count, dsum = (np.concatenate([q[i] for q in parts]) if parts else np.empty(0, t)
+                         for i, t in enumerate((np.int32, np.int32, np.int64, np.float64)))
+    out = (np.empty(len(c), np.int32), np.empty(len(c), np.int32), np.empty(len(c), np.int64), np.empty(len(c)))
+    m = merge_pairs(c, p, count, dsum, n_clusters, *out)
+    return tuple(o[:m] for o in out)
 
 
 def _search(chunk, mu, Gc, key, extra_random):
     """Step 4's search and step 5's statistics on one chunk: updates K^(n) in place; returns
     (evaluations, Σ w min d², changed winners, pairs)."""
     st = chunk.state["vcgmm"]
-    K, Kd2 = st["K"], st["Kd2"]
+    K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
     n, n_clusters = K.shape[0], mu.shape[0]
-    rows = min(n, BLOCK_ROWS)
-    S_idx, S_d2, S_size, pc, pp, pn, ps, order = _scratch(st, rows, K.shape[1] * Gc.shape[1] + 1, n_clusters)
-    start = np.empty(n_clusters + 1, np.int64)
-    evals, minsum, parts = 0, 0.0, []
+    tables = _tables(st, n_clusters)
+    mark = np.full(n_clusters, -1, np.int64)
+    rows = min(n, BLOCK_ROWS)  # bounds the spill buffers; a block's spills are kept, the buffers reused
+    cap = rows * (K.shape[1] * Gc.shape[1])
+    spill = (np.empty(cap, np.int32), np.empty(cap, np.int32), np.empty(cap))
+    evals, minsum, changed, spilled = 0, 0.0, 0, []
     for b0 in range(0, n, rows):
         b1 = min(n, b0 + rows)
-        m = b1 - b0
-        e, s = truncated_search(chunk.x[b0:b1], chunk.w[b0:b1], chunk.start + b0, mu, K[b0:b1], Kd2[b0:b1], Gc,
-                                key, extra_random, S_idx, S_d2, S_size, np.full(n_clusters, -1, np.int64))
-        evals += e
-        minsum += s
-        npairs = neighbourhood_pairs(S_idx[:m], S_d2[:m], S_size[:m], n_clusters, pc, pp, pn, ps, order, start,
-                                     np.full((2, n_clusters), -1, np.int64))
-        parts.append((pc[:npairs].copy(), pp[:npairs].copy(), pn[:npairs].copy(), ps[:npairs].copy()))
-    changed = int(np.count_nonzero(st["winner"] != K[:, 0]))
-    st["winner"][:] = K[:, 0]
-    return evals, minsum, changed, _merge_pairs(parts, n_clusters)
+        e, s, ch, ns = truncated_search(chunk.x[b0:b1], chunk.w[b0:b1], chunk.start + b0, mu, K[b0:b1],
+                                        Kd2[b0:b1], winner[b0:b1], Gc, key, extra_random, mark,
+                                        *tables, *spill)
+        evals, minsum, changed = evals + e, minsum + s, changed + ch
+        if ns:
+            spilled.append((spill[0][:ns].copy(), spill[1][:ns].copy(), np.ones(ns, np.int64), spill[2][:ns].copy()))
+    used = int(tables[4].sum())
+    table = (np.empty(used, np.int32), np.empty(used, np.int32), np.empty(used, np.int64), np.empty(used))
+    table_pairs(*tables[:4], *table)
+    pairs = _merge_pairs([table] + spilled, n_clusters)
+    st["table_offset"] = _next_offsets(pairs, n_clusters)
+    return evals, minsum, changed, pairs
 
 
 def _posteriors(chunk, sigma2, n_clusters):

@@ -55,7 +55,7 @@ def all_sqdist(X, C, out):
     """
     for i in range(X.shape[0]):
         for j in range(C.shape[0]):
-            out[i, j] = sqdist(X[i], C[j])
+            out[i, j] = sqdist(X, i, C, j)
     return X.shape[0] * C.shape[0]
 
 
@@ -97,7 +97,7 @@ def update_mind(X, C, mind):
     """
     for i in range(X.shape[0]):
         for j in range(C.shape[0]):
-            d = sqdist(X[i], C[j])
+            d = sqdist(X, i, C, j)
             if d < mind[i]:
                 mind[i] = d
     return X.shape[0] * C.shape[0]

@@ -8,7 +8,7 @@ truncated posteriors over K^(n) feed the M-step. Random draws use a counter-base
 import numpy as np
 from numba import njit
 
-from .distance import sqdist
+from .distance import sqdist_row
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -57,110 +57,174 @@ def draw_distinct(first, row0, n_clusters, seed, out):
                 t += 1
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _add_pair(c, p, d2, offset, keys, count, dsum, fill, spill_c, spill_p, spill_d, nspill):
+    """(count, Σ d²) of partner p in winner c's open-addressing table (slots offset[c]..offset[c+1], a
+    power of 2); a partner that finds the table half full goes to the spill list (all its later
+    occurrences too), so nothing is lost."""
+    base = offset[c]
+    mask = offset[c + 1] - base - 1
+    h = (p * 40503) & mask
+    while keys[base + h] != -1:
+        if keys[base + h] == p:
+            count[base + h] += 1
+            dsum[base + h] += d2
+            return nspill
+        h = (h + 1) & mask
+    if 2 * fill[c] < mask + 1:
+        keys[base + h] = p
+        count[base + h] = 1
+        dsum[base + h] = d2
+        fill[c] += 1
+        return nspill
+    spill_c[nspill] = c
+    spill_p[nspill] = p
+    spill_d[nspill] = d2
+    return nspill + 1
+
+
 @njit(nogil=True, cache=True)
-def truncated_search(X, w, row0, mu, K, Kd2, Gc, seed, extra_random, S_idx, S_d2, S_size, mark):
-    """E-step search: K^(n) ← the C' closest clusters of S_n for every row; returns
-    (distance evaluations, Σ w_n min_c d²).
+def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mark,
+                     offset, keys, count, dsum, fill, spill_c, spill_p, spill_d):
+    """E-step search and neighbourhood statistics, one pass: for every row S_n = ∪_{c ∈ K^(n)} G_c (+1),
+    K^(n) ← its C' closest (ascending, stable), and for the winner c_o = K^(n)[0] the (count, Σ d²) of
+    every other member of S_n. Returns (distance evaluations, Σ w min d², changed winners, spilled pairs).
 
     X      : IN    float32/float64 (n, d) rows;  w : IN float64 (n,) weights
     row0   : IN    int   global index of row 0 (keys the random draws)
-    mu     : IN    float64 (C, d) means
-    K      : INOUT int32 (n, C') truncated sets; on return sorted by distance (K[:, 0] = winner)
-    Kd2    : OUT   float64 (n, C') squared distances to K's members
-    Gc     : IN    int32 (C, G) neighbourhoods, Gc[c, 0] = c
-    seed   : IN    int   random stream of this iteration (used for "+1" and for top-ups)
-    extra_random : IN bool  add one uniform random cluster to S_n ("+1")
-    S_idx, S_d2 : OUT int32 / float64 (n, >= C'·G + 1) the search spaces and their distances
-    S_size : OUT   int32 (n,)
-    mark   : SCRATCH int64 (C,) filled with -1 by the caller (last row that put a cluster in S)
+    mu     : IN    float64 (C, d) means;   Gc : IN int32 (C, G) neighbourhoods, Gc[c, 0] = c
+    K      : INOUT int32 (n, C') truncated sets;   Kd2 : OUT float64 (n, C') their squared distances
+    winner : INOUT int32 (n,) K[:, 0] of the previous search (to count changes)
+    seed   : IN    int   random stream of this search ("+1" and top-ups up to C')
+    extra_random : IN bool  add one uniform random cluster to S_n (dropped when already present)
+    mark   : SCRATCH int64 (C,), -1 on the first call of a search
+    offset : IN    int64 (C + 1,) winner c's table is slots offset[c]..offset[c+1] (a power of 2)
+    keys, count, dsum : INOUT int32 / int64 / float64 (offset[C],) the tables, keys -1 when empty
+    fill   : INOUT int32 (C,) keys used per table
+    spill_c, spill_p, spill_d : OUT (>= n·(C'·G)) pairs that found their table half full
     """
     n, Cp = K.shape
     C = np.uint64(mu.shape[0])
     G = Gc.shape[1]
+    S = np.empty(Cp * G + 1, np.int32)
+    d2 = np.empty(Cp * G + 1)
+    top = np.empty(Cp, np.int32)
+    topd = np.empty(Cp)
+    xr = np.empty(X.shape[1])
     evals = 0
+    changed = 0
+    nspill = 0
     minsum = 0.0
     for i in range(n):
+        for t in range(X.shape[1]):
+            xr[t] = X[i, t]
         size = 0
         tag = row0 + i
         for a in range(Cp):
-            c = K[i, a]
             for g in range(G):
-                m = Gc[c, g]
+                m = Gc[K[i, a], g]
                 if mark[m] != tag:
                     mark[m] = tag
-                    S_idx[i, size] = m
+                    S[size] = m
                     size += 1
         state = _row_state(seed, tag)
         draws = 1 if extra_random else 0
-        while draws > 0 or size < Cp:  # "+1" is dropped when already present; top-ups are not
+        while draws > 0 or size < Cp:
             state, z = _splitmix(state)
             m = np.int32(z % C)
             draws -= 1
             if mark[m] != tag:
                 mark[m] = tag
-                S_idx[i, size] = m
+                S[size] = m
                 size += 1
-        for s in range(size):
-            S_d2[i, s] = sqdist(X[i], mu[S_idx[i, s]])
+        kept = 0
+        for s in range(size):  # insertion into the sorted C' best; equal distances keep their order
+            d = sqdist_row(xr, mu, S[s])
+            d2[s] = d
+            if kept < Cp or d < topd[kept - 1]:
+                pos = kept if kept < Cp else Cp - 1
+                while pos > 0 and d < topd[pos - 1]:
+                    topd[pos] = topd[pos - 1]
+                    top[pos] = top[pos - 1]
+                    pos -= 1
+                topd[pos] = d
+                top[pos] = S[s]
+                kept = min(kept + 1, Cp)
         evals += size
-        for a in range(Cp):  # partial selection sort: the C' smallest, ascending (ties: first seen)
-            best = a
-            for s in range(a + 1, size):
-                if S_d2[i, s] < S_d2[i, best]:
-                    best = s
-            if best != a:
-                S_d2[i, a], S_d2[i, best] = S_d2[i, best], S_d2[i, a]
-                S_idx[i, a], S_idx[i, best] = S_idx[i, best], S_idx[i, a]
-            K[i, a] = S_idx[i, a]
-            Kd2[i, a] = S_d2[i, a]
-        S_size[i] = size
-        minsum += w[i] * S_d2[i, 0]
-    return evals, minsum
+        for a in range(Cp):
+            K[i, a] = top[a]
+            Kd2[i, a] = topd[a]
+        c = top[0]
+        changed += winner[i] != c
+        winner[i] = c
+        minsum += w[i] * topd[0]
+        for s in range(size):
+            if S[s] != c:
+                nspill = _add_pair(c, S[s], d2[s], offset, keys, count, dsum, fill, spill_c, spill_p, spill_d,
+                                   nspill)
+    return evals, minsum, changed, nspill
 
 
 @njit(nogil=True, cache=True)
-def neighbourhood_pairs(S_idx, S_d2, S_size, n_clusters, out_c, out_p, out_count, out_sum, order, start, tab):
-    """Aggregate, per winner c_o = S_idx[n, 0], the (count, Σ d²) of every other member of S_n:
-    the statistics from which G_c is re-chosen. Returns the number of (c_o, c~) pairs written,
-    grouped by c_o ascending.
+def table_pairs(offset, keys, count, dsum, out_c, out_p, out_count, out_sum):
+    """The per-winner tables as (c, c~, count, Σ d²) grouped by c; returns how many.
 
-    S_idx, S_d2, S_size : IN  from ``truncated_search`` (n rows)
-    out_c, out_p : OUT int32 (>= Σ (S_size − 1),);  out_count : OUT int64;  out_sum : OUT float64
-    order : SCRATCH int64 (n,);  start : SCRATCH int64 (C + 1,);  tab : SCRATCH int64 (2, C) filled with -1
+    offset : IN int64 (C + 1,);  keys, count, dsum : IN (offset[C],);  out_* : OUT (>= used keys,)
     """
-    n = S_size.shape[0]
-    start[:] = 0
-    for i in range(n):
-        start[S_idx[i, 0] + 1] += 1
+    m = 0
+    for c in range(offset.shape[0] - 1):
+        for h in range(offset[c], offset[c + 1]):
+            if keys[h] != -1:
+                out_c[m] = c
+                out_p[m] = keys[h]
+                out_count[m] = count[h]
+                out_sum[m] = dsum[h]
+                m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def merge_pairs(pair_c, pair_p, count, dsum, n_clusters, out_c, out_p, out_count, out_sum):
+    """Sum the pairs (c, c~) that occur more than once, in input order (so the sums do not depend on
+    anything but that order); the output is grouped by c ascending. Linear time: a counting sort by c,
+    then a marker per partner. Returns the number of distinct pairs written.
+
+    pair_c, pair_p : IN int32 (m,);  count : IN int64 (m,);  dsum : IN float64 (m,)
+    out_c, out_p, out_count, out_sum : OUT (>= m,)
+    """
+    m = pair_c.shape[0]
+    start = np.zeros(n_clusters + 1, np.int64)
+    for j in range(m):
+        start[pair_c[j] + 1] += 1
     for c in range(n_clusters):
         start[c + 1] += start[c]
+    order = np.empty(m, np.int64)
     fill = start[:n_clusters].copy()
-    for i in range(n):
-        c = S_idx[i, 0]
-        order[fill[c]] = i
-        fill[c] += 1
-    npairs = 0
+    for j in range(m):
+        order[fill[pair_c[j]]] = j
+        fill[pair_c[j]] += 1
+    owner = np.full(n_clusters, -1, np.int64)
+    slot = np.empty(n_clusters, np.int64)
+    k = 0
     for c in range(n_clusters):
         for r in range(start[c], start[c + 1]):
-            i = order[r]
-            for s in range(1, S_size[i]):
-                p = S_idx[i, s]
-                if tab[0, p] != c:
-                    tab[0, p] = c
-                    tab[1, p] = npairs
-                    out_c[npairs] = c
-                    out_p[npairs] = p
-                    out_count[npairs] = 1
-                    out_sum[npairs] = S_d2[i, s]
-                    npairs += 1
-                else:
-                    j = tab[1, p]
-                    out_count[j] += 1
-                    out_sum[j] += S_d2[i, s]
-    return npairs
+            j = order[r]
+            p = pair_p[j]
+            if owner[p] != c:
+                owner[p] = c
+                slot[p] = k
+                out_c[k] = c
+                out_p[k] = p
+                out_count[k] = count[j]
+                out_sum[k] = dsum[j]
+                k += 1
+            else:
+                out_count[slot[p]] += count[j]
+                out_sum[slot[p]] += dsum[j]
+    return k
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 def posterior_stats(X, w, K, Kd2, sigma2, sums, U, Q):
     """Truncated posteriors s_nc = softmax_{c ∈ K^(n)}(−d²/2σ²) (max-shifted) and the M-step's
     sufficient statistics; returns Σ_n w_n logsumexp_{c ∈ K^(n)}(−d²/2σ²), the data part of F.
