@@ -40,6 +40,8 @@ from . import AlgorithmSpec, register
 
 # rows per search block: bounds the spill buffers to a few tens of MB
 BLOCK_ROWS = 1 << 16
+# most slots of one winner's pair table (a power of 2)
+TABLE_CAP = 128
 # σ² never falls below this fraction of the mean feature variance (keeps 1/σ² finite, as reg_covar)
 SIGMA2_FLOOR = 1e-10
 
@@ -94,11 +96,11 @@ def _init_truncated_sets(chunk, params):
 
 def _tables(st, n_clusters):
     """Per-winner pair tables in one flat array, emptied for a search; winner c gets a power of 2 at
-    least twice the partners it had in the last search (64 at first), so a table is rarely over half
+    least twice the partners it had in the last search, up to ``TABLE_CAP``, so a table is rarely over half
     full; one that is spills, which costs time, never a pair."""
     offset = st.get("table_offset")
     if offset is None:
-        offset = np.arange(n_clusters + 1, dtype=np.int64) * 64
+        offset = np.arange(n_clusters + 1, dtype=np.int64) * TABLE_CAP // 2
     tab = st.get("tables")
     if tab is None or tab[1].shape[0] != offset[-1] or not np.array_equal(tab[0], offset):
         size = int(offset[-1])
@@ -112,7 +114,9 @@ def _tables(st, n_clusters):
 
 def _next_offsets(pairs, n_clusters):
     partners = np.bincount(pairs[0], minlength=n_clusters)
-    width = 1 << np.ceil(np.log2(np.maximum(4, partners) * 2)).astype(np.int64)
+    # capped: a winner with hundreds of partners (random early search spaces) spills the rest, which is
+    # cheaper than tables too large for the cache
+    width = np.minimum(1 << np.ceil(np.log2(np.maximum(4, partners) * 2)).astype(np.int64), TABLE_CAP)
     return np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
 
 
@@ -234,7 +238,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
     Gc = init_neighbourhoods(C, G, _key(entropy, "G"))
     key_K = _key(entropy, "K")
     engine.init_state(_init_truncated_sets, (Cp, C, key_K, None), key="vcgmm")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
     for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
         found = engine.map(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None))
@@ -261,6 +265,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
         prev_f = f
     engine.clear_state("vcgmm")
     phases["em"] = time.perf_counter() - t0
+    phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
     return mu, sigma2, f, evals
 
 

@@ -11,6 +11,9 @@ DEFAULTS = {
     "max-chunk-bytes": "256MiB",
     # a default chunking gives at least this many chunks, so small data still uses every thread
     "min-chunks": 16,
+    # rows per chunk of a working set (a coreset) held in-process: chunks are the unit of threading,
+    # and this fixed size keeps the model independent of the machine (rule 5)
+    "working-set-chunk-rows": 32768,
     # fan-in of the tree that combines per-partition partials
     "split-every": 8,
     # in-memory input up to this size is fitted in-process when no client is running (rule 6)

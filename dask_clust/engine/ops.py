@@ -167,10 +167,11 @@ class Engine:
 
     @contextlib.contextmanager
     def working_set(self, X, weights, entropy):
-        """An Engine over a weighted set drawn from this one (a coreset, a sample): one chunk in this
-        process when it fits (rule 6: no cluster round trips), else chunked on this engine's cluster."""
+        """An Engine over a weighted set drawn from this one (a coreset, a sample): in this process when it
+        fits (rule 6: no cluster round trips; chunks of ``working-set-chunk-rows`` for the threads), else
+        chunked on this engine's cluster."""
         small = X.nbytes <= config.get_bytes("in-process-bytes")
-        source = as_source(X, weights, chunk_rows=X.shape[0] if small else None)
+        source = as_source(X, weights, chunk_rows=int(config.get("working-set-chunk-rows")) if small else None)
         client = IN_PROCESS if small else getattr(self.backend, "client", IN_PROCESS)
         with open_engine(source, client, entropy) as engine:
             yield engine

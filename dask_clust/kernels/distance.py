@@ -127,7 +127,8 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
             # centres (common in GMM fits) would otherwise cost a full float64 pass per row
             exact = np.inf
             for j in range(k):
-                if cnorm[j] - 2.0 * np.float64(Gv[j, r]) - top <= 2.0 * band:  # 2×: this sum is in float64
+                v = best.dtype.type(cnorm[j]) - two * Gv[j, r]  # as the scan computed it: the best passes
+                if np.float64(v) - top <= band:
                     dj = sqdist(X, i, C, j)
                     evals += 1
                     if dj < exact:
