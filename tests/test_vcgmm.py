@@ -42,6 +42,26 @@ def test_free_energy_trajectory_matches_reference(data, G, n_truncated):
     assert m.converged_
 
 
+def test_spills_and_several_chunks_change_nothing(data, monkeypatch):
+    """Pair tables too small for the partners (every winner spills) and a coreset in 4 chunks (pairs and
+    statistics merged across chunks) give the reference's trajectory all the same."""
+    import dask
+
+    from dask_clust.algorithms import vcgmm
+
+    monkeypatch.setattr(vcgmm, "TABLE_CAP", 4)
+    C, size, rs = 30, 800, 11
+    init = data[np.linspace(0, len(data) - 1, C).astype(int)].astype(np.float64)
+    with dask.config.set({"dask_clust.working-set-chunk-rows": 256}):
+        m = dask_clust.fit(data, algo="vcgmm", n_clusters=C, coreset_size=size, init=init, random_state=rs,
+                           client="in-process")
+    Xc, wc = _coreset(data, size, rs)
+    K0, G0 = initial_sets(check_random_state(rs), size, C, 5, 5)
+    mu, sigma2, F = ref.vcgmm(Xc, wc, init, K0, G0)
+    np.testing.assert_allclose([h["objective"] for h in m.history_], F, rtol=1e-6)
+    np.testing.assert_allclose(m.cluster_centers_, mu, rtol=1e-6, atol=1e-9)
+
+
 @pytest.mark.parametrize("algo", ["vcgmm", "vargmm"])
 def test_free_energy_never_decreases_from_iteration_two(data, algo):
     init = data[np.random.default_rng(0).choice(len(data), 40, replace=False)].astype(np.float64)
