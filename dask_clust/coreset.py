@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from ._params import InvalidParameterError
 from .engine.data import stream
 from .kernels.assign import update_mind
 from .kernels.sampling import draw_proportional
@@ -78,9 +79,12 @@ def default_size(n_samples, n_clusters):
 
 
 @contextlib.contextmanager
-def working_set(engine, size, entropy, phases):
+def working_set(engine, size, entropy, phases, n_clusters):
     """The engine an algorithm iterates on: a lightweight coreset of ``size`` rows (one partition when it
     fits one worker), or ``engine`` itself when ``size`` is None. Records phases["coreset"] (seconds)."""
+    if size is not None and n_clusters > size:
+        raise InvalidParameterError(f"n_clusters={n_clusters} exceeds coreset_size={size}: a coreset needs "
+                                    f"at least one row per cluster (use coreset_size >= n_clusters or None)")
     if size is None:
         phases["coreset"] = 0.0
         yield engine

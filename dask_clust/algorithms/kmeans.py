@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, InvalidParameterError, NoneOK, Options
+from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..coreset import working_set
 from ..lloyd import lloyd, quantization_error
 from ..seeding import SEEDERS, seed
@@ -45,10 +45,8 @@ class KMeansConfig:
 def fit(engine, cfg, entropy, loop):
     """Seed, then Lloyd to convergence; with ``coreset_size`` both run on a lightweight coreset (the
     vc-GMM paper's LWCS baseline) and one exact pass gives the QE on all rows."""
-    if cfg.coreset_size is not None and cfg.n_clusters > cfg.coreset_size:
-        raise InvalidParameterError(f"n_clusters={cfg.n_clusters} exceeds coreset_size={cfg.coreset_size}")
     phases = {}
-    with working_set(engine, cfg.coreset_size, entropy, phases) as work:
+    with working_set(engine, cfg.coreset_size, entropy, phases, cfg.n_clusters) as work:
         centers, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy,
                                    n_local_trials=cfg.n_local_trials, oversampling_factor=cfg.oversampling_factor,
                                    init_max_iter=cfg.init_max_iter, chain_length=cfg.chain_length)

@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Boolean, Interval, InvalidParameterError, NoneOK, Options
+from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..coreset import default_size, working_set
 from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
@@ -273,13 +273,10 @@ def _key(entropy, *tag):
     return int(stream(entropy, "vcgmm", *tag).integers(2 ** 63))
 
 
-def _check(engine, cfg, size):
+def _check(engine):
     if not float(np.max(engine.summary.var)) > 0:
         raise InputError("all rows are identical (zero variance): a Gaussian mixture cannot be fitted; "
                          "use algo='kmeans'")
-    if size is not None and cfg.n_clusters > size:
-        raise InvalidParameterError(f"n_clusters={cfg.n_clusters} exceeds coreset_size={size}: a coreset needs "
-                                    f"at least one row per cluster (use coreset_size >= n_clusters or None)")
 
 
 def fit(engine, cfg, entropy, loop):
@@ -287,9 +284,9 @@ def fit(engine, cfg, entropy, loop):
     size = getattr(cfg, "coreset_size", None)
     if size == "auto":
         size = default_size(engine.n_samples, cfg.n_clusters)
-    _check(engine, cfg, size)
+    _check(engine)
     phases = {}
-    with working_set(engine, size, entropy, phases) as work:
+    with working_set(engine, size, entropy, phases, cfg.n_clusters) as work:
         t = time.perf_counter()
         mu, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy, chain_length=cfg.chain_length)
         phases["seeding"] = time.perf_counter() - t
