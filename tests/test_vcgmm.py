@@ -90,9 +90,10 @@ def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
     seen = []
     original = vcgmm.update_neighbourhoods
 
-    def spy(found, Gc, n_clusters):
-        original(found, Gc, n_clusters)
+    def spy(found, Gc, offset):
+        out = original(found, Gc, offset)
         seen.append(Gc.copy())
+        return out
 
     monkeypatch.setattr(vcgmm, "update_neighbourhoods", spy)
     states = []

@@ -32,8 +32,7 @@ from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..coreset import default_size, working_set
 from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
-from ..kernels.truncated import (draw_distinct, merge_pairs, posterior_stats, select_neighbours, table_pairs,
-                                 truncated_search)
+from ..kernels.truncated import PAIR, draw_distinct, posterior_stats, select_neighbours, truncated_search
 from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, register
@@ -94,51 +93,33 @@ def _init_truncated_sets(chunk, params):
     chunk.state["vcgmm"] = {"K": K, "Kd2": np.empty((n, n_truncated)), "winner": np.full(n, -1, np.int32)}
 
 
-def _tables(st, n_clusters):
-    """Per-winner pair tables in one flat array, emptied for a search; winner c gets a power of 2 at
-    least twice the partners it had in the last search, up to ``TABLE_CAP``, so a table is rarely over half
-    full; one that is spills, which costs time, never a pair."""
-    offset = st.get("table_offset")
-    if offset is None:
-        offset = np.arange(n_clusters + 1, dtype=np.int64) * TABLE_CAP // 2
-    tab = st.get("tables")
-    if tab is None or tab[1].shape[0] != offset[-1] or not np.array_equal(tab[0], offset):
-        size = int(offset[-1])
-        tab = (offset, np.empty(size, np.int32), np.empty(size, np.int64), np.empty(size),
-               np.empty(n_clusters, np.int32))
-        st["tables"] = tab
-    tab[1].fill(-1)
-    tab[4].fill(0)
+def _table(st, offset):
+    """The chunk's pair tables for a search (layout ``offset``), emptied; reused while the layout's size
+    stays the same."""
+    tab = st.get("table")
+    if tab is None or tab.shape[0] != offset[-1]:
+        tab = st["table"] = np.empty(int(offset[-1]), PAIR)
+    tab["key"] = -1
     return tab
 
 
-def _next_offsets(pairs, n_clusters):
-    partners = np.bincount(pairs[0], minlength=n_clusters)
-    # capped: a winner with hundreds of partners (random early search spaces) spills the rest, which is
-    # cheaper than tables too large for the cache
+def table_offsets(partners):
+    """Layout of the pair tables: winner c gets a power of 2 at least twice the partners it had in the last
+    search, so a table is rarely over half full; one that is spills, which costs time, never a pair.
+    Capped: a winner with hundreds of partners (random early search spaces) spills the rest, which is
+    cheaper than tables too large for the cache."""
     width = np.minimum(1 << np.ceil(np.log2(np.maximum(4, partners) * 2)).astype(np.int64), TABLE_CAP)
     return np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
 
 
-def _merge_pairs(parts, n_clusters):
-    """Pairs from several parts (chunks, spills) summed per (c, c~), in part order; grouped by c."""
-    parts = [p for p in parts if len(p[0])]
-    if len(parts) == 1:
-        return parts[0]
-    c, p, count, dsum = (np.concatenate([q[i] for q in parts]) if parts else np.empty(0, t)
-                         for i, t in enumerate((np.int32, np.int32, np.int64, np.float64)))
-    out = (np.empty(len(c), np.int32), np.empty(len(c), np.int32), np.empty(len(c), np.int64), np.empty(len(c)))
-    m = merge_pairs(c, p, count, dsum, n_clusters, *out)
-    return tuple(o[:m] for o in out)
-
-
-def _search(chunk, mu, Gc, key, extra_random):
+def _search(chunk, mu, Gc, offset, key, extra_random):
     """Step 4's search and step 5's statistics on one chunk: updates K^(n) in place; returns
-    (evaluations, Σ w min d², changed winners, pairs)."""
+    (evaluations, Σ w min d², changed winners, pair table, spilled pairs)."""
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
     n, n_clusters = K.shape[0], mu.shape[0]
-    tables = _tables(st, n_clusters)
+    table = _table(st, offset)
+    fill = np.zeros(n_clusters, np.int32)
     mark = np.full(n_clusters, -1, np.int64)
     rows = min(n, BLOCK_ROWS)  # bounds the spill buffers; a block's spills are kept, the buffers reused
     cap = rows * (K.shape[1] * Gc.shape[1])
@@ -147,32 +128,33 @@ def _search(chunk, mu, Gc, key, extra_random):
     for b0 in range(0, n, rows):
         b1 = min(n, b0 + rows)
         e, s, ch, ns = truncated_search(chunk.x[b0:b1], chunk.w[b0:b1], chunk.start + b0, mu, K[b0:b1],
-                                        Kd2[b0:b1], winner[b0:b1], Gc, key, extra_random, mark,
-                                        *tables, *spill)
+                                        Kd2[b0:b1], winner[b0:b1], Gc, key, extra_random, mark, offset, table,
+                                        fill, *spill)
         evals, minsum, changed = evals + e, minsum + s, changed + ch
-        if ns:
-            spilled.append((spill[0][:ns].copy(), spill[1][:ns].copy(), np.ones(ns, np.int64), spill[2][:ns].copy()))
-    used = int(tables[4].sum())
-    table = (np.empty(used, np.int32), np.empty(used, np.int32), np.empty(used, np.int64), np.empty(used))
-    table_pairs(*tables[:4], *table)
-    pairs = _merge_pairs([table] + spilled, n_clusters)
-    st["table_offset"] = _next_offsets(pairs, n_clusters)
-    return evals, minsum, changed, pairs
+        spilled.append(tuple(a[:ns].copy() for a in spill))
+    spilled = tuple(np.concatenate(a) for a in zip(*spilled))
+    return evals, minsum, changed, table, spilled
 
 
 def _posteriors(chunk, sigma2, n_clusters):
     st = chunk.state["vcgmm"]
+    Kd2 = st["Kd2"]
+    inv = 0.5 / sigma2
+    # K^(n) is sorted, so column 0 is the max-shift; numpy's SIMD exp is 8x numba's scalar one
+    e = Kd2[:, :1] - Kd2
+    e *= inv
+    np.exp(e, out=e)
     sums = np.zeros((n_clusters, chunk.x.shape[1]))
     U = np.zeros(n_clusters)
     Q = np.zeros(n_clusters)
-    data_f = posterior_stats(chunk.x, chunk.w, st["K"], st["Kd2"], sigma2, sums, U, Q)
+    data_f = posterior_stats(chunk.x, chunk.w, st["K"], Kd2, e, inv, sums, U, Q)
     return sums, U, Q, data_f
 
 
 def _estep(chunk, params):
     """One E-step on a chunk: the search, then (when σ² is known) the posteriors' statistics."""
-    mu, Gc, key, extra_random, sigma2 = params
-    found = _search(chunk, mu, Gc, key, extra_random)
+    mu, Gc, offset, key, extra_random, sigma2 = params
+    found = _search(chunk, mu, Gc, offset, key, extra_random)
     return found + (_posteriors(chunk, sigma2, mu.shape[0]) if sigma2 is not None else None,)
 
 
@@ -197,10 +179,13 @@ def initial_sets(entropy, n_rows, n_clusters, G, n_truncated):
     return K, init_neighbourhoods(n_clusters, G, _key(entropy, "G"))
 
 
-def update_neighbourhoods(found, Gc, n_clusters):
-    """Step 5 from every chunk's pairs (merged in chunk order)."""
-    pc, pp, pn, ps = _merge_pairs([f[3] for f in found], n_clusters)
-    select_neighbours(pc, pp, pn, ps, Gc)
+def update_neighbourhoods(found, Gc, offset):
+    """Step 5 from every chunk's pair tables and spills (in chunk order); returns the next tables' layout."""
+    tables = found[0][3][None] if len(found) == 1 else np.stack([f[3] for f in found])
+    spills = [np.concatenate([f[4][i] for f in found]) for i in range(3)]
+    partners = np.empty(len(Gc), np.int64)
+    select_neighbours(offset, tables, *spills, Gc, partners)
+    return table_offsets(partners)
 
 
 def m_step(mu, sums, U, Q, total_weight, floor):
@@ -236,24 +221,25 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
     total_w = engine.summary.total_weight
     floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
     Gc = init_neighbourhoods(C, G, _key(entropy, "G"))
+    offset = table_offsets(np.full(C, C))  # random first search spaces: as many partners as the cap allows
     key_K = _key(entropy, "K")
     engine.init_state(_init_truncated_sets, (Cp, C, key_K, None), key="vcgmm")
     t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
     for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
-        found = engine.map(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None))
+        found = engine.map(_estep, (mu, Gc, offset, _key(entropy, "init", i), cfg.extra_random, None))
         evals += sum(r[0] for r in found)
-        update_neighbourhoods(found, Gc, C)
+        offset = update_neighbourhoods(found, Gc, offset)
     for it in loop:
         engine.set_rebuild(_init_truncated_sets, (Cp, C, key_K, mu), key="vcgmm")
-        found = engine.map(_estep, (mu, Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2))
+        found = engine.map(_estep, (mu, Gc, offset, _key(entropy, "estep", it), cfg.extra_random, sigma2))
         e = sum(r[0] for r in found)
-        update_neighbourhoods(found, Gc, C)
+        offset = update_neighbourhoods(found, Gc, offset)
         if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
             sigma2 = max(sum(r[1] for r in found) / (D * total_w), floor)
             stats = engine.map(_posterior_step, (sigma2, C))
         else:
-            stats = [r[4] for r in found]
+            stats = [r[5] for r in found]
         sums, U, Q, data_f = _sum_stats(stats)
         f = free_energy(float(data_f), sigma2, total_w, D, C)
         used = sigma2

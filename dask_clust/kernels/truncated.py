@@ -57,24 +57,33 @@ def draw_distinct(first, row0, n_clusters, seed, out):
                 t += 1
 
 
+# one slot of a winner's pair table: partner (-1: empty), rows whose search space held it, Σ d² over them;
+# the three share a cache line, which the separate arrays they replaced did not
+PAIR = np.dtype([("key", np.int32), ("count", np.int32), ("dsum", np.float64)])
+
+
 @njit(nogil=True, cache=True, inline="always")
-def _add_pair(c, p, d2, offset, keys, count, dsum, fill, spill_c, spill_p, spill_d, nspill):
+def _add_pair(c, p, d2, offset, table, fill, spill_c, spill_p, spill_d, nspill):
     """(count, Σ d²) of partner p in winner c's open-addressing table (slots offset[c]..offset[c+1], a
     power of 2); a partner that finds the table half full goes to the spill list (all its later
     occurrences too), so nothing is lost."""
     base = offset[c]
     mask = offset[c + 1] - base - 1
     h = (p * 40503) & mask
-    while keys[base + h] != -1:
-        if keys[base + h] == p:
-            count[base + h] += 1
-            dsum[base + h] += d2
+    while True:  # ends: a table is never more than half full
+        e = table[base + h]
+        if e.key == p:
+            e.count += 1
+            e.dsum += d2
             return nspill
+        if e.key == -1:
+            break
         h = (h + 1) & mask
     if 2 * fill[c] < mask + 1:
-        keys[base + h] = p
-        count[base + h] = 1
-        dsum[base + h] = d2
+        e = table[base + h]
+        e.key = p
+        e.count = 1
+        e.dsum = d2
         fill[c] += 1
         return nspill
     spill_c[nspill] = c
@@ -85,7 +94,7 @@ def _add_pair(c, p, d2, offset, keys, count, dsum, fill, spill_c, spill_p, spill
 
 @njit(nogil=True, cache=True)
 def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mark,
-                     offset, keys, count, dsum, fill, spill_c, spill_p, spill_d):
+                     offset, table, fill, spill_c, spill_p, spill_d):
     """E-step search and neighbourhood statistics, one pass: for every row S_n = ∪_{c ∈ K^(n)} G_c (+1),
     K^(n) ← its C' closest (ascending, stable), and for the winner c_o = K^(n)[0] the (count, Σ d²) of
     every other member of S_n. Returns (distance evaluations, Σ w min d², changed winners, spilled pairs).
@@ -99,8 +108,7 @@ def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mar
     extra_random : IN bool  add one uniform random cluster to S_n (dropped when already present)
     mark   : SCRATCH int64 (C,), -1 on the first call of a search
     offset : IN    int64 (C + 1,) winner c's table is slots offset[c]..offset[c+1] (a power of 2)
-    keys, count, dsum : INOUT int32 / int64 / float64 (offset[C],) the tables, keys -1 when empty
-    fill   : INOUT int32 (C,) keys used per table
+    table  : INOUT PAIR (offset[C],) the tables, keys -1 when empty;  fill : INOUT int32 (C,) keys used
     spill_c, spill_p, spill_d : OUT (>= n·(C'·G)) pairs that found their table half full
     """
     n, Cp = K.shape
@@ -121,12 +129,12 @@ def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mar
         size = 0
         tag = row0 + i
         for a in range(Cp):
-            for g in range(G):
-                m = Gc[K[i, a], g]
-                if mark[m] != tag:
-                    mark[m] = tag
-                    S[size] = m
-                    size += 1
+            k = K[i, a]
+            for g in range(G):  # branch-free: half the members are repeats, a branch mispredicts on them
+                m = Gc[k, g]
+                S[size] = m
+                size += mark[m] != tag
+                mark[m] = tag
         state = _row_state(seed, tag)
         draws = 1 if extra_random else 0
         while draws > 0 or size < Cp:
@@ -137,10 +145,11 @@ def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mar
                 mark[m] = tag
                 S[size] = m
                 size += 1
+        for s in range(size):  # apart from the selection: independent loads overlap
+            d2[s] = sqdist_row(xr, mu, S[s])
         kept = 0
         for s in range(size):  # insertion into the sorted C' best; equal distances keep their order
-            d = sqdist_row(xr, mu, S[s])
-            d2[s] = d
+            d = d2[s]
             if kept < Cp or d < topd[kept - 1]:
                 pos = kept if kept < Cp else Cp - 1
                 while pos > 0 and d < topd[pos - 1]:
@@ -160,95 +169,31 @@ def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mar
         minsum += w[i] * topd[0]
         for s in range(size):
             if S[s] != c:
-                nspill = _add_pair(c, S[s], d2[s], offset, keys, count, dsum, fill, spill_c, spill_p, spill_d,
-                                   nspill)
+                nspill = _add_pair(c, S[s], d2[s], offset, table, fill, spill_c, spill_p, spill_d, nspill)
     return evals, minsum, changed, nspill
 
 
-@njit(nogil=True, cache=True)
-def table_pairs(offset, keys, count, dsum, out_c, out_p, out_count, out_sum):
-    """The per-winner tables as (c, c~, count, Σ d²) grouped by c; returns how many.
-
-    offset : IN int64 (C + 1,);  keys, count, dsum : IN (offset[C],);  out_* : OUT (>= used keys,)
-    """
-    m = 0
-    for c in range(offset.shape[0] - 1):
-        for h in range(offset[c], offset[c + 1]):
-            if keys[h] != -1:
-                out_c[m] = c
-                out_p[m] = keys[h]
-                out_count[m] = count[h]
-                out_sum[m] = dsum[h]
-                m += 1
-    return m
-
-
-@njit(nogil=True, cache=True)
-def merge_pairs(pair_c, pair_p, count, dsum, n_clusters, out_c, out_p, out_count, out_sum):
-    """Sum the pairs (c, c~) that occur more than once, in input order (so the sums do not depend on
-    anything but that order); the output is grouped by c ascending. Linear time: a counting sort by c,
-    then a marker per partner. Returns the number of distinct pairs written.
-
-    pair_c, pair_p : IN int32 (m,);  count : IN int64 (m,);  dsum : IN float64 (m,)
-    out_c, out_p, out_count, out_sum : OUT (>= m,)
-    """
-    m = pair_c.shape[0]
-    start = np.zeros(n_clusters + 1, np.int64)
-    for j in range(m):
-        start[pair_c[j] + 1] += 1
-    for c in range(n_clusters):
-        start[c + 1] += start[c]
-    order = np.empty(m, np.int64)
-    fill = start[:n_clusters].copy()
-    for j in range(m):
-        order[fill[pair_c[j]]] = j
-        fill[pair_c[j]] += 1
-    owner = np.full(n_clusters, -1, np.int64)
-    slot = np.empty(n_clusters, np.int64)
-    k = 0
-    for c in range(n_clusters):
-        for r in range(start[c], start[c + 1]):
-            j = order[r]
-            p = pair_p[j]
-            if owner[p] != c:
-                owner[p] = c
-                slot[p] = k
-                out_c[k] = c
-                out_p[k] = p
-                out_count[k] = count[j]
-                out_sum[k] = dsum[j]
-                k += 1
-            else:
-                out_count[slot[p]] += count[j]
-                out_sum[slot[p]] += dsum[j]
-    return k
-
-
 @njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
-def posterior_stats(X, w, K, Kd2, sigma2, sums, U, Q):
-    """Truncated posteriors s_nc = softmax_{c ∈ K^(n)}(−d²/2σ²) (max-shifted) and the M-step's
-    sufficient statistics; returns Σ_n w_n logsumexp_{c ∈ K^(n)}(−d²/2σ²), the data part of F.
+def posterior_stats(X, w, K, Kd2, e, inv, sums, U, Q):
+    """The M-step's sufficient statistics from the truncated posteriors s_nc = e_nc / Σ_c e_nc over K^(n);
+    returns Σ_n w_n logsumexp_{c ∈ K^(n)}(−d²/2σ²), the data part of F.
 
-    X : IN (n, d);  w : IN float64 (n,);  K : IN int32 (n, C');  Kd2 : IN float64 (n, C')
+    X : IN (n, d);  w : IN float64 (n,);  K : IN int32 (n, C');  Kd2 : IN float64 (n, C') ascending
+    e : IN float64 (n, C') exp(−(d² − min d²)/2σ²);  inv : IN 1/2σ²
     sums : INOUT float64 (C, d)  Σ w s x;   U : INOUT float64 (C,) Σ w s;   Q : INOUT float64 (C,) Σ w s d²
     """
     n, Cp = K.shape
     d = X.shape[1]
-    inv = 0.5 / sigma2
-    s = np.empty(Cp)
     total = 0.0
     for i in range(n):
-        top = -np.inf
-        for a in range(Cp):
-            top = max(top, -Kd2[i, a] * inv)
         z = 0.0
         for a in range(Cp):
-            s[a] = np.exp(-Kd2[i, a] * inv - top)
-            z += s[a]
-        total += w[i] * (top + np.log(z))
+            z += e[i, a]
+        total += w[i] * (np.log(z) - Kd2[i, 0] * inv)
+        wz = w[i] / z
         for a in range(Cp):
             c = K[i, a]
-            ws = w[i] * s[a] / z
+            ws = wz * e[i, a]
             U[c] += ws
             Q[c] += ws * Kd2[i, a]
             for t in range(d):
@@ -256,39 +201,76 @@ def posterior_stats(X, w, K, Kd2, sigma2, sums, U, Q):
     return total
 
 
-@njit(nogil=True, cache=True)
-def select_neighbours(pair_c, pair_p, count, dsum, Gc):
-    """G_c ← {c} + the G−1 partners with the smallest mean d² (ties: lower index); clusters that won
-    no row keep their G_c.
+@njit(nogil=True, cache=True, inline="always")
+def _gather(c, p, count, dsum, owner, slot, who, cnt, tot, k):
+    """Add (count, Σ d²) to winner c's partner p in the dense lists who/cnt/tot (k used); returns k."""
+    if owner[p] != c:
+        owner[p] = c
+        slot[p] = k
+        who[k] = p
+        cnt[k] = count
+        tot[k] = dsum
+        return k + 1
+    cnt[slot[p]] += count
+    tot[slot[p]] += dsum
+    return k
 
-    pair_c, pair_p : IN int32 (m,) pairs grouped by pair_c (each (c, p) once);  count, dsum : IN (m,)
-    Gc : INOUT int32 (C, G)
+
+@njit(nogil=True, cache=True)
+def select_neighbours(offset, tables, spill_c, spill_p, spill_d, Gc, partners):
+    """G_c ← {c} + the G−1 partners with the smallest mean d² (ties: lower index), from every part's pair
+    tables and spills; clusters that won no row keep their G_c. Per winner the sums run over the parts'
+    tables in part order, then its spills in part order, so they depend on the parts, not on the workers.
+
+    offset : IN int64 (C + 1,) the tables' layout, shared by the parts;  tables : IN PAIR (P, offset[C])
+    spill_c, spill_p, spill_d : IN (m,) int32 / int32 / float64, every part's spills in part order
+    Gc : INOUT int32 (C, G);  partners : OUT int64 (C,) distinct partners per winner (sizes the next tables)
     """
-    G = Gc.shape[1]
-    m = pair_c.shape[0]
-    a = 0
-    while a < m:
-        c = pair_c[a]
-        b = a
-        while b < m and pair_c[b] == c:
-            b += 1
+    C, G = Gc.shape
+    m = spill_c.shape[0]
+    start = np.zeros(C + 1, np.int64)  # spills grouped by winner, order kept (counting sort)
+    for j in range(m):
+        start[spill_c[j] + 1] += 1
+    for c in range(C):
+        start[c + 1] += start[c]
+    order = np.empty(m, np.int64)
+    nxt = start[:C].copy()
+    for j in range(m):
+        order[nxt[spill_c[j]]] = j
+        nxt[spill_c[j]] += 1
+    owner = np.full(C, -1, np.int64)
+    slot = np.empty(C, np.int64)
+    who = np.empty(C, np.int32)
+    cnt = np.empty(C, np.int64)
+    tot = np.empty(C)
+    best = np.empty(max(G - 1, 1))
+    bestp = np.empty(max(G - 1, 1), np.int32)
+    for c in range(C):
+        k = 0
+        for q in range(tables.shape[0]):
+            for h in range(offset[c], offset[c + 1]):
+                e = tables[q, h]
+                if e.key >= 0:
+                    k = _gather(c, e.key, e.count, e.dsum, owner, slot, who, cnt, tot, k)
+        for r in range(start[c], start[c + 1]):
+            j = order[r]
+            k = _gather(c, spill_p[j], 1, spill_d[j], owner, slot, who, cnt, tot, k)
+        partners[c] = k
         chosen = 0
-        last_mean = -np.inf
-        last_p = -1
-        while chosen < G - 1:  # G−1 rounds of "next smallest (mean, index) after the last one"
-            best_mean = np.inf
-            best_p = -1
-            for j in range(a, b):
-                mean = dsum[j] / count[j]
-                p = pair_p[j]
-                after = mean > last_mean or (mean == last_mean and p > last_p)
-                if after and (mean < best_mean or (mean == best_mean and p < best_p)):
-                    best_mean = mean
-                    best_p = p
-            if best_p < 0:  # fewer partners than G−1 (cannot happen when |S_n| >= G): keep the rest
-                break
-            chosen += 1
-            Gc[c, chosen] = best_p
-            last_mean = best_mean
-            last_p = best_p
-        a = b
+        for r in range(k if G > 1 else 0):  # insertion into the G−1 smallest (mean, index)
+            mean = tot[r] / cnt[r]
+            p = who[r]
+            pos = chosen
+            if chosen == G - 1:
+                if mean > best[G - 2] or (mean == best[G - 2] and p > bestp[G - 2]):
+                    continue
+                pos = G - 2
+            while pos > 0 and (mean < best[pos - 1] or (mean == best[pos - 1] and p < bestp[pos - 1])):
+                best[pos] = best[pos - 1]
+                bestp[pos] = bestp[pos - 1]
+                pos -= 1
+            best[pos] = mean
+            bestp[pos] = p
+            chosen = min(chosen + 1, G - 1)
+        for r in range(chosen):  # fewer partners than G−1 (only when |S_n| < G): the rest is kept
+            Gc[c, 1 + r] = bestp[r]
