@@ -188,3 +188,15 @@ def test_stream_auto_switch_and_small_loaders():
     # each loader carries its own chunk's graph only, not the whole input's
     sizes = [len(b) for b in loaders(src, range(src.n_chunks))]
     assert max(sizes) < 4 * min(sizes) and max(sizes) < 20_000
+
+
+def test_in_process_threads_setting_keeps_the_model():
+    """``in-process-threads`` bounds the driver's threads; chunks, not threads, fix the model (rule 5)."""
+    import dask
+
+    X = blobs(4000, 3, 5, seed=2)[0]
+    default = dask_clust.fit(X, n_clusters=5, random_state=0, client="in-process")
+    with dask.config.set({"dask_clust.in-process-threads": 1}):
+        one = dask_clust.fit(X, n_clusters=5, random_state=0, client="in-process")
+    assert one.engine_["threads"] == 1 and default.engine_["threads"] == (os.cpu_count() or 1)
+    np.testing.assert_array_equal(one.cluster_centers_, default.cluster_centers_)

@@ -67,7 +67,7 @@ class InProcessBackend:
     kind = "in-process"
 
     def __init__(self, source, entropy):
-        self.threads = os.cpu_count() or 1
+        self.threads = int(config.get("in-process-threads") or os.cpu_count() or 1)
         ids = range(source.n_chunks)
         self.streaming = should_stream(source, psutil.virtual_memory().available)
         blocks = loaders(source, ids) if self.streaming else [source.block(i) for i in ids]

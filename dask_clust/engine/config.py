@@ -14,6 +14,8 @@ DEFAULTS = {
     # rows per chunk of a working set (a coreset) held in-process: chunks are the unit of threading,
     # and this fixed size keeps the model independent of the machine (rule 5)
     "working-set-chunk-rows": 32768,
+    # threads of an in-process fit or working set (None: every core of this machine)
+    "in-process-threads": None,
     # fan-in of the tree that combines per-partition partials
     "split-every": 8,
     # in-memory input up to this size is fitted in-process when no client is running (rule 6)
