@@ -191,12 +191,16 @@ def test_stream_auto_switch_and_small_loaders():
 
 
 def test_in_process_threads_setting_keeps_the_model():
-    """``in-process-threads`` bounds the driver's threads; chunks, not threads, fix the model (rule 5)."""
+    """``in-process-threads`` bounds the driver's threads; chunks, not threads, fix the model (rule 5), also
+    where a step calls BLAS (the coreset's dot products: a threaded BLAS would split them differently)."""
     import dask
 
-    X = blobs(4000, 3, 5, seed=2)[0]
-    default = dask_clust.fit(X, n_clusters=5, random_state=0, client="in-process")
-    with dask.config.set({"dask_clust.in-process-threads": 1}):
-        one = dask_clust.fit(X, n_clusters=5, random_state=0, client="in-process")
+    X = blobs(60_000, 3, 5, seed=2)[0]
+    kw = dict(algo="vcgmm", n_clusters=5, coreset_size=3000, max_iter=3, random_state=0, client="in-process")
+    with dask.config.set({"dask_clust.min-chunks": 1}):  # one chunk: a dot product long enough to be threaded
+        default = dask_clust.fit(X, **kw)
+        with dask.config.set({"dask_clust.in-process-threads": 1}):
+            one = dask_clust.fit(X, **kw)
     assert one.engine_["threads"] == 1 and default.engine_["threads"] == (os.cpu_count() or 1)
     np.testing.assert_array_equal(one.cluster_centers_, default.cluster_centers_)
+    assert one.objective_ == default.objective_

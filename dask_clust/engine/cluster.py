@@ -73,15 +73,15 @@ class InProcessBackend:
         blocks = loaders(source, ids) if self.streaming else [source.block(i) for i in ids]
         self.parts = [Partition(_meta(ids, source, entropy, self.threads), *blocks)]
         self.n_workers = 1
-        # our pool runs one chunk per core; a multi-threaded BLAS inside each would oversubscribe them
-        self._blas = threadpool_limits(1, user_api="blas") if self.threads > 1 else None
+        # our pool runs one chunk per core; a multi-threaded BLAS inside each would oversubscribe them, and
+        # its split of a dot product would make the model depend on BLAS's thread count (rule 5)
+        self._blas = threadpool_limits(1, user_api="blas")
 
     def call(self, method, *args, builders=()):
         return [getattr(p, method)(*args) for p in self.parts]
 
     def close(self):
-        if self._blas is not None:
-            self._blas.restore_original_limits()
+        self._blas.restore_original_limits()
         for p in self.parts:
             if p._pool is not None:
                 p._pool.shutdown()
