@@ -15,7 +15,7 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind):
     labels : OUT int32 (n,);  mind : OUT float64 (n,) exact squared distance to the label's centre
     """
     n = X.shape[0]
-    block = min(block, n)
+    block = max(1, min(block, n))  # a chunk may hold no row of a sample
     G = np.empty((C.shape[0], block), dtype=X.dtype)
     best = np.empty(block, dtype=X.dtype)
     second = np.empty(block, dtype=X.dtype)
@@ -68,7 +68,7 @@ def candidate_potentials(X, w, mind, Cd, cnorm, block, pot):
     pot  : INOUT float64 (m,)
     """
     n = X.shape[0]
-    block = min(block, n)
+    block = max(1, min(block, n))  # a chunk may hold no row of a sample
     G = np.empty((Cd.shape[0], block), dtype=X.dtype)
     xx = np.empty(block)
     for b0 in range(0, n, block):
