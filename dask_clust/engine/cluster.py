@@ -80,6 +80,10 @@ class InProcessBackend:
     def call(self, method, *args, builders=()):
         return [getattr(p, method)(*args) for p in self.parts]
 
+    def partitions(self, source):
+        """Per partition: (rows, memory of the process holding it in bytes)."""
+        return [(source.n_samples, psutil.virtual_memory().total)]
+
     def close(self):
         self._blas.restore_original_limits()
         for p in self.parts:
@@ -124,6 +128,13 @@ class ActorBackend:
         self.n_rebuilds = 0
 
     # -- placement
+    def partitions(self, source):
+        """Per partition: (rows, memory limit of its worker in bytes)."""
+        info = self._worker_info()
+        total = psutil.virtual_memory().total
+        return [(int(sum(source.starts[i + 1] - source.starts[i] for i in ids)),
+                 int(info.get(addr, {}).get("memory_limit") or total)) for addr, ids in self.placement]
+
     def _worker_info(self):
         info = self.client.scheduler_info(n_workers=-1) if _accepts_n_workers() else self.client.scheduler_info()
         return info["workers"]

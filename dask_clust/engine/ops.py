@@ -187,6 +187,10 @@ class Engine:
         times = [self.empty_iteration_ms() for _ in range(repeats + 2)]
         return statistics.median(times[2:])
 
+    def partitions(self):
+        """Per partition: (rows, memory of the worker that holds it, bytes): what per-row state may cost."""
+        return self.backend.partitions(self.source)
+
     def describe(self):
         return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
                 "chunks": self.n_chunks, "streaming": self.backend.streaming,
