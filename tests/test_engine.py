@@ -89,23 +89,26 @@ def _worker_pids(client):
     return client.run(os.getpid)
 
 
-def test_worker_killed_mid_fit_finishes_with_same_quality():
+@pytest.mark.parametrize("algo,kw", [("kmeans", {}),
+                                     ("nmbatch", dict(batch_size=4000, rho=10.0))])  # per-row state: bounds
+def test_worker_killed_mid_fit_finishes_with_same_quality(algo, kw):
     """SIGKILL one worker process in the middle of a fit: its partition is rebuilt on a surviving
     worker from the source and the iteration is repeated; QE stays within 1 % of an undisturbed run."""
     from distributed import Client, LocalCluster
 
     X, _ = blobs(60_000, 8, 20, seed=5)
     init = X[:20].astype(np.float64)
+    kw = dict(algo=algo, n_clusters=20, init=init, tol=0, random_state=0, **kw)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc, set_as_default=False) as client:
-        calm = dask_clust.fit(X, n_clusters=20, init=init, client=client, tol=0)
+        calm = dask_clust.fit(X, client=client, **kw)
         victim = sorted(_worker_pids(client).values())[0]
 
         def kill_at_3(rec):
             if rec["iteration"] == 3:
                 os.kill(victim, signal.SIGKILL)
 
-        hit = dask_clust.fit(X, n_clusters=20, init=init, client=client, tol=0, callback=kill_at_3)
+        hit = dask_clust.fit(X, client=client, callback=kill_at_3, **kw)
     assert hit.engine_["rebuilds"] >= 1
     assert abs(hit.objective_ - calm.objective_) <= 0.01 * calm.objective_
     np.testing.assert_allclose(hit.cluster_centers_, calm.cluster_centers_, rtol=1e-9)

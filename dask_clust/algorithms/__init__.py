@@ -31,3 +31,5 @@ def get(name):
 
 from . import kmeans  # noqa: E402,F401  (registers itself)
 from . import vcgmm  # noqa: E402,F401
+from . import nmbatch  # noqa: E402,F401
+from . import minibatch  # noqa: E402,F401

@@ -1,0 +1,212 @@
+"""Nested mini-batch k-means (``algo="nmbatch"``): mini-batches that grow by doubling and nest (every
+batch holds the previous one), so a row's label, distance and lower bounds stay valid from round to
+round; each row votes once (a changed label moves it between the sums), and the batch doubles when the
+centres' displacement is small against their standard error.
+
+J. Newling, F. Fleuret, "Nested Mini-Batch K-Means", NIPS 2016 (Alg. 5), arXiv:1602.02934; reference
+code idiap/eakmeans (turbobatch). ALGORITHMS.md §2 is the specification followed here.
+
+  1. nesting_order: each row's rank in one pseudo-random permutation of [0, N); the batch of size b is
+     the rows of rank < b, every chunk holds its proportional slice of it
+  2. initial_centers: k-means++ on the first b0 rows, the rows of rank 0..k−1 ("first-k", the paper's
+     protocol) or any seeding on all rows
+  repeat (one call per partition, one exact reduction)
+  3. assign_with_bounds: reused rows l −= p, exact d, exact distances where l < d; new rows all k
+     distances; label changes move (w x, w) between the sums S, v
+  4. update_centroids: c = S/v (a cluster with v = 0 is frozen), p = ||c_new − c_old||
+  5. doubling_test: min_j σ̂_C(j)/p_j > ρ → b ← min(2b, N)
+  until b = N and no label changed, or |ΔE/E| < tol once b = N, or max_iter rounds.
+
+Bounds: k per row (Elkan, N·k·4 bytes) or one on the second closest centre (Hamerly); ``bounds="auto"``
+takes Hamerly's when a partition's Elkan bounds would exceed its memory budget.
+"""
+import logging
+import numbers
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .._params import ArrayOf2D, Interval, NoneOK, Options
+from ..engine.data import stream
+from ..kernels.assign import accumulate
+from ..kernels.nested import nested_ranks, nested_round
+from ..lloyd import quantization_error
+from ..seeding import SEEDERS, seed
+from . import AlgorithmSpec, register
+
+logger = logging.getLogger("dask_clust")
+
+# displacements below this vote for doubling (the reference code's threshold)
+P_FLOOR = 1e-10
+
+
+@dataclass
+class NMBatchConfig:
+    n_clusters: int = 8
+    init: object = "k-means++"
+    batch_size: int = 5000
+    rho: float = 100.0
+    rho_mode: str = "paper"
+    bounds: str = "auto"
+    bounds_memory: int | None = None
+    max_iter: int = 1000
+    tol: float = 1e-4
+
+    constraints: ClassVar = {
+        "n_clusters": [Interval(numbers.Integral, 1, None)],
+        "init": [Options(SEEDERS + ("first-k",)), ArrayOf2D()],
+        "batch_size": [Interval(numbers.Integral, 1, None)],
+        "rho": [Interval(numbers.Real, 0, None, "neither")],
+        "rho_mode": [Options(("paper", "reference"))],
+        "bounds": [Options(("auto", "elkan", "hamerly"))],
+        "bounds_memory": [Interval(numbers.Integral, 1, None), NoneOK()],
+        "max_iter": [Interval(numbers.Integral, 1, None)],
+        "tol": [Interval(numbers.Real, 0, None, "left")],
+    }
+
+
+# ---------------------------------------------------------------- per-chunk steps
+
+def _nesting(chunk, params):
+    """State: the chunk's rows in nesting order, and per position label, distance and bounds. Rebuilt from
+    the model (a lost worker), the rows of rank < b are assigned afresh to the model's centres."""
+    key, n_total, width, centers, b = params
+    n = chunk.x.shape[0]
+    ranks = np.empty(n, np.int64)
+    nested_ranks(chunk.start, n_total, key, ranks)
+    order = np.argsort(ranks, kind="stable")
+    st = chunk.state["nmbatch"] = {"order": order, "ranks": ranks[order], "labels": np.zeros(n, np.int32),
+                                   "dist": np.zeros(n), "lower": np.empty((n, width), np.float32)}
+    if b:
+        k, d = centers.shape
+        nested_round(chunk.x, chunk.w, order, 0, int(np.searchsorted(st["ranks"], b)), centers, np.zeros(k),
+                     st["labels"], st["dist"], st["lower"], np.zeros((k, d)), np.zeros(k), np.zeros(k))
+
+
+def _votes(chunk, params):
+    """Σ w x and Σ w per label over the chunk's rows of rank < b (to resynchronise S, v)."""
+    k, b = params
+    st = chunk.state["nmbatch"]
+    cut = int(np.searchsorted(st["ranks"], b))
+    idx = st["order"][:cut]
+    S, v = np.zeros((k, chunk.x.shape[1])), np.zeros(k)
+    accumulate(chunk.x[idx], chunk.w[idx], st["labels"][:cut], st["dist"][:cut] ** 2, S, v)
+    return S, v
+
+
+def _first_rows(chunk, m):
+    """The chunk's rows of rank < m: (ranks, rows, weights)."""
+    st = chunk.state["nmbatch"]
+    cut = int(np.searchsorted(st["ranks"], m))
+    idx = st["order"][:cut]
+    return st["ranks"][:cut], chunk.x[idx], chunk.w[idx]
+
+
+def _round_step(chunk, params):
+    """Step 3 on the chunk's rows of rank < b: (ΔS, Δv, sse, changed, evaluations, rows that joined)."""
+    centers, p, b_old, b = params
+    st = chunk.state["nmbatch"]
+    n_old, n_new = (int(i) for i in np.searchsorted(st["ranks"], [b_old, b]))
+    k, d = centers.shape
+    S, v, sse = np.zeros((k, d)), np.zeros(k), np.zeros(k)
+    evals, changed = nested_round(chunk.x, chunk.w, st["order"], n_old, n_new, centers, p, st["labels"],
+                                  st["dist"], st["lower"], S, v, sse)
+    return S, v, sse, np.int64(changed), np.int64(evals), np.int64(n_new - n_old)
+
+
+# ---------------------------------------------------------------- driver
+
+def bounds_kind(engine, cfg):
+    """"elkan" or "hamerly": auto keeps k bounds per row while every partition's fit in its budget."""
+    if cfg.bounds != "auto":
+        return cfg.bounds
+    need = [(rows * cfg.n_clusters * 4, cfg.bounds_memory or memory // 4) for rows, memory in engine.partitions()]
+    if all(bytes_ <= budget for bytes_, budget in need):
+        return "elkan"
+    logger.info("nmbatch: k lower bounds per row would take %.3g GB in a partition (budget %.3g GB): one bound "
+                "per row (Hamerly)", max(b for b, _ in need) / 1e9, min(b for _, b in need) / 1e9)
+    return "hamerly"
+
+
+def first_rows(engine, m):
+    """The rows of rank < m, in rank order: (rows, weights)."""
+    got = engine.map(_first_rows, m)
+    ranks = np.concatenate([g[0] for g in got])
+    order = np.argsort(ranks)
+    return np.concatenate([g[1] for g in got])[order], np.concatenate([g[2] for g in got])[order]
+
+
+def initial_centers(engine, cfg, b0, entropy):
+    """Step 2: (centres float64, distance evaluations)."""
+    if isinstance(cfg.init, str) and cfg.init == "first-k":
+        return first_rows(engine, cfg.n_clusters)[0].astype(np.float64), 0
+    if isinstance(cfg.init, str) and cfg.init == "k-means++":
+        rows, w = first_rows(engine, b0)
+        with engine.working_set(rows, w, entropy) as work:
+            return seed(work, cfg.n_clusters, "k-means++", entropy)
+    return seed(engine, cfg.n_clusters, cfg.init, entropy)
+
+
+def update_centroids(S, v, centers):
+    """Step 4: c = S/v where v > 0 (else frozen); returns (centres, displacements)."""
+    new = centers.copy()
+    live = v > 0
+    new[live] = S[live] / v[live, None]
+    return new, np.sqrt(((new - centers) ** 2).sum(axis=1))
+
+
+def doubling_test(sse, v, p, rho, mode="paper"):
+    """Step 5: min_j σ̂_C(j)/p_j > ρ, with the paper's standard error σ̂_C = sqrt(sse/(v(v−1))) or the
+    reference code's sqrt(sse/(v−1)) (``mode="reference"``). A centre that did not move or has fewer
+    than two rows gives no evidence against doubling."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = sse / (v - 1) if mode == "reference" else sse / (v * (v - 1))
+        ratio = np.sqrt(spread) / p
+    ratio[(p < P_FLOOR) | (v <= 1)] = np.inf
+    return bool(ratio.min() > rho)
+
+
+def fit(engine, cfg, entropy, loop):
+    N, k = engine.n_samples, cfg.n_clusters
+    b0 = min(cfg.batch_size, N)
+    kind = bounds_kind(engine, cfg)
+    key = int(stream(entropy, "nmbatch", "nesting").integers(2 ** 63))
+    width = k if kind == "elkan" else 1
+    engine.init_state(_nesting, (key, N, width, None, 0), key="nmbatch")
+    centers, seed_evals = initial_centers(engine, cfg, b0, entropy)
+    rebuilds = engine.describe()["rebuilds"]
+    S, v = np.zeros_like(centers), np.zeros(k)
+    p = np.zeros(k)
+    b_old, b = 0, b0
+    evals_total, prev = seed_evals, None
+    for _ in loop:
+        engine.set_rebuild(_nesting, (key, N, width, centers, b_old), key="nmbatch")
+        dS, dv, sse, changed, evals, joined = engine.reduce(_round_step, (centers, p, b_old, b))
+        if engine.describe()["rebuilds"] != rebuilds:  # a rebuilt partition's old votes are unknown: recount
+            rebuilds = engine.describe()["rebuilds"]
+            S, v = engine.reduce(_votes, (k, b))
+        else:
+            S += dS
+            v += dv
+        energy = float(sse.sum() / v.sum())
+        centers, p = update_centroids(S, v, centers)
+        grow = b < N and doubling_test(sse, v, p, cfg.rho, cfg.rho_mode)
+        evals_total += int(evals)
+        loop.record(energy, evals, changed, batch_size=b, joined=int(joined))
+        if b == N and joined == 0 and (changed == 0 or abs(prev - energy) < cfg.tol * energy):
+            loop.converged = True
+        prev = energy
+        b_old, b = b, (min(2 * b, N) if grow else b)
+    engine.clear_state("nmbatch")
+    qe, qe_evals = quantization_error(engine, centers)
+    return {"centers": centers, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
+            "distance_evals": evals_total + qe_evals, "history": loop.history,
+            "extras": {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)}}
+
+
+register(AlgorithmSpec(
+    name="nmbatch", config=NMBatchConfig, fit=fit, estimator="NestedMiniBatchKMeans",
+    summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
+    reference="Newling, Fleuret, NIPS 2016, arXiv:1602.02934",
+))

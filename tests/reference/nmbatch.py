@@ -1,0 +1,82 @@
+"""Plain-numpy nested mini-batch k-means (Newling & Fleuret 2016, Alg. 5 with Alg. 1's Elkan test) and
+Sculley's mini-batch k-means (Alg. 2 + 4), written from the paper's pseudo-code: the oracles of
+tests/test_nmbatch.py. Rows are visited in the given nesting order; bounds are exact float64."""
+import numpy as np
+
+
+def _dist(x, c):
+    return float(np.sqrt(((x.astype(np.float64) - c) ** 2).sum()))
+
+
+def nmbatch(X, order, centers, b0, rho, max_rounds, mode="paper"):
+    """Returns per round (batch size, energy, changed, distance evaluations) and the final centres."""
+    N, k = len(X), len(centers)
+    c = np.array(centers, dtype=np.float64)
+    S, v = np.zeros_like(c), np.zeros(k)
+    a = np.zeros(N, int)
+    d = np.zeros(N)
+    lower = np.zeros((N, k))
+    p = np.zeros(k)
+    b_old, b = 0, min(b0, N)
+    rounds = []
+    for _ in range(max_rounds):
+        evals = changed = 0
+        sse = np.zeros(k)
+        for i in order[:b_old]:
+            lower[i] -= p
+            a0 = a[i]
+            d[i] = _dist(X[i], c[a0])
+            evals += 1
+            for j in range(k):
+                if j != a0 and lower[i, j] < d[i]:
+                    lower[i, j] = _dist(X[i], c[j])
+                    evals += 1
+                    if lower[i, j] < d[i]:
+                        a[i], d[i] = j, lower[i, j]
+            if a[i] != a0:
+                S[a0] -= X[i]
+                v[a0] -= 1
+                S[a[i]] += X[i]
+                v[a[i]] += 1
+                changed += 1
+            sse[a[i]] += d[i] ** 2
+        for i in order[b_old:b]:
+            lower[i] = [_dist(X[i], c[j]) for j in range(k)]
+            evals += k
+            a[i] = int(np.argmin(lower[i]))
+            d[i] = lower[i, a[i]]
+            S[a[i]] += X[i]
+            v[a[i]] += 1
+            sse[a[i]] += d[i] ** 2
+        old = c.copy()
+        live = v > 0
+        c[live] = S[live] / v[live, None]
+        p = np.sqrt(((c - old) ** 2).sum(axis=1))
+        rounds.append((b, sse.sum() / v.sum(), changed, evals))
+        sigma = np.full(k, np.inf)
+        for j in range(k):
+            if v[j] > 1 and p[j] >= 1e-10:
+                spread = sse[j] / (v[j] - 1) if mode == "reference" else sse[j] / (v[j] * (v[j] - 1))
+                sigma[j] = np.sqrt(spread) / p[j]
+        joined = b - b_old
+        if b == N and joined == 0 and changed == 0:
+            break
+        b_old = b
+        if b < N and sigma.min() > rho:
+            b = min(2 * b, N)
+    return rounds, c
+
+
+def minibatch(X, centers, batches):
+    """Sculley: the seed is each centre's first row (v = 1); each batch is assigned to the centres of its
+    start, then every centre is the mean of all rows it was given. Returns the final centres."""
+    c = np.array(centers, dtype=np.float64)
+    S, v = c.copy(), np.ones(len(c))
+    for ids in batches:
+        x = X[ids].astype(np.float64)
+        lab = np.argmin(((x[:, None, :] - c[None]) ** 2).sum(-1), axis=1)
+        for i, j in enumerate(lab):
+            S[j] += x[i]
+            v[j] += 1
+        c = S / v[:, None]
+    return c
