@@ -50,7 +50,8 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     one exists; in-memory data up to 1 GiB is fitted in this process; otherwise a LocalCluster sized to
     the machine is started for the fit and closed again).
     progress: print a one-line progress display on stderr; callback(record) is called after every
-    iteration with the history record (raise ``dask_clust.StopFit`` to stop early).
+    iteration with the history record plus "centers", the centres after that iteration (raise
+    ``dask_clust.StopFit`` to stop early).
     """
     spec = algorithms.get(algo)
     given = {"n_clusters": n_clusters, "init": init, "max_iter": max_iter, "tol": tol, **params}

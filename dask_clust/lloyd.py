@@ -103,7 +103,7 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
         relocated = relocate_empty(engine, sums, weights)
         new = m_step(sums, weights, centers)
         shift = float(((new - centers) ** 2).sum())
-        loop.record(qe, e, changed, center_shift=shift, relocated=relocated)
+        loop.record(qe, e, changed, centers=new, center_shift=shift, relocated=relocated)
         strict = changed == 0 and relocated == 0
         centers = new
         objective = qe

@@ -159,3 +159,7 @@ def test_callback_history_and_stop():
     assert m.n_iter_ == 2 and not m.converged_ and len(seen) == 2
     assert set(m.history_[0]) >= {"iteration", "objective", "wall_s", "distance_evals", "changed"}
     assert m.history_[1]["objective"] <= m.history_[0]["objective"]
+    # the callback sees each iteration's centres: the QE of those after iteration 1 is iteration 2's objective
+    d2 = ((X[:, None, :].astype(np.float64) - seen[0]["centers"][None]) ** 2).sum(-1).min(1)
+    assert d2.sum() == pytest.approx(seen[1]["objective"], rel=1e-9)
+    assert "centers" not in m.history_[0]

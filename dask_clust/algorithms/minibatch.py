@@ -81,7 +81,7 @@ def fit(engine, cfg, entropy, loop):
         stale = 0 if ewa < best else stale + 1
         best = min(best, ewa)
         evals_total += int(evals)
-        loop.record(batch, evals, None, smoothed=ewa)
+        loop.record(batch, evals, None, centers=centers, smoothed=ewa)
         if (cfg.max_no_improvement is not None and stale >= cfg.max_no_improvement) or (tol > 0 and shift <= tol):
             loop.converged = True
     qe, qe_evals = quantization_error(engine, centers)

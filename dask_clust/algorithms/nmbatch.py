@@ -193,7 +193,7 @@ def fit(engine, cfg, entropy, loop):
         centers, p = update_centroids(S, v, centers)
         grow = b < N and doubling_test(sse, v, p, cfg.rho, cfg.rho_mode)
         evals_total += int(evals)
-        loop.record(energy, evals, changed, batch_size=b, joined=int(joined))
+        loop.record(energy, evals, changed, centers=centers, batch_size=b, joined=int(joined))
         if b == N and joined == 0 and (changed == 0 or abs(prev - energy) < cfg.tol * energy):
             loop.converged = True
         prev = energy

@@ -245,7 +245,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
         used = sigma2
         mu, sigma2 = m_step(mu, sums, U, Q, total_w, floor)
         evals += e
-        loop.record(f, e, sum(r[2] for r in found), sigma2=used, active_clusters=int(np.count_nonzero(U > 0)))
+        loop.record(f, e, sum(r[2] for r in found), centers=mu, sigma2=used, active_clusters=int(np.count_nonzero(U > 0)))
         if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
             loop.converged = True
         prev_f = f

@@ -44,7 +44,10 @@ class Loop:
     def n_iter(self):
         return len(self.history)
 
-    def record(self, objective, distance_evals, changed=None, **extras):
+    def record(self, objective, distance_evals, changed=None, centers=None, **extras):
+        """Append one iteration's record; the callback also sees ``centers`` (the centres after this
+        iteration's update, read-only), which the history does not keep: QE-against-time curves need them,
+        a long history of k × d arrays would not."""
         rec = {"iteration": len(self.history) + 1, "objective": float(objective),
                "wall_s": time.perf_counter() - self._t, "distance_evals": int(distance_evals),
                "changed": None if changed is None else int(changed)}
@@ -58,7 +61,7 @@ class Loop:
             sys.stderr.flush()
         if self.callback is not None:
             try:
-                self.callback(rec)
+                self.callback(rec if centers is None else {**rec, "centers": centers})
             except StopFit:
                 logger.info("%s stopped by the callback after iteration %d", self.name, rec["iteration"])
                 self.stopped = True
