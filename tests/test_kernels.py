@@ -43,6 +43,23 @@ def test_nearest_matches_brute_force(xc):
     assert evals >= X.shape[0] * C.shape[0]
 
 
+@settings(max_examples=150, deadline=None)
+@given(data_and_centers())
+def test_second_nearest_bound_never_exceeds_brute_force(xc):
+    """``mind2`` bounds every non-label centre's squared distance from below (near-duplicate centres and
+    re-searched rows included), and is not vacuous on well-separated rows."""
+    X, C = xc
+    mind2 = np.empty(len(X))
+    labels, _, _ = nearest(X, Prepared(C, X.dtype), mind2=mind2)
+    D = sqdist(X, C)
+    D[np.arange(len(X)), labels] = np.inf
+    others = D.min(1)
+    assert np.all(mind2 <= others)
+    if len(C) > 1:
+        scale = (X.astype(np.float64) ** 2).sum(1) + (C ** 2).sum(1).max()
+        assert np.all(others - mind2 <= 1e-3 * scale + 1e-9)
+
+
 @settings(max_examples=80, deadline=None)
 @given(data_and_centers(), st.integers(0, 2**31))
 def test_accumulate_matches_numpy(xc, seed):

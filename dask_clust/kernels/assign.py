@@ -6,13 +6,14 @@ from .distance import cross_products, gemm_tolerance, nearest_rows, rows_per_blo
 
 
 @njit(nogil=True, cache=True)
-def assign(X, Cd, cnorm, C, tol, block, labels, mind):
+def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
     """Label every row of X with its nearest centre; returns distance evaluations.
 
     X      : IN  float32/float64 (n, d)
     Cd     : IN  X's dtype (k, d) contiguous;  cnorm : IN float64 (k,);  C : IN float64 (k, d)
     tol    : IN  float  (``gemm_tolerance``);   block : IN int (``rows_per_block``)
     labels : OUT int32 (n,);  mind : OUT float64 (n,) exact squared distance to the label's centre
+    mind2  : OUT float64 (n,) lower bound of the squared distance to every other centre, or (0,): skipped
     """
     n = X.shape[0]
     block = max(1, min(block, n))  # a chunk may hold no row of a sample
@@ -22,7 +23,8 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind):
     jb = np.zeros(block, dtype=np.int32)
     evals = 0
     for b0 in range(0, n, block):
-        evals += nearest_rows(X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, labels, mind)
+        evals += nearest_rows(X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, labels, mind,
+                              mind2)
     return evals
 
 
@@ -120,13 +122,19 @@ class Prepared:
         return (Prepared, (self.C, self.Cd.dtype))
 
 
-def nearest(X, centers, labels=None, mind=None):
+def nearest(X, centers, labels=None, mind=None, mind2=None):
     """Nearest centre of every row of X: (labels int32, exact squared distance float64, evaluations).
 
-    centers: a ``Prepared`` in X's dtype. ``labels``/``mind`` are reused as output buffers when given.
+    centers: a ``Prepared`` in X's dtype. ``labels``/``mind`` are reused as output buffers when given;
+    ``mind2`` (float64 (n,)), when given, receives a lower bound of each row's squared distance to every
+    centre but its nearest.
     """
     n = X.shape[0]
     labels = np.empty(n, np.int32) if labels is None else labels
     mind = np.empty(n) if mind is None else mind
-    evals = assign(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, labels, mind)
+    evals = assign(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, labels, mind,
+                   _NONE if mind2 is None else mind2)
     return labels, mind, evals
+
+
+_NONE = np.empty(0)

@@ -51,6 +51,10 @@ def sqdist_row(xr, C, j):
     return s
 
 
+# absolute slack of a bound from the GEMM form: products that underflow in float32 lose < 1.5e-45 each
+_UNDERFLOW = 1e-30
+
+
 def rows_per_block(n_centers):
     """GEMM row-block width: keeps the (k × rows) block of cross products near 1 MB of cache."""
     return max(256, min(4096, (1 << 18) // max(1, n_centers)))
@@ -77,7 +81,7 @@ def cross_products(X, b0, b1, Cd, G):
 
 
 @njit(nogil=True, cache=True)
-def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind):
+def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind, mind2):
     """Nearest centre for rows b0..b1 of X; returns the number of distance evaluations.
 
     X      : IN  float32/float64 (n, d)        the data block
@@ -93,6 +97,9 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
                                                re-search tolerance covers, dominates the scan's)
     labels : OUT int32 (n,)                    nearest centre (lowest index on ties)
     mind   : OUT float64 (n,)                  exact squared distance to it
+    mind2  : OUT float64 (n,) or (0,)          a lower bound of the squared distance to every other
+                                               centre (from the scan's second value, less its rounding
+                                               band); not written when empty
     """
     k = C.shape[0]
     m = b1 - b0
@@ -122,7 +129,10 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
             xx += xv * xv
         band = tol * (xx + cmax)
         top = np.float64(best[r])
-        if k > 1 and np.float64(second[r]) - top <= band:
+        researched = k > 1 and np.float64(second[r]) - top <= band
+        if mind2.shape[0]:  # after a re-search the label may be the scan's second: only the best bounds the rest
+            mind2[i] = max(0.0, (top if researched else np.float64(second[r])) + xx - band - _UNDERFLOW)
+        if researched:
             # only centres whose GEMM value is within the rounding band of the best can win: near-equal
             # centres (common in GMM fits) would otherwise cost a full float64 pass per row
             exact = np.inf
