@@ -64,7 +64,7 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     with open_engine(source, client, entropy) as engine:
         logger.info("fitting %s (k=%s) on %d x %d %s in %d chunks (%s)", algo, getattr(cfg, "n_clusters", "-"),
                     source.n_samples, source.n_features, source.dtype, source.n_chunks, engine.backend.kind)
-        loop = Loop(algo, getattr(cfg, "max_iter", 1), callback=callback, progress=progress)
+        loop = Loop(algo, getattr(cfg, "max_iter", getattr(cfg, "max_epochs", 1)), callback=callback, progress=progress)
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0

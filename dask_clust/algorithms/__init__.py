@@ -33,3 +33,4 @@ from . import kmeans  # noqa: E402,F401  (registers itself)
 from . import vcgmm  # noqa: E402,F401
 from . import nmbatch  # noqa: E402,F401
 from . import minibatch  # noqa: E402,F401
+from . import vrkm  # noqa: E402,F401

@@ -1,0 +1,166 @@
+"""Variance-reduced k-means (``algo="vrkm"``): epochs of one full assignment pass with position
+correction, then T single-sample steps with a constant learning rate whose gradients are corrected by
+the same sample's gradient at the epoch's anchor.
+
+Y. Zhao, Y. Ming, X. Liu, E. Zhu, K. Zhao, J. Yin, "Large-scale k-means clustering via variance
+reduction", Neurocomputing 307, 2018, doi:10.1016/j.neucom.2018.03.059 (Alg. 3 "vrkm", Alg. 4
+"vrkm++"). ALGORITHMS.md §3 is the specification followed here.
+
+  repeat (an epoch)
+  1. anchor_pass: a_n = nearest centre under C̃ for every row; the pass's QE is the epoch's objective
+  2. position_correction: A = C0 = the clusters' means (a cluster with no row keeps its centre)
+     ("vrkm" also computes the batch gradient ∇f̃(A) over the anchor partition, 0 up to rounding)
+  3. variance_reduced_steps: T rows drawn uniformly; j = nearest under C_t;
+     j == a: c_j −= η (c_j − A_j);  else c_j −= η (c_j − x), c_a += η (A_a − x)   ("vrkm": − η ∇f̃(A))
+  4. C̃ = C_T
+  until the epoch QE changes by less than tol (relative) or max_epochs.
+
+Distributed: step 3 runs chunk-local: every chunk runs its share of the T steps (∝ its rows)
+sequentially on its own rows, with its own random stream, from the same C0, and returns C_T − C0; the
+driver applies C0 + Σ (C_T − C0) in chunk order. With one chunk this is exactly the sequential algorithm;
+with several it is a first-order-in-η approximation of it (the chunks do not see each other's steps
+within an epoch). The model depends on the chunking, not on the number of workers.
+"""
+import numbers
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .._params import ArrayOf2D, Interval, NoneOK, Options
+from ..engine.data import InputError
+from ..kernels.assign import Prepared, accumulate, nearest
+from ..kernels.distance import gemm_tolerance
+from ..kernels.variance_reduced import variance_reduced_steps
+from ..lloyd import quantization_error
+from ..seeding import SEEDERS, seed
+from . import AlgorithmSpec, register
+
+
+@dataclass
+class VRKMConfig:
+    n_clusters: int = 8
+    variant: str = "vrkm++"
+    init: object = "k-means++"
+    learning_rate: float | None = None
+    epoch_size: object = None
+    max_epochs: int = 100
+    tol: float = 1e-4
+
+    constraints: ClassVar = {
+        "n_clusters": [Interval(numbers.Integral, 1, None)],
+        "variant": [Options(("vrkm++", "vrkm"))],
+        "init": [Options(SEEDERS), ArrayOf2D()],
+        "learning_rate": [Interval(numbers.Real, 0, None, "neither"), NoneOK()],
+        "epoch_size": [Interval(numbers.Integral, 0, None), Interval(numbers.Real, 0, 1, "right"), NoneOK()],
+        "max_epochs": [Interval(numbers.Integral, 1, None)],
+        "tol": [Interval(numbers.Real, 0, None, "left")],
+    }
+
+
+# ---------------------------------------------------------------- per-chunk steps
+
+def _anchor_pass(chunk, centers):
+    """Step 1: keep the rows' labels as the epoch's anchor partition, with a bound on their distance to
+    every other centre (it spares most steps a search); (Σ x, count, QE, evaluations)."""
+    n = chunk.x.shape[0]
+    lower2 = np.empty(n)
+    labels, mind, evals = nearest(chunk.x, centers, mind2=lower2)
+    k, d = centers.C.shape
+    sums, counts = np.zeros((k, d)), np.zeros(k)
+    qe = accumulate(chunk.x, chunk.w, labels, mind, sums, counts)
+    chunk.state["vrkm"] = (labels, lower2)
+    return sums, counts, qe, np.int64(evals)
+
+
+def _gradient_pass(chunk, A):
+    """Step 2 of "vrkm": Σ (A_a − x) over the chunk's rows, by anchor label."""
+    labels = chunk.state["vrkm"][0]
+    out = np.zeros_like(A)
+    np.add.at(out, labels, A[labels] - chunk.x)
+    return (out,)
+
+
+def _steps(chunk, params):
+    """Step 3 on the chunk's share of the T steps: (C_T − C0, steps off the anchor label, evaluations)."""
+    Ct, A, eta, shares, epoch, grad = params
+    T = int(shares[chunk.index])
+    C = A.copy()
+    if T == 0:
+        return C - A, 0, 0
+    idx = chunk.rng("vrkm", epoch).integers(0, chunk.x.shape[0], T)
+    labels, lower2 = chunk.state["vrkm"]
+    moved, evals = variance_reduced_steps(chunk.x, idx, labels, lower2, Ct, A, C, eta,
+                                          gemm_tolerance(np.float64, A.shape[1]))
+    if grad is not None:  # the batch gradient enters every step; it does not depend on C, so it sums up
+        C -= T * eta * grad
+    return C - A, moved, evals
+
+
+# ---------------------------------------------------------------- driver
+
+def epoch_steps(cfg, n_samples):
+    """T: ``epoch_size`` steps, a fraction of N, or N."""
+    size = cfg.epoch_size
+    if size is None:
+        return n_samples
+    if isinstance(size, numbers.Integral):
+        return int(size)
+    return int(round(size * n_samples))
+
+
+def chunk_shares(T, starts):
+    """T steps split in proportion to the chunks' rows (cumulative rounding: the shares sum to T)."""
+    starts = np.asarray(starts, np.float64)
+    edges = np.floor(T * starts / starts[-1] + 0.5).astype(np.int64)
+    return np.diff(edges)
+
+
+def position_correction(sums, counts, centers):
+    """Step 2: A = the clusters' means; a cluster without rows keeps its centre."""
+    A = centers.copy()
+    live = counts > 0
+    A[live] = sums[live] / counts[live, None]
+    return A
+
+
+def fit(engine, cfg, entropy, loop):
+    if getattr(engine.source, "weights", None) is not None:
+        raise InputError("algo='vrkm' draws rows uniformly and does not take sample_weight")
+    N, k = engine.n_samples, cfg.n_clusters
+    eta = cfg.learning_rate if cfg.learning_rate is not None else k / N
+    T = epoch_steps(cfg, N)
+    shares = chunk_shares(T, engine.source.starts)
+    C, seed_evals = seed(engine, k, cfg.init, entropy)
+    evals_total, prev = seed_evals, None
+    for epoch in loop:
+        C_anchor = C
+        sums, counts, qe, evals = engine.reduce(_anchor_pass, Prepared(C, engine.dtype))
+        A = position_correction(sums, counts, C)
+        grad = None
+        if cfg.variant == "vrkm":
+            (g,) = engine.reduce(_gradient_pass, A)
+            grad = np.where(counts[:, None] > 0, g / np.maximum(counts, 1)[:, None], 0.0)
+        C, moved = A.copy(), 0
+        if T:
+            for dC, m, e in engine.map(_steps, (C_anchor, A, eta, shares, epoch, grad)):  # chunk order
+                C += dC
+                moved += m
+                evals += e
+        evals_total += int(evals)
+        loop.record(qe, evals, moved, centers=C, epoch_size=T, learning_rate=eta)
+        if prev is not None and abs(prev - qe) < cfg.tol * qe:
+            loop.converged = True
+        prev = qe
+    engine.clear_state("vrkm")
+    qe, qe_evals = quantization_error(engine, C)
+    return {"centers": C, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
+            "distance_evals": evals_total + qe_evals, "history": loop.history,
+            "extras": {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)}}
+
+
+register(AlgorithmSpec(
+    name="vrkm", config=VRKMConfig, fit=fit, estimator="VRKMeans",
+    summary="variance-reduced k-means (VRKM++ / VRKM): position-corrected epochs, constant-rate steps",
+    reference="Zhao et al., Neurocomputing 2018, doi:10.1016/j.neucom.2018.03.059",
+))
