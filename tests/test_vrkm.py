@@ -83,3 +83,12 @@ def test_learning_rate_and_epoch_defaults(data):
         dask_clust.fit(data, algo="vrkm", n_clusters=4, epoch_size=1.5, client="in-process")
     with pytest.raises(InputError, match="sample_weight"):
         dask_clust.fit(data, algo="vrkm", n_clusters=4, sample_weight=np.ones(len(data)), client="in-process")
+
+
+def test_overshooting_learning_rate_warns(data):
+    """Many chunks summing their steps with a large rate overshoot: the fit says so instead of returning a
+    divergent model silently."""
+    X = da.from_array(data, chunks=(60, 3))
+    with pytest.warns(RuntimeWarning, match="overshoots"):
+        dask_clust.fit(X, algo="vrkm", n_clusters=6, learning_rate=2.0, max_epochs=6, tol=0.0, random_state=0,
+                       client="in-process")

@@ -22,6 +22,7 @@ with several it is a first-order-in-η approximation of it (the chunks do not se
 within an epoch). The model depends on the chunking, not on the number of workers.
 """
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -30,7 +31,6 @@ import numpy as np
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.data import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
-from ..kernels.distance import gemm_tolerance
 from ..kernels.variance_reduced import variance_reduced_steps
 from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
@@ -90,8 +90,7 @@ def _steps(chunk, params):
         return C - A, 0, 0
     idx = chunk.rng("vrkm", epoch).integers(0, chunk.x.shape[0], T)
     labels, lower2 = chunk.state["vrkm"]
-    moved, evals = variance_reduced_steps(chunk.x, idx, labels, lower2, Ct, A, C, eta,
-                                          gemm_tolerance(np.float64, A.shape[1]))
+    moved, evals = variance_reduced_steps(chunk.x, idx, labels, lower2, Ct, A, C, eta)
     if grad is not None:  # the batch gradient enters every step; it does not depend on C, so it sums up
         C -= T * eta * grad
     return C - A, moved, evals
@@ -132,7 +131,7 @@ def fit(engine, cfg, entropy, loop):
     T = epoch_steps(cfg, N)
     shares = chunk_shares(T, engine.source.starts)
     C, seed_evals = seed(engine, k, cfg.init, entropy)
-    evals_total, prev = seed_evals, None
+    evals_total, prev, warned = seed_evals, None, False
     for epoch in loop:
         C_anchor = C
         sums, counts, qe, evals = engine.reduce(_anchor_pass, Prepared(C, engine.dtype))
@@ -151,6 +150,12 @@ def fit(engine, cfg, entropy, loop):
         loop.record(qe, evals, moved, centers=C, epoch_size=T, learning_rate=eta)
         if prev is not None and abs(prev - qe) < cfg.tol * qe:
             loop.converged = True
+        if prev is not None and qe > 2 * prev and not warned:
+            warned = True
+            warnings.warn(f"vrkm: the epoch QE grew from {prev:.6g} to {qe:.6g}; with {len(shares)} chunks summing their "
+                          f"steps, learning_rate={eta:.3g} overshoots (each chunk takes about {T / len(shares) / k:.3g} "
+                          f"steps per centre). Lower learning_rate or use fewer, larger chunks.", RuntimeWarning,
+                          stacklevel=2)
         prev = qe
     engine.clear_state("vrkm")
     qe, qe_evals = quantization_error(engine, C)
