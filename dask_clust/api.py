@@ -36,6 +36,14 @@ def _check_against_data(cfg, source):
                              f"({k}, {source.n_features})")
 
 
+def _loop_length(cfg):
+    """The most iterations an algorithm's loop runs: its max_iter, max_epochs (VRKM) or omaxit (SBE)."""
+    for name in ("max_iter", "max_epochs", "omaxit"):
+        if hasattr(cfg, name):
+            return getattr(cfg, name)
+    return 1
+
+
 def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_iter=DEFAULT, tol=DEFAULT,
         client=None, sample_weight=None, progress=False, callback=None, **params):
     """Fit a clustering model to X and return a ``ClusteringModel``.
@@ -64,7 +72,7 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     with open_engine(source, client, entropy) as engine:
         logger.info("fitting %s (k=%s) on %d x %d %s in %d chunks (%s)", algo, getattr(cfg, "n_clusters", "-"),
                     source.n_samples, source.n_features, source.dtype, source.n_chunks, engine.backend.kind)
-        loop = Loop(algo, getattr(cfg, "max_iter", getattr(cfg, "max_epochs", 1)), callback=callback, progress=progress)
+        loop = Loop(algo, _loop_length(cfg), callback=callback, progress=progress)
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0

@@ -46,6 +46,28 @@ def make_blobs(n_samples, n_features, centers, *, background=0.1, chunks=None, r
     return da.concatenate(xs), da.concatenate(ys)
 
 
+def make_digitlike(n_samples=60_000, n_centers=8, sigma=0.2, random_state=2017):
+    """784-d "digit-like" data, SBE's Gaussian-MNIST-centroids test: ``n_centers`` smooth random 28x28 ink
+    images (about 15 % ink) plus N(0, sigma²) per pixel, n_samples // n_centers rows per centre. Exactly
+    ``shared/bench/make_digitlike784.py``'s stream; with sigma = 0.2 f = QE/(2N) at the centres is about
+    15.68. Returns (X float64, labels, centres); needs scipy.
+    """
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(random_state)
+    shared = gaussian_filter(rng.standard_normal((28, 28)), 2.0)
+    cents = []
+    for _ in range(n_centers):
+        own = gaussian_filter(rng.standard_normal((28, 28)), 2.0)
+        field = np.sqrt(0.4) * shared / shared.std() + np.sqrt(0.6) * own / own.std()
+        thr = np.quantile(field, 0.85)
+        cents.append(np.clip((field - thr) / (0.5 * field.std()), 0, 1).ravel())
+    centers = np.array(cents)
+    labels = np.repeat(np.arange(n_centers), n_samples // n_centers)
+    X = centers[labels] + sigma * rng.standard_normal((labels.size, 784))
+    return X, labels, centers
+
+
 def load_digits():
     """scikit-learn's 8x8 digits (1797 x 64, float64) and labels; needs scikit-learn (extra ``test``)."""
     try:
