@@ -34,3 +34,4 @@ from . import vcgmm  # noqa: E402,F401
 from . import nmbatch  # noqa: E402,F401
 from . import minibatch  # noqa: E402,F401
 from . import vrkm  # noqa: E402,F401
+from . import sbe  # noqa: E402,F401
