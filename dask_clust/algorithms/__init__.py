@@ -16,6 +16,16 @@ class AlgorithmSpec:
 REGISTRY = {}
 
 
+def finish(engine, centers, loop, distance_evals, extras):
+    """A fit's result (see ``kmeans.fit``) whose objective is the exact QE of the returned centres over all
+    rows (one pass), whatever the algorithm optimised on the way."""
+    from ..lloyd import quantization_error
+
+    qe, qe_evals = quantization_error(engine, centers)
+    return {"centers": centers, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
+            "distance_evals": int(distance_evals) + qe_evals, "history": loop.history, "extras": extras}
+
+
 def register(spec):
     REGISTRY[spec.name] = spec
     return spec

@@ -22,9 +22,8 @@ import numpy as np
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.data import stream
 from ..kernels.assign import Prepared, accumulate, nearest
-from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, register
+from . import AlgorithmSpec, finish, register
 
 
 @dataclass
@@ -84,10 +83,7 @@ def fit(engine, cfg, entropy, loop):
         loop.record(batch, evals, None, centers=centers, smoothed=ewa)
         if (cfg.max_no_improvement is not None and stale >= cfg.max_no_improvement) or (tol > 0 and shift <= tol):
             loop.converged = True
-    qe, qe_evals = quantization_error(engine, centers)
-    return {"centers": centers, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
-            "distance_evals": evals_total + qe_evals, "history": loop.history,
-            "extras": {"seeding_distance_evals": int(seed_evals)}}
+    return finish(engine, centers, loop, evals_total, {"seeding_distance_evals": int(seed_evals)})
 
 
 register(AlgorithmSpec(

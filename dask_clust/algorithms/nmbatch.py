@@ -31,9 +31,8 @@ from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.data import stream
 from ..kernels.assign import accumulate
 from ..kernels.nested import nested_ranks, nested_round
-from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, register
+from . import AlgorithmSpec, finish, register
 
 logger = logging.getLogger("dask_clust")
 
@@ -199,10 +198,8 @@ def fit(engine, cfg, entropy, loop):
         prev = energy
         b_old, b = b, (min(2 * b, N) if grow else b)
     engine.clear_state("nmbatch")
-    qe, qe_evals = quantization_error(engine, centers)
-    return {"centers": centers, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
-            "distance_evals": evals_total + qe_evals, "history": loop.history,
-            "extras": {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)}}
+    return finish(engine, centers, loop, evals_total,
+                  {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)})
 
 
 register(AlgorithmSpec(

@@ -32,9 +32,8 @@ from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.data import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..kernels.variance_reduced import variance_reduced_steps
-from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, register
+from . import AlgorithmSpec, finish, register
 
 
 @dataclass
@@ -158,10 +157,8 @@ def fit(engine, cfg, entropy, loop):
                           stacklevel=2)
         prev = qe
     engine.clear_state("vrkm")
-    qe, qe_evals = quantization_error(engine, C)
-    return {"centers": C, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
-            "distance_evals": evals_total + qe_evals, "history": loop.history,
-            "extras": {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)}}
+    return finish(engine, C, loop, evals_total,
+                  {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)})
 
 
 register(AlgorithmSpec(
