@@ -88,10 +88,15 @@ def nested_round(X, w, order, n_old, n_new, C, p, labels, dist, lower, S, v, sse
         d = np.sqrt(sqdist(X, i, C, a))
         evals += 1
         if elkan:
-            for j in range(k):
-                lower[pos, j] = _down(lower[pos, j] - p[j])
-            for j in range(k):  # Alg. 1: every centre but the row's label at the start of the round
-                if j != labels[pos] and lower[pos, j] < d:
+            a0 = labels[pos]
+            candidates = 0
+            for j in range(k):  # branch-free, so both loops vectorise; most rows have no candidate
+                lj = _down(lower[pos, j] - p[j])
+                lower[pos, j] = lj
+                candidates += lj < d
+            candidates -= lower[pos, a0] < d
+            for j in range(k if candidates else 0):  # Alg. 1: every centre but the label at the round's start
+                if j != a0 and lower[pos, j] < d:
                     dj = np.sqrt(sqdist(X, i, C, j))
                     evals += 1
                     lower[pos, j] = _down(dj)
