@@ -1,0 +1,22 @@
+"""Running dask_clust on a cluster: three deploy paths, all ending in ``fit(X, client=<scheduler address>)``.
+
+- Kubernetes, Helm chart: ``deploy/helm/dask-values.yaml`` configures the official ``dask/dask`` chart,
+  a long-lived scheduler and worker pods running the image of ``deploy/docker/Dockerfile``.
+- Kubernetes, dask-kubernetes operator: ``deploy/kubernetes/daskcluster.yaml`` is a ``DaskCluster``
+  resource for ``kubectl apply``; the operator creates and scales the scheduler and worker pods.
+- HPC batch queues, dask-jobqueue: ``deploy/jobqueue/jobqueue.yaml`` describes SLURM and PBS jobs; a
+  scheduler runs where ``hpc_cluster`` is called and each batch job starts a node's worth of workers.
+  ``job_script`` shows the script such a job would run, without starting anything.
+
+A scheduler that requires TLS takes ``tls_config`` (or the same keys as environment variables, for the
+command line's ``--scheduler tls://...``).
+
+    >>> from dask_clust.deploy import hpc_cluster
+    >>> cluster = hpc_cluster("slurm", config="deploy/jobqueue/jobqueue.yaml", queue="short")
+    >>> cluster.scale(jobs=2)
+    >>> model = dask_clust.fit(X, n_clusters=100, client=cluster.scheduler_address)
+"""
+from .engine.hpc import hpc_cluster, job_script
+from .engine.tls import tls_config
+
+__all__ = ["hpc_cluster", "job_script", "tls_config"]
