@@ -1,0 +1,82 @@
+"""Execute every notebook in notebooks/ (jupytext "percent" .py files) top to bottom in a fresh kernel.
+
+A notebook passes when no cell errors and the run leaves the repository as it found it: notebooks may
+write only into temporary directories of their own.
+
+Needs jupytext, nbclient and ipykernel (plus matplotlib, which the notebooks plot with). The kernel is
+ipykernel's "python3": jupyter_client finds it even without an installed kernelspec when ipykernel is
+importable, and starts it with this interpreter (``sys.executable``), so the notebooks see the same
+environment as the test.
+"""
+import os
+import time
+from pathlib import Path
+
+import jupytext
+import pytest
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
+
+# files that running Python, numba or pytest may legitimately (re)write inside the repository
+SKIP_DIRS = {".git", "__pycache__", ".pytest_cache"}
+SKIP_SUFFIXES = (".nbi", ".nbc")
+
+
+def test_notebooks_exist():
+    # the parametrized test below would silently collect nothing if the folder went missing
+    assert NOTEBOOKS, f"no notebooks found in {REPO / 'notebooks'}"
+
+
+def snapshot(root):
+    """{relative path: (mtime_ns, size)} of every file under root, minus caches."""
+    files = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        for name in filenames:
+            if name.endswith(SKIP_SUFFIXES):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:  # removed while we walked
+                continue
+            files[os.path.relpath(path, root)] = (st.st_mtime_ns, st.st_size)
+    return files
+
+
+def error_outputs(nb):
+    errors = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                errors.append(f"cell {i}: {out.get('ename')}: {out.get('evalue')}")
+    return errors
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    nb = jupytext.read(path, fmt="py:percent")
+    assert any(c.cell_type == "code" and "parameters" in c.metadata.get("tags", []) for c in nb.cells), \
+        f"{path.name} has no papermill parameters cell"
+
+    before = snapshot(REPO)
+    t0 = time.perf_counter()
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    elapsed = time.perf_counter() - t0
+    after = snapshot(REPO)
+    print(f"{path.name}: {elapsed:.1f} s")
+
+    assert not error_outputs(nb), error_outputs(nb)
+    created = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+    assert not (created or removed or changed), \
+        (f"{path.name} touched the repository: created {created}, removed {removed}, changed {changed} "
+         "(a false positive if something else edited the checkout while the notebook ran)")
+    # the kernel ran in tmp_path: anything written to the working directory is a stray file too
+    assert not list(tmp_path.iterdir()), f"{path.name} wrote {sorted(os.listdir(tmp_path))} to its cwd"
