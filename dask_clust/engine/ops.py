@@ -98,6 +98,7 @@ class Engine:
         self.dtype = source.dtype
         self.n_chunks = source.n_chunks
         self._builders = {}
+        self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
         self.summary = self._first_pass()
         self.top = fixed_top_exponent(self.summary.total_weight, self.n_features, self.summary.max_abs)
 
@@ -106,6 +107,7 @@ class Engine:
         return self.backend.n_workers
 
     def _call(self, method, *args):
+        self.round_trips += 1
         return self.backend.call(method, *args, builders=list(self._builders.values()))
 
     def _first_pass(self):
@@ -194,7 +196,7 @@ class Engine:
     def describe(self):
         return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
                 "chunks": self.n_chunks, "streaming": self.backend.streaming,
-                "rebuilds": getattr(self.backend, "n_rebuilds", 0)}
+                "rebuilds": getattr(self.backend, "n_rebuilds", 0), "round_trips": self.round_trips}
 
 
 @contextlib.contextmanager
