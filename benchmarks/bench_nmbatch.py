@@ -13,42 +13,14 @@ to their nearest centre. All fits in-process (the data fits this machine: rule 6
 Times exclude the validation-energy evaluations (measured inside the callbacks and subtracted).
 """
 import argparse
-import time
-
 import numpy as np
 
 from common import blobs, emit
 
 import dask_clust
+from dask_clust.bench.paper import B0, RHO, Clock, energy, sklearn_minibatch_curve
 
-B0, RHO = 5000, 100.0
 DATA = {"blobs200k_d32": (200_000, 32, 100), "blobs1m_d16": (1_000_000, 16, 200)}
-
-
-def energy(X, C):
-    """Mean squared distance of X's rows to their nearest centre (float64, in blocks)."""
-    C = np.asarray(C, np.float64)
-    cc = (C * C).sum(1)
-    total = 0.0
-    for s in range(0, len(X), 65536):
-        x = X[s:s + 65536].astype(np.float64)
-        total += np.maximum((x * x).sum(1)[:, None] - 2 * x @ C.T + cc[None], 0).min(1).sum()
-    return total / len(X)
-
-
-class Clock:
-    """A callback recording (seconds of fitting so far, validation energy) after every iteration."""
-
-    def __init__(self, Xv):
-        self.Xv, self.points, self.spent, self.t0 = Xv, [], 0.0, time.perf_counter()
-
-    def __call__(self, rec):
-        t = time.perf_counter()
-        self.points.append((t - self.t0 - self.spent, energy(self.Xv, rec["centers"])))
-        self.spent += time.perf_counter() - t
-
-    def time_to(self, target):
-        return next((t for t, e in self.points if e <= target), None)
 
 
 def split(name, shuffle_seed):
@@ -69,26 +41,10 @@ def ours(Xtr, Xv, algo, init, **kw):
 
 
 def sklearn_minibatch(Xtr, Xv, init):
-    """scikit-learn's own fit gives its number of steps and total time; the same number of steps replayed
-    with partial_fit (uniform batches of 5000 with replacement, as its fit draws them) gives the curve, and
-    the time to reach 1 % of the curve's final energy."""
-    from sklearn.cluster import MiniBatchKMeans
-
-    t = time.perf_counter()
-    mb = MiniBatchKMeans(len(init), init=init.astype(Xtr.dtype), n_init=1, batch_size=B0, random_state=0).fit(Xtr)
-    total = time.perf_counter() - t
-    replay = MiniBatchKMeans(len(init), init=init.astype(Xtr.dtype), n_init=1, batch_size=B0, random_state=0)
-    rng = np.random.default_rng(0)
-    elapsed, points = 0.0, []
-    for _ in range(int(mb.n_steps_)):
-        batch = Xtr[rng.integers(0, len(Xtr), B0)]
-        t = time.perf_counter()
-        replay.partial_fit(batch)
-        elapsed += time.perf_counter() - t
-        points.append((elapsed, energy(Xv, replay.cluster_centers_)))
+    points, total, steps = sklearn_minibatch_curve(Xtr, Xv, init, B0)
     final = points[-1][1]
     return {"to_1pct_s": next(t for t, e in points if e <= 1.01 * final), "final_val_energy": final,
-            "fit_val_energy": energy(Xv, mb.cluster_centers_), "total_s": total, "n_steps": int(mb.n_steps_)}
+            "total_s": total, "n_steps": steps}
 
 
 def fmt(s):

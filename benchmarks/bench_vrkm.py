@@ -20,22 +20,9 @@ import numpy as np
 from common import blobs, emit, local_cluster
 
 import dask_clust
+from dask_clust.bench.paper import qe_curve as curve, time_to
 
 DATA = {"blobs200k_d32": ((200_000, 32, 100), 100), "blobs1m_d16": ((1_000_000, 16, 200), 200)}
-
-
-def curve(m):
-    """(seconds, QE) after each iteration, from the fit's history."""
-    t, points = 0.0, []
-    for h in m.history_:
-        points.append((t, h["objective"]))
-        t += h["wall_s"]
-    points.append((t, m.objective_))
-    return points
-
-
-def time_to(points, target):
-    return next((t for t, q in points if q <= target), None)
 
 
 def initial_centers(X, k, kind):

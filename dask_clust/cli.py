@@ -9,7 +9,6 @@ import contextlib
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import time
@@ -130,23 +129,16 @@ def cmd_demo(args):
 
 
 def cmd_bench(args):
-    from . import bench
-    from .datasets import make_blobs
+    from .bench import report, suites
 
-    X = make_blobs(args.n, args.d, args.true_clusters, random_state=0, chunks=args.n)[0].compute()
-    header = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    out = open(args.out, "a") if args.out else contextlib.nullcontext()
-    with out, connect(args.scheduler) as client:
-        for seed in range(args.seeds):
-            rows = [bench.run_ours(X, args.k, args.init, seed, client, args.max_iter),
-                    bench.run_sklearn(X, args.k, seed, args.max_iter)]
-            if args.dask_ml:
-                rows.append(bench.run_daskml(X, args.k, seed, args.max_iter))
-            for r in filter(None, rows):
-                line = json.dumps({**header, **r})
-                print(line, flush=True)
-                if args.out:
-                    out.write(line + "\n")
+    os.makedirs(args.results, exist_ok=True)
+    if args.suite:
+        out = args.out or os.path.join(args.results, f"suite-{args.suite}{'-tiny' if args.tiny else ''}.jsonl")
+        # a suite's file holds its latest run only: the page is always one run's measurements
+        with open(out, "w") as f, connect(args.scheduler) as client:
+            suites.run_suite(args.suite, f, client, tiny=args.tiny)
+    if args.report or (args.suite and not args.tiny and not args.out):
+        print(f"wrote {report.write(args.results, args.page, tiny=args.tiny)}", file=sys.stderr)
 
 
 def build_parser():
@@ -180,18 +172,17 @@ def build_parser():
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=cmd_demo)
 
-    b = sub.add_parser("bench", help="JSON lines: our k-means on a LocalCluster (or --scheduler) vs "
-                                    "scikit-learn (and dask-ml) on blobs")
-    b.add_argument("--n", type=int, default=1_000_000)
-    b.add_argument("--d", type=int, default=16)
-    b.add_argument("-k", type=int, default=200)
-    b.add_argument("--true-clusters", type=int, default=200)
-    b.add_argument("--init", default="k-means||")
-    b.add_argument("--seeds", type=int, default=1)
-    b.add_argument("--max-iter", type=int, default=300)
-    b.add_argument("--dask-ml", action="store_true", help="also run dask-ml's KMeans when installed")
-    b.add_argument("--scheduler")
-    b.add_argument("--out", help="append the JSON lines to this file too")
+    b = sub.add_parser("bench", help="benchmark suites (JSON lines) and the BENCHMARKS.md page they make")
+    b.add_argument("--suite", choices=["quick", "paper", "scaling"],
+                   help="quick: every algorithm and competitor on 5 data sets (< 10 min); paper: the papers' "
+                        "experiments too (< 60 min); scaling: 1 vs 2 workers and overhead vs workers")
+    b.add_argument("--tiny", action="store_true", help="2,000 rows per data set, one repeat: a smoke run")
+    b.add_argument("--results", default=os.path.join("benchmarks", "results"),
+                   help="directory of the suites' JSON lines and the plots (default: benchmarks/results)")
+    b.add_argument("--out", help="write the JSON lines here instead (the page is then not rewritten)")
+    b.add_argument("--page", default=os.path.join("benchmarks", "BENCHMARKS.md"), help="the page to write")
+    b.add_argument("--report", action="store_true", help="rewrite the page from the results directory")
+    b.add_argument("--scheduler", help="address of a running scheduler (default: a LocalCluster)")
     b.set_defaults(func=cmd_bench)
     return p
 

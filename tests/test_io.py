@@ -159,16 +159,3 @@ def test_cli_demo_prints_summary_table(capsys):
     assert cols[:5] == ["algorithm", "k", "QE", "time_s", "iterations"] and "distance_evals" in cols
     row = out[header + 2].split()
     assert row[0] == "kmeans" and float(row[cols.index("QE") + 1]) > 0  # "kmeans (k-means||)" is 2 words
-
-
-def test_cli_bench_json_lines(capsys, tmp_path):
-    out_file = tmp_path / "bench.jsonl"
-    assert main(["bench", "--n", "3000", "--d", "3", "-k", "4", "--true-clusters", "4", "--max-iter", "20",
-                 "--out", str(out_file)]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert [r["tool"] for r in rows] == ["dask_clust", "scikit-learn"]
-    ours = rows[0]
-    for key in ("algo", "n", "d", "k", "wall_s", "n_iter", "objective", "distance_evals", "overhead_ms_per_iter"):
-        assert ours[key] is not None, key
-    assert ours["workers"] >= 1 and ours["objective"] <= 1.25 * rows[1]["objective"]  # sanity; quality: test_kmeans
-    assert len(out_file.read_text().splitlines()) == 2

@@ -1,59 +1,11 @@
-"""Benchmark runners shared by ``dask-clust bench`` and ``benchmarks/``: our fit and the tools users
-compare it with, each returning one JSON-ready row measured in the calling process."""
+"""Benchmarks: the suites of ``dask-clust bench`` (``suites``, ``paper``, ``scaling``, rendered by
+``report``) and per-iteration timings shared with the scripts in ``benchmarks/``."""
 import statistics
 import time
 
 import numpy as np
 
-from . import api
-from .engine import as_source, open_engine
-from .models import ClusteringModel
-
-
-def run_ours(X, k, init, seed, client, max_iter=300):
-    t = time.perf_counter()
-    model = api.fit(X, "kmeans", k, init=init, random_state=seed, client=client, max_iter=max_iter)
-    wall = time.perf_counter() - t
-    with open_engine(as_source(X), client, 0) as engine:
-        overhead = engine.overhead_ms()
-    its = [h["wall_s"] for h in model.history_]
-    return {"tool": "dask_clust", "algo": "kmeans", "init": init, "n": X.shape[0], "d": X.shape[1], "k": k,
-            "seed": seed, "wall_s": wall, "n_iter": model.n_iter_, "objective": model.objective_,
-            "distance_evals": model.n_distance_evals_, "s_per_iter": statistics.median(its),
-            "overhead_ms_per_iter": overhead, "workers": model.engine_["workers"]}
-
-
-def run_sklearn(X, k, seed, max_iter=300):
-    try:
-        from sklearn.cluster import KMeans
-    except ImportError:
-        return None
-    t = time.perf_counter()
-    km = KMeans(k, init="k-means++", n_init=1, random_state=seed, max_iter=max_iter).fit(X)
-    wall = time.perf_counter() - t
-    return {"tool": "scikit-learn", "algo": "kmeans", "init": "k-means++", "n": X.shape[0], "d": X.shape[1],
-            "k": k, "seed": seed, "wall_s": wall, "n_iter": int(km.n_iter_), "objective": float(km.inertia_),
-            "distance_evals": None, "s_per_iter": wall / max(1, int(km.n_iter_)), "overhead_ms_per_iter": None,
-            "workers": None}
-
-
-def run_daskml(X, k, seed, max_iter=300):
-    try:
-        import dask.array as da
-        from dask_ml.cluster import KMeans
-    except ImportError:
-        return None
-    Xd = da.from_array(X, chunks=(max(1, X.shape[0] // 16), -1))
-    t = time.perf_counter()
-    try:
-        km = KMeans(n_clusters=k, init="k-means||", random_state=seed, max_iter=max_iter).fit(Xd)
-    except Exception as exc:  # dask-ml lags behind dask releases: report rather than fail the run
-        return {"tool": "dask-ml", "error": f"{type(exc).__name__}: {exc}"[:300]}
-    wall = time.perf_counter() - t
-    qe = ClusteringModel("kmeans", {}, km.cluster_centers_).quantization_error(X)
-    return {"tool": "dask-ml", "algo": "kmeans", "init": "k-means||", "n": X.shape[0], "d": X.shape[1], "k": k,
-            "seed": seed, "wall_s": wall, "n_iter": int(km.n_iter_), "objective": qe, "distance_evals": None,
-            "s_per_iter": wall / max(1, int(km.n_iter_)), "overhead_ms_per_iter": None, "workers": None}
+from .. import api
 
 
 def sklearn_iteration_s(X, init, threads, iters=10):

@@ -1,0 +1,178 @@
+"""One benchmark row: a fit timed ``repeats`` times (the median is reported), its exact QE on the full
+data, iterations, distance evaluations, engine overhead share and peak memory.
+
+Our fits run on the suite's cluster. Competitors run in a process of their own that reads the run's .npy
+file, so a competitor that exceeds the time cap is killed and reported as "cap" instead of stalling the
+suite, and its memory is its own.
+"""
+import multiprocessing
+import queue
+import statistics
+import time
+
+import numpy as np
+
+from .. import api
+from ..engine import as_source, open_engine
+from ..metrics import quantization_error
+from .data import read
+
+
+def reset_peak_memory():
+    """Restart this process's peak-RSS count (Linux: writing 5 to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_memory():
+    """This process's peak resident set size in bytes since the last reset (None where unknown)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+class Workers:
+    """Peak memory of the processes a fit runs in: the cluster's workers, or this process in-process."""
+
+    def __init__(self, client):
+        self.client = client if hasattr(client, "run") else None
+
+    def reset(self):
+        if self.client is None:
+            reset_peak_memory()
+        else:
+            self.client.run(reset_peak_memory)
+
+    def peak(self):
+        if self.client is None:
+            return peak_memory()
+        peaks = [p for p in self.client.run(peak_memory).values() if p is not None]
+        return max(peaks) if peaks else None
+
+
+def engine_overhead_ms(X, client):
+    """Median wall time of an empty iteration over X's partitions on ``client``."""
+    with open_engine(as_source(X), client, 0) as engine:
+        return engine.overhead_ms()
+
+
+def ours(X, algo, k, seed, client, params, repeats, overhead_ms):
+    """Row fields of ``repeats`` identical fits of ours (the model of the last; all are equal)."""
+    workers, walls, peak = Workers(client), [], 0
+    for _ in range(repeats):
+        workers.reset()
+        t = time.perf_counter()
+        model = api.fit(X, algo, k, random_state=seed, client=client, **params)
+        walls.append(time.perf_counter() - t)
+        peak = max(peak, workers.peak() or 0)
+    wall = statistics.median(walls)
+    trips = model.engine_.get("round_trips", 0)
+    return {"wall_s": wall, "wall_runs": walls, "qe": quantization_error(X, model.cluster_centers_),
+            "n_iter": model.n_iter_, "distance_evals": int(model.n_distance_evals_),
+            "overhead_share": min(1.0, trips * overhead_ms / 1000 / wall), "peak_worker_bytes": peak or None,
+            "workers": model.engine_.get("workers"), "extras": _plain(model.extras_)}
+
+
+def _plain(extras):
+    """The JSON-friendly part of a model's extras (numbers and flat dicts of numbers)."""
+    keep = {}
+    for key, v in (extras or {}).items():
+        if isinstance(v, (int, float, str, bool)):
+            keep[key] = v
+        elif isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()):
+            keep[key] = v
+    return keep
+
+
+# ------------------------------------------------------------------ competitors, each in its own process
+
+def _sklearn(X, k, seed, kind, batch_size):
+    from sklearn.cluster import KMeans, MiniBatchKMeans
+
+    if kind == "minibatch":
+        est = MiniBatchKMeans(k, batch_size=min(batch_size, len(X)), n_init=1, random_state=seed)
+    else:
+        est = KMeans(k, init="k-means++", n_init=1, algorithm=kind, random_state=seed)
+    est.fit(X)
+    return est.cluster_centers_, int(getattr(est, "n_iter_", 0) or getattr(est, "n_steps_", 0))
+
+
+def _daskml(X, k, seed, kind, batch_size):
+    import dask
+    import dask.array as da
+    from dask_ml.cluster import KMeans
+
+    Xd = da.from_array(X, chunks=(max(1, -(-len(X) // 16)), -1))
+    with dask.config.set(scheduler="threads"):
+        est = KMeans(n_clusters=k, init="k-means||", random_state=seed).fit(Xd)
+    return np.asarray(est.cluster_centers_), int(est.n_iter_)
+
+
+COMPETITORS = {  # name -> (runner, kind, the library it needs)
+    "sklearn-lloyd": (_sklearn, "lloyd", "sklearn"),
+    "sklearn-elkan": (_sklearn, "elkan", "sklearn"),
+    "sklearn-minibatch": (_sklearn, "minibatch", "sklearn"),
+    "dask-ml": (_daskml, None, "dask_ml"),
+}
+
+
+def _competitor_fits(name, path, k, seed, repeats, batch_size):
+    runner, kind, _ = COMPETITORS[name]
+    X = read(path)
+    # a first fit in a fresh process pays for imports and thread pools; our workers are warm, so warm it too
+    runner(X[:max(4 * k, 200)], k, seed, kind, batch_size)
+    walls = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        centers, n_iter = runner(X, k, seed, kind, batch_size)
+        walls.append(time.perf_counter() - t)
+    return {"walls": walls, "centers": centers, "n_iter": n_iter, "peak": peak_memory()}
+
+
+def _child(out, args):
+    try:
+        out.put(("ok", _competitor_fits(*args)))
+    except Exception as exc:  # reported in the row: a competitor's failure must not end the suite
+        out.put(("error", f"{type(exc).__name__}: {exc}"[:300]))
+
+
+def competitor(name, path, X, k, seed, repeats, cap_s, batch_size=5000, isolated=True):
+    """Row fields of a competitor's ``repeats`` fits in a fresh process, or {"status": "cap" | "error: ..."}.
+    isolated=False runs them in this process, without the cap (the smoke run, where a process costs more
+    than the fits)."""
+    import importlib.util
+
+    library = COMPETITORS[name][2]
+    if importlib.util.find_spec(library) is None:
+        return {"status": f"not installed ({library})"}
+    if not isolated:
+        return _row(_competitor_fits(name, path, k, seed, repeats, batch_size), X)
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(out, (name, path, k, seed, repeats, batch_size)), daemon=True)
+    proc.start()
+    try:
+        status, got = out.get(timeout=cap_s)
+    except queue.Empty:
+        status, got = "cap", None
+    finally:
+        proc.kill()
+        proc.join()
+    if status != "ok":
+        return {"status": status if got is None else f"error: {got}", "cap_s": cap_s}
+    return _row(got, X)
+
+
+def _row(got, X):
+    wall = statistics.median(got["walls"])
+    return {"wall_s": wall, "wall_runs": got["walls"], "qe": quantization_error(X, got["centers"]),
+            "n_iter": got["n_iter"], "distance_evals": None, "overhead_share": None,
+            "peak_worker_bytes": got["peak"]}

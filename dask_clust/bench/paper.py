@@ -1,0 +1,261 @@
+"""The papers' experiments, reproduced as far as offline data allows (``--suite paper``).
+
+- vc-GMM, Table 1 / Fig. 1: η and speedup of vc-GMM, var-GMM-S, k-means on a lightweight coreset (LWCS)
+  and AFK-MC2 alone against k-means++ (scikit-learn's, measured in the same run), and the trade-off over
+  coreset sizes;
+- nmbatch, Fig. 2: validation energy against time for Lloyd, mini-batch and nested mini-batch k-means
+  (the paper's protocol: shuffle, first k rows as centres, b0 = 5000, ρ = 100);
+- VRKM, Table 3: time to reach batch k-means' final loss, and final loss, of mini-batch, nested
+  mini-batch ("growbatch"), VRKM and VRKM++ from the same centres;
+- SBE: the Iris experiment (final objectives over 100 runs) and the 784-d digit-like table.
+
+Every ratio is between two measurements of this run. The papers' own figures are in ``report.PAPER``.
+"""
+import logging
+import time
+
+import numpy as np
+
+from .. import api
+from ..datasets import make_digitlike
+from ..engine import as_source, open_engine
+from ..metrics import quantization_error
+from ..seeding import seed as seed_centers
+from . import measure
+
+logger = logging.getLogger("dask_clust.bench")
+
+B0, RHO = 5000, 100.0
+
+
+# ------------------------------------------------------------------ shared by the experiments (and benchmarks/)
+
+def energy(X, C):
+    """Mean squared distance of X's rows to their nearest centre (float64, in blocks)."""
+    C = np.asarray(C, np.float64)
+    cc = (C * C).sum(1)
+    total = 0.0
+    for s in range(0, len(X), 65536):
+        x = X[s:s + 65536].astype(np.float64)
+        total += np.maximum((x * x).sum(1)[:, None] - 2 * x @ C.T + cc[None], 0).min(1).sum()
+    return total / len(X)
+
+
+class Clock:
+    """A fit callback recording (seconds of fitting so far, validation energy) after every iteration; the
+    time spent evaluating the energy is not counted."""
+
+    def __init__(self, Xv):
+        self.Xv, self.points, self.spent, self.t0 = Xv, [], 0.0, time.perf_counter()
+
+    def __call__(self, rec):
+        t = time.perf_counter()
+        self.points.append((t - self.t0 - self.spent, energy(self.Xv, rec["centers"])))
+        self.spent += time.perf_counter() - t
+
+    def time_to(self, target):
+        return next((t for t, e in self.points if e <= target), None)
+
+
+def sklearn_minibatch_curve(Xtr, Xv, init, batch_size=B0, seed=0):
+    """scikit-learn's MiniBatchKMeans: its own fit gives the number of steps and the total time; the same
+    steps replayed with partial_fit on uniform batches (as its fit draws them) give the curve."""
+    from sklearn.cluster import MiniBatchKMeans
+
+    kw = dict(n_clusters=len(init), init=init.astype(Xtr.dtype), n_init=1, batch_size=batch_size, random_state=seed)
+    t = time.perf_counter()
+    mb = MiniBatchKMeans(**kw).fit(Xtr)
+    total = time.perf_counter() - t
+    replay, rng = MiniBatchKMeans(**kw), np.random.default_rng(seed)
+    elapsed, points = 0.0, []
+    for _ in range(int(mb.n_steps_)):
+        batch = Xtr[rng.integers(0, len(Xtr), batch_size)]
+        t = time.perf_counter()
+        replay.partial_fit(batch)
+        elapsed += time.perf_counter() - t
+        points.append((elapsed, energy(Xv, replay.cluster_centers_)))
+    return points, total, int(mb.n_steps_)
+
+
+def qe_curve(model):
+    """(seconds, QE) per iteration from a fit's history, for algorithms whose records hold the full-data QE
+    of the centres the iteration starts from (Lloyd, VRKM), ending with the final QE."""
+    t, points = 0.0, []
+    for h in model.history_:
+        points.append((t, h["objective"]))
+        t += h["wall_s"]
+    points.append((t, model.objective_))
+    return points
+
+
+def time_to(points, target):
+    return next((t for t, q in points if q <= target), None)
+
+
+def _sized(run, k, rows):
+    return max(2, min(k, rows // 8)) if run.tiny else k
+
+
+# ------------------------------------------------------------------ vc-GMM, Table 1 and Fig. 1
+
+VCGMM_SETS = (("imgpatches", 100, 2 ** 16), ("mnist5k", 100, 2 ** 12), ("blobs200k_d32", 400, 2 ** 16))
+
+
+def seeding_only(X, k, init, seed, client, **kw):
+    """Centres of a seeding alone (no Lloyd): (wall s, QE, distance evaluations)."""
+    t = time.perf_counter()
+    with open_engine(as_source(X), client, seed) as engine:
+        centers, evals = seed_centers(engine, k, init, seed, **kw)
+    wall = time.perf_counter() - t
+    return {"wall_s": wall, "wall_runs": [wall], "qe": quantization_error(X, centers), "n_iter": 0,
+            "distance_evals": int(evals)}
+
+
+def vcgmm_fits(n_prime):
+    """Table 1's columns: (label, algo, params)."""
+    return (("vc-GMM", "vcgmm", {"G": 5, "coreset_size": n_prime, "chain_length": 2}),
+            ("var-GMM-S", "vargmm", {"G": 5}),
+            ("LWCS k-means", "kmeans", {"coreset_size": n_prime, "init": "k-means++"}),
+            ("k-means++ (ours)", "kmeans", {"init": "k-means++"}))
+
+
+def vcgmm_table(run, seeds=3):
+    for name, k, n_prime in VCGMM_SETS:
+        path, X = run.data(name)
+        k = _sized(run, k, len(X))
+        n_prime = min(n_prime, len(X) // 2) if run.tiny else n_prime
+        overhead = measure.engine_overhead_ms(X, run.client)
+        for seed in range(1 if run.tiny else seeds):
+            logger.info("vc-GMM table %s C=%d seed %d", name, k, seed)
+            base = run.competitor("sklearn-lloyd", path, X, k, seed, repeats=1)
+            common = {"kind": "vcgmm_table", "data": name, "n": len(X), "d": X.shape[1], "k": k, "seed": seed,
+                      "coreset_size": n_prime}
+            run.emit({**common, "algo": "k-means++ (scikit-learn)", **base, **_versus(base, base)})
+            for label, algo, params in vcgmm_fits(n_prime):
+                got = run.ours_row(X, algo, k, seed, params, overhead, repeats=1)
+                run.emit({**common, "algo": label, "params": params, **got, **_versus(got, base)})
+            got = seeding_only(X, k, "afkmc2", seed, run.client, chain_length=2)
+            run.emit({**common, "algo": "AFK-MC2 (m = 2)", **got, **_versus(got, base)})
+            if seed == 0 and name == VCGMM_SETS[0][0]:
+                coreset_tradeoff(run, X, k, base, overhead)
+
+
+def coreset_tradeoff(run, X, k, base, overhead):
+    """Fig. 1 (right): η against speedup over coreset sizes (vc-GMM, LWCS), chain lengths (AFK-MC2) and
+    G (var-GMM-S), on the first set of the table."""
+    sizes = (2 ** 10, 2 ** 11) if run.tiny else tuple(2 ** e for e in range(12, 18))
+    common = {"kind": "tradeoff", "data": VCGMM_SETS[0][0], "n": len(X), "k": k}
+    for n_prime in sizes:
+        for label, algo, params in vcgmm_fits(n_prime)[0::2]:
+            got = run.ours_row(X, algo, k, 0, params, overhead, repeats=1)
+            run.emit({**common, "algo": label, "coreset_size": n_prime, **got, **_versus(got, base)})
+    for m in (2, 5) if run.tiny else (2, 5, 10, 20):
+        got = seeding_only(X, k, "afkmc2", 0, run.client, chain_length=m)
+        run.emit({**common, "algo": "AFK-MC2", "chain_length": m, **got, **_versus(got, base)})
+    for G, extra in ((3, True), (5, False), (7, False)):
+        got = run.ours_row(X, "vargmm", k, 0, {"G": G, "extra_random": extra}, overhead, repeats=1)
+        run.emit({**common, "algo": "var-GMM-S", "G": f"{G}+1" if extra else str(G), **got, **_versus(got, base)})
+
+
+def _versus(got, base):
+    from .suites import versus
+
+    return versus(got, base)
+
+
+# ------------------------------------------------------------------ nmbatch, Fig. 2
+
+def split(X, shuffle_seed=0):
+    """The paper's protocol: shuffle once, 90 % train, 10 % validation."""
+    X = X[np.random.default_rng(shuffle_seed).permutation(len(X))]
+    cut = int(0.9 * len(X))
+    return X[:cut], X[cut:]
+
+
+def nmbatch_curves(run, name="imgpatches", k=50):
+    _, X = run.data(name)
+    Xtr, Xv = split(X)
+    k = _sized(run, k, len(Xtr))
+    init = Xtr[:k].astype(np.float64)
+    b0 = min(B0, len(Xtr) // 4)
+    common = {"kind": "curve", "data": name, "n_train": len(Xtr), "n_validation": len(Xv), "k": k}
+    for label, algo, params in (("lloyd", "kmeans", {}), ("mbatch", "minibatch", {"batch_size": b0}),
+                                ("nmbatch", "nmbatch", {"batch_size": b0, "rho": RHO})):
+        logger.info("Fig. 2 analog: %s", label)
+        clock = Clock(Xv)
+        m = api.fit(Xtr, algo, k, init=init, random_state=0, client=run.client, callback=clock, **params)
+        run.emit({**common, "algo": label, "tool": "dask_clust", "points": clock.points, "n_iter": m.n_iter_,
+                  "distance_evals": int(m.n_distance_evals_)})
+    points, total, steps = sklearn_minibatch_curve(Xtr, Xv, init, b0)
+    run.emit({**common, "algo": "mbatch (scikit-learn)", "tool": "scikit-learn", "points": points, "n_iter": steps,
+              "fit_s": total})
+
+
+# ------------------------------------------------------------------ VRKM, Table 3
+
+VRKM_SETS = (("mnist5k", 100), ("imgpatches", 100))
+
+
+def vrkm_table(run):
+    for name, k in VRKM_SETS:
+        _, X = run.data(name)
+        k = _sized(run, k, len(X))
+        with open_engine(as_source(X), run.client, 0) as engine:  # the same k-means++ centres for every method
+            init, _ = seed_centers(engine, k, "k-means++", 0)
+        common = {"kind": "vrkm_table", "data": name, "n": len(X), "d": X.shape[1], "k": k}
+        fits = (("batch KM", "kmeans", {}), ("mini-batch KM", "minibatch", {}),
+                ("growbatch (nmbatch)", "nmbatch", {}), ("VRKM", "vrkm", {"variant": "vrkm"}),
+                ("VRKM++", "vrkm", {"variant": "vrkm++"}))
+        target = None
+        for label, algo, params in fits:
+            logger.info("VRKM table %s: %s", name, label)
+            t = time.perf_counter()
+            m = api.fit(X, algo, k, init=init, random_state=0, client=run.client, **params)
+            wall = time.perf_counter() - t
+            # Lloyd and VRKM record the full-data QE per iteration; the mini-batch methods only at the end
+            curve = qe_curve(m) if algo in ("kmeans", "vrkm") else [(wall, m.objective_)]
+            target = m.objective_ if target is None else target
+            reach = time_to(curve, target)
+            run.emit({**common, "algo": label, "wall_s": wall, "loss": m.objective_, "n_iter": m.n_iter_,
+                      "time_to_batch_loss_s": reach, "batch_loss": target})
+
+
+# ------------------------------------------------------------------ SBE: Iris and 784-d
+
+def sbe_iris(run, runs=100):
+    from ..datasets import load_iris
+
+    X = load_iris()[0]
+    runs = 5 if run.tiny else runs
+    rng = np.random.default_rng(0)
+    for r in range(runs):
+        init = X[rng.choice(len(X), 3, replace=False)]
+        s = api.fit(X, "sbe", 3, init=init, batch_size=30, omaxit=5 if run.tiny else 100, imaxit=10, random_state=r,
+                    client="in-process")
+        km = api.fit(X, "kmeans", 3, init=init, client="in-process")
+        run.emit({"kind": "sbe_iris", "run_index": r, "f_sbe": s.objective_ / (2 * len(X)),
+                  "f_lloyd": km.objective_ / (2 * len(X))})
+
+
+def sbe_digitlike(run, runs=10):
+    X, _, _ = make_digitlike(n_samples=2000 if run.tiny else 60_000)
+    n, runs = len(X), 2 if run.tiny else runs
+    for k in (6, 8, 10):
+        rng = np.random.default_rng(k)
+        for r in range(runs):
+            init = X[rng.choice(n, k, replace=False)]
+            common = dict(init=init, random_state=r, client="in-process")
+            fits = {"SBE": api.fit(X, "sbe", k, batch_size=500, omaxit=5 if run.tiny else 100, imaxit=5, **common),
+                    "Lloyd": api.fit(X, "kmeans", k, **common),
+                    "mini-batch": api.fit(X, "minibatch", k, batch_size=500, **common)}
+            for label, m in fits.items():
+                run.emit({"kind": "sbe_784", "k": k, "run_index": r, "algo": label, "f": m.objective_ / (2 * n)})
+
+
+def run_all(run):
+    vcgmm_table(run)
+    nmbatch_curves(run)
+    vrkm_table(run)
+    sbe_iris(run)
+    sbe_digitlike(run)
+

@@ -1,0 +1,80 @@
+"""The benchmark suite: a smoke run of ``dask-clust bench --suite quick --tiny`` (every algorithm and
+competitor on 2,000 rows of each set, one repeat: that it runs and reports, not how fast), and the page's
+arithmetic on rows whose answers are known."""
+import json
+import math
+import statistics
+
+import pytest
+
+from dask_clust import algorithms
+from dask_clust.bench import report
+from dask_clust.bench.suites import BASELINE, QUICK_TABLES
+from dask_clust.cli import main
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    page = results / "BENCHMARKS.md"
+    assert main(["bench", "--suite", "quick", "--tiny", "--results", str(results), "--page", str(page),
+                 "--report"]) == 0
+    rows = [json.loads(line) for line in (results / "suite-quick-tiny.jsonl").read_text().splitlines()]
+    return rows, page, results
+
+
+def test_quick_suite_fits_every_algorithm_on_every_set(smoke):
+    rows, _, _ = smoke
+    tables = [r for r in rows if r["kind"] == "table"]
+    assert {r["data"] for r in tables} == {name for name, _ in QUICK_TABLES}
+    for name, _ in QUICK_TABLES:
+        ours = {r["algo"] for r in tables if r["data"] == name and r["tool"] == "dask_clust"}
+        assert set(algorithms.REGISTRY) <= ours, name
+    failed = [(r["data"], r["algo"], r["status"]) for r in tables if r["tool"] == "dask_clust" and "status" in r]
+    assert failed == []
+    assert all(r["n"] <= 2000 for r in tables)
+
+
+def test_every_ratio_comes_from_rows_of_the_same_run(smoke):
+    rows, _, _ = smoke
+    assert len({r["run"] for r in rows}) == 1
+    tables = [r for r in rows if r["kind"] == "table" and "qe" in r]
+    for r in tables:
+        (base,) = [b for b in tables if (b["data"], b["seed"], b["algo"]) == (r["data"], r["seed"], BASELINE)]
+        assert r["eta"] == pytest.approx(r["qe"] / base["qe"] - 1, rel=1e-12, abs=1e-15)
+        assert r["speedup"] == pytest.approx(base["wall_s"] / r["wall_s"], rel=1e-12)
+        assert r["qe"] > 0 and r["wall_s"] > 0
+
+
+def test_smoke_page_has_a_table_and_a_plot_per_set(smoke):
+    _, page, results = smoke
+    text = page.read_text()
+    for name, _ in QUICK_TABLES:
+        assert f"### {name} (" in text
+    assert (results / "quick_tables.png").stat().st_size > 10_000
+    assert "dask-clust bench --suite quick" in text
+
+
+def _table_row(algo, eta, speedup, evals=None, seed=0, extras=None):
+    return {"kind": "vcgmm_table", "run": "r", "data": "d", "n": 100, "d": 2, "k": 4, "coreset_size": 64,
+            "seed": seed, "algo": algo, "eta": eta, "speedup": speedup, "distance_evals": evals, "n_iter": 3,
+            "wall_s": 1.0, "extras": extras or {}}
+
+
+def test_vcgmm_table_reports_mean_and_sem_of_eta_and_median_speedup():
+    etas = [0.08, 0.10, 0.12]
+    rows = [_table_row("vc-GMM", e, s, evals=1000 * (i + 1), seed=i) for i, (e, s) in enumerate(zip(etas, [90, 110, 100]))]
+    rows += [_table_row("k-means++ (ours)", 0.0, 1.0, evals=400_000, seed=i) for i in range(3)]
+    text = "\n".join(report.vcgmm_section(rows, lambda *a: "x.png"))
+    sem = statistics.stdev(etas) / math.sqrt(3)
+    assert f"| vc-GMM | 3 | +10.00 % ± {100 * sem:.2f} | 100.0× | 200.0× |" in text  # 400,000 / median 2,000
+
+
+def test_nmbatch_section_measures_time_to_within_one_and_two_percent_of_the_best():
+    curve = {"kind": "curve", "data": "d", "n_train": 90, "n_validation": 10, "k": 5, "tool": "dask_clust"}
+    rows = [{**curve, "algo": "lloyd", "points": [[1.0, 130.0], [2.0, 101.5], [4.0, 100.5], [8.0, 100.0]]},
+            {**curve, "algo": "nmbatch", "points": [[0.1, 104.0], [0.2, 101.9], [0.4, 100.9]]}]
+    text = "\n".join(report.nmbatch_section(rows, lambda *a: "x.png"))
+    assert "| dask_clust | nmbatch | 0.2 | 0.4 | +0.90 % | 0.4 |" in text
+    assert "nmbatch reaches 2 % of E* 10.0× sooner than Lloyd" in text  # 2.0 s / 0.2 s
+    assert "nmbatch reaches 1 % of E* 10.0× sooner than Lloyd" in text  # 4.0 s / 0.4 s
