@@ -58,19 +58,21 @@ class Workers:
         return max(peaks) if peaks else None
 
 
-def engine_overhead_ms(X, client):
-    """Median wall time of an empty iteration over X's partitions on ``client``."""
-    with open_engine(as_source(X), client, 0) as engine:
+def engine_overhead_ms(path, client):
+    """Median wall time of an empty iteration over the partitions of the data at ``path`` on ``client``."""
+    with open_engine(as_source(path), client, 0) as engine:
         return engine.overhead_ms()
 
 
-def ours(X, algo, k, seed, client, params, repeats, overhead_ms):
-    """Row fields of ``repeats`` identical fits of ours (the model of the last; all are equal)."""
+def ours(path, X, algo, k, seed, client, params, repeats, overhead_ms):
+    """Row fields of ``repeats`` identical fits of ours (the model of the last; all are equal). The fit
+    reads the .npy at ``path`` on the workers, as a user's fit reads its files; X, the same data in this
+    process, gives the exact QE."""
     workers, walls, peak = Workers(client), [], 0
     for _ in range(repeats):
         workers.reset()
         t = time.perf_counter()
-        model = api.fit(X, algo, k, random_state=seed, client=client, **params)
+        model = api.fit(path, algo, k, random_state=seed, client=client, **params)
         walls.append(time.perf_counter() - t)
         peak = max(peak, workers.peak() or 0)
     wall = statistics.median(walls)

@@ -101,10 +101,10 @@ def _sized(run, k, rows):
 VCGMM_SETS = (("imgpatches", 100, 2 ** 16), ("mnist5k", 100, 2 ** 12), ("blobs200k_d32", 400, 2 ** 16))
 
 
-def seeding_only(X, k, init, seed, client, **kw):
+def seeding_only(path, X, k, init, seed, client, **kw):
     """Centres of a seeding alone (no Lloyd): (wall s, QE, distance evaluations)."""
     t = time.perf_counter()
-    with open_engine(as_source(X), client, seed) as engine:
+    with open_engine(as_source(path), client, seed) as engine:
         centers, evals = seed_centers(engine, k, init, seed, **kw)
     wall = time.perf_counter() - t
     return {"wall_s": wall, "wall_runs": [wall], "qe": quantization_error(X, centers), "n_iter": 0,
@@ -124,7 +124,7 @@ def vcgmm_table(run, seeds=3):
         path, X = run.data(name)
         k = _sized(run, k, len(X))
         n_prime = min(n_prime, len(X) // 2) if run.tiny else n_prime
-        overhead = measure.engine_overhead_ms(X, run.client)
+        overhead = measure.engine_overhead_ms(path, run.client)
         for seed in range(1 if run.tiny else seeds):
             logger.info("vc-GMM table %s C=%d seed %d", name, k, seed)
             base = run.competitor("sklearn-lloyd", path, X, k, seed, repeats=1)
@@ -132,28 +132,28 @@ def vcgmm_table(run, seeds=3):
                       "coreset_size": n_prime}
             run.emit({**common, "algo": "k-means++ (scikit-learn)", **base, **_versus(base, base)})
             for label, algo, params in vcgmm_fits(n_prime):
-                got = run.ours_row(X, algo, k, seed, params, overhead, repeats=1)
+                got = run.ours_row(path, X, algo, k, seed, params, overhead, repeats=1)
                 run.emit({**common, "algo": label, "params": params, **got, **_versus(got, base)})
-            got = seeding_only(X, k, "afkmc2", seed, run.client, chain_length=2)
+            got = seeding_only(path, X, k, "afkmc2", seed, run.client, chain_length=2)
             run.emit({**common, "algo": "AFK-MC2 (m = 2)", **got, **_versus(got, base)})
             if seed == 0 and name == VCGMM_SETS[0][0]:
-                coreset_tradeoff(run, X, k, base, overhead)
+                coreset_tradeoff(run, path, X, k, base, overhead)
 
 
-def coreset_tradeoff(run, X, k, base, overhead):
+def coreset_tradeoff(run, path, X, k, base, overhead):
     """Fig. 1 (right): η against speedup over coreset sizes (vc-GMM, LWCS), chain lengths (AFK-MC2) and
     G (var-GMM-S), on the first set of the table."""
     sizes = (2 ** 10, 2 ** 11) if run.tiny else tuple(2 ** e for e in range(12, 18))
     common = {"kind": "tradeoff", "data": VCGMM_SETS[0][0], "n": len(X), "k": k}
     for n_prime in sizes:
         for label, algo, params in vcgmm_fits(n_prime)[0::2]:
-            got = run.ours_row(X, algo, k, 0, params, overhead, repeats=1)
+            got = run.ours_row(path, X, algo, k, 0, params, overhead, repeats=1)
             run.emit({**common, "algo": label, "coreset_size": n_prime, **got, **_versus(got, base)})
     for m in (2, 5) if run.tiny else (2, 5, 10, 20):
-        got = seeding_only(X, k, "afkmc2", 0, run.client, chain_length=m)
+        got = seeding_only(path, X, k, "afkmc2", 0, run.client, chain_length=m)
         run.emit({**common, "algo": "AFK-MC2", "chain_length": m, **got, **_versus(got, base)})
     for G, extra in ((3, True), (5, False), (7, False)):
-        got = run.ours_row(X, "vargmm", k, 0, {"G": G, "extra_random": extra}, overhead, repeats=1)
+        got = run.ours_row(path, X, "vargmm", k, 0, {"G": G, "extra_random": extra}, overhead, repeats=1)
         run.emit({**common, "algo": "var-GMM-S", "G": f"{G}+1" if extra else str(G), **got, **_versus(got, base)})
 
 
@@ -175,6 +175,7 @@ def split(X, shuffle_seed=0):
 def nmbatch_curves(run, name="imgpatches", k=50):
     _, X = run.data(name)
     Xtr, Xv = split(X)
+    train = run.save(f"{name}-train", Xtr)
     k = _sized(run, k, len(Xtr))
     init = Xtr[:k].astype(np.float64)
     b0 = min(B0, len(Xtr) // 4)
@@ -183,7 +184,7 @@ def nmbatch_curves(run, name="imgpatches", k=50):
                                 ("nmbatch", "nmbatch", {"batch_size": b0, "rho": RHO})):
         logger.info("Fig. 2 analog: %s", label)
         clock = Clock(Xv)
-        m = api.fit(Xtr, algo, k, init=init, random_state=0, client=run.client, callback=clock, **params)
+        m = api.fit(train, algo, k, init=init, random_state=0, client=run.client, callback=clock, **params)
         run.emit({**common, "algo": label, "tool": "dask_clust", "points": clock.points, "n_iter": m.n_iter_,
                   "distance_evals": int(m.n_distance_evals_)})
     points, total, steps = sklearn_minibatch_curve(Xtr, Xv, init, b0)
@@ -198,9 +199,9 @@ VRKM_SETS = (("mnist5k", 100), ("imgpatches", 100))
 
 def vrkm_table(run):
     for name, k in VRKM_SETS:
-        _, X = run.data(name)
+        path, X = run.data(name)
         k = _sized(run, k, len(X))
-        with open_engine(as_source(X), run.client, 0) as engine:  # the same k-means++ centres for every method
+        with open_engine(as_source(path), run.client, 0) as engine:  # the same k-means++ centres for every method
             init, _ = seed_centers(engine, k, "k-means++", 0)
         common = {"kind": "vrkm_table", "data": name, "n": len(X), "d": X.shape[1], "k": k}
         fits = (("batch KM", "kmeans", {}), ("mini-batch KM", "minibatch", {}),
@@ -210,7 +211,7 @@ def vrkm_table(run):
         for label, algo, params in fits:
             logger.info("VRKM table %s: %s", name, label)
             t = time.perf_counter()
-            m = api.fit(X, algo, k, init=init, random_state=0, client=run.client, **params)
+            m = api.fit(path, algo, k, init=init, random_state=0, client=run.client, **params)
             wall = time.perf_counter() - t
             # Lloyd and VRKM record the full-data QE per iteration; the mini-batch methods only at the end
             curve = qe_curve(m) if algo in ("kmeans", "vrkm") else [(wall, m.objective_)]

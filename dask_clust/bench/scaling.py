@@ -26,7 +26,7 @@ def strong(run):
                 api.fit(X[:20_000], algo, min(k, 50), random_state=0, client=client, max_iter=2)  # warm workers
                 walls, per_iter = [], []
                 for _ in range(run.repeats):
-                    m = api.fit(X, algo, k, random_state=0, client=client, **params)
+                    m = api.fit(path, algo, k, random_state=0, client=client, **params)
                     walls.append(m.engine_["wall_s"])
                     per_iter.append(statistics.median(h["wall_s"] for h in m.history_[2:] or m.history_))
             run.emit({"kind": "strong", "data": name, "algo": algo, "k": k, "workers": n_workers,
@@ -36,7 +36,7 @@ def strong(run):
 
 def overhead(run):
     """Median empty-iteration time against the number of workers, 64 chunks of tiny data."""
-    X = make_blobs(64 * 500, 8, 10, chunks=500, random_state=0)[0]
+    X = make_blobs(64 * 500, 8, 10, chunks=500, random_state=0)[0]  # lazy: generated on the workers
     for n_workers in OVERHEAD_WORKERS[:2] if run.tiny else OVERHEAD_WORKERS:
         logger.info("overhead with %d workers", n_workers)
         with connect(n_workers=n_workers, threads_per_worker=1) as client:

@@ -13,6 +13,8 @@ import tempfile
 import time
 from dataclasses import fields
 
+import numpy as np
+
 from .. import algorithms
 from . import measure, paper, scaling
 from .data import materialise, read
@@ -59,18 +61,24 @@ class Run:
         path = materialise(name, self.scratch, self.tiny)
         return path, read(path)
 
+    def save(self, name, X):
+        """A derived array (a shuffled split, ...) as .npy in the scratch directory, for fits to read."""
+        path = os.path.join(self.scratch, f"{name}.npy")
+        np.save(path, X)
+        return path
+
     def table(self, name, k, seeds):
         """Every fit of ``our_fits`` and every competitor on one data set, against the baseline."""
         path, X = self.data(name)
         k = min(k, len(X) // 4)
-        overhead = measure.engine_overhead_ms(X, self.client)
+        overhead = measure.engine_overhead_ms(path, self.client)
         common = {"kind": "table", "data": name, "n": X.shape[0], "d": X.shape[1], "k": k}
         for seed in range(seeds):
             logger.info("table %s k=%d seed %d", name, k, seed)
             base = self.competitor(BASELINE, path, X, k, seed)
             rows = [("scikit-learn", BASELINE, {}, base)]
             for label, algo, params in our_fits(self.tiny):
-                rows.append(("dask_clust", label, params, self.ours_row(X, algo, k, seed, params, overhead)))
+                rows.append(("dask_clust", label, params, self.ours_row(path, X, algo, k, seed, params, overhead)))
             for comp in measure.COMPETITORS:
                 if comp != BASELINE:
                     got = self.competitor(comp, path, X, k, seed)
@@ -83,10 +91,10 @@ class Run:
         return measure.competitor(name, path, X, k, seed, repeats or self.repeats, self.cap_s,
                                   isolated=not self.tiny)
 
-    def ours_row(self, X, algo, k, seed, params, overhead, repeats=None):
+    def ours_row(self, path, X, algo, k, seed, params, overhead, repeats=None):
         """``measure.ours``, or the error in the row's status: one failing fit must not end the suite."""
         try:
-            return measure.ours(X, algo, k, seed, self.client, params, repeats or self.repeats, overhead)
+            return measure.ours(path, X, algo, k, seed, self.client, params, repeats or self.repeats, overhead)
         except Exception as exc:
             logger.exception("%s on k=%d failed", algo, k)
             return {"status": f"error: {type(exc).__name__}: {exc}"[:300]}
