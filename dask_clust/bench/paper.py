@@ -19,7 +19,6 @@ import numpy as np
 from .. import api
 from ..datasets import make_digitlike
 from ..engine import as_source, open_engine
-from ..metrics import quantization_error
 from ..seeding import seed as seed_centers
 from . import measure
 
@@ -31,14 +30,8 @@ B0, RHO = 5000, 100.0
 # ------------------------------------------------------------------ shared by the experiments (and benchmarks/)
 
 def energy(X, C):
-    """Mean squared distance of X's rows to their nearest centre (float64, in blocks)."""
-    C = np.asarray(C, np.float64)
-    cc = (C * C).sum(1)
-    total = 0.0
-    for s in range(0, len(X), 65536):
-        x = X[s:s + 65536].astype(np.float64)
-        total += np.maximum((x * x).sum(1)[:, None] - 2 * x @ C.T + cc[None], 0).min(1).sum()
-    return total / len(X)
+    """Mean squared distance of X's rows to their nearest centre."""
+    return measure.quantization_error(X, C) / len(X)
 
 
 class Clock:
@@ -107,7 +100,7 @@ def seeding_only(path, X, k, init, seed, client, **kw):
     with open_engine(as_source(path), client, seed) as engine:
         centers, evals = seed_centers(engine, k, init, seed, **kw)
     wall = time.perf_counter() - t
-    return {"wall_s": wall, "wall_runs": [wall], "qe": quantization_error(X, centers), "n_iter": 0,
+    return {"wall_s": wall, "wall_runs": [wall], "qe": measure.quantization_error(X, centers), "n_iter": 0,
             "distance_evals": int(evals)}
 
 
