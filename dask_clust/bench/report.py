@@ -124,7 +124,8 @@ def tables_section(suite, rows, plot):
         return []
     lines = [f"## Every algorithm on real and synthetic data (`{COMMAND.format(suite=suite)}`)", "",
              "η = QE / QE of scikit-learn's k-means++ Lloyd − 1 and speedup = its wall time / ours, both from the "
-             "same run, data, k and seed. Wall time is the median of 3 fits; QE is on the full data; overhead is "
+             "same run, data, k and seed. Wall time is the median of 3 fits (of fewer when they took over 30 s: "
+             "`wall_runs` in the JSON lines has each); QE is on the full data; overhead is "
              "the engine's share of the wall time (round trips × an empty iteration); memory is the peak resident "
              "size of the busiest worker (or the competitor's process).", ""]
     by_data = defaultdict(list)

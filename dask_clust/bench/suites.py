@@ -136,7 +136,7 @@ def _lines(path):
 
 
 def run_suite(suite, out, client, tiny=False):
-    run = Run(suite, out, client, tiny=tiny, cap_s=120.0 if suite == "quick" else 300.0)
+    run = Run(suite, out, client, tiny=tiny, cap_s=120.0 if suite == "quick" else 200.0)
     try:
         if suite == "quick":
             for name, k in QUICK_TABLES:
