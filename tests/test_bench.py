@@ -63,7 +63,8 @@ def _table_row(algo, eta, speedup, evals=None, seed=0, extras=None):
 
 def test_vcgmm_table_reports_mean_and_sem_of_eta_and_median_speedup():
     etas = [0.08, 0.10, 0.12]
-    rows = [_table_row("vc-GMM", e, s, evals=1000 * (i + 1), seed=i) for i, (e, s) in enumerate(zip(etas, [90, 110, 100]))]
+    rows = [_table_row("vc-GMM", e, s, evals=1000 * (i + 1), seed=i)
+            for i, (e, s) in enumerate(zip(etas, [90, 110, 100]))]
     rows += [_table_row("k-means++ (ours)", 0.0, 1.0, evals=400_000, seed=i) for i in range(3)]
     text = "\n".join(report.vcgmm_section(rows, lambda *a: "x.png"))
     sem = statistics.stdev(etas) / math.sqrt(3)

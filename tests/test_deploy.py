@@ -120,7 +120,8 @@ def test_yamllint_fails_on_a_duplicate_key():
 
 def images_in_configs():
     dask, hub, dc = load("helm/dask-values.yaml"), load("helm/daskhub-values.yaml"), load("kubernetes/daskcluster.yaml")
-    yield from (f"{dask[p]['image']['repository']}:{dask[p]['image']['tag']}" for p in ("scheduler", "worker", "jupyter"))
+    for part in ("scheduler", "worker", "jupyter"):
+        yield f"{dask[part]['image']['repository']}:{dask[part]['image']['tag']}"
     for image in (hub["jupyterhub"]["singleuser"]["image"], hub["dask-gateway"]["gateway"]["backend"]["image"]):
         yield f"{image['name']}:{image['tag']}"
     for part in ("scheduler", "worker"):

@@ -34,6 +34,13 @@ def quantization_error(X, centers):
     return float(total)
 
 
+def versus(got, base):
+    """eta and speedup of a row against the baseline row of the same run (None when either is missing)."""
+    if "qe" not in got or "qe" not in base:
+        return {"eta": None, "speedup": None}
+    return {"eta": got["qe"] / base["qe"] - 1, "speedup": base["wall_s"] / got["wall_s"]}
+
+
 def reset_peak_memory():
     """Restart this process's peak-RSS count (Linux: writing 5 to /proc/self/clear_refs)."""
     try:

@@ -124,12 +124,12 @@ def vcgmm_table(run):
             base = run.baseline(name, path, X, k, seed)
             common = {"kind": "vcgmm_table", "data": name, "n": len(X), "d": X.shape[1], "k": k, "seed": seed,
                       "coreset_size": n_prime}
-            run.emit({**common, "algo": "k-means++ (scikit-learn)", **base, **_versus(base, base)})
+            run.emit({**common, "algo": "k-means++ (scikit-learn)", **base, **measure.versus(base, base)})
             for label, algo, params in vcgmm_fits(n_prime):
                 got = run.ours_row(path, X, algo, k, seed, params, overhead, repeats=1)
-                run.emit({**common, "algo": label, "params": params, **got, **_versus(got, base)})
+                run.emit({**common, "algo": label, "params": params, **got, **measure.versus(got, base)})
             got = seeding_only(path, X, k, "afkmc2", seed, run.client, chain_length=2)
-            run.emit({**common, "algo": "AFK-MC2 (m = 2)", **got, **_versus(got, base)})
+            run.emit({**common, "algo": "AFK-MC2 (m = 2)", **got, **measure.versus(got, base)})
             if seed == 0 and name == VCGMM_SETS[0][0]:
                 coreset_tradeoff(run, path, X, k, base, overhead)
 
@@ -142,19 +142,14 @@ def coreset_tradeoff(run, path, X, k, base, overhead):
     for n_prime in sizes:
         for label, algo, params in vcgmm_fits(n_prime)[0::2]:
             got = run.ours_row(path, X, algo, k, 0, params, overhead, repeats=1)
-            run.emit({**common, "algo": label, "coreset_size": n_prime, **got, **_versus(got, base)})
+            run.emit({**common, "algo": label, "coreset_size": n_prime, **got, **measure.versus(got, base)})
     for m in (2, 5) if run.tiny else (2, 5, 10, 20):
         got = seeding_only(path, X, k, "afkmc2", 0, run.client, chain_length=m)
-        run.emit({**common, "algo": "AFK-MC2", "chain_length": m, **got, **_versus(got, base)})
+        run.emit({**common, "algo": "AFK-MC2", "chain_length": m, **got, **measure.versus(got, base)})
     for G, extra in ((3, True), (5, False), (7, False)):
         got = run.ours_row(path, X, "vargmm", k, 0, {"G": G, "extra_random": extra}, overhead, repeats=1)
-        run.emit({**common, "algo": "var-GMM-S", "G": f"{G}+1" if extra else str(G), **got, **_versus(got, base)})
-
-
-def _versus(got, base):
-    from .suites import versus
-
-    return versus(got, base)
+        run.emit({**common, "algo": "var-GMM-S", "G": f"{G}+1" if extra else str(G), **got,
+                  **measure.versus(got, base)})
 
 
 # ------------------------------------------------------------------ nmbatch, Fig. 2

@@ -286,7 +286,8 @@ def scaling_section(rows, plot):
         lines += ["Driver overhead of one empty iteration against the number of worker processes (64 chunks of "
                   "tiny data, all workers on this machine):", "",
                   table(["workers", "ms per iteration"], [[r["workers"], f"{r['overhead_ms']:.1f}"] for r in over]),
-                  "", f"![overhead per iteration against workers]({plot(_plot_overhead, over, 'scaling_overhead.png')})",
+                  "", f"![overhead per iteration against workers]"
+                  f"({plot(_plot_overhead, over, 'scaling_overhead.png')})",
                   ""]
     return lines
 

@@ -88,7 +88,7 @@ class Run:
                     rows.append(("scikit-learn" if comp.startswith("sklearn") else comp, comp, {}, got))
             for tool, label, params, got in rows:
                 self.emit({**common, "seed": seed, "tool": tool, "algo": label, "params": params, **got,
-                           **versus(got, base)})
+                           **measure.versus(got, base)})
 
     def competitor(self, name, path, X, k, seed, repeats=None, cap_s=None):
         return measure.competitor(name, path, X, k, seed, repeats or self.repeats, cap_s or self.cap_s,
@@ -114,13 +114,6 @@ class Run:
         import shutil
 
         shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def versus(got, base):
-    """eta and speedup of a row against the baseline row of the same run (None when either is missing)."""
-    if "qe" not in got or "qe" not in base:
-        return {"eta": None, "speedup": None}
-    return {"eta": got["qe"] / base["qe"] - 1, "speedup": base["wall_s"] / got["wall_s"]}
 
 
 def machine():
