@@ -42,14 +42,14 @@ def test_free_energy_trajectory_matches_reference(data, G, n_truncated):
     assert m.converged_
 
 
-def test_spills_and_several_chunks_change_nothing(data, monkeypatch):
-    """Pair tables too small for the partners (every winner spills) and a coreset in 4 chunks (pairs and
-    statistics merged across chunks) give the reference's trajectory all the same."""
+def test_several_blocks_and_chunks_change_nothing(data, monkeypatch):
+    """A coreset in 4 chunks of 4 search blocks each (pair statistics and posterior statistics merged
+    across blocks and chunks) gives the reference's trajectory all the same."""
     import dask
 
     from dask_clust.algorithms import vcgmm
 
-    monkeypatch.setattr(vcgmm, "TABLE_CAP", 4)
+    monkeypatch.setattr(vcgmm, "BLOCK_ROWS", 64)
     C, size, rs = 30, 800, 11
     init = data[np.linspace(0, len(data) - 1, C).astype(int)].astype(np.float64)
     with dask.config.set({"dask_clust.working-set-chunk-rows": 256}):
@@ -90,21 +90,20 @@ def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
     seen = []
     original = vcgmm.update_neighbourhoods
 
-    def spy(found, Gc, offset):
-        out = original(found, Gc, offset)
+    def spy(found, Gc):
+        original(found, Gc)
         seen.append(Gc.copy())
-        return out
 
     monkeypatch.setattr(vcgmm, "update_neighbourhoods", spy)
     states = []
-    original_search = vcgmm._search
+    original_estep = vcgmm._estep
 
-    def spy_search(chunk, *args):
-        out = original_search(chunk, *args)
+    def spy_estep(chunk, params):
+        out = original_estep(chunk, params)
         states.append(chunk.state["vcgmm"]["K"].copy())
         return out
 
-    monkeypatch.setattr(vcgmm, "_search", spy_search)
+    monkeypatch.setattr(vcgmm, "_estep", spy_estep)
     dask_clust.fit(data, algo="vcgmm", n_clusters=25, G=4, n_truncated=6, extra_random=True, max_iter=8,
                    coreset_size=600, random_state=1, client="in-process")
     assert seen and states

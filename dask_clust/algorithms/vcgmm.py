@@ -32,15 +32,14 @@ from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..coreset import default_size, working_set
 from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
-from ..kernels.truncated import PAIR, draw_distinct, posterior_stats, select_neighbours, truncated_search
+from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
+                                 truncated_search)
 from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, register
 
-# rows per search block: bounds the spill buffers to a few tens of MB
+# rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB
 BLOCK_ROWS = 1 << 16
-# most slots of one winner's pair table (a power of 2)
-TABLE_CAP = 128
 # σ² never falls below this fraction of the mean feature variance (keeps 1/σ² finite, as reg_covar)
 SIGMA2_FLOOR = 1e-10
 
@@ -93,73 +92,65 @@ def _init_truncated_sets(chunk, params):
     chunk.state["vcgmm"] = {"K": K, "Kd2": np.empty((n, n_truncated)), "winner": np.full(n, -1, np.int32)}
 
 
-def _table(st, offset):
-    """The chunk's pair tables for a search (layout ``offset``), emptied; reused while the layout's size
-    stays the same."""
-    tab = st.get("table")
-    if tab is None or tab.shape[0] != offset[-1]:
-        tab = st["table"] = np.empty(int(offset[-1]), PAIR)
-    tab["key"] = -1
-    return tab
+def _buffers(st, rows, width):
+    """The chunk's search-space and pair buffers, kept across searches (faulting them in each time costs)."""
+    if st.get("space") is None or len(st["space"][1]) != rows * width:
+        st["space"] = (np.empty(rows + 1, np.int64), np.empty(rows * width, np.int32), np.empty(rows * width))
+        st["pairs"] = (np.empty(rows * width, np.int32), np.empty(rows * width, np.int32), np.empty(rows * width))
+    return st["space"], st["pairs"]
 
 
-def table_offsets(partners):
-    """Layout of the pair tables: winner c gets a power of 2 at least twice the partners it had in the last
-    search, so a table is rarely over half full; one that is spills, which costs time, never a pair.
-    Capped: a winner with hundreds of partners (random early search spaces) spills the rest, which is
-    cheaper than tables too large for the cache."""
-    width = np.minimum(1 << np.ceil(np.log2(np.maximum(4, partners) * 2)).astype(np.int64), TABLE_CAP)
-    return np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
-
-
-def _search(chunk, mu, Gc, offset, key, extra_random):
-    """Step 4's search and step 5's statistics on one chunk: updates K^(n) in place; returns
-    (evaluations, Σ w min d², changed winners, pair table, spilled pairs)."""
-    st = chunk.state["vcgmm"]
-    K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
-    n, n_clusters = K.shape[0], mu.shape[0]
-    table = _table(st, offset)
-    fill = np.zeros(n_clusters, np.int32)
-    mark = np.full(n_clusters, -1, np.int64)
-    rows = min(n, BLOCK_ROWS)  # bounds the spill buffers; a block's spills are kept, the buffers reused
-    cap = rows * (K.shape[1] * Gc.shape[1])
-    spill = (np.empty(cap, np.int32), np.empty(cap, np.int32), np.empty(cap))
-    evals, minsum, changed, spilled = 0, 0.0, 0, []
-    for b0 in range(0, n, rows):
-        b1 = min(n, b0 + rows)
-        e, s, ch, ns = truncated_search(chunk.x[b0:b1], chunk.w[b0:b1], chunk.start + b0, mu, K[b0:b1],
-                                        Kd2[b0:b1], winner[b0:b1], Gc, key, extra_random, mark, offset, table,
-                                        fill, *spill)
-        evals, minsum, changed = evals + e, minsum + s, changed + ch
-        spilled.append(tuple(a[:ns].copy() for a in spill))
-    spilled = tuple(np.concatenate(a) for a in zip(*spilled))
-    return evals, minsum, changed, table, spilled
-
-
-def _posteriors(chunk, sigma2, n_clusters):
-    st = chunk.state["vcgmm"]
-    Kd2 = st["Kd2"]
+def _posteriors(x, w, K, Kd2, sigma2, stats):
+    """Adds a block's posterior statistics to stats = [Σ w s x, U, Q, F's data part]."""
     inv = 0.5 / sigma2
     # K^(n) is sorted, so column 0 is the max-shift; numpy's SIMD exp is 8x numba's scalar one
     e = Kd2[:, :1] - Kd2
     e *= inv
     np.exp(e, out=e)
-    sums = np.zeros((n_clusters, chunk.x.shape[1]))
-    U = np.zeros(n_clusters)
-    Q = np.zeros(n_clusters)
-    data_f = posterior_stats(chunk.x, chunk.w, st["K"], Kd2, e, inv, sums, U, Q)
-    return sums, U, Q, data_f
+    stats[3] += posterior_stats(x, w, K, Kd2, e, inv, *stats[:3])
+
+
+def _new_stats(n_clusters, n_features):
+    return [np.zeros((n_clusters, n_features)), np.zeros(n_clusters), np.zeros(n_clusters), 0.0]
 
 
 def _estep(chunk, params):
-    """One E-step on a chunk: the search, then (when σ² is known) the posteriors' statistics."""
-    mu, Gc, offset, key, extra_random, sigma2 = params
-    found = _search(chunk, mu, Gc, offset, key, extra_random)
-    return found + (_posteriors(chunk, sigma2, mu.shape[0]) if sigma2 is not None else None,)
+    """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
+    in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns (evaluations, Σ w min d², changed winners, the blocks' pair statistics,
+    the posterior statistics or None)."""
+    mu, Gc, key, extra_random, sigma2 = params
+    st = chunk.state["vcgmm"]
+    K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
+    n, n_clusters = K.shape[0], mu.shape[0]
+    rows = min(n, BLOCK_ROWS)
+    space, pairs = _buffers(st, rows, K.shape[1] * Gc.shape[1] + 1)
+    stats = None if sigma2 is None else _new_stats(n_clusters, mu.shape[1])
+    mark = np.full(n_clusters, -1, np.int64)
+    evals, minsum, changed, blocks = 0, 0.0, 0, []
+    for b0 in range(0, n, rows):
+        b = slice(b0, min(n, b0 + rows))
+        e, s, ch = truncated_search(chunk.x[b], chunk.w[b], chunk.start + b0, mu, K[b], Kd2[b], winner[b], Gc, key,
+                                    extra_random, mark, *space)
+        start = np.empty(n_clusters + 1, np.int64)
+        k = pair_statistics(winner[b], *space, start, *pairs)
+        blocks.append((start, *(a[:k].copy() for a in pairs)))
+        if stats is not None:
+            _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], sigma2, stats)
+        evals, minsum, changed = evals + e, minsum + s, changed + ch
+    return evals, minsum, changed, blocks, stats
 
 
 def _posterior_step(chunk, params):
-    return _posteriors(chunk, *params)
+    """The posteriors' statistics of the last search (σ² was not known when it ran), block by block."""
+    sigma2, n_clusters = params
+    st = chunk.state["vcgmm"]
+    n = st["K"].shape[0]
+    rows = min(n, BLOCK_ROWS)
+    stats = _new_stats(n_clusters, chunk.x.shape[1])
+    for b0 in range(0, n, rows):
+        b = slice(b0, min(n, b0 + rows))
+        _posteriors(chunk.x[b], chunk.w[b], st["K"][b], st["Kd2"][b], sigma2, stats)
+    return stats
 
 
 # ---------------------------------------------------------------- driver
@@ -179,13 +170,12 @@ def initial_sets(entropy, n_rows, n_clusters, G, n_truncated):
     return K, init_neighbourhoods(n_clusters, G, _key(entropy, "G"))
 
 
-def update_neighbourhoods(found, Gc, offset):
-    """Step 5 from every chunk's pair tables and spills (in chunk order); returns the next tables' layout."""
-    tables = found[0][3][None] if len(found) == 1 else np.stack([f[3] for f in found])
-    spills = [np.concatenate([f[4][i] for f in found]) for i in range(3)]
-    partners = np.empty(len(Gc), np.int64)
-    select_neighbours(offset, tables, *spills, Gc, partners)
-    return table_offsets(partners)
+def update_neighbourhoods(found, Gc):
+    """Step 5 from every chunk's blocks of pair statistics, in chunk order."""
+    blocks = [blk for f in found for blk in f[3]]
+    shift = np.cumsum([0] + [len(blk[1]) for blk in blocks[:-1]])
+    start = np.stack([blk[0] + s for blk, s in zip(blocks, shift)])
+    select_neighbours(start, *(np.concatenate([blk[i] for blk in blocks]) for i in (1, 2, 3)), Gc)
 
 
 def m_step(mu, sums, U, Q, total_weight, floor):
@@ -221,25 +211,24 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
     total_w = engine.summary.total_weight
     floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
     Gc = init_neighbourhoods(C, G, _key(entropy, "G"))
-    offset = table_offsets(np.full(C, C))  # random first search spaces: as many partners as the cap allows
     key_K = _key(entropy, "K")
     engine.init_state(_init_truncated_sets, (Cp, C, key_K, None), key="vcgmm")
     t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
     for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
-        found = engine.map(_estep, (mu, Gc, offset, _key(entropy, "init", i), cfg.extra_random, None))
+        found = engine.map(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None))
         evals += sum(r[0] for r in found)
-        offset = update_neighbourhoods(found, Gc, offset)
+        update_neighbourhoods(found, Gc)
     for it in loop:
         engine.set_rebuild(_init_truncated_sets, (Cp, C, key_K, mu), key="vcgmm")
-        found = engine.map(_estep, (mu, Gc, offset, _key(entropy, "estep", it), cfg.extra_random, sigma2))
+        found = engine.map(_estep, (mu, Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2))
         e = sum(r[0] for r in found)
-        offset = update_neighbourhoods(found, Gc, offset)
+        update_neighbourhoods(found, Gc)
         if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
             sigma2 = max(sum(r[1] for r in found) / (D * total_w), floor)
             stats = engine.map(_posterior_step, (sigma2, C))
         else:
-            stats = [r[5] for r in found]
+            stats = [r[4] for r in found]
         sums, U, Q, data_f = _sum_stats(stats)
         f = free_energy(float(data_f), sigma2, total_w, D, C)
         used = sigma2

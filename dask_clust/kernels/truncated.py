@@ -57,47 +57,11 @@ def draw_distinct(first, row0, n_clusters, seed, out):
                 t += 1
 
 
-# one slot of a winner's pair table: partner (-1: empty), rows whose search space held it, Σ d² over them;
-# the three share a cache line, which the separate arrays they replaced did not
-PAIR = np.dtype([("key", np.int32), ("count", np.int32), ("dsum", np.float64)])
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _add_pair(c, p, d2, offset, table, fill, spill_c, spill_p, spill_d, nspill):
-    """(count, Σ d²) of partner p in winner c's open-addressing table (slots offset[c]..offset[c+1], a
-    power of 2); a partner that finds the table half full goes to the spill list (all its later
-    occurrences too), so nothing is lost."""
-    base = offset[c]
-    mask = offset[c + 1] - base - 1
-    h = (p * 40503) & mask
-    while True:  # ends: a table is never more than half full
-        e = table[base + h]
-        if e.key == p:
-            e.count += 1
-            e.dsum += d2
-            return nspill
-        if e.key == -1:
-            break
-        h = (h + 1) & mask
-    if 2 * fill[c] < mask + 1:
-        e = table[base + h]
-        e.key = p
-        e.count = 1
-        e.dsum = d2
-        fill[c] += 1
-        return nspill
-    spill_c[nspill] = c
-    spill_p[nspill] = p
-    spill_d[nspill] = d2
-    return nspill + 1
-
-
 @njit(nogil=True, cache=True)
-def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mark,
-                     offset, table, fill, spill_c, spill_p, spill_d):
-    """E-step search and neighbourhood statistics, one pass: for every row S_n = ∪_{c ∈ K^(n)} G_c (+1),
-    K^(n) ← its C' closest (ascending, stable), and for the winner c_o = K^(n)[0] the (count, Σ d²) of
-    every other member of S_n. Returns (distance evaluations, Σ w min d², changed winners, spilled pairs).
+def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mark, pos, space, space_d2):
+    """E-step search, one pass: for every row S_n = ∪_{c ∈ K^(n)} G_c (+1), K^(n) ← its C' closest
+    (ascending, stable); S_n and its distances are kept for the neighbourhood statistics. Returns
+    (distance evaluations, Σ w min d², changed winners).
 
     X      : IN    float32/float64 (n, d) rows;  w : IN float64 (n,) weights
     row0   : IN    int   global index of row 0 (keys the random draws)
@@ -107,59 +71,58 @@ def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mar
     seed   : IN    int   random stream of this search ("+1" and top-ups up to C')
     extra_random : IN bool  add one uniform random cluster to S_n (dropped when already present)
     mark   : SCRATCH int64 (C,), -1 on the first call of a search
-    offset : IN    int64 (C + 1,) winner c's table is slots offset[c]..offset[c+1] (a power of 2)
-    table  : INOUT PAIR (offset[C],) the tables, keys -1 when empty;  fill : INOUT int32 (C,) keys used
-    spill_c, spill_p, spill_d : OUT (>= n·(C'·G)) pairs that found their table half full
+    pos    : OUT int64 (n + 1,) row i's search space is entries pos[i]..pos[i+1] of
+    space, space_d2 : OUT int32 / float64 (>= n·(C'·G + 1)) S_n and its distances, packed row after row
     """
     n, Cp = K.shape
     C = np.uint64(mu.shape[0])
     G = Gc.shape[1]
-    S = np.empty(Cp * G + 1, np.int32)
-    d2 = np.empty(Cp * G + 1)
     top = np.empty(Cp, np.int32)
     topd = np.empty(Cp)
     xr = np.empty(X.shape[1])
     evals = 0
     changed = 0
-    nspill = 0
     minsum = 0.0
+    pos[0] = 0
     for i in range(n):
         for t in range(X.shape[1]):
             xr[t] = X[i, t]
-        size = 0
+        o = pos[i]  # packed row after row: a row touches only the cache lines it fills
+        m_ = 0
         tag = row0 + i
         for a in range(Cp):
             k = K[i, a]
             for g in range(G):  # branch-free: half the members are repeats, a branch mispredicts on them
                 m = Gc[k, g]
-                S[size] = m
-                size += mark[m] != tag
+                space[o + m_] = m
+                m_ += mark[m] != tag
                 mark[m] = tag
         state = _row_state(seed, tag)
         draws = 1 if extra_random else 0
-        while draws > 0 or size < Cp:
+        while draws > 0 or m_ < Cp:
             state, z = _splitmix(state)
             m = np.int32(z % C)
             draws -= 1
             if mark[m] != tag:
                 mark[m] = tag
-                S[size] = m
-                size += 1
-        for s in range(size):  # apart from the selection: independent loads overlap
-            d2[s] = sqdist_row(xr, mu, S[s])
+                space[o + m_] = m
+                m_ += 1
+        for s in range(o, o + m_):  # apart from the selection: independent loads overlap
+            space_d2[s] = sqdist_row(xr, mu, space[s])
         kept = 0
-        for s in range(size):  # insertion into the sorted C' best; equal distances keep their order
-            d = d2[s]
+        for s in range(o, o + m_):  # insertion into the sorted C' best; equal distances keep their order
+            d = space_d2[s]
             if kept < Cp or d < topd[kept - 1]:
-                pos = kept if kept < Cp else Cp - 1
-                while pos > 0 and d < topd[pos - 1]:
-                    topd[pos] = topd[pos - 1]
-                    top[pos] = top[pos - 1]
-                    pos -= 1
-                topd[pos] = d
-                top[pos] = S[s]
+                at = kept if kept < Cp else Cp - 1
+                while at > 0 and d < topd[at - 1]:
+                    topd[at] = topd[at - 1]
+                    top[at] = top[at - 1]
+                    at -= 1
+                topd[at] = d
+                top[at] = space[s]
                 kept = min(kept + 1, Cp)
-        evals += size
+        pos[i + 1] = pos[i] + m_
+        evals += m_
         for a in range(Cp):
             K[i, a] = top[a]
             Kd2[i, a] = topd[a]
@@ -167,10 +130,66 @@ def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mar
         changed += winner[i] != c
         winner[i] = c
         minsum += w[i] * topd[0]
-        for s in range(size):
-            if S[s] != c:
-                nspill = _add_pair(c, S[s], d2[s], offset, table, fill, spill_c, spill_p, spill_d, nspill)
-    return evals, minsum, changed, nspill
+    return evals, minsum, changed
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _accumulate(c, p, n, d2sum, owner, slot, who, cnt, tot, k):
+    """Add (n, d2sum) to winner c's partner p in the dense lists who/cnt/tot (k entries used; owner[p] == c
+    when p already has one, at slot[p]); returns the new k."""
+    if owner[p] != c:
+        owner[p] = c
+        slot[p] = k
+        who[k] = p
+        cnt[k] = n
+        tot[k] = d2sum
+        return k + 1
+    cnt[slot[p]] += n
+    tot[slot[p]] += d2sum
+    return k
+
+
+@njit(nogil=True, cache=True)
+def pair_statistics(winner, pos, space, space_d2, start, partner, count, dsum):
+    """Step 5's sufficient statistics of a block: for every winner c_o and every other member c~ of the
+    search spaces of the rows c_o won, (count, Σ d²(x_n, μ_c~)). Rows are visited grouped by winner (a
+    counting sort), so one winner's partners accumulate in a dense scratch that stays in cache; the
+    summation order (rows ascending, then S_n's order) depends on the block, not on the thread.
+
+    winner : IN int32 (n,);  pos, space, space_d2 : IN truncated_search's packed S_n and distances
+    start  : OUT int64 (C + 1,) winner c's partners are entries start[c]..start[c+1]
+    partner, count, dsum : OUT int32 / int32 / float64 (>= pos[n]) the entries
+    Returns the number of entries.
+    """
+    n = winner.shape[0]
+    C = start.shape[0] - 1
+    first = np.zeros(C + 1, np.int64)
+    for i in range(n):
+        first[winner[i] + 1] += 1
+    for c in range(C):
+        first[c + 1] += first[c]
+    order = np.empty(n, np.int64)
+    nxt = first[:C].copy()
+    for i in range(n):
+        order[nxt[winner[i]]] = i
+        nxt[winner[i]] += 1
+    owner = np.full(C, -1, np.int32)
+    slot = np.empty(C, np.int64)
+    k = 0
+    start[0] = 0
+    for c in range(C):
+        for r in range(first[c], first[c + 1]):
+            i = order[r]
+            for s in range(pos[i], pos[i + 1]):  # the winner itself too (no branch), dropped below
+                k = _accumulate(c, space[s], 1, space_d2[s], owner, slot, partner, count, dsum, k)
+        if owner[c] == c:  # c won rows: its own entry is replaced by the last one
+            k -= 1
+            j = slot[c]
+            partner[j] = partner[k]
+            count[j] = count[k]
+            dsum[j] = dsum[k]
+        start[c + 1] = k
+    return k
 
 
 @njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
@@ -201,43 +220,17 @@ def posterior_stats(X, w, K, Kd2, e, inv, sums, U, Q):
     return total
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _gather(c, p, count, dsum, owner, slot, who, cnt, tot, k):
-    """Add (count, Σ d²) to winner c's partner p in the dense lists who/cnt/tot (k used); returns k."""
-    if owner[p] != c:
-        owner[p] = c
-        slot[p] = k
-        who[k] = p
-        cnt[k] = count
-        tot[k] = dsum
-        return k + 1
-    cnt[slot[p]] += count
-    tot[slot[p]] += dsum
-    return k
-
-
 @njit(nogil=True, cache=True)
-def select_neighbours(offset, tables, spill_c, spill_p, spill_d, Gc, partners):
-    """G_c ← {c} + the G−1 partners with the smallest mean d² (ties: lower index), from every part's pair
-    tables and spills; clusters that won no row keep their G_c. Per winner the sums run over the parts'
-    tables in part order, then its spills in part order, so they depend on the parts, not on the workers.
+def select_neighbours(start, partner, count, dsum, Gc):
+    """G_c ← {c} + the G−1 partners with the smallest mean d² (ties: lower index), from every block's
+    ``pair_statistics``, summed in block order (so they depend on the chunks, not on the workers);
+    clusters that won no row keep their G_c.
 
-    offset : IN int64 (C + 1,) the tables' layout, shared by the parts;  tables : IN PAIR (P, offset[C])
-    spill_c, spill_p, spill_d : IN (m,) int32 / int32 / float64, every part's spills in part order
-    Gc : INOUT int32 (C, G);  partners : OUT int64 (C,) distinct partners per winner (sizes the next tables)
+    start : IN int64 (B, C + 1) block b's winner c has entries start[b, c]..start[b, c + 1] of
+    partner, count, dsum : IN int32 / int32 / float64, every block's entries
+    Gc : INOUT int32 (C, G)
     """
     C, G = Gc.shape
-    m = spill_c.shape[0]
-    start = np.zeros(C + 1, np.int64)  # spills grouped by winner, order kept (counting sort)
-    for j in range(m):
-        start[spill_c[j] + 1] += 1
-    for c in range(C):
-        start[c + 1] += start[c]
-    order = np.empty(m, np.int64)
-    nxt = start[:C].copy()
-    for j in range(m):
-        order[nxt[spill_c[j]]] = j
-        nxt[spill_c[j]] += 1
     owner = np.full(C, -1, np.int64)
     slot = np.empty(C, np.int64)
     who = np.empty(C, np.int32)
@@ -247,15 +240,9 @@ def select_neighbours(offset, tables, spill_c, spill_p, spill_d, Gc, partners):
     bestp = np.empty(max(G - 1, 1), np.int32)
     for c in range(C):
         k = 0
-        for q in range(tables.shape[0]):
-            for h in range(offset[c], offset[c + 1]):
-                e = tables[q, h]
-                if e.key >= 0:
-                    k = _gather(c, e.key, e.count, e.dsum, owner, slot, who, cnt, tot, k)
-        for r in range(start[c], start[c + 1]):
-            j = order[r]
-            k = _gather(c, spill_p[j], 1, spill_d[j], owner, slot, who, cnt, tot, k)
-        partners[c] = k
+        for b in range(start.shape[0]):
+            for r in range(start[b, c], start[b, c + 1]):
+                k = _accumulate(c, partner[r], count[r], dsum[r], owner, slot, who, cnt, tot, k)
         chosen = 0
         for r in range(k if G > 1 else 0):  # insertion into the G−1 smallest (mean, index)
             mean = tot[r] / cnt[r]
