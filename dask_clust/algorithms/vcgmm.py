@@ -110,27 +110,31 @@ def _posteriors(x, w, K, Kd2, sigma2, stats):
     stats[3] += posterior_stats(x, w, K, Kd2, e, inv, *stats[:3])
 
 
+def _row_blocks(n):
+    """Slices of at most BLOCK_ROWS rows covering 0..n."""
+    rows = max(1, min(n, BLOCK_ROWS))
+    return [slice(b0, min(n, b0 + rows)) for b0 in range(0, n, rows)]
+
+
 def _new_stats(n_clusters, n_features):
     return [np.zeros((n_clusters, n_features)), np.zeros(n_clusters), np.zeros(n_clusters), 0.0]
 
 
 def _estep(chunk, params):
     """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
-    in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns (evaluations, Σ w min d², changed winners, the blocks' pair statistics,
-    the posterior statistics or None)."""
+    in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
+    (evaluations, Σ w min d², changed winners, the blocks' pair statistics, the posterior statistics or None)."""
     mu, Gc, key, extra_random, sigma2 = params
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
     n, n_clusters = K.shape[0], mu.shape[0]
-    rows = min(n, BLOCK_ROWS)
-    space, pairs = _buffers(st, rows, K.shape[1] * Gc.shape[1] + 1)
+    space, pairs = _buffers(st, min(n, BLOCK_ROWS), K.shape[1] * Gc.shape[1] + 1)
     stats = None if sigma2 is None else _new_stats(n_clusters, mu.shape[1])
     mark = np.full(n_clusters, -1, np.int64)
     evals, minsum, changed, blocks = 0, 0.0, 0, []
-    for b0 in range(0, n, rows):
-        b = slice(b0, min(n, b0 + rows))
-        e, s, ch = truncated_search(chunk.x[b], chunk.w[b], chunk.start + b0, mu, K[b], Kd2[b], winner[b], Gc, key,
-                                    extra_random, mark, *space)
+    for b in _row_blocks(n):
+        e, s, ch = truncated_search(chunk.x[b], chunk.w[b], chunk.start + b.start, mu, K[b], Kd2[b], winner[b], Gc,
+                                    key, extra_random, mark, *space)
         start = np.empty(n_clusters + 1, np.int64)
         k = pair_statistics(winner[b], *space, start, *pairs)
         blocks.append((start, *(a[:k].copy() for a in pairs)))
@@ -144,11 +148,8 @@ def _posterior_step(chunk, params):
     """The posteriors' statistics of the last search (σ² was not known when it ran), block by block."""
     sigma2, n_clusters = params
     st = chunk.state["vcgmm"]
-    n = st["K"].shape[0]
-    rows = min(n, BLOCK_ROWS)
     stats = _new_stats(n_clusters, chunk.x.shape[1])
-    for b0 in range(0, n, rows):
-        b = slice(b0, min(n, b0 + rows))
+    for b in _row_blocks(st["K"].shape[0]):
         _posteriors(chunk.x[b], chunk.w[b], st["K"][b], st["Kd2"][b], sigma2, stats)
     return stats
 
@@ -234,7 +235,8 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
         used = sigma2
         mu, sigma2 = m_step(mu, sums, U, Q, total_w, floor)
         evals += e
-        loop.record(f, e, sum(r[2] for r in found), centers=mu, sigma2=used, active_clusters=int(np.count_nonzero(U > 0)))
+        loop.record(f, e, sum(r[2] for r in found), centers=mu, sigma2=used,
+                    active_clusters=int(np.count_nonzero(U > 0)))
         if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
             loop.converged = True
         prev_f = f
