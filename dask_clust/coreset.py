@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from ._params import InvalidParameterError
+from .engine.combine import Fold, Rows
 from .engine.data import stream
 from .kernels.assign import update_mind
 from .kernels.sampling import draw_proportional
@@ -32,10 +33,24 @@ def _store_d2(chunk, u):
     return d2
 
 
+def chunk_masses(s, w):
+    """A chunk's Σ w d² and Σ w, per chunk (for the per-chunk counts) and summed in chunk order (MASSES)."""
+    return np.array([s]), np.array([w]), s, w
+
+
+MASSES = (Rows(), Rows(), Fold(), Fold())
+
+
+def proposal_masses(s, w, S, W):
+    """Each chunk's share of q = ½ w d²/Σ w d² + ½ w/Σ w (all of it ∝ w when Σ w d² = 0), from the
+    chunks' Σ w d² (s), Σ w (w) and their totals: the proposal of the coreset and of AFK-MC2."""
+    return 0.5 * s / S + 0.5 * w / W if S > 0 else w / W
+
+
 def _masses(chunk, u):
-    """Pass 2: keep d² to the mean as state; return this chunk's Σ w d² and Σ w."""
+    """Pass 2: keep d² to the mean as state; return this chunk's Σ w d² and Σ w (MASSES)."""
     d2 = _store_d2(chunk, u)
-    return float(np.dot(chunk.w, d2)), float(chunk.w.sum())
+    return chunk_masses(float(np.dot(chunk.w, d2)), float(chunk.w.sum()))
 
 
 def _sample(chunk, params):
@@ -60,17 +75,11 @@ def mean(engine):
 def lightweight_coreset(engine, size, entropy):
     """``size`` rows drawn ∝ q with replacement and their weights: (rows in the data's dtype, float64)."""
     u = mean(engine)[None, :]
-    per_chunk = engine.map(_masses, u)
-    engine.set_rebuild(_store_d2, u, key="coreset_d2")
-    S = sum(s for s, _ in per_chunk)
-    W = sum(w for _, w in per_chunk)
-    masses = np.array([0.5 * w / W + (0.5 * s / S if S > 0 else 0.5 * w / W) for s, w in per_chunk])
-    counts = stream(entropy, "coreset", "counts").multinomial(size, masses / masses.sum())
-    got = engine.map(_sample, (counts, S, W, size))
-    engine.clear_state("coreset_d2")
-    rows = np.concatenate([g[0] for g in got])
-    weights = np.concatenate([g[1] for g in got])
-    return rows, weights
+    with engine.state("coreset_d2", _store_d2, lambda: u, build=False):
+        s, w, S, W = engine.reduce(_masses, u, MASSES)
+        masses = proposal_masses(s, w, S, W)
+        counts = stream(entropy, "coreset", "counts").multinomial(size, masses / masses.sum())
+        return engine.reduce(_sample, (counts, S, W, size), (Rows(), Rows()))
 
 
 def default_size(n_samples, n_clusters):

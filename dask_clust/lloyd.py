@@ -15,6 +15,7 @@ One iteration (``lloyd_step`` on every chunk, exact sum, ``m_step``):
 import numpy as np
 
 from .engine import Loop
+from .engine.combine import Top
 from .kernels.assign import Prepared, accumulate, nearest
 
 
@@ -43,7 +44,7 @@ def farthest_rows(chunk, m):
     """The chunk's m rows farthest from their centre: (distance², global id, row, label, weight)."""
     mind = chunk.state["lloyd_mind"]
     idx = np.lexsort((np.arange(mind.shape[0]), -mind))[:m]
-    return mind[idx], idx + chunk.start, chunk.x[idx], chunk.state["lloyd_labels"][idx], chunk.w[idx]
+    return (mind[idx], idx + chunk.start, chunk.x[idx], chunk.state["lloyd_labels"][idx], chunk.w[idx]),
 
 
 def relocate_empty(engine, sums, weights):
@@ -52,20 +53,14 @@ def relocate_empty(engine, sums, weights):
     empty = np.flatnonzero(weights == 0)
     if not len(empty):
         return 0
-    got = engine.map(farthest_rows, len(empty))
-    dist = np.concatenate([g[0] for g in got])
-    ids = np.concatenate([g[1] for g in got])
-    order = np.lexsort((ids, -dist))[: len(empty)]
-    rows = np.concatenate([g[2] for g in got])[order].astype(np.float64)
-    labels = np.concatenate([g[3] for g in got])[order]
-    w = np.concatenate([g[4] for g in got])[order]
-    for e, x, old, wi in zip(empty, rows, labels, w):
+    ((_, _, rows, labels, w),) = engine.reduce(farthest_rows, len(empty), (Top(len(empty), largest=True),))
+    for e, x, old, wi in zip(empty, rows.astype(np.float64), labels, w):
         if weights[old] - wi > 0:
             sums[old] -= wi * x
             weights[old] -= wi
         sums[e] = wi * x
         weights[e] = wi
-    return len(order)
+    return len(rows)
 
 
 def m_step(sums, weights, old):

@@ -16,6 +16,8 @@ import numpy as np
 
 from .engine import as_source, open_engine
 from .engine.cluster import IN_PROCESS
+from .coreset import MASSES, chunk_masses, proposal_masses
+from .engine.combine import Rows, Sum
 from .engine.data import stream
 from .kernels.assign import Prepared, candidate_potentials, nearest, update_mind
 from .kernels.sampling import draw_proportional
@@ -42,18 +44,26 @@ def _init_mind(chunk, centers):
 
 
 def _propose(chunk, params):
-    """Commit the last chosen centre, then propose ``trials`` rows ∝ w·mind (∝ w when ``uniform``)."""
+    """Commit the last chosen centre, then propose ``trials`` rows ∝ w·mind (∝ w when ``uniform``, which
+    needs no state): (the chunk's mass, evaluations, its proposals' rows; none when its mass is 0)."""
     new_center, trials, step, uniform = params
-    mind = chunk.state["mind"]
     evals = 0
-    if new_center is not None:
-        evals = update_mind(chunk.x, new_center[None, :], mind)
-    p = chunk.w if uniform else chunk.w * mind
+    if uniform:
+        p = chunk.w
+    else:
+        mind = chunk.state["mind"]
+        if new_center is not None:
+            evals = update_mind(chunk.x, new_center[None, :], mind)
+        p = chunk.w * mind
     mass = float(p.sum())
     if mass <= 0:
-        return 0.0, evals, np.empty(0, np.int64), chunk.x[:0]
+        return np.zeros(1), np.int64(evals), chunk.x[:0]
     idx = draw_proportional(p, chunk.rng("propose", step), trials)
-    return mass, evals, idx + chunk.start, chunk.x[idx]
+    return np.array([mass]), np.int64(evals), chunk.x[idx]
+
+
+# per chunk its mass and proposals, in chunk order (trials rows per chunk: small); evaluations summed
+PROPOSALS = (Rows(), Sum(), Rows())
 
 
 def _potentials(chunk, centers):
@@ -84,12 +94,18 @@ def _candidate_weights(chunk, centers):
     return np.bincount(labels, weights=chunk.w, minlength=centers.C.shape[0]), np.int64(evals)
 
 
-def _afk_masses(chunk, first):
-    """AFK-MC2 pass: d² to the first centre (kept as state) and the chunk's Σ w d², Σ w."""
+def _store_afk_d2(chunk, first):
+    """State: d² of every row to the first centre."""
     d2 = np.full(chunk.x.shape[0], np.inf)
     update_mind(chunk.x, first, d2)
     chunk.state["afk_d2"] = d2
-    return float(np.dot(chunk.w, d2)), float(chunk.w.sum())
+    return d2
+
+
+def _afk_masses(chunk, first):
+    """AFK-MC2 pass: keep d² to the first centre as state; the chunk's Σ w d² and Σ w (see MASSES)."""
+    d2 = _store_afk_d2(chunk, first)
+    return chunk_masses(float(np.dot(chunk.w, d2)), float(chunk.w.sum()))
 
 
 def _afk_sample(chunk, params):
@@ -106,43 +122,46 @@ def _afk_sample(chunk, params):
 
 # ---------------------------------------------------------------- driver side
 
-def _pick_proposals(proposals, trials, rng):
-    """Turn per-chunk proposals into ``trials`` i.i.d. draws ∝ w·mind over all rows."""
-    masses = np.array([p[0] for p in proposals])
+def _pick_proposals(masses, rows, trials, rng):
+    """Turn per-chunk proposals (``trials`` rows from each chunk of positive mass, in chunk order) into
+    ``trials`` i.i.d. draws ∝ w·mind over all rows: a chunk ∝ its mass, then that chunk's t-th proposal."""
     total = masses.sum()
     if not total > 0:
         return None
     chunks = rng.choice(len(masses), size=trials, p=masses / total)
-    return np.stack([proposals[c][3][t] for t, c in enumerate(chunks)])
+    live = masses > 0
+    first = (np.cumsum(live) - live) * trials   # where each chunk's proposals start
+    return rows[first[chunks] + np.arange(trials)]
 
 
 def first_center(engine, rng_tag, entropy):
-    engine.init_state(_init_mind, None, key="mind")
-    props = engine.map(_propose, (None, 1, (rng_tag, 0), True))
-    return _pick_proposals(props, 1, stream(entropy, rng_tag, "driver", 0))
+    masses, _, rows = engine.reduce(_propose, (None, 1, (rng_tag, 0), True), PROPOSALS)
+    return _pick_proposals(masses, rows, 1, stream(entropy, rng_tag, "driver", 0))
 
 
 def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
     """Greedy k-means++ over all rows: per centre, one pass proposes candidates ∝ w·D², one scores them."""
     trials = n_local_trials or 2 + int(np.log(k))
     centers = np.empty((k, engine.n_features))
-    centers[0] = first_center(engine, "k-means++", entropy)[0]
-    evals = 0
-    new = centers[0]
-    for j in range(1, k):
-        engine.set_rebuild(_init_mind, centers[:j], key="mind")  # a view: rows < j are final
-        props = engine.map(_propose, (new, trials, ("k-means++", j), False))
-        evals += sum(int(p[1]) for p in props)
-        cands = _pick_proposals(props, trials, stream(entropy, "k-means++", "driver", j))
-        if cands is None:  # every row already coincides with a centre: duplicates are all that is left
-            cands = engine.take(stream(entropy, "k-means++", "dup", j).integers(0, engine.n_samples, 1))
-            new = cands[0].astype(np.float64)
-        else:
-            pot, e = engine.reduce(_potentials, Prepared(cands, engine.dtype))
+    chosen = [0]
+    with engine.state("mind", _init_mind, lambda: centers[:chosen[0]]):
+        centers[0] = first_center(engine, "k-means++", entropy)[0]
+        chosen[0] = 1
+        evals = 0
+        new = centers[0]
+        for j in range(1, k):
+            masses, e, rows = engine.reduce(_propose, (new, trials, ("k-means++", j), False), PROPOSALS)
             evals += int(e)
-            new = cands[int(np.argmin(pot))].astype(np.float64)
-        centers[j] = new
-    engine.clear_state("mind")
+            cands = _pick_proposals(masses, rows, trials, stream(entropy, "k-means++", "driver", j))
+            if cands is None:  # every row already coincides with a centre: duplicates are all that is left
+                cands = engine.take(stream(entropy, "k-means++", "dup", j).integers(0, engine.n_samples, 1))
+                new = cands[0].astype(np.float64)
+            else:
+                pot, e = engine.reduce(_potentials, Prepared(cands, engine.dtype))
+                evals += int(e)
+                new = cands[int(np.argmin(pot))].astype(np.float64)
+            centers[j] = new
+            chosen[0] = j + 1
     return centers, evals
 
 
@@ -152,22 +171,21 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
     (run in-process: the candidate set is small)."""
 
     ell = oversampling_factor * k
-    cands = [first_center(engine, "k-means||", entropy).astype(np.float64)]
-    phi, evals = engine.reduce(_update_potential, cands[0])
-    evals = int(evals)
-    rounds = max(1, min(max_rounds, math.ceil(math.log(phi)))) if phi > 1 else 1
-    for r in range(rounds):
-        if not phi > 0:
-            break
-        picked = engine.map(_oversample, (ell, phi, r))
-        new = np.concatenate([rows for _, rows in picked]).astype(np.float64)
-        if not len(new):
-            continue
-        cands.append(new)
-        engine.set_rebuild(_init_mind, np.concatenate(cands), key="mind")
-        phi, e = engine.reduce(_update_potential, new)
-        evals += int(e)
-    engine.clear_state("mind")
+    cands = []
+    with engine.state("mind", _init_mind, lambda: np.concatenate(cands) if cands else None):
+        cands.append(first_center(engine, "k-means||", entropy).astype(np.float64))
+        phi, evals = engine.reduce(_update_potential, cands[0])
+        evals = int(evals)
+        rounds = max(1, min(max_rounds, math.ceil(math.log(phi)))) if phi > 1 else 1
+        for r in range(rounds):
+            if not phi > 0:
+                break
+            _, new = engine.reduce(_oversample, (ell, phi, r), (Rows(), Rows()))
+            if not len(new):
+                continue
+            cands.append(new.astype(np.float64))
+            phi, e = engine.reduce(_update_potential, cands[-1])
+            evals += int(e)
     cands = np.concatenate(cands)
     if len(cands) < k:  # too few distinct candidates: top up with uniformly random rows
         extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - len(cands), replace=False)
@@ -191,20 +209,14 @@ def afkmc2(engine, k, entropy, chain_length=20):
     (score_y/q_y)/(score_x/q_x) > U, score = w·min_j d²(·, c_j). All proposals are drawn in one pass
     (they do not depend on the chain's state); the chains then run on the driver, O(m k² d)."""
     first = first_center(engine, "afkmc2", entropy).astype(np.float64)
-    engine.clear_state("mind")
-    per_chunk = engine.map(_afk_masses, first)
-    engine.set_rebuild(_afk_masses, first, key="afk_d2")
-    S = sum(s for s, _ in per_chunk)
-    W = sum(w for _, w in per_chunk)
-    masses = np.array([(0.5 * s / S if S > 0 else 0.0) + (0.5 if S > 0 else 1.0) * w / W for s, w in per_chunk])
     rng = stream(entropy, "afkmc2", "driver")
     m = chain_length * (k - 1)
-    counts = rng.multinomial(m, masses / masses.sum())
-    got = engine.map(_afk_sample, (counts, S, W))
-    engine.clear_state("afk_d2")
-    rows = np.concatenate([g[1] for g in got]).astype(np.float64)
-    q = np.concatenate([g[2] for g in got])
-    w = np.concatenate([g[3] for g in got])
+    with engine.state("afk_d2", _store_afk_d2, lambda: first, build=False):
+        s, w, S, W = engine.reduce(_afk_masses, first, MASSES)
+        masses = proposal_masses(s, w, S, W)
+        counts = rng.multinomial(m, masses / masses.sum())
+        _, rows, q, w = engine.reduce(_afk_sample, (counts, S, W), (Rows(),) * 4)
+    rows = rows.astype(np.float64)
     order = rng.permutation(len(rows))
     rows, q, w = rows[order], q[order], w[order]
     u = rng.random(m)

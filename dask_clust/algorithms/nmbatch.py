@@ -28,8 +28,8 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
+from ..engine.combine import Rows
 from ..engine.data import stream
-from ..kernels.assign import accumulate
 from ..kernels.nested import nested_ranks, nested_round
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, finish, register
@@ -69,7 +69,8 @@ class NMBatchConfig:
 
 def _nesting(chunk, params):
     """State: the chunk's rows in nesting order, and per position label, distance and bounds. Rebuilt from
-    the model (a lost worker), the rows of rank < b are assigned afresh to the model's centres."""
+    the model (a lost worker), the rows of rank < b are assigned afresh to the centres of the round that
+    last assigned them: the labels and distances the lost partition held (its bounds are fresh, tighter)."""
     key, n_total, width, centers, b = params
     n = chunk.x.shape[0]
     ranks = np.empty(n, np.int64)
@@ -81,17 +82,6 @@ def _nesting(chunk, params):
         k, d = centers.shape
         nested_round(chunk.x, chunk.w, order, 0, int(np.searchsorted(st["ranks"], b)), centers, np.zeros(k),
                      st["labels"], st["dist"], st["lower"], np.zeros((k, d)), np.zeros(k), np.zeros(k))
-
-
-def _votes(chunk, params):
-    """Σ w x and Σ w per label over the chunk's rows of rank < b (to resynchronise S, v)."""
-    k, b = params
-    st = chunk.state["nmbatch"]
-    cut = int(np.searchsorted(st["ranks"], b))
-    idx = st["order"][:cut]
-    S, v = np.zeros((k, chunk.x.shape[1])), np.zeros(k)
-    accumulate(chunk.x[idx], chunk.w[idx], st["labels"][:cut], st["dist"][:cut] ** 2, S, v)
-    return S, v
 
 
 def _first_rows(chunk, m):
@@ -130,10 +120,9 @@ def bounds_kind(engine, cfg):
 
 def first_rows(engine, m):
     """The rows of rank < m, in rank order: (rows, weights)."""
-    got = engine.map(_first_rows, m)
-    ranks = np.concatenate([g[0] for g in got])
+    ranks, rows, w = engine.reduce(_first_rows, m, (Rows(),) * 3)
     order = np.argsort(ranks)
-    return np.concatenate([g[1] for g in got])[order], np.concatenate([g[2] for g in got])[order]
+    return rows[order], w[order]
 
 
 def initial_centers(engine, cfg, b0, entropy):
@@ -172,32 +161,29 @@ def fit(engine, cfg, entropy, loop):
     kind = bounds_kind(engine, cfg)
     key = int(stream(entropy, "nmbatch", "nesting").integers(2 ** 63))
     width = k if kind == "elkan" else 1
-    engine.init_state(_nesting, (key, N, width, None, 0), key="nmbatch")
-    centers, seed_evals = initial_centers(engine, cfg, b0, entropy)
-    rebuilds = engine.describe()["rebuilds"]
-    S, v = np.zeros_like(centers), np.zeros(k)
-    p = np.zeros(k)
-    b_old, b = 0, b0
-    evals_total, prev = seed_evals, None
-    for _ in loop:
-        engine.set_rebuild(_nesting, (key, N, width, centers, b_old), key="nmbatch")
-        dS, dv, sse, changed, evals, joined = engine.reduce(_round_step, (centers, p, b_old, b))
-        if engine.describe()["rebuilds"] != rebuilds:  # a rebuilt partition's old votes are unknown: recount
-            rebuilds = engine.describe()["rebuilds"]
-            S, v = engine.reduce(_votes, (k, b))
-        else:
+    # a rebuilt partition assigns its rows of rank < b afresh to the centres the last round assigned them
+    # to: the labels and distances it lost, so its votes in the sums S, v stay valid
+    model = {"centers": None, "b": 0}
+    with engine.state("nmbatch", _nesting, lambda: (key, N, width, model["centers"], model["b"])):
+        centers, seed_evals = initial_centers(engine, cfg, b0, entropy)
+        S, v = np.zeros_like(centers), np.zeros(k)
+        p = np.zeros(k)
+        b_old, b = 0, b0
+        evals_total, prev = seed_evals, None
+        for _ in loop:
+            dS, dv, sse, changed, evals, joined = engine.reduce(_round_step, (centers, p, b_old, b))
+            model.update(centers=centers, b=b)
             S += dS
             v += dv
-        energy = float(sse.sum() / v.sum())
-        centers, p = update_centroids(S, v, centers)
-        grow = b < N and doubling_test(sse, v, p, cfg.rho, cfg.rho_mode)
-        evals_total += int(evals)
-        loop.record(energy, evals, changed, centers=centers, batch_size=b, joined=int(joined))
-        if b == N and joined == 0 and (changed == 0 or abs(prev - energy) < cfg.tol * energy):
-            loop.converged = True
-        prev = energy
-        b_old, b = b, (min(2 * b, N) if grow else b)
-    engine.clear_state("nmbatch")
+            energy = float(sse.sum() / v.sum())
+            centers, p = update_centroids(S, v, centers)
+            grow = b < N and doubling_test(sse, v, p, cfg.rho, cfg.rho_mode)
+            evals_total += int(evals)
+            loop.record(energy, evals, changed, centers=centers, batch_size=b, joined=int(joined))
+            if b == N and joined == 0 and (changed == 0 or abs(prev - energy) < cfg.tol * energy):
+                loop.converged = True
+            prev = energy
+            b_old, b = b, (min(2 * b, N) if grow else b)
     return finish(engine, centers, loop, evals_total,
                   {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)})
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..coreset import default_size, working_set
+from ..engine.combine import Fold, Rows, Sum
 from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
 from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
@@ -123,7 +124,8 @@ def _new_stats(n_clusters, n_features):
 def _estep(chunk, params):
     """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
     in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
-    (evaluations, Σ w min d², changed winners, the blocks' pair statistics, the posterior statistics or None)."""
+    (evaluations, Σ w min d², changed winners, the blocks' pair statistics: their offsets (blocks × C + 1)
+    and entries, then the posterior statistics when σ² is known), combined by ESTEP (+ STATS)."""
     mu, Gc, key, extra_random, sigma2 = params
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
@@ -141,7 +143,15 @@ def _estep(chunk, params):
         if stats is not None:
             _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], sigma2, stats)
         evals, minsum, changed = evals + e, minsum + s, changed + ch
-    return evals, minsum, changed, blocks, stats
+    found = (np.int64(evals), minsum, np.int64(changed), np.stack([blk[0] for blk in blocks]),
+             *(np.concatenate([blk[i] for blk in blocks]) for i in (1, 2, 3)))
+    return found if stats is None else found + tuple(stats)
+
+
+# the search's evaluations, Σ w min d² (in chunk order), changed winners, and every block's pair
+# statistics in chunk order; the posterior statistics (Σ w s x, U, Q, F) are added in chunk order
+ESTEP = (Sum(), Fold(), Sum(), Rows(), Rows(), Rows(), Rows())
+STATS = (Fold(),) * 4
 
 
 def _posterior_step(chunk, params):
@@ -151,7 +161,7 @@ def _posterior_step(chunk, params):
     stats = _new_stats(n_clusters, chunk.x.shape[1])
     for b in _row_blocks(st["K"].shape[0]):
         _posteriors(chunk.x[b], chunk.w[b], st["K"][b], st["Kd2"][b], sigma2, stats)
-    return stats
+    return tuple(stats)
 
 
 # ---------------------------------------------------------------- driver
@@ -171,12 +181,11 @@ def initial_sets(entropy, n_rows, n_clusters, G, n_truncated):
     return K, init_neighbourhoods(n_clusters, G, _key(entropy, "G"))
 
 
-def update_neighbourhoods(found, Gc):
-    """Step 5 from every chunk's blocks of pair statistics, in chunk order."""
-    blocks = [blk for f in found for blk in f[3]]
-    shift = np.cumsum([0] + [len(blk[1]) for blk in blocks[:-1]])
-    start = np.stack([blk[0] + s for blk, s in zip(blocks, shift)])
-    select_neighbours(start, *(np.concatenate([blk[i] for blk in blocks]) for i in (1, 2, 3)), Gc)
+def update_neighbourhoods(starts, partner, count, dsum, Gc):
+    """Step 5 from every block's pair statistics in chunk order: ``starts`` (blocks × C + 1) are offsets
+    into each block's own entries, shifted here to offsets into the concatenation."""
+    ends = starts[:, -1]
+    select_neighbours(starts + (np.cumsum(ends) - ends)[:, None], partner, count, dsum, Gc)
 
 
 def m_step(mu, sums, U, Q, total_weight, floor):
@@ -195,15 +204,6 @@ def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
     return data_f - total_weight * (0.5 * n_features * math.log(2 * math.pi * sigma2) + math.log(n_clusters))
 
 
-def _sum_stats(stats):
-    """Per-chunk (sums, U, Q, F) added in chunk order (the same on any number of workers)."""
-    out = [np.array(s, dtype=np.float64, copy=True) for s in stats[0]]
-    for part in stats[1:]:
-        for acc, s in zip(out, part):
-            acc += s
-    return out
-
-
 def truncated_em(engine, mu, cfg, entropy, loop, phases):
     """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``."""
     C, D = mu.shape
@@ -213,34 +213,33 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
     floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
     Gc = init_neighbourhoods(C, G, _key(entropy, "G"))
     key_K = _key(entropy, "K")
-    engine.init_state(_init_truncated_sets, (Cp, C, key_K, None), key="vcgmm")
     t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
-    for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
-        found = engine.map(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None))
-        evals += sum(r[0] for r in found)
-        update_neighbourhoods(found, Gc)
-    for it in loop:
-        engine.set_rebuild(_init_truncated_sets, (Cp, C, key_K, mu), key="vcgmm")
-        found = engine.map(_estep, (mu, Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2))
-        e = sum(r[0] for r in found)
-        update_neighbourhoods(found, Gc)
-        if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
-            sigma2 = max(sum(r[1] for r in found) / (D * total_w), floor)
-            stats = engine.map(_posterior_step, (sigma2, C))
-        else:
-            stats = [r[4] for r in found]
-        sums, U, Q, data_f = _sum_stats(stats)
-        f = free_energy(float(data_f), sigma2, total_w, D, C)
-        used = sigma2
-        mu, sigma2 = m_step(mu, sums, U, Q, total_w, floor)
-        evals += e
-        loop.record(f, e, sum(r[2] for r in found), centers=mu, sigma2=used,
-                    active_clusters=int(np.count_nonzero(U > 0)))
-        if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
-            loop.converged = True
-        prev_f = f
-    engine.clear_state("vcgmm")
+    model = [None]   # a rebuilt partition's K^(n): random before the first M-step, then from these means
+    with engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, model[0])):
+        for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
+            e, _, _, *pairs = engine.reduce(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None), ESTEP)
+            evals += e
+            update_neighbourhoods(*pairs, Gc)
+        for it in loop:
+            model[0] = mu
+            combine = ESTEP if sigma2 is None else ESTEP + STATS
+            e, minsum, changed, *found = engine.reduce(
+                _estep, (mu, Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2), combine)
+            update_neighbourhoods(*found[:4], Gc)
+            if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
+                sigma2 = max(minsum / (D * total_w), floor)
+                sums, U, Q, data_f = engine.reduce(_posterior_step, (sigma2, C), STATS)
+            else:
+                sums, U, Q, data_f = found[4:]
+            f = free_energy(float(data_f), sigma2, total_w, D, C)
+            used = sigma2
+            mu, sigma2 = m_step(mu, sums, U, Q, total_w, floor)
+            evals += e
+            loop.record(f, e, changed, centers=mu, sigma2=used, active_clusters=int(np.count_nonzero(U > 0)))
+            if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
+                loop.converged = True
+            prev_f = f
     phases["em"] = time.perf_counter() - t0
     phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
     return mu, sigma2, f, evals

@@ -29,6 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
+from ..engine.combine import Fold, Sum
 from ..engine.data import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..kernels.variance_reduced import variance_reduced_steps
@@ -61,7 +62,8 @@ class VRKMConfig:
 
 def _anchor_pass(chunk, centers):
     """Step 1: keep the rows' labels as the epoch's anchor partition, with a bound on their distance to
-    every other centre (it spares most steps a search); (Σ x, count, QE, evaluations)."""
+    every other centre (it spares most steps a search); (Σ x, count, QE, evaluations). Also the state's
+    builder: a rebuilt partition recomputes the epoch's anchor from its centres."""
     n = chunk.x.shape[0]
     lower2 = np.empty(n)
     labels, mind, evals = nearest(chunk.x, centers, mind2=lower2)
@@ -86,7 +88,7 @@ def _steps(chunk, params):
     T = int(shares[chunk.index])
     C = A.copy()
     if T == 0:
-        return C - A, 0, 0
+        return C - A, np.int64(0), np.int64(0)
     idx = chunk.rng("vrkm", epoch).integers(0, chunk.x.shape[0], T)
     labels, lower2 = chunk.state["vrkm"]
     moved, evals = variance_reduced_steps(chunk.x, idx, labels, lower2, Ct, A, C, eta)
@@ -131,32 +133,31 @@ def fit(engine, cfg, entropy, loop):
     shares = chunk_shares(T, engine.source.starts)
     C, seed_evals = seed(engine, k, cfg.init, entropy)
     evals_total, prev, warned = seed_evals, None, False
-    for epoch in loop:
-        C_anchor = C
-        sums, counts, qe, evals = engine.reduce(_anchor_pass, Prepared(C, engine.dtype))
-        A = position_correction(sums, counts, C)
-        grad = None
-        if cfg.variant == "vrkm":
-            (g,) = engine.reduce(_gradient_pass, A)
-            grad = np.where(counts[:, None] > 0, g / np.maximum(counts, 1)[:, None], 0.0)
-        C, moved = A.copy(), 0
-        if T:
-            for dC, m, e in engine.map(_steps, (C_anchor, A, eta, shares, epoch, grad)):  # chunk order
-                C += dC
-                moved += m
+    anchor = [None]
+    with engine.state("vrkm", _anchor_pass, lambda: Prepared(anchor[0], engine.dtype), build=False):
+        for epoch in loop:
+            C_anchor = anchor[0] = C
+            sums, counts, qe, evals = engine.reduce(_anchor_pass, Prepared(C, engine.dtype))
+            A = position_correction(sums, counts, C)
+            grad = None
+            if cfg.variant == "vrkm":
+                (g,) = engine.reduce(_gradient_pass, A)
+                grad = np.where(counts[:, None] > 0, g / np.maximum(counts, 1)[:, None], 0.0)
+            C, moved = A.copy(), 0
+            if T:  # C = A + the chunks' C_T − C0, added in chunk order
+                C, moved, e = engine.reduce(_steps, (C_anchor, A, eta, shares, epoch, grad), (Fold(A), Sum(), Sum()))
                 evals += e
-        evals_total += int(evals)
-        loop.record(qe, evals, moved, centers=C, epoch_size=T, learning_rate=eta)
-        if prev is not None and abs(prev - qe) < cfg.tol * qe:
-            loop.converged = True
-        if prev is not None and qe > 2 * prev and not warned:
-            warned = True
-            warnings.warn(f"vrkm: the epoch QE grew from {prev:.6g} to {qe:.6g}; with {len(shares)} chunks summing their "
-                          f"steps, learning_rate={eta:.3g} overshoots (each chunk takes about {T / len(shares) / k:.3g} "
-                          f"steps per centre). Lower learning_rate or use fewer, larger chunks.", RuntimeWarning,
-                          stacklevel=2)
-        prev = qe
-    engine.clear_state("vrkm")
+            evals_total += int(evals)
+            loop.record(qe, evals, moved, centers=C, epoch_size=T, learning_rate=eta)
+            if prev is not None and abs(prev - qe) < cfg.tol * qe:
+                loop.converged = True
+            if prev is not None and qe > 2 * prev and not warned:
+                warned = True
+                warnings.warn(f"vrkm: the epoch QE grew from {prev:.6g} to {qe:.6g}; with {len(shares)} chunks summing their "
+                              f"steps, learning_rate={eta:.3g} overshoots (each chunk takes about {T / len(shares) / k:.3g} "
+                              f"steps per centre). Lower learning_rate or use fewer, larger chunks.", RuntimeWarning,
+                              stacklevel=2)
+            prev = qe
     return finish(engine, C, loop, evals_total,
                   {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)})
 

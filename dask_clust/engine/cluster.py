@@ -21,7 +21,8 @@ from threadpoolctl import threadpool_limits
 
 from . import config
 from .data import ArraySource
-from .partition import Partition
+from . import combine as combines
+from .partition import Call, Partition, remote_run
 
 logger = logging.getLogger("dask_clust")
 
@@ -61,6 +62,17 @@ def loaders(source, ids):
     return [cloudpickle.dumps(source.delayed_block(i)) for i in ids]
 
 
+def tree(nodes, split_every):
+    """The partitions as a tree of fan-in ``split_every`` rooted at node 0 (node i's children are
+    i·s+1 .. i·s+s): for each node, [(node, its subtree), ...] of its children."""
+    s = max(1, int(split_every))
+
+    def below(i):
+        return [(j, below(j)) for j in range(i * s + 1, min(len(nodes), i * s + s + 1))]
+
+    return below(0)
+
+
 class InProcessBackend:
     """All chunks in one Partition in this process, run on this machine's threads."""
 
@@ -71,14 +83,16 @@ class InProcessBackend:
         ids = range(source.n_chunks)
         self.streaming = should_stream(source, psutil.virtual_memory().available)
         blocks = loaders(source, ids) if self.streaming else [source.block(i) for i in ids]
-        self.parts = [Partition(_meta(ids, source, entropy, self.threads), *blocks)]
+        self.part = Partition(_meta(ids, source, entropy, self.threads), *blocks)
         self.n_workers = 1
+        self.n_rebuilds = 0
         # our pool runs one chunk per core; a multi-threaded BLAS inside each would oversubscribe them, and
         # its split of a dot product would make the model depend on BLAS's thread count (rule 5)
         self._blas = threadpool_limits(1, user_api="blas")
 
-    def call(self, method, *args, builders=()):
-        return [getattr(p, method)(*args) for p in self.parts]
+    def call(self, call, builders=None):
+        acc = self.part.local(call)
+        return None if call.state else combines.finish(call.combine, acc, call.top)
 
     def partitions(self, source):
         """Per partition: (rows, memory of the process holding it in bytes)."""
@@ -86,13 +100,13 @@ class InProcessBackend:
 
     def close(self):
         self._blas.restore_original_limits()
-        for p in self.parts:
-            if p._pool is not None:
-                p._pool.shutdown()
+        self.part.close()
 
 
 class ActorBackend:
-    """One Partition actor per worker; chunks placed in contiguous ranges, loaded on their worker."""
+    """One Partition actor per worker; chunks placed in contiguous ranges, loaded on their worker. A call
+    goes straight from the driver to the root partition and down a tree of fan-in ``split-every``; the
+    partials come back up it, so the driver receives one finished result whatever the number of workers."""
 
     kind = "cluster"
 
@@ -113,7 +127,6 @@ class ActorBackend:
         groups = [[i for i in range(n) if (i * len(addrs)) // n == w] for w in range(len(addrs))]
         self.placement = []   # per partition: (worker address, chunk ids)
         self.data = []        # per partition: futures of its rows (kept so Dask keeps them) or loaders
-        self.actors = []
         pending = []
         for addr, ids in zip(addrs, groups):
             if ids:
@@ -121,9 +134,10 @@ class ActorBackend:
                 futs = self._load(ids, addr)
                 self.data.append(futs)
                 pending.append(self._spawn(ids, addr, futs, workers[addr]))
-        self.actors = [self._bind(f) for f in pending]
-        self._actor_futures = pending
-        self.n_workers = len(self.actors)
+        for f in pending:
+            f.result()
+        self._actor_futures = pending   # held so that Dask keeps the actors
+        self.n_workers = len(pending)
         self.threads = sum(workers[a] for a, _ in self.placement)
         self.n_rebuilds = 0
 
@@ -156,44 +170,48 @@ class ActorBackend:
         return self.client.submit(Partition, meta, *futs, actor=True, workers=[addr],
                                   allow_other_workers=False, pure=False)
 
-    def _bind(self, actor_future):
-        # an Actor handle binds to the current client when it is made; ours need not be the default
-        with self.client.as_current():
-            return actor_future.result()
+    def _tree(self):
+        keys = [f.key for f in self._actor_futures]
+
+        def spell(sub):
+            return [(self.placement[j][0], keys[j], spell(below)) for j, below in sub]
+
+        return self.placement[0][0], keys[0], spell(tree(keys, config.get("split-every")))
+
+    def _direct(self, call):
+        addr, key, children = self._tree()
+        return self.client.sync(remote_run, self.client.rpc(addr), key, call, children, True)
 
     # -- calls with recovery
-    def call(self, method, *args, builders=()):
-        """Call ``method`` on every partition; rebuild and repeat only the partitions whose worker died.
-
-        builders: [(step, params)] that rebuild per-chunk state on a rebuilt partition, in order.
-        """
-        futures = [getattr(a, method)(*args) for a in self.actors]
-        results = [None] * len(futures)
-        lost = []
-        for pid, fut in enumerate(futures):
+    def call(self, call, builders=None):
+        """Run ``call`` over the tree of partitions; after a lost worker, rebuild its partitions elsewhere
+        (reload the rows, replay ``builders()`` = [(step, params)] of the declared state) and repeat the
+        call: the survivors answer from the partial they kept, so no state changes twice."""
+        for attempt in range(4):
             try:
-                results[pid] = fut.result()
+                return self._direct(call)
             except Exception as exc:
-                if not self._is_lost(pid, exc):
+                lost = self._lost(exc)
+                if not lost or attempt == 3:
                     raise
-                lost.append(pid)
-        for pid in lost:
-            results[pid] = self._recover(pid, method, args, builders)
-        return results
+            for pid in lost:
+                self._recover(pid, builders() if builders else [])
+        raise AssertionError("unreachable")
 
-    def _is_lost(self, pid, exc):
-        addr = self.placement[pid][0]
+    def _lost(self, exc):
+        """The partitions whose worker the scheduler has dropped, after a communication error (waits up
+        to ``lost-worker-timeout`` for the scheduler to confirm)."""
+        if not isinstance(exc, _COMM_ERRORS) and "lost" not in str(exc).lower():
+            return []
         deadline = time.monotonic() + parse_timedelta(config.get("lost-worker-timeout"))
         while True:
-            if addr not in self._live_workers():
-                return True
-            if not isinstance(exc, _COMM_ERRORS) and "lost" not in str(exc).lower():
-                return False
-            if time.monotonic() > deadline:
-                return False
+            live = self._live_workers()
+            lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr not in live]
+            if lost or time.monotonic() > deadline:
+                return lost
             time.sleep(0.1)
 
-    def _recover(self, pid, method, args, builders, attempts=3):
+    def _recover(self, pid, builders, attempts=3):
         for attempt in range(attempts):
             ids = self.placement[pid][1]
             workers = self._live_workers()
@@ -208,24 +226,23 @@ class ActorBackend:
             try:
                 futs = self._load(ids, addr)
                 actor_future = self._spawn(ids, addr, futs, workers[addr])
-                actor = self._bind(actor_future)
-                for step, params in builders:
-                    actor.init_state(step, params).result()
-                result = getattr(actor, method)(*args).result()
+                actor_future.result()
+                rpc = self.client.rpc(addr)
+                for i, (step, params) in enumerate(builders):
+                    build = Call(-1 - i, step, params, state=True)
+                    self.client.sync(remote_run, rpc, actor_future.key, build, [], True)
             except Exception as exc:
                 if attempt + 1 < attempts and isinstance(exc, _COMM_ERRORS):
                     continue
                 raise
             self.placement[pid] = (addr, ids)
             self.data[pid] = futs
-            self.actors[pid] = actor
             self._actor_futures[pid] = actor_future
             self.n_rebuilds += 1
-            return result
+            return
         raise WorkerLost([pid])
 
     def close(self):
-        self.actors = []
         self._actor_futures = []
         self.data = []
 

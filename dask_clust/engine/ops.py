@@ -1,28 +1,35 @@
 """The Engine: the handful of verbs an algorithm is written against (STYLE example 1).
 
-    engine.summary                      n, Σw, per-feature mean and variance, max |x| (first pass)
-    engine.reduce(step, params)         run a step on every chunk; exact sum of the partials
-    engine.map(step, params)            run a step on every chunk; the results in chunk order
-    engine.init_state(step, params)     build per-chunk state, remembered to rebuild lost partitions
-    engine.take(ids)                    rows by global id
-    engine.working_set(X, w, entropy)   an Engine over a small weighted set drawn from this one
-    engine.overhead_ms()                the cost of one empty iteration
+    engine.summary                          n, Σw, per-feature mean and variance, max |x| (first pass)
+    engine.reduce(step, params, combine)    run a step on every chunk; its fields combined as declared
+                                            (``combine.py``: Sum by default, Fold, Rows, Min/Max,
+                                            ArgMin/ArgMax, Top), on the workers; the driver gets the result
+    engine.state(key, builder, model)       per-chunk state, built now, rebuilt from ``model()`` on any
+                                            partition rebuilt after a lost worker, dropped at the end
+    engine.take(ids)                        rows by global id
+    engine.working_set(X, w, entropy)       an Engine over a small weighted set drawn from this one
+    engine.overhead_ms()                    the cost of one empty iteration
 
 A step is a module-level function ``step(chunk, params)`` (see ``partition.Chunk``). Every call is one
-round trip, one call per worker (rule 2).
+round trip: one message from the driver to the root partition, a tree of partitions on the workers, one
+finished result back (rule 2). What the driver receives per call is the size of the combined result,
+whatever the number of chunks or workers (a ``Rows`` or ``Fold`` field excepted: their size is what the
+step makes it).
 """
 import contextlib
+import itertools
 import statistics
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.stats import chunk_summary, fixed_top_exponent, from_fixed
+from ..kernels.stats import chunk_summary, fixed_top_exponent
 from . import config
 from .cluster import IN_PROCESS, backend_for
+from .combine import Fold, Max, Min, Rows, Sum
 from .data import InputError, as_source
-from .partition import add_encoded
+from .partition import Call, pop_state
 
 
 @dataclass(frozen=True)
@@ -36,33 +43,10 @@ class Summary:
     max_abs: float
 
 
-def tree_combine(parts, add, split_every=None):
-    """Combine partials with ``add`` in a tree of fan-in ``split_every`` (dask_clust config)."""
-    split_every = int(split_every or config.get("split-every"))
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return None
-    while len(parts) > 1:
-        nxt = []
-        for g in range(0, len(parts), split_every):
-            acc = parts[g]
-            for p in parts[g + 1: g + split_every]:
-                acc = add(acc, p)
-            nxt.append(acc)
-        parts = nxt
-    return parts[0]
-
-
-def decode(encoded, top):
-    out = []
-    for kind, shape, data in encoded:
-        if kind == "f":
-            flat = np.empty(data.shape[0])
-            from_fixed(data, top, flat)
-            out.append(flat.reshape(shape) if shape else flat[0])
-        else:
-            out.append(data.reshape(shape) if shape else int(data[0]) if data.ndim else int(data))
-    return tuple(out)
+NO_ROW = np.iinfo(np.int64).max
+# the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|,
+# the first non-finite row and the first chunk with a bad weight
+SUMMARY = (Sum(), Fold(), Fold(), Fold(), Max(), Min(), Min())
 
 
 def _summary_step(chunk, params):
@@ -71,16 +55,13 @@ def _summary_step(chunk, params):
     max_abs, bad = chunk_summary(chunk.x, sums, sumsq)
     w = chunk.w
     w_ok = bool(np.all(np.isfinite(w)) and np.all(w >= 0))
-    return chunk.x.shape[0], sums, sumsq, float(w.sum()) if w_ok else np.nan, max_abs, int(bad), w_ok
+    return (np.int64(chunk.x.shape[0]), sums, sumsq, float(w.sum()) if w_ok else 0.0, max_abs,
+            np.int64(NO_ROW if bad < 0 else chunk.start + bad), np.int64(NO_ROW if w_ok else chunk.index))
 
 
 def _take_step(chunk, ids):
     lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
     return ids[lo:hi], chunk.x[ids[lo:hi] - chunk.start]
-
-
-def _pop_state(chunk, key):
-    chunk.state.pop(key, None)
 
 
 def _empty_step(chunk, params):
@@ -97,8 +78,10 @@ class Engine:
         self.n_features = source.n_features
         self.dtype = source.dtype
         self.n_chunks = source.n_chunks
-        self._builders = {}
+        self._states = {}          # key -> (builder, model): replayed on a rebuilt partition
+        self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
+        self.top = None
         self.summary = self._first_pass()
         self.top = fixed_top_exponent(self.summary.total_weight, self.n_features, self.summary.max_abs)
 
@@ -106,28 +89,22 @@ class Engine:
     def n_workers(self):
         return self.backend.n_workers
 
-    def _call(self, method, *args):
+    def _builders(self):
+        return [(builder, model()) for builder, model in self._states.values()]
+
+    def _call(self, step, params=None, combine=None, state=False):
         self.round_trips += 1
-        return self.backend.call(method, *args, builders=list(self._builders.values()))
+        return self.backend.call(Call(next(self._ids), step, params, combine, self.top, state), self._builders)
 
     def _first_pass(self):
-        per_chunk = self.map(_summary_step)
-        n = 0
-        sums = np.zeros(self.n_features)
-        sumsq = np.zeros(self.n_features)
-        total_w, max_abs = 0.0, 0.0
-        for i, (rows, s, s2, w, m, bad, w_ok) in enumerate(per_chunk):
-            if bad >= 0:
-                row = int(self.source.starts[i]) + bad
-                raise InputError(f"Input contains NaN or infinity at row {row} (chunk {i}, row {bad} of the chunk)")
-            if not w_ok:
-                raise InputError(f"sample_weight has a negative, NaN or infinite value in chunk {i} "
-                                 f"(rows {self.source.starts[i]}..{self.source.starts[i + 1] - 1})")
-            n += rows
-            sums += s
-            sumsq += s2
-            total_w += w
-            max_abs = max(max_abs, m)
+        n, sums, sumsq, total_w, max_abs, bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
+        if bad != NO_ROW:
+            i = int(np.searchsorted(self.source.starts, bad, side="right")) - 1
+            raise InputError(f"Input contains NaN or infinity at row {bad} (chunk {i}, row "
+                             f"{bad - int(self.source.starts[i])} of the chunk)")
+        if bad_w != NO_ROW:
+            raise InputError(f"sample_weight has a negative, NaN or infinite value in chunk {bad_w} "
+                             f"(rows {self.source.starts[bad_w]}..{self.source.starts[bad_w + 1] - 1})")
         if not total_w > 0:
             raise InputError("sample_weight must have a positive sum")
         mean = sums / n
@@ -135,36 +112,32 @@ class Engine:
         return Summary(n, total_w, mean, var, max_abs)
 
     # -- verbs
-    def reduce(self, step, params=None):
-        """Exact sum over all chunks of ``step(chunk, params)`` (a tuple of arrays / scalars)."""
-        parts = self._call("reduce", step, params, self.top)
-        return decode(tree_combine(parts, add_encoded), self.top)
+    def reduce(self, step, params=None, combine=None):
+        """``step(chunk, params)`` on every chunk, its fields combined by ``combine`` (one per field; None:
+        every field an exact ``Sum``); returns the tuple of combined fields."""
+        return self._call(step, params, combine)
 
-    def map(self, step, params=None):
-        """``step(chunk, params)`` for every chunk, in chunk order."""
-        pairs = [pair for part in self._call("map", step, params) for pair in part]
-        return [r for _, r in sorted(pairs, key=lambda p: p[0])]
-
-    def init_state(self, step, params=None, key=None):
-        """Run a state builder on every chunk and remember it, so a rebuilt partition gets the same state."""
-        self.set_rebuild(step, params, key)
-        self._call("init_state", step, params)
-
-    def set_rebuild(self, step, params=None, key=None):
-        """Remember how to rebuild one kind of per-chunk state from the model (rule 1), without running it."""
-        self._builders[key or step.__name__] = (step, params)
-
-    def clear_state(self, key):
-        """Free one kind of per-chunk state everywhere and stop rebuilding it."""
-        self._builders.pop(key, None)
-        self._call("init_state", _pop_state, key)
+    @contextlib.contextmanager
+    def state(self, key, builder, model=lambda: None, *, build=True):
+        """Per-chunk state ``key`` for the block: ``builder(chunk, model())`` runs on every chunk now
+        (``build``; else the first step makes it) and on the chunks of any partition rebuilt after a lost
+        worker, with ``model()`` as it is then. The state is dropped everywhere when the block ends."""
+        self._states[key] = (builder, model)
+        try:
+            if build:
+                self._call(builder, model(), state=True)
+            yield
+        except BaseException:
+            self._states.pop(key, None)
+            raise
+        self._states.pop(key, None)
+        self._call(pop_state, key, state=True)
 
     def take(self, ids):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array."""
         ids = np.asarray(ids, dtype=np.int64)
         uniq, inverse = np.unique(ids, return_inverse=True)
-        got = self.map(_take_step, uniq)
-        rows = np.concatenate([r for _, r in got]) if got else np.empty((0, self.n_features), self.dtype)
+        _, rows = self.reduce(_take_step, uniq, (Rows(), Rows()))
         return rows[inverse]
 
     @contextlib.contextmanager
@@ -196,7 +169,7 @@ class Engine:
     def describe(self):
         return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
                 "chunks": self.n_chunks, "streaming": self.backend.streaming,
-                "rebuilds": getattr(self.backend, "n_rebuilds", 0), "round_trips": self.round_trips}
+                "rebuilds": self.backend.n_rebuilds, "round_trips": self.round_trips}
 
 
 @contextlib.contextmanager

@@ -6,15 +6,22 @@ duration of each step; its state stays resident either way.
 
 A step is a module-level function ``step(chunk, params)`` of an algorithm; it sees one ``Chunk`` (rows,
 weights, global offset, its own state dict, its own random streams). The partition runs the step over
-all of its chunks on the worker's threads and returns either one combined partial (``reduce``) or the
-per-chunk results (``map``).
+all of its chunks on the worker's threads and combines their partials with the declared combines
+(``combine.py``). On a cluster the partitions form a tree of fan-in ``split-every``: a call reaches the
+root straight from the driver (no scheduler hop), each partition passes it on to its children directly,
+worker to worker, runs its own chunks meanwhile, adds its children's partials to its own, and only the
+root's finished result goes back to the driver. A partition keeps its last call's own partial, so a call
+repeated after a lost worker (same id) never applies a step's state change twice.
 """
+import asyncio
+import copy
 import pickle
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.stats import N_WORDS, fixed_add, to_fixed
+from . import combine as combines
 from .data import stream
 
 
@@ -54,40 +61,26 @@ class Chunk:
         return stream(self.entropy, *tag, self.index)
 
 
-# ---------------------------------------------------------------- exact partial encoding
-
-def encode(partial, top):
-    """A step's partial (tuple of arrays/scalars; float fields are sums) in exact form.
-
-    Float fields become fixed-point words (``kernels.stats``), integer fields int64; both then add
-    associatively, so any combine order gives the same bits.
-    """
-    out = []
-    for field in partial:
-        a = np.asarray(field)
-        if a.dtype.kind == "f":
-            flat = np.ascontiguousarray(a, dtype=np.float64).ravel()
-            words = np.empty((flat.size, N_WORDS), dtype=np.int64)
-            if to_fixed(flat, top, words):
-                raise FloatingPointError(
-                    f"a partial sum is not finite or exceeds 2^{top}; the data's scale was misjudged"
-                )
-            out.append(("f", a.shape, words))
-        else:
-            out.append(("i", a.shape, a.astype(np.int64, copy=True)))
-    return out
 
 
-def add_encoded(acc, other):
-    """acc += other (both from ``encode``); returns acc."""
-    if acc is None:
-        return other
-    for (kind, _, a), (_, _, b) in zip(acc, other):
-        if kind == "f":
-            fixed_add(a, b)
-        else:
-            a += b
-    return acc
+@dataclass(frozen=True)
+class Call:
+    """One round trip: ``step(chunk, params)`` on every chunk, fields combined by ``combine``.
+
+    ``top`` is the fit's fixed-point grid (None before the first pass). ``state`` marks a state builder or
+    a drop of state: nothing is combined or returned."""
+
+    id: int
+    step: object
+    params: object = None
+    combine: tuple = None
+    top: int = None
+    state: bool = False
+
+
+def pop_state(chunk, key):
+    """Drop one kind of per-chunk state (the end of ``Engine.state``)."""
+    chunk.state.pop(key, None)
 
 
 class Partition:
@@ -99,26 +92,62 @@ class Partition:
         self.chunks = [Chunk(i, a, b, data, meta["entropy"]) for (i, a, b), data in zip(meta["chunks"], blocks)]
         threads = max(1, int(meta.get("threads", 1)))
         self._pool = ThreadPoolExecutor(threads) if threads > 1 and len(self.chunks) > 1 else None
+        self._runner = None   # the thread that drives this partition's chunks while the event loop serves calls
+        self._last = (None, None)
 
     def _each(self, step, params):
         if self._pool is None:
             return [c.run(step, params) for c in self.chunks]
         return list(self._pool.map(lambda c: c.run(step, params), self.chunks))
 
-    def reduce(self, step, params, top):
-        """Run ``step`` on every chunk and return the exact sum of the partials."""
+    def local(self, call):
+        """This partition's own combined partial of ``call`` (lifted, see ``combine.lift``); computed once
+        per call id."""
+        if self._last[0] == call.id:
+            return self._last[1]
+        parts = self._each(call.step, call.params)
         acc = None
-        for part in self._each(step, params):
-            acc = add_encoded(acc, encode(part, top))
+        if not call.state:
+            for c, part in zip(self.chunks, parts):
+                acc = combines.add(call.combine, acc, combines.lift(call.combine, part, c.index, call.top))
+        self._last = (call.id, acc)
         return acc
 
-    def map(self, step, params):
-        """Run ``step`` on every chunk; return [(chunk index, result), ...]."""
-        return [(c.index, r) for c, r in zip(self.chunks, self._each(step, params))]
+    async def run(self, call, children, root=False):
+        """Actor entry point: pass ``call`` on to the ``children`` subtrees [(address, key, subtree)], run
+        this partition's chunks, add the children's partials; the root returns the finished result."""
+        from distributed import get_worker
 
-    def init_state(self, step, params):
-        """Run a state-building step on every chunk (its result is discarded)."""
-        self._each(step, params)
+        worker = get_worker()
+        pending = [asyncio.ensure_future(remote_run(worker.rpc(addr), key, call, sub)) for addr, key, sub in children]
+        if self._runner is None:
+            self._runner = ThreadPoolExecutor(1)
+        try:
+            mine = await asyncio.get_running_loop().run_in_executor(self._runner, self.local, call)
+        finally:
+            got = await asyncio.gather(*pending, return_exceptions=True)
+        for g in got:
+            if isinstance(g, BaseException):
+                raise g
+        acc = copy.deepcopy(mine) if got else mine   # the kept partial must not absorb the children's
+        for g in got:
+            acc = combines.add(call.combine, acc, g)
+        if root and not call.state:
+            return combines.finish(call.combine, acc, call.top)
+        return acc
 
-    def ping(self):
-        return len(self.chunks)
+    def close(self):
+        for pool in (self._pool, self._runner):
+            if pool is not None:
+                pool.shutdown()
+
+
+async def remote_run(rpc, key, call, children, root=False):
+    """``Partition.run`` on the actor ``key`` behind ``rpc``, straight to its worker (distributed's comms)."""
+    from distributed.protocol import to_serialize
+
+    msg = await rpc.actor_execute(function="run", actor=key,
+                                  args=[to_serialize(call), to_serialize(children), root], kwargs={})
+    if msg["status"] != "OK":
+        raise msg["exception"]
+    return msg["result"]

@@ -1,0 +1,47 @@
+"""Model fingerprints: every registered algorithm (plus each seeder for Lloyd) on one data set, fitted
+in-process and on LocalClusters of 1, 2 and 4 single-thread workers; prints the QE and a hash of the
+centres' bits per fit. Run it before and after an engine change: equal lines mean equal models.
+
+    python benchmarks/bench_model_bits.py [--workers 1,2,4] > before.txt
+"""
+import argparse
+import hashlib
+
+import dask
+import numpy as np
+
+from common import blobs, emit, local_cluster
+
+import dask_clust
+
+FITS = [(algo, {}) for algo in sorted(dask_clust.REGISTRY)] + [
+    ("kmeans", {"init": init}) for init in ("k-means++", "afkmc2", "random")] + [
+    ("kmeans", {"coreset_size": 4000}), ("vcgmm", {"init": "k-means++"})]
+
+
+def fingerprint(model):
+    return hashlib.sha256(np.ascontiguousarray(model.cluster_centers_).tobytes()).hexdigest()[:16]
+
+
+def run(X, client, where):
+    for algo, params in FITS:
+        m = dask_clust.fit(X, algo=algo, n_clusters=12, random_state=3, client=client, **params)
+        emit("model_bits", {"where": where, "algo": algo, "params": params, "objective": repr(m.objective_),
+                            "n_iter": m.n_iter_, "centers_sha": fingerprint(m)})
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--workers", default="1,2,4")
+    args = p.parse_args()
+    X = blobs(40_000, 8, 12, seed=7)[0]
+    # the test suite's chunking: many small chunks, so every multi-chunk path runs
+    with dask.config.set({"dask_clust.min-chunk-bytes": "1KiB"}):
+        run(X, "in-process", "in-process")
+        for w in (int(s) for s in args.workers.split(",") if s):
+            with local_cluster(w, 1) as client:
+                run(X, client, f"{w} workers")
+
+
+if __name__ == "__main__":
+    main()

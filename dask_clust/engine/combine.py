@@ -1,0 +1,182 @@
+"""Declared combines: how the per-chunk fields of a step's partial become one result (DESIGN rule 3).
+
+A step returns a tuple; ``Engine.reduce(step, params, combine)`` names one combine per field. Every
+combine is associative and gives the same bits for any tree of partitions, so the partitions combine
+with each other on the workers and only the root's finished result reaches the driver:
+
+    Sum()            exact sum: floats as fixed point on the fit's grid (``kernels.stats``), ints as int64
+    Fold(start)      float64 sum in chunk order, start + p_0 + p_1 + ... (a left fold: the pieces travel
+                     to the root, so keep it for small fields or for bits an older sum order fixed)
+    Rows()           per-chunk arrays of any length, concatenated along axis 0 in chunk order
+    Min() / Max()    elementwise minimum / maximum
+    ArgMin() / ArgMax()   field (values, ids, *payload), elementwise: the smallest / largest value wins,
+                     ties to the lowest global row id; the payload rows follow their winner
+    Top(r, largest)  field (values, ids, *payload) of any length: the r smallest (largest) by (value, id)
+
+Each combine has ``lift(value, chunk_index, top)`` (one chunk's field in combinable form), ``add(a, b)``
+and ``finish(a, top)`` (the result). Nothing here knows Dask.
+"""
+import numpy as np
+
+from ..kernels.stats import N_WORDS, fixed_add, from_fixed, to_fixed
+
+
+class Sum:
+    """Exact sum: any tree order gives the same bits."""
+
+    def lift(self, value, chunk, top):
+        a = np.asarray(value)
+        if a.dtype.kind != "f":
+            return "i", a.shape, a.astype(np.int64, copy=True)
+        if top is None:
+            raise ValueError("a float Sum needs the fit's fixed-point grid, which the first pass sets")
+        flat = np.ascontiguousarray(a, dtype=np.float64).ravel()
+        words = np.empty((flat.size, N_WORDS), dtype=np.int64)
+        if to_fixed(flat, top, words):
+            raise FloatingPointError(f"a partial sum is not finite or exceeds 2^{top}; the data's scale was misjudged")
+        return "f", a.shape, words
+
+    def add(self, a, b):
+        if a[0] == "f":
+            fixed_add(a[2], b[2])
+        else:
+            a[2][...] += b[2]
+        return a
+
+    def finish(self, a, top):
+        kind, shape, data = a
+        if kind == "f":
+            flat = np.empty(data.shape[0])
+            from_fixed(data, top, flat)
+            return flat.reshape(shape) if shape else flat[0]
+        return data.reshape(shape) if shape else data.reshape(()).item()
+
+
+class _Pieces:
+    """Per-chunk pieces kept in chunk order until the root."""
+
+    def lift(self, value, chunk, top):
+        return [(chunk, value)]
+
+    def add(self, a, b):
+        return sorted(a + b, key=lambda piece: piece[0])
+
+
+class Fold(_Pieces):
+    """float64 sum in chunk order from ``start`` (or from the first chunk's value)."""
+
+    def __init__(self, start=None):
+        self.start = start
+
+    def lift(self, value, chunk, top):
+        return [(chunk, np.asarray(value, dtype=np.float64))]
+
+    def finish(self, a, top):
+        acc = None if self.start is None else np.array(self.start, dtype=np.float64)
+        for _, v in a:
+            if acc is None:
+                acc = v.copy()
+            else:
+                acc += v
+        return acc if acc is None or acc.ndim else float(acc)
+
+
+class Rows(_Pieces):
+    """Per-chunk arrays concatenated in chunk order."""
+
+    def lift(self, value, chunk, top):
+        return [(chunk, np.asarray(value))]
+
+    def finish(self, a, top):
+        return np.concatenate([v for _, v in a])
+
+
+class Min:
+    def lift(self, value, chunk, top):
+        return np.array(value, copy=True)
+
+    def add(self, a, b):
+        return np.minimum(a, b)
+
+    def finish(self, a, top):
+        return a if a.ndim else a.item()
+
+
+class Max(Min):
+    def add(self, a, b):
+        return np.maximum(a, b)
+
+
+class ArgMin:
+    """Elementwise (values, ids, *payload): the smaller value wins, equal values go to the lower id."""
+
+    sign = 1.0
+
+    def lift(self, value, chunk, top):
+        return tuple(np.array(v, copy=True) for v in value)
+
+    def add(self, a, b):
+        va, vb = self.sign * a[0], self.sign * b[0]
+        take = (vb < va) | ((vb == va) & (b[1] < a[1]))
+        out = []
+        for x, y in zip(a, b):
+            m = take.reshape(take.shape + (1,) * (x.ndim - take.ndim))
+            out.append(np.where(m, y, x))
+        return tuple(out)
+
+    def finish(self, a, top):
+        return a
+
+
+class ArgMax(ArgMin):
+    sign = -1.0
+
+
+class Top:
+    """The ``r`` best entries of (values, ids, *payload) by (value, id); ``largest`` ranks by −value."""
+
+    def __init__(self, r, largest=False):
+        self.r = int(r)
+        self.largest = largest
+
+    def _best(self, field):
+        values, ids = field[0], field[1]
+        order = np.lexsort((ids, -values if self.largest else values))[: self.r]
+        return tuple(np.asarray(f)[order] for f in field)
+
+    def lift(self, value, chunk, top):
+        return self._best(tuple(np.asarray(v) for v in value))
+
+    def add(self, a, b):
+        return self._best(tuple(np.concatenate([x, y]) for x, y in zip(a, b)))
+
+    def finish(self, a, top):
+        return a
+
+
+def combines_for(combine, n_fields):
+    """The declared combines, one per field (``None``: every field is a ``Sum``)."""
+    if combine is None:
+        return (Sum(),) * n_fields
+    if len(combine) != n_fields:
+        raise ValueError(f"the step returned {n_fields} fields but {len(combine)} combines were declared")
+    return tuple(combine)
+
+
+def lift(combine, partial, chunk, top):
+    """One chunk's partial (a tuple of fields) in combinable form."""
+    return tuple(c.lift(v, chunk, top) for c, v in zip(combines_for(combine, len(partial)), partial))
+
+
+def add(combine, a, b):
+    """Combine two lifted partials (either may be None: nothing yet)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return tuple(c.add(x, y) for c, x, y in zip(combines_for(combine, len(a)), a, b))
+
+
+def finish(combine, a, top):
+    """The result of a lifted partial: a tuple of fields."""
+    return tuple(c.finish(x, top) for c, x in zip(combines_for(combine, len(a)), a))

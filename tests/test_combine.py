@@ -1,0 +1,131 @@
+"""Declared combines (engine/combine.py) against brute force, through real Partition objects: chunks
+spread over partitions in contiguous ranges, each partition combining its own chunks first, the
+partitions then combined in the tree of fan-in ``split_every`` the cluster backend builds. Every tree
+shape must give the same bits, and those bits must be the brute-force answer."""
+import math
+
+import numpy as np
+import pytest
+
+from dask_clust.engine import combine as c
+from dask_clust.engine.cluster import tree
+from dask_clust.engine.partition import Call, Partition
+from dask_clust.kernels.stats import fixed_top_exponent
+
+N_CHUNKS = 23
+TOP = fixed_top_exponent(1e6, 3, 1e8)
+
+
+def _given(chunk, partials):
+    """A step that returns the partial made for this chunk."""
+    return partials[chunk.index]
+
+
+def through_partitions(partials, combine, n_parts, split_every):
+    """Combine per-chunk partials as the engine does: partitions over contiguous chunk ranges, then a tree."""
+    groups = np.array_split(np.arange(len(partials)), n_parts)
+    parts = []
+    for ids in groups:
+        p = Partition({"chunks": [(i, i, i + 1) for i in ids], "entropy": 0, "threads": 1},
+                      *[(np.zeros((1, 1)), None)] * len(ids))
+        parts.append(p.local(Call(0, _given, partials, combine, TOP)))
+        p.close()
+
+    def up(i, below):
+        acc = parts[i]
+        for j, sub in below:
+            acc = c.add(combine, acc, up(j, sub))
+        return acc
+
+    return c.finish(combine, up(0, tree(parts, split_every)), TOP)
+
+
+SHAPES = [(1, 2), (2, 1), (5, 2), (7, 3), (23, 1), (23, 16), (8, 8)]
+
+
+def assert_same(a, b):
+    for x, y in zip(a, b):
+        if isinstance(x, tuple):
+            assert_same(x, y)
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("n_parts,split_every", SHAPES)
+def test_sum_fold_rows_min_max_match_brute_force(n_parts, split_every):
+    rng = np.random.default_rng(0)
+    partials = [(rng.standard_normal((4, 3)) * 10.0 ** rng.integers(-8, 8), np.int64(rng.integers(100)),
+                 rng.standard_normal(5), rng.standard_normal((rng.integers(0, 4), 2)),
+                 rng.standard_normal(3), rng.standard_normal(3)) for _ in range(N_CHUNKS)]
+    combine = (c.Sum(), c.Sum(), c.Fold(start=np.full(5, 0.1)), c.Rows(), c.Min(), c.Max())
+    got = through_partitions(partials, combine, n_parts, split_every)
+    exact = np.vectorize(lambda i, j: math.fsum(p[0][i, j] for p in partials))(*np.indices((4, 3)))
+    np.testing.assert_allclose(got[0], exact, rtol=1e-15)
+    assert got[1] == sum(int(p[1]) for p in partials)
+    fold = np.full(5, 0.1)
+    for p in partials:  # left to right in chunk order, bit for bit
+        fold += p[2]
+    np.testing.assert_array_equal(got[2], fold)
+    np.testing.assert_array_equal(got[3], np.concatenate([p[3] for p in partials]))
+    np.testing.assert_array_equal(got[4], np.min([p[4] for p in partials], axis=0))
+    np.testing.assert_array_equal(got[5], np.max([p[5] for p in partials], axis=0))
+    assert_same(got, through_partitions(partials, combine, 1, 2))
+
+
+@pytest.mark.parametrize("n_parts,split_every", SHAPES)
+@pytest.mark.parametrize("kind", [c.ArgMin, c.ArgMax])
+def test_argmin_argmax_ties_go_to_the_lowest_id(n_parts, split_every, kind):
+    rng = np.random.default_rng(1)
+    k = 6
+    # few distinct values, so most elements tie across chunks; ids are global row ids
+    partials = [((rng.integers(0, 3, k).astype(np.float64), rng.permutation(1000)[:k] + 1000 * i,
+                  rng.standard_normal((k, 2))),) for i in range(N_CHUNKS)]
+    ((values, ids, rows),) = through_partitions(partials, (kind(),), n_parts, split_every)
+    allv = np.stack([p[0][0] for p in partials])
+    alli = np.stack([p[0][1] for p in partials])
+    allr = np.stack([p[0][2] for p in partials])
+    for j in range(k):
+        key = allv[:, j] if kind is c.ArgMin else -allv[:, j]
+        best = np.lexsort((alli[:, j], key))[0]
+        assert values[j] == allv[best, j] and ids[j] == alli[best, j]
+        np.testing.assert_array_equal(rows[j], allr[best, j])
+
+
+@pytest.mark.parametrize("n_parts,split_every", SHAPES)
+@pytest.mark.parametrize("largest", [False, True])
+def test_top_r_by_value_then_id(n_parts, split_every, largest):
+    rng = np.random.default_rng(2)
+    partials = []
+    for i in range(N_CHUNKS):
+        m = int(rng.integers(0, 6))
+        partials.append(((rng.integers(0, 4, m).astype(np.float64), np.arange(m) + 100 * i,
+                          rng.standard_normal((m, 3))),))
+    ((values, ids, rows),) = through_partitions(partials, (c.Top(7, largest),), n_parts, split_every)
+    allv = np.concatenate([p[0][0] for p in partials])
+    alli = np.concatenate([p[0][1] for p in partials])
+    allr = np.concatenate([p[0][2] for p in partials])
+    order = np.lexsort((alli, -allv if largest else allv))[:7]
+    np.testing.assert_array_equal(values, allv[order])
+    np.testing.assert_array_equal(ids, alli[order])
+    np.testing.assert_array_equal(rows, allr[order])
+
+
+def test_tree_covers_every_partition_once():
+    for n in range(1, 20):
+        for s in (1, 2, 3, 8, 16):
+            seen = []
+
+            def walk(below):
+                for j, sub in below:
+                    seen.append(j)
+                    walk(sub)
+
+            walk(tree(list(range(n)), s))
+            assert sorted(seen) == list(range(1, n))
+
+
+def test_declared_combines_must_match_the_fields():
+    with pytest.raises(ValueError, match="returned 2 fields but 1 combines"):
+        c.lift((c.Sum(),), (1.0, 2.0), 0, TOP)
+    with pytest.raises(ValueError, match="fixed-point grid"):
+        c.lift(None, (1.0,), 0, None)
