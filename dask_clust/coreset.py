@@ -26,10 +26,9 @@ def _weighted_sums(chunk, params):
     return chunk.w @ chunk.x.astype(np.float64), float(chunk.w.sum())
 
 
-def _store_d2(chunk, u):
+def _d2(chunk, u):
     d2 = np.full(chunk.x.shape[0], np.inf)
     update_mind(chunk.x, u, d2)
-    chunk.state["coreset_d2"] = d2
     return d2
 
 
@@ -48,18 +47,18 @@ def proposal_masses(s, w, S, W):
 
 
 def _masses(chunk, u):
-    """Pass 2: keep d² to the mean as state; return this chunk's Σ w d² and Σ w (MASSES)."""
-    d2 = _store_d2(chunk, u)
-    return chunk_masses(float(np.dot(chunk.w, d2)), float(chunk.w.sum()))
+    """Pass 2: this chunk's Σ w d² and Σ w (MASSES)."""
+    return chunk_masses(float(np.dot(chunk.w, _d2(chunk, u))), float(chunk.w.sum()))
 
 
 def _sample(chunk, params):
-    """Draw this chunk's count of coreset rows ∝ q; return (rows, their weights)."""
-    counts, S, W, size = params
+    """Draw this chunk's count of coreset rows ∝ q; return (rows, their weights). Needs no state (d² is
+    computed again), so it also runs as a one-shot task where the chunk's rows live."""
+    u, counts, S, W, size = params
     m = int(counts[chunk.index])
     if m == 0:
         return chunk.x[:0], np.empty(0)
-    q = 0.5 * chunk.w / W + (0.5 * chunk.w * chunk.state["coreset_d2"] / S if S > 0 else 0.5 * chunk.w / W)
+    q = 0.5 * chunk.w / W + (0.5 * chunk.w * _d2(chunk, u) / S if S > 0 else 0.5 * chunk.w / W)
     idx = np.sort(draw_proportional(q, chunk.rng("coreset"), m))
     return chunk.x[idx], chunk.w[idx] / (size * q[idx])
 
@@ -72,14 +71,21 @@ def mean(engine):
     return sx / sw
 
 
-def lightweight_coreset(engine, size, entropy):
-    """``size`` rows drawn ∝ q with replacement and their weights: (rows in the data's dtype, float64)."""
+def coreset_draw(engine, size, entropy):
+    """Passes 1 and 2: how many of the ``size`` rows each chunk draws, and the parameters of ``_sample``
+    that draws them (the driver handles per-chunk counts, never rows)."""
     u = mean(engine)[None, :]
-    with engine.state("coreset_d2", _store_d2, lambda: u, build=False):
-        s, w, S, W = engine.reduce(_masses, u, MASSES)
-        masses = proposal_masses(s, w, S, W)
-        counts = stream(entropy, "coreset", "counts").multinomial(size, masses / masses.sum())
-        return engine.reduce(_sample, (counts, S, W, size), (Rows(), Rows()))
+    s, w, S, W = engine.reduce(_masses, u, MASSES)
+    masses = proposal_masses(s, w, S, W)
+    counts = stream(entropy, "coreset", "counts").multinomial(size, masses / masses.sum())
+    return (u, counts, S, W, size), counts
+
+
+def lightweight_coreset(engine, size, entropy):
+    """``size`` rows drawn ∝ q with replacement and their weights: (rows in the data's dtype, float64),
+    brought to this process."""
+    params, _ = coreset_draw(engine, size, entropy)
+    return engine.reduce(_sample, params, (Rows(), Rows()))
 
 
 def default_size(n_samples, n_clusters):
@@ -99,8 +105,8 @@ def working_set(engine, size, entropy, phases, n_clusters):
         yield engine
         return
     t = time.perf_counter()
-    rows, weights = lightweight_coreset(engine, size, entropy)
-    phases["coreset"] = time.perf_counter() - t
+    params, counts = coreset_draw(engine, size, entropy)
     sub_entropy = int(stream(entropy, "coreset", "engine").integers(2 ** 63))
-    with engine.working_set(rows, weights, sub_entropy) as work:
+    with engine.sample(_sample, params, counts, sub_entropy) as work:
+        phases["coreset"] = time.perf_counter() - t
         yield work

@@ -249,3 +249,26 @@ def test_in_process_threads_setting_keeps_the_model():
     assert one.engine_["threads"] == 1 and default.engine_["threads"] == (os.cpu_count() or 1)
     np.testing.assert_array_equal(one.cluster_centers_, default.cluster_centers_)
     assert one.objective_ == default.objective_
+
+
+def test_coreset_drawn_on_the_workers_gives_the_in_process_model(cluster, monkeypatch):
+    """A coreset larger than ``in-process-bytes`` stays on the workers that drew it, rebalanced there into
+    chunks of ``working-set-chunk-rows``; the model is the one of the coreset brought in-process."""
+    import dask
+
+    from dask_clust.datasets import make_blobs
+    from dask_clust.engine.cluster import ActorBackend
+
+    X, _ = make_blobs(20_000, 4, 8, chunks=3000, random_state=1)
+    drawn = []
+    original = ActorBackend.drawn
+    monkeypatch.setattr(ActorBackend, "drawn", lambda self, *a: drawn.append(1) or original(self, *a))
+    kw = dict(algo="vcgmm", n_clusters=8, coreset_size=6500, max_iter=10, random_state=3)
+    with dask.config.set({"dask_clust.working-set-chunk-rows": 1000}):
+        here = dask_clust.fit(X, client=cluster, **kw)
+        assert not drawn
+        with dask.config.set({"dask_clust.in-process-bytes": "1KiB"}):
+            there = dask_clust.fit(X, client=cluster, **kw)
+    assert drawn
+    np.testing.assert_array_equal(here.cluster_centers_, there.cluster_centers_)
+    assert here.objective_ == there.objective_ and here.n_iter_ == there.n_iter_

@@ -90,9 +90,9 @@ def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
     seen = []
     original = vcgmm.update_neighbourhoods
 
-    def spy(found, Gc):
-        original(found, Gc)
-        seen.append(Gc.copy())
+    def spy(*pairs_and_Gc):
+        original(*pairs_and_Gc)
+        seen.append(pairs_and_Gc[-1].copy())
 
     monkeypatch.setattr(vcgmm, "update_neighbourhoods", spy)
     states = []

@@ -149,9 +149,17 @@ def _estep(chunk, params):
 
 
 # the search's evaluations, Σ w min d² (in chunk order), changed winners, and every block's pair
-# statistics in chunk order; the posterior statistics (Σ w s x, U, Q, F) are added in chunk order
+# statistics in chunk order (turned into G_c where they meet, ``_neighbourhoods_at_root``); the posterior
+# statistics (Σ w s x, U, Q, F) are added in chunk order
 ESTEP = (Sum(), Fold(), Sum(), Rows(), Rows(), Rows(), Rows())
 STATS = (Fold(),) * 4
+
+
+def _neighbourhoods_at_root(found, params):
+    """Step 5 where the E-step's partials meet: the pair statistics (O(pairs)) become G_c (C × G)."""
+    Gc = params[1].copy()
+    update_neighbourhoods(*found[3:7], Gc)
+    return found[:3] + (Gc,) + found[7:]
 
 
 def _posterior_step(chunk, params):
@@ -218,20 +226,18 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
     model = [None]   # a rebuilt partition's K^(n): random before the first M-step, then from these means
     with engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, model[0])):
         for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
-            e, _, _, *pairs = engine.reduce(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None), ESTEP)
+            e, _, _, Gc = engine.reduce(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None), ESTEP,
+                                        _neighbourhoods_at_root)
             evals += e
-            update_neighbourhoods(*pairs, Gc)
         for it in loop:
             model[0] = mu
             combine = ESTEP if sigma2 is None else ESTEP + STATS
-            e, minsum, changed, *found = engine.reduce(
-                _estep, (mu, Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2), combine)
-            update_neighbourhoods(*found[:4], Gc)
+            params = (mu, Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2)
+            e, minsum, changed, Gc, *stats = engine.reduce(_estep, params, combine, _neighbourhoods_at_root)
             if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
                 sigma2 = max(minsum / (D * total_w), floor)
-                sums, U, Q, data_f = engine.reduce(_posterior_step, (sigma2, C), STATS)
-            else:
-                sums, U, Q, data_f = found[4:]
+                stats = engine.reduce(_posterior_step, (sigma2, C), STATS)
+            sums, U, Q, data_f = stats
             f = free_energy(float(data_f), sigma2, total_w, D, C)
             used = sigma2
             mu, sigma2 = m_step(mu, sums, U, Q, total_w, floor)

@@ -145,7 +145,8 @@ def fit(engine, cfg, entropy, loop):
                 grad = np.where(counts[:, None] > 0, g / np.maximum(counts, 1)[:, None], 0.0)
             C, moved = A.copy(), 0
             if T:  # C = A + the chunks' C_T − C0, added in chunk order
-                C, moved, e = engine.reduce(_steps, (C_anchor, A, eta, shares, epoch, grad), (Fold(A), Sum(), Sum()))
+                params = (C_anchor, A, eta, shares, epoch, grad)
+                C, moved, e = engine.reduce(_steps, params, (Fold(A), Sum(), Sum()))
                 evals += e
             evals_total += int(evals)
             loop.record(qe, evals, moved, centers=C, epoch_size=T, learning_rate=eta)
@@ -153,10 +154,10 @@ def fit(engine, cfg, entropy, loop):
                 loop.converged = True
             if prev is not None and qe > 2 * prev and not warned:
                 warned = True
-                warnings.warn(f"vrkm: the epoch QE grew from {prev:.6g} to {qe:.6g}; with {len(shares)} chunks summing their "
-                              f"steps, learning_rate={eta:.3g} overshoots (each chunk takes about {T / len(shares) / k:.3g} "
-                              f"steps per centre). Lower learning_rate or use fewer, larger chunks.", RuntimeWarning,
-                              stacklevel=2)
+                warnings.warn(f"vrkm: the epoch QE grew from {prev:.6g} to {qe:.6g}; with {len(shares)} chunks "
+                              f"summing their steps, learning_rate={eta:.3g} overshoots (each chunk takes about "
+                              f"{T / len(shares) / k:.3g} steps per centre). Lower learning_rate or use fewer, larger "
+                              "chunks.", RuntimeWarning, stacklevel=2)
             prev = qe
     return finish(engine, C, loop, evals_total,
                   {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)})

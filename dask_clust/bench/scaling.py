@@ -1,19 +1,25 @@
-"""``--suite scaling``: strong scaling from 1 to 2 workers on this machine, and the driver's cost per
-iteration against the number of workers (LocalClusters of 2 to 16 single-thread processes on tiny data):
-the inputs of the multi-node plan."""
+"""``--suite scaling``: strong scaling from 1 to 2 workers on this machine, and the engine's cost per
+round trip against the number of workers (LocalClusters of 1 to 16 single-thread processes, one real
+partition each): empty-iteration time, the driver's CPU, and the bytes into and out of the driver per
+Lloyd iteration; the inputs of the multi-node plan."""
 import logging
 import statistics
+import time
+
+import dask
+import numpy as np
 
 from .. import api
-from ..datasets import make_blobs
+from ..engine import as_source, open_engine
 from ..engine.cluster import connect
-from . import measure
+from ..kernels.assign import Prepared
+from ..lloyd import lloyd_step
 
 logger = logging.getLogger("dask_clust.bench")
 
 STRONG = (("blobs1m_d16", "kmeans", 200, {"max_iter": 12, "tol": 0.0}),
           ("blobs1m_d16", "vcgmm", 1000, {}))
-OVERHEAD_WORKERS = (2, 4, 8, 16)
+OVERHEAD_WORKERS = (1, 2, 4, 8, 16)
 
 
 def strong(run):
@@ -34,15 +40,56 @@ def strong(run):
                       "n_iter": m.n_iter_})
 
 
+def driver_io():
+    """(bytes read, bytes written) by this process so far: its own system calls (``/proc/self/io``), so
+    everything that reached the driver is counted, heartbeats included."""
+    with open("/proc/self/io") as f:
+        fields = dict(line.split(": ") for line in f.read().splitlines())
+    return int(fields["rchar"]), int(fields["wchar"])
+
+
+def engine_round(n_workers, repeats=50, rows_per_worker=20_000, k=256, d=32):
+    """One real partition (two chunks) per single-thread worker: the median empty iteration, the driver's
+    CPU per round trip, and the bytes the driver reads and writes per Lloyd iteration (k x d centres)."""
+    X = np.random.default_rng(0).standard_normal((n_workers * rows_per_worker, d)).astype(np.float32)
+    src = as_source(X, chunk_rows=rows_per_worker // 2)
+    prepared = Prepared(np.random.default_rng(1).standard_normal((k, d)), X.dtype)
+    with connect(n_workers=n_workers, threads_per_worker=1) as client, open_engine(src, client, 0) as engine:
+        assert engine.n_workers == n_workers, engine.describe()
+        engine.overhead_ms(5)
+        cpu = time.process_time()
+        ms = [engine.empty_iteration_ms() for _ in range(repeats)]
+        cpu_ms = 1000 * (time.process_time() - cpu) / repeats
+        bytes_in, bytes_out = [], []
+        for _ in range(10):
+            r0, w0 = driver_io()
+            engine.reduce(lloyd_step, prepared)
+            r1, w1 = driver_io()
+            bytes_in.append(r1 - r0)
+            bytes_out.append(w1 - w0)
+    return {"workers": n_workers, "chunks": src.n_chunks, "overhead_ms": statistics.median(ms),
+            "driver_cpu_ms": cpu_ms, "lloyd_bytes_in": statistics.median(bytes_in),
+            "lloyd_bytes_out": statistics.median(bytes_out), "k": k, "d": d}
+
+
+def em_bytes(n_chunks, n_workers=4, rows=400_000, d=64, C=2000, iterations=6):
+    """Bytes into the driver per steady-state EM iteration (σ² known) of var-GMM-S, C clusters."""
+    X = np.random.default_rng(2).standard_normal((rows, d)).astype(np.float32)
+    seen = []
+    with connect(n_workers=n_workers, threads_per_worker=1) as client, \
+            dask.config.set({"dask_clust.min-chunks": n_chunks, "dask_clust.min-chunk-bytes": "1KiB"}):
+        m = api.fit(X, "vargmm", C, init="random", max_iter=iterations, tol=0, random_state=0, client=client,
+                    callback=lambda rec: seen.append(driver_io()[0]))
+    return {"chunks": m.engine_["chunks"], "workers": n_workers, "rows": rows, "d": d, "C": C,
+            "bytes_in": statistics.median(b - a for a, b in zip(seen[1:], seen[2:]))}
+
+
 def overhead(run):
-    """Median empty-iteration time against the number of workers, 64 chunks of tiny data."""
-    X = make_blobs(64 * 500, 8, 10, chunks=500, random_state=0)[0]  # lazy: generated on the workers
+    """Empty iteration, driver CPU and Lloyd bytes against the number of workers, one partition each."""
     for n_workers in OVERHEAD_WORKERS[:2] if run.tiny else OVERHEAD_WORKERS:
-        logger.info("overhead with %d workers", n_workers)
-        with connect(n_workers=n_workers, threads_per_worker=1) as client:
-            ms = measure.engine_overhead_ms(X, client)
-        run.emit({"kind": "overhead", "workers": n_workers, "overhead_ms": ms, "chunks": 64,
-                  "rows": X.shape[0]})
+        logger.info("engine round trips with %d workers", n_workers)
+        run.emit({"kind": "overhead", **engine_round(n_workers, repeats=5 if run.tiny else 50,
+                                                     rows_per_worker=2000 if run.tiny else 20_000)})
 
 
 def run_all(run):

@@ -14,15 +14,15 @@ import time
 
 import cloudpickle
 import distributed
+import numpy as np
 import psutil
 from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
 
 from . import config
-from .data import ArraySource
-from . import combine as combines
-from .partition import Call, Partition, remote_run
+from .data import ArraySource, FutureSource, row_starts
+from .partition import Call, Chunk, Partition, remote_run
 
 logger = logging.getLogger("dask_clust")
 
@@ -50,7 +50,7 @@ def should_stream(source, memory_bytes):
     """Rule 4: stream a dask source from where it lives each pass when it would take more than
     ``stream-fraction`` of the memory available to hold it (``stream``: "auto", True or False)."""
     mode = config.get("stream")
-    if isinstance(source, ArraySource) or mode is False or mode == "never":
+    if isinstance(source, (ArraySource, FutureSource)) or mode is False or mode == "never":
         return False
     if mode is True or mode == "always":
         return True
@@ -91,8 +91,7 @@ class InProcessBackend:
         self._blas = threadpool_limits(1, user_api="blas")
 
     def call(self, call, builders=None):
-        acc = self.part.local(call)
-        return None if call.state else combines.finish(call.combine, acc, call.top)
+        return call.finished(self.part.local(call))
 
     def partitions(self, source):
         """Per partition: (rows, memory of the process holding it in bytes)."""
@@ -160,6 +159,8 @@ class ActorBackend:
         """The chunks' data for a partition on ``addr``: futures of rows loaded there, or loaders."""
         if self.streaming:
             return loaders(self.source, ids)
+        if isinstance(self.source, FutureSource):
+            return [self.source.futures[i] for i in ids]
         if isinstance(self.source, ArraySource):
             return self.client.scatter([self.source.block(i) for i in ids], workers=[addr], hash=False)
         blocks = [self.source.delayed_block(i) for i in ids]
@@ -169,6 +170,37 @@ class ActorBackend:
         meta = _meta(ids, self.source, self.entropy, threads)
         return self.client.submit(Partition, meta, *futs, actor=True, workers=[addr],
                                   allow_other_workers=False, pure=False)
+
+    def drawn(self, step, params, counts, chunk_rows):
+        """A ``FutureSource`` of the rows ``step`` draws, chunk c drawing counts[c]: one task per chunk where
+        its rows live, then the draws sliced and stacked into chunks of ``chunk_rows`` on the workers the
+        new engine will place them on (Dask moves the slices worker to worker)."""
+        ends = np.cumsum(counts)
+        begins = ends - counts
+        pieces = {}
+        for pid, (addr, ids) in enumerate(self.placement):
+            for pos, c in enumerate(ids):
+                if counts[c]:
+                    meta = (c, int(self.source.starts[c]), int(self.source.starts[c + 1]), self.entropy)
+                    pieces[c] = addr, self.client.submit(draw_chunk, self.data[pid][pos], meta, step, params,
+                                                         workers=[addr], pure=False)
+        starts = row_starts(int(ends[-1]), chunk_rows)
+        addrs = sorted(self._live_workers())
+        n_new = len(starts) - 1
+        futures = []
+        for j in range(n_new):
+            a, b = starts[j], starts[j + 1]
+            parts = []
+            for c in range(int(np.searchsorted(ends, a, side="right")), int(np.searchsorted(begins, b))):
+                if not counts[c]:
+                    continue
+                lo, hi = max(a, begins[c]) - begins[c], min(b, ends[c]) - begins[c]
+                addr, fut = pieces[c]
+                whole = lo == 0 and hi == counts[c]
+                parts.append(fut if whole else self.client.submit(rows_of, fut, lo, hi, workers=[addr]))
+            # the new engine places chunk j on this worker (its placement rule, ActorBackend.__init__)
+            futures.append(self.client.submit(stack, *parts, workers=[addrs[(j * len(addrs)) // n_new]]))
+        return FutureSource(futures, starts, self.source.n_features, self.source.dtype)
 
     def _tree(self):
         keys = [f.key for f in self._actor_futures]
@@ -245,6 +277,20 @@ class ActorBackend:
     def close(self):
         self._actor_futures = []
         self.data = []
+
+
+def draw_chunk(data, meta, step, params):
+    """``step`` on one chunk as a one-shot task: (rows, weights) it draws."""
+    index, start, stop, entropy = meta
+    return Chunk(index, start, stop, data, entropy).run(step, params)
+
+
+def rows_of(piece, lo, hi):
+    return piece[0][lo:hi], piece[1][lo:hi]
+
+
+def stack(*pieces):
+    return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
 
 
 def _accepts_n_workers():

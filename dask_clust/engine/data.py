@@ -107,6 +107,17 @@ class DaskSource(Source):
         return self.delayed_block(i).compute(scheduler="threads")
 
 
+class FutureSource(Source):
+    """Rows already on the cluster, one future of (x, w) per chunk: a working set drawn there."""
+
+    def __init__(self, futures, starts, n_features, dtype):
+        super().__init__(starts[-1], n_features, dtype, starts, False)
+        self.futures = futures
+
+    def block(self, i):
+        return self.futures[i].result()
+
+
 def _pair(x, w):
     x = np.ascontiguousarray(x)
     return x, (None if w is None else np.ascontiguousarray(w, dtype=np.float64))
@@ -146,7 +157,7 @@ def auto_chunk_rows(n_samples, n_features, itemsize):
     return int(max(1, min(n_samples, per_chunk // row_bytes)))
 
 
-def _row_starts(n, rows):
+def row_starts(n, rows):
     return np.append(np.arange(0, n, rows, dtype=np.int64), np.int64(n))
 
 
@@ -228,7 +239,7 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
         return DaskSource(X, weights)
     if isinstance(weights, da.Array):
         weights = weights.compute()
-    return ArraySource(X, weights, _row_starts(n, rows))
+    return ArraySource(X, weights, row_starts(n, rows))
 
 
 def _chunks_ok(X):

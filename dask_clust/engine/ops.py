@@ -1,13 +1,17 @@
 """The Engine: the handful of verbs an algorithm is written against (STYLE example 1).
 
     engine.summary                          n, Σw, per-feature mean and variance, max |x| (first pass)
-    engine.reduce(step, params, combine)    run a step on every chunk; its fields combined as declared
+    engine.reduce(step, params, combine, at_root)
+                                            run a step on every chunk; its fields combined as declared
                                             (``combine.py``: Sum by default, Fold, Rows, Min/Max,
-                                            ArgMin/ArgMax, Top), on the workers; the driver gets the result
+                                            ArgMin/ArgMax, Top) on the workers; the driver gets the result,
+                                            or what ``at_root`` makes of it on the root's worker
     engine.state(key, builder, model)       per-chunk state, built now, rebuilt from ``model()`` on any
                                             partition rebuilt after a lost worker, dropped at the end
     engine.take(ids)                        rows by global id
-    engine.working_set(X, w, entropy)       an Engine over a small weighted set drawn from this one
+    engine.sample(step, params, counts, e)  an Engine over the rows a step draws from every chunk (a coreset),
+                                            left on the workers that drew it unless it is small
+    engine.working_set(X, w, entropy)       an Engine over a weighted set this process holds
     engine.overhead_ms()                    the cost of one empty iteration
 
 A step is a module-level function ``step(chunk, params)`` (see ``partition.Chunk``). Every call is one
@@ -92,9 +96,10 @@ class Engine:
     def _builders(self):
         return [(builder, model()) for builder, model in self._states.values()]
 
-    def _call(self, step, params=None, combine=None, state=False):
+    def _call(self, step, params=None, combine=None, state=False, at_root=None):
         self.round_trips += 1
-        return self.backend.call(Call(next(self._ids), step, params, combine, self.top, state), self._builders)
+        call = Call(next(self._ids), step, params, combine, self.top, state, at_root)
+        return self.backend.call(call, self._builders)
 
     def _first_pass(self):
         n, sums, sumsq, total_w, max_abs, bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
@@ -112,10 +117,12 @@ class Engine:
         return Summary(n, total_w, mean, var, max_abs)
 
     # -- verbs
-    def reduce(self, step, params=None, combine=None):
+    def reduce(self, step, params=None, combine=None, at_root=None):
         """``step(chunk, params)`` on every chunk, its fields combined by ``combine`` (one per field; None:
-        every field an exact ``Sum``); returns the tuple of combined fields."""
-        return self._call(step, params, combine)
+        every field an exact ``Sum``); returns the tuple of combined fields, or ``at_root(fields, params)``
+        when given: a module-level function run where the result is finished (the root partition's worker),
+        which turns a large combined result into the small one the driver needs."""
+        return self._call(step, params, combine, at_root=at_root)
 
     @contextlib.contextmanager
     def state(self, key, builder, model=lambda: None, *, build=True):
@@ -142,12 +149,31 @@ class Engine:
 
     @contextlib.contextmanager
     def working_set(self, X, weights, entropy):
-        """An Engine over a weighted set drawn from this one (a coreset, a sample): in this process when it
-        fits (rule 6: no cluster round trips; chunks of ``working-set-chunk-rows`` for the threads), else
-        chunked on this engine's cluster."""
+        """An Engine over a weighted set (X, weights) this process already holds (a sample): in this
+        process when it fits ``in-process-bytes`` (rule 6: no cluster round trips), else on this engine's
+        cluster; in chunks of ``working-set-chunk-rows`` either way, so the model does not depend on it."""
         small = X.nbytes <= config.get_bytes("in-process-bytes")
-        source = as_source(X, weights, chunk_rows=int(config.get("working-set-chunk-rows")) if small else None)
+        source = as_source(X, weights, chunk_rows=int(config.get("working-set-chunk-rows")))
         client = IN_PROCESS if small else getattr(self.backend, "client", IN_PROCESS)
+        with open_engine(source, client, entropy) as engine:
+            yield engine
+
+    @contextlib.contextmanager
+    def sample(self, step, params, counts, entropy):
+        """An Engine over the rows ``step(chunk, params)`` draws from every chunk: (rows, weights), chunk c
+        drawing ``counts[c]`` rows, in chunk order (a coreset). The step must need no state: on a cluster
+        it runs as a one-shot task where the chunk's rows live. A set that fits ``in-process-bytes`` comes
+        to this process (rule 6); a larger one stays on the workers that drew it, rebalanced there into the
+        new engine's chunks (the driver handles counts and futures, never rows). Chunks of
+        ``working-set-chunk-rows`` on every path, so the model does not depend on the path."""
+        counts = np.asarray(counts, dtype=np.int64)
+        rows = int(config.get("working-set-chunk-rows"))
+        nbytes = int(counts.sum()) * self.n_features * self.dtype.itemsize
+        if self.backend.kind == IN_PROCESS or nbytes <= config.get_bytes("in-process-bytes"):
+            X, w = self.reduce(step, params, (Rows(), Rows()))
+            source, client = as_source(X, w, chunk_rows=rows), IN_PROCESS
+        else:
+            source, client = self.backend.drawn(step, params, counts, rows), self.backend.client
         with open_engine(source, client, entropy) as engine:
             yield engine
 

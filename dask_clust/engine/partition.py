@@ -65,7 +65,8 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Call:
-    """One round trip: ``step(chunk, params)`` on every chunk, fields combined by ``combine``.
+    """One round trip: ``step(chunk, params)`` on every chunk, fields combined by ``combine``, then
+    ``at_root(fields, params)`` where the result is finished (see ``finished``).
 
     ``top`` is the fit's fixed-point grid (None before the first pass). ``state`` marks a state builder or
     a drop of state: nothing is combined or returned."""
@@ -76,6 +77,14 @@ class Call:
     combine: tuple = None
     top: int = None
     state: bool = False
+    at_root: object = None
+
+    def finished(self, acc):
+        """The result of the combined partial ``acc``: what reaches the driver."""
+        if self.state:
+            return None
+        fields = combines.finish(self.combine, acc, self.top)
+        return fields if self.at_root is None else self.at_root(fields, self.params)
 
 
 def pop_state(chunk, key):
@@ -132,9 +141,7 @@ class Partition:
         acc = copy.deepcopy(mine) if got else mine   # the kept partial must not absorb the children's
         for g in got:
             acc = combines.add(call.combine, acc, g)
-        if root and not call.state:
-            return combines.finish(call.combine, acc, call.top)
-        return acc
+        return call.finished(acc) if root else acc
 
     def close(self):
         for pool in (self._pool, self._runner):
