@@ -3,7 +3,7 @@ suite's own functions (``dask_clust.bench.scaling``): loopback LocalClusters of 
 processes, one real partition each,
 
 - empty iteration (median wall time) and the driver's CPU per round trip, P = 1, 2, 4, 8, 16;
-- bytes the driver process reads and writes per Lloyd iteration (k = 256, D = 32);
+- bytes the driver process reads and writes per Lloyd iteration (k = 256, D = 32), counted on its sockets;
 - bytes into the driver per EM iteration of var-GMM-S on 400k x 64 rows, C = 2000, 4 workers, at 16 and
   64 chunks (limit 2·C·D·8 + 1 MB).
 

@@ -287,7 +287,7 @@ def scaling_section(rows, plot):
         lines += ["The engine against the number of single-thread worker processes, one real partition (two "
                   "chunks) each, all on this machine: one empty iteration (median), the driver's CPU per round "
                   "trip, and the bytes the driver process reads and writes per Lloyd iteration (k = 256, d = 32; "
-                  "its own system calls, heartbeats included):", "",
+                  "counted on its sockets, heartbeats included):", "",
                   table(["workers", "ms per empty iteration", "vs first row", "driver CPU ms", "Lloyd kB in",
                          "Lloyd kB out"],
                         [[r["workers"], f"{r['overhead_ms']:.1f}", times(r["overhead_ms"] / base),

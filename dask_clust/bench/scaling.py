@@ -40,12 +40,35 @@ def strong(run):
                       "n_iter": m.n_iter_})
 
 
-def driver_io():
-    """(bytes read, bytes written) by this process so far: its own system calls (``/proc/self/io``), so
-    everything that reached the driver is counted, heartbeats included."""
-    with open("/proc/self/io") as f:
-        fields = dict(line.split(": ") for line in f.read().splitlines())
-    return int(fields["rchar"]), int(fields["wchar"])
+class DriverBytes:
+    """Bytes this process reads from and writes to its sockets while the block runs: every tornado stream
+    (the client's comms with the scheduler and the workers), counted where the socket is read and written,
+    heartbeats included. ``with DriverBytes() as io: ...; io.read, io.written``."""
+
+    def __enter__(self):
+        from tornado.iostream import IOStream
+
+        self.read = self.written = 0
+        self._saved = IOStream.read_from_fd, IOStream.write_to_fd
+        read_fd, write_fd = self._saved
+
+        def read_from_fd(stream, buf):
+            n = read_fd(stream, buf)
+            self.read += n or 0
+            return n
+
+        def write_to_fd(stream, data):
+            n = write_fd(stream, data)
+            self.written += n
+            return n
+
+        IOStream.read_from_fd, IOStream.write_to_fd = read_from_fd, write_to_fd
+        return self
+
+    def __exit__(self, *exc):
+        from tornado.iostream import IOStream
+
+        IOStream.read_from_fd, IOStream.write_to_fd = self._saved
 
 
 def engine_round(n_workers, repeats=50, rows_per_worker=20_000, k=256, d=32):
@@ -62,11 +85,10 @@ def engine_round(n_workers, repeats=50, rows_per_worker=20_000, k=256, d=32):
         cpu_ms = 1000 * (time.process_time() - cpu) / repeats
         bytes_in, bytes_out = [], []
         for _ in range(10):
-            r0, w0 = driver_io()
-            engine.reduce(lloyd_step, prepared)
-            r1, w1 = driver_io()
-            bytes_in.append(r1 - r0)
-            bytes_out.append(w1 - w0)
+            with DriverBytes() as io:
+                engine.reduce(lloyd_step, prepared)
+            bytes_in.append(io.read)
+            bytes_out.append(io.written)
     return {"workers": n_workers, "chunks": src.n_chunks, "overhead_ms": statistics.median(ms),
             "driver_cpu_ms": cpu_ms, "lloyd_bytes_in": statistics.median(bytes_in),
             "lloyd_bytes_out": statistics.median(bytes_out), "k": k, "d": d}
@@ -76,10 +98,10 @@ def em_bytes(n_chunks, n_workers=4, rows=400_000, d=64, C=2000, iterations=6):
     """Bytes into the driver per steady-state EM iteration (σ² known) of var-GMM-S, C clusters."""
     X = np.random.default_rng(2).standard_normal((rows, d)).astype(np.float32)
     seen = []
-    with connect(n_workers=n_workers, threads_per_worker=1) as client, \
+    with connect(n_workers=n_workers, threads_per_worker=1) as client, DriverBytes() as io, \
             dask.config.set({"dask_clust.min-chunks": n_chunks, "dask_clust.min-chunk-bytes": "1KiB"}):
         m = api.fit(X, "vargmm", C, init="random", max_iter=iterations, tol=0, random_state=0, client=client,
-                    callback=lambda rec: seen.append(driver_io()[0]))
+                    callback=lambda rec: seen.append(io.read))
     return {"chunks": m.engine_["chunks"], "workers": n_workers, "rows": rows, "d": d, "C": C,
             "bytes_in": statistics.median(b - a for a, b in zip(seen[1:], seen[2:]))}
 

@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 from . import config
 from .data import ArraySource, FutureSource, row_starts
-from .partition import Call, Chunk, Partition, remote_run
+from .partition import Call, Chunk, Partition, remote_run, routed_rows
 
 logger = logging.getLogger("dask_clust")
 
@@ -41,9 +41,9 @@ class WorkerLost(RuntimeError):
         self.partition_ids = partition_ids
 
 
-def _meta(chunk_ids, source, entropy, threads):
+def _meta(chunk_ids, source, entropy, threads, partition=0):
     return {"chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
-            "entropy": entropy, "threads": threads}
+            "entropy": entropy, "threads": threads, "partition": partition}
 
 
 def should_stream(source, memory_bytes):
@@ -90,8 +90,14 @@ class InProcessBackend:
         # its split of a dot product would make the model depend on BLAS's thread count (rule 5)
         self._blas = threadpool_limits(1, user_api="blas")
 
-    def call(self, call, builders=None):
-        return call.finished(self.part.local(call))
+    def call(self, call, builders=None, plans=None):
+        part = self.part
+        if call.kind == "plan":
+            rows = part.plan_needs(call, np.zeros_like).get(0, np.empty(0, np.int64))
+            part.halo_request(call.id, call.params[0], 0, rows)
+        elif call.halo is not None:
+            part.halo_fill(call, part.halo_values(call))
+        return call.finished(part.local(call))
 
     def partitions(self, source):
         """Per partition: (rows, memory of the process holding it in bytes)."""
@@ -132,7 +138,7 @@ class ActorBackend:
                 self.placement.append((addr, ids))
                 futs = self._load(ids, addr)
                 self.data.append(futs)
-                pending.append(self._spawn(ids, addr, futs, workers[addr]))
+                pending.append(self._spawn(len(pending), ids, addr, futs, workers[addr]))
         for f in pending:
             f.result()
         self._actor_futures = pending   # held so that Dask keeps the actors
@@ -166,8 +172,8 @@ class ActorBackend:
         blocks = [self.source.delayed_block(i) for i in ids]
         return self.client.compute(blocks, workers=[addr], allow_other_workers=False)
 
-    def _spawn(self, ids, addr, futs, threads):
-        meta = _meta(ids, self.source, self.entropy, threads)
+    def _spawn(self, pid, ids, addr, futs, threads):
+        meta = _meta(ids, self.source, self.entropy, threads, pid)
         return self.client.submit(Partition, meta, *futs, actor=True, workers=[addr],
                                   allow_other_workers=False, pure=False)
 
@@ -202,23 +208,49 @@ class ActorBackend:
             futures.append(self.client.submit(stack, *parts, workers=[addrs[(j * len(addrs)) // n_new]]))
         return FutureSource(futures, starts, self.source.n_features, self.source.dtype)
 
-    def _tree(self):
+    def reordered(self, plan, counts, first, chunks):
+        """A ``FutureSource`` of the rows in ``reorder``'s order, in chunks of this source's sizes: one task
+        per chunk where its rows live gives each row its position (``route``), then every new chunk gathers
+        its rows from the chunks that feed it, on the worker the new engine will place it on."""
+        starts = self.source.starts
+        n_new = len(starts) - 1
+        feeds = [set() for _ in range(n_new)]   # new chunk -> the old chunks holding some of its rows
+        lo = np.searchsorted(starts, first, side="right") - 1
+        hi = np.searchsorted(starts, first + counts - 1, side="right") - 1
+        for c, a, b in zip(chunks, lo, hi):
+            for j in range(a, b + 1):
+                feeds[j].add(int(c))
+        routed = {}
+        for pid, (addr, ids) in enumerate(self.placement):
+            for pos, c in enumerate(ids):
+                meta = (c, int(starts[c]), int(starts[c + 1]), self.entropy)
+                routed[c] = addr, self.client.submit(draw_chunk, self.data[pid][pos], meta, sorted_routed, plan,
+                                                     workers=[addr], pure=False)
+        addrs = sorted(self._live_workers())
+        futures = []
+        for j in range(n_new):
+            parts = [self.client.submit(rows_at, routed[c][1], starts[j], starts[j + 1], workers=[routed[c][0]])
+                     for c in sorted(feeds[j])]
+            futures.append(self.client.submit(place, *parts, workers=[addrs[(j * len(addrs)) // n_new]]))
+        return FutureSource(futures, starts, self.source.n_features, self.source.dtype)
+
+    def _direct(self, call):
+        """One call: to the root partition, down the tree, back up; ``peers`` lets partitions reach each other."""
         keys = [f.key for f in self._actor_futures]
 
         def spell(sub):
             return [(self.placement[j][0], keys[j], spell(below)) for j, below in sub]
 
-        return self.placement[0][0], keys[0], spell(tree(keys, config.get("split-every")))
-
-    def _direct(self, call):
-        addr, key, children = self._tree()
-        return self.client.sync(remote_run, self.client.rpc(addr), key, call, children, True)
+        peers = [(addr, k, ids) for (addr, ids), k in zip(self.placement, keys)]
+        children = spell(tree(keys, config.get("split-every")))
+        return self.client.sync(remote_run, self.client.rpc(peers[0][0]), keys[0], call, children, True, peers)
 
     # -- calls with recovery
-    def call(self, call, builders=None):
+    def call(self, call, builders=None, plans=None):
         """Run ``call`` over the tree of partitions; after a lost worker, rebuild its partitions elsewhere
-        (reload the rows, replay ``builders()`` = [(step, params)] of the declared state) and repeat the
-        call: the survivors answer from the partial they kept, so no state changes twice."""
+        (reload the rows, replay ``builders()`` = [(step, params)] of the declared state), rebuild every
+        halo plan (``plans()`` = [plan Call]) on all partitions, and repeat the call: the survivors answer
+        from the partial they kept (and resend the halo values they sent), so no state changes twice."""
         for attempt in range(4):
             try:
                 return self._direct(call)
@@ -228,6 +260,8 @@ class ActorBackend:
                     raise
             for pid in lost:
                 self._recover(pid, builders() if builders else [])
+            for plan in plans() if plans else []:
+                self._direct(plan)
         raise AssertionError("unreachable")
 
     def _lost(self, exc):
@@ -257,11 +291,11 @@ class ActorBackend:
             logger.warning("worker of partition %d lost; rebuilding its %d chunks on %s", pid, len(ids), addr)
             try:
                 futs = self._load(ids, addr)
-                actor_future = self._spawn(ids, addr, futs, workers[addr])
+                actor_future = self._spawn(pid, ids, addr, futs, workers[addr])
                 actor_future.result()
                 rpc = self.client.rpc(addr)
                 for i, (step, params) in enumerate(builders):
-                    build = Call(-1 - i, step, params, state=True)
+                    build = Call(-1 - i, step, params, kind="state")
                     self.client.sync(remote_run, rpc, actor_future.key, build, [], True)
             except Exception as exc:
                 if attempt + 1 < attempts and isinstance(exc, _COMM_ERRORS):
@@ -283,6 +317,26 @@ def draw_chunk(data, meta, step, params):
     """``step`` on one chunk as a one-shot task: (rows, weights) it draws."""
     index, start, stop, entropy = meta
     return Chunk(index, start, stop, data, entropy).run(step, params)
+
+
+def sorted_routed(chunk, plan):
+    """The chunk's rows with their new positions, sorted by position."""
+    pos, x, w, ids = routed_rows(chunk, plan)
+    order = np.argsort(pos)
+    return pos[order], x[order], w[order], ids[order]
+
+
+def rows_at(routed, a, b):
+    """The routed rows whose new position is in [a, b)."""
+    lo, hi = np.searchsorted(routed[0], [a, b])
+    return tuple(f[lo:hi] for f in routed)
+
+
+def place(*parts):
+    """One new chunk from its routed rows: (x, w, input ids) in position order."""
+    pos, x, w, ids = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    order = np.argsort(pos)
+    return x[order], w[order], ids[order]
 
 
 def rows_of(piece, lo, hi):

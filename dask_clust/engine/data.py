@@ -71,16 +71,17 @@ class Source:
 class ArraySource(Source):
     """Input already in the driver's memory (numpy, pandas, a memory-mapped .npy)."""
 
-    def __init__(self, X, weights, starts):
+    def __init__(self, X, weights, starts, ids=None):
         super().__init__(X.shape[0], X.shape[1], _float_dtype(X.dtype), starts, True)
         self.X = X
         self.weights = weights
+        self.ids = ids   # the rows' ids in the input, when X is a reordering of it
 
     def block(self, i):
         a, b = self.starts[i], self.starts[i + 1]
         x = np.ascontiguousarray(self.X[a:b], dtype=self.dtype)
         w = None if self.weights is None else np.ascontiguousarray(self.weights[a:b], dtype=np.float64)
-        return x, w
+        return (x, w) if self.ids is None else (x, w, self.ids[a:b])
 
 
 class DaskSource(Source):
@@ -108,7 +109,8 @@ class DaskSource(Source):
 
 
 class FutureSource(Source):
-    """Rows already on the cluster, one future of (x, w) per chunk: a working set drawn there."""
+    """Rows already on the cluster, one future of (x, w) or (x, w, input ids) per chunk: a working set drawn
+    there, or a reordering."""
 
     def __init__(self, futures, starts, n_features, dtype):
         super().__init__(starts[-1], n_features, dtype, starts, False)

@@ -32,8 +32,8 @@ from ..kernels.stats import chunk_summary, fixed_top_exponent
 from . import config
 from .cluster import IN_PROCESS, backend_for
 from .combine import Fold, Max, Min, Rows, Sum
-from .data import InputError, as_source
-from .partition import Call, pop_state
+from .data import ArraySource, InputError, as_source
+from .partition import Call, pop_state, routed_rows
 
 
 @dataclass(frozen=True)
@@ -72,22 +72,37 @@ def _empty_step(chunk, params):
     return ()
 
 
+def _key_counts(chunk, params):
+    """The chunk's distinct keys and their counts (for ``reorder``'s destinations)."""
+    key_step, key_params = params
+    keys, counts = np.unique(np.asarray(key_step(chunk, key_params), dtype=np.int64), return_counts=True)
+    return keys, counts, np.full(len(keys), chunk.index, np.int64)
+
+
+def _input_ids(chunk, params):
+    return (chunk.input_ids(),)
+
+
 class Engine:
     """Verbs over the partitions of one input; built by ``open_engine``."""
 
-    def __init__(self, backend, source):
+    def __init__(self, backend, source, entropy=0, summary=None, top=None):
         self.backend = backend
         self.source = source
         self.n_samples = source.n_samples
         self.n_features = source.n_features
         self.dtype = source.dtype
         self.n_chunks = source.n_chunks
+        self.entropy = entropy
         self._states = {}          # key -> (builder, model): replayed on a rebuilt partition
+        self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
         self.top = None
-        self.summary = self._first_pass()
-        self.top = fixed_top_exponent(self.summary.total_weight, self.n_features, self.summary.max_abs)
+        if summary is None:
+            summary = self._first_pass()
+            top = fixed_top_exponent(summary.total_weight, self.n_features, summary.max_abs)
+        self.summary, self.top = summary, top
 
     @property
     def n_workers(self):
@@ -96,10 +111,14 @@ class Engine:
     def _builders(self):
         return [(builder, model()) for builder, model in self._states.values()]
 
-    def _call(self, step, params=None, combine=None, state=False, at_root=None):
+    def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None):
         self.round_trips += 1
-        call = Call(next(self._ids), step, params, combine, self.top, state, at_root)
-        return self.backend.call(call, self._builders)
+        call = Call(next(self._ids), step, params, combine, self.top, kind, at_root, halo)
+        return self.backend.call(call, self._builders, self._plans)
+
+    def _plans(self):
+        return [Call(next(self._ids), need_step, (key, params, self.source.starts), kind="plan")
+                for key, (need_step, params) in self._halos.items()]
 
     def _first_pass(self):
         n, sums, sumsq, total_w, max_abs, bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
@@ -117,12 +136,13 @@ class Engine:
         return Summary(n, total_w, mean, var, max_abs)
 
     # -- verbs
-    def reduce(self, step, params=None, combine=None, at_root=None):
+    def reduce(self, step, params=None, combine=None, at_root=None, halo=None):
         """``step(chunk, params)`` on every chunk, its fields combined by ``combine`` (one per field; None:
         every field an exact ``Sum``); returns the tuple of combined fields, or ``at_root(fields, params)``
         when given: a module-level function run where the result is finished (the root partition's worker),
-        which turns a large combined result into the small one the driver needs."""
-        return self._call(step, params, combine, at_root=at_root)
+        which turns a large combined result into the small one the driver needs. ``halo`` = (plan key, state
+        field) fills ``chunk.halo[field]`` first (see ``halo``)."""
+        return self._call(step, params, combine, at_root=at_root, halo=halo)
 
     @contextlib.contextmanager
     def state(self, key, builder, model=lambda: None, *, build=True):
@@ -132,13 +152,28 @@ class Engine:
         self._states[key] = (builder, model)
         try:
             if build:
-                self._call(builder, model(), state=True)
+                self._call(builder, model(), kind="state")
             yield
         except BaseException:
             self._states.pop(key, None)
             raise
         self._states.pop(key, None)
-        self._call(pop_state, key, state=True)
+        self._call(pop_state, key, kind="state")
+
+    @contextlib.contextmanager
+    def halo(self, key, need_step, params=None):
+        """A fixed gather plan ``key`` for the block: ``need_step(chunk, params)`` names the global rows the
+        chunk reads (any order, repeats allowed), once. Then ``reduce(..., halo=(key, field))`` gives every
+        chunk, before any step of that call runs, ``chunk.halo[field]``: those rows' values of the per-chunk
+        state ``field`` as the previous call left them (Jacobi: no step sees another's update of the same
+        call), in the order ``need_step`` named them. The values go partition to partition, never through
+        the driver; a partition rebuilt after a lost worker gets the plan again."""
+        self._halos[key] = (need_step, params)
+        try:
+            self._call(need_step, (key, params, self.source.starts), kind="plan")
+            yield
+        finally:
+            self._halos.pop(key, None)
 
     def take(self, ids):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array."""
@@ -177,6 +212,36 @@ class Engine:
         with open_engine(source, client, entropy) as engine:
             yield engine
 
+    @contextlib.contextmanager
+    def reorder(self, key_step, params=None):
+        """An Engine over the same rows sorted by the int key ``key_step(chunk, params)`` gives each row
+        (ties in input order), rebalanced into chunks of this engine's sizes; every row keeps its input id
+        (``chunk.input_ids()``; ``to_input_order`` maps per-row results back). ``key_step`` must need no
+        state: on a cluster it runs as a one-shot task where each chunk's rows live, and the rows move
+        worker to worker. The driver holds the keys' counts per chunk, never rows. The new engine keeps this
+        one's summary and fixed-point grid, so an exact ``Sum`` gives the same bits on both."""
+        keys, counts, chunks = self.reduce(_key_counts, (key_step, params), (Rows(), Rows(), Rows()))
+        order = np.lexsort((chunks, keys))
+        first = np.empty(len(keys), np.int64)
+        first[order] = np.cumsum(counts[order]) - counts[order]
+        plan = (key_step, params, keys, chunks, first)
+        if self.backend.kind == IN_PROCESS:
+            pos, x, w, ids = self.reduce(routed_rows, plan, (Rows(),) * 4)
+            X, W, I = np.empty_like(x), np.empty_like(w), np.empty_like(ids)
+            X[pos], W[pos], I[pos] = x, w, ids
+            source, client = ArraySource(X, W, self.source.starts, ids=I), IN_PROCESS
+        else:
+            source, client = self.backend.reordered(plan, counts, first, chunks), self.backend.client
+        with backend_for(source, client, self.entropy) as backend:
+            yield Engine(backend, source, self.entropy, self.summary, self.top)
+
+    def to_input_order(self, values):
+        """Per-row ``values`` in this engine's row order, put back in the input's row order."""
+        (ids,) = self.reduce(_input_ids, None, (Rows(),))
+        out = np.empty_like(values)
+        out[ids] = values
+        return out
+
     def empty_iteration_ms(self):
         """Wall time of one empty iteration (a reduce of an empty step over every partition), in ms."""
         t = time.perf_counter()
@@ -202,4 +267,4 @@ class Engine:
 def open_engine(source, client=None, entropy=0):
     """An Engine over ``source`` for the duration of a fit (see ``cluster.backend_for`` for ``client``)."""
     with backend_for(source, client, entropy) as backend:
-        yield Engine(backend, source)
+        yield Engine(backend, source, entropy)

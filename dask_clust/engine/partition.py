@@ -29,23 +29,31 @@ class Chunk:
     """One row chunk as a step sees it: rows ``x`` (n × d), weights ``w`` (n,), global rows
     ``start``..``stop``, its own ``state`` dict and random streams."""
 
-    __slots__ = ("index", "start", "stop", "x", "w", "state", "entropy", "loader")
+    __slots__ = ("index", "start", "stop", "x", "w", "state", "entropy", "loader", "halo", "ids")
 
     def __init__(self, index, start, stop, data, entropy):
-        """data: (x, w) rows held in memory, or bytes: a pickled dask object computing (x, w)."""
+        """data: (x, w) or (x, w, input ids) rows held in memory, or bytes: a pickled dask object computing
+        (x, w). Input ids are the rows' global ids in the input (``Engine.reorder``); by default
+        start..stop."""
         self.index = int(index)
         self.start = int(start)
         self.stop = int(stop)
         self.state = {}
+        self.halo = {}   # field -> the previous call's values of the rows this chunk reads (Engine.halo)
         self.entropy = entropy
         self.loader = data if isinstance(data, bytes) else None
-        self.x = self.w = None
+        self.x = self.w = self.ids = None
         if self.loader is None:
             self._hold(*data)
 
-    def _hold(self, x, w):
+    def _hold(self, x, w, ids=None):
         self.x = x
         self.w = np.ones(x.shape[0]) if w is None else w
+        self.ids = ids
+
+    def input_ids(self):
+        """The rows' ids in the input (their global ids unless the engine was reordered)."""
+        return np.arange(self.start, self.stop, dtype=np.int64) if self.ids is None else self.ids
 
     def run(self, step, params):
         if self.loader is None:
@@ -63,25 +71,48 @@ class Chunk:
 
 
 
+def route(chunk, plan):
+    """Where ``Engine.reorder`` sends each of the chunk's rows: its key's first position for this chunk plus
+    the row's rank among the chunk's rows of that key (rows keep their order within a key)."""
+    key_step, key_params, keys, chunks, first = plan
+    k = np.asarray(key_step(chunk, key_params), dtype=np.int64)
+    mine = chunks == chunk.index
+    table, base = keys[mine], first[mine]          # np.unique order: ascending keys
+    order = np.argsort(k, kind="stable")
+    slot = np.searchsorted(table, k[order])
+    pos = np.empty(len(k), np.int64)
+    pos[order] = base[slot] + np.arange(len(k)) - np.searchsorted(k[order], table)[slot]
+    return pos
+
+
+def routed_rows(chunk, plan):
+    """The chunk's rows with their new positions: (positions, x, w, input ids)."""
+    return route(chunk, plan), chunk.x, chunk.w, chunk.input_ids()
+
+
 @dataclass(frozen=True)
 class Call:
     """One round trip: ``step(chunk, params)`` on every chunk, fields combined by ``combine``, then
     ``at_root(fields, params)`` where the result is finished (see ``finished``).
 
-    ``top`` is the fit's fixed-point grid (None before the first pass). ``state`` marks a state builder or
-    a drop of state: nothing is combined or returned."""
+    ``top`` is the fit's fixed-point grid (None before the first pass). ``kind``: "step"; "state" (a state
+    builder or a drop of state: nothing is combined or returned); "plan" (``step`` names the global rows each
+    chunk reads: the gather plan ``params[0]`` is built from them, ``Engine.halo``). ``halo`` = (plan key,
+    state field): before the step runs, every chunk's ``halo[field]`` gets those rows' values of the field
+    as the previous call left them."""
 
     id: int
     step: object
     params: object = None
     combine: tuple = None
     top: int = None
-    state: bool = False
+    kind: str = "step"
     at_root: object = None
+    halo: tuple = None
 
     def finished(self, acc):
         """The result of the combined partial ``acc``: what reaches the driver."""
-        if self.state:
+        if self.kind != "step":
             return None
         fields = combines.finish(self.combine, acc, self.top)
         return fields if self.at_root is None else self.at_root(fields, self.params)
@@ -103,6 +134,12 @@ class Partition:
         self._pool = ThreadPoolExecutor(threads) if threads > 1 and len(self.chunks) > 1 else None
         self._runner = None   # the thread that drives this partition's chunks while the event loop serves calls
         self._last = (None, None)
+        self.pid = int(meta.get("partition", 0))
+        self._sources = {}    # halo key -> the partitions holding rows this partition's chunks read
+        self._sends = {}      # halo key -> (plan call id, {partition: the rows it reads from here})
+        self._sent = (None, None)   # (call id, {partition: values}) kept for a repeated call
+        self._mail = {}       # (call id, halo key) -> {partition: (rows, values)}
+        self._mail_event = None
 
     def _each(self, step, params):
         if self._pool is None:
@@ -114,25 +151,34 @@ class Partition:
         per call id."""
         if self._last[0] == call.id:
             return self._last[1]
-        parts = self._each(call.step, call.params)
         acc = None
-        if not call.state:
+        if call.kind != "plan":   # a plan's step ran in ``plan_needs``
+            parts = self._each(call.step, call.params)
+        if call.kind == "step":
             for c, part in zip(self.chunks, parts):
                 acc = combines.add(call.combine, acc, combines.lift(call.combine, part, c.index, call.top))
         self._last = (call.id, acc)
         return acc
 
-    async def run(self, call, children, root=False):
+    async def run(self, call, children, root=False, peers=None):
         """Actor entry point: pass ``call`` on to the ``children`` subtrees [(address, key, subtree)], run
-        this partition's chunks, add the children's partials; the root returns the finished result."""
+        this partition's chunks, add the children's partials; the root returns the finished result.
+        ``peers``: per partition (address, actor key, chunk ids), for the halo's partition-to-partition
+        messages."""
         from distributed import get_worker
 
         worker = get_worker()
-        pending = [asyncio.ensure_future(remote_run(worker.rpc(addr), key, call, sub)) for addr, key, sub in children]
+        pending = [asyncio.ensure_future(remote_run(worker.rpc(addr), key, call, sub, peers=peers))
+                   for addr, key, sub in children]
         if self._runner is None:
             self._runner = ThreadPoolExecutor(1)
+        loop = asyncio.get_running_loop()
         try:
-            mine = await asyncio.get_running_loop().run_in_executor(self._runner, self.local, call)
+            if call.kind == "plan":
+                await self._plan(call, peers, worker, loop)
+            elif call.halo is not None:
+                await self._exchange(call, peers, worker)
+            mine = await loop.run_in_executor(self._runner, self.local, call)
         finally:
             got = await asyncio.gather(*pending, return_exceptions=True)
         for g in got:
@@ -143,18 +189,112 @@ class Partition:
             acc = combines.add(call.combine, acc, g)
         return call.finished(acc) if root else acc
 
+    # -- halo: a fixed gather plan, then per call the previous values pushed partition to partition
+
+    def plan_needs(self, call, owner):
+        """Run the plan's step: the global rows each chunk reads (any order, repeats allowed), kept per chunk;
+        returns {owner partition: rows this partition reads there}."""
+        key = call.params[0]
+        needs = self._each(call.step, call.params[1])
+        for c, ids in zip(self.chunks, needs):
+            c.state[("halo", key)] = np.asarray(ids, dtype=np.int64)
+        rows = np.unique(np.concatenate([c.state[("halo", key)] for c in self.chunks]))
+        who = owner(rows)
+        by_owner = {int(q): rows[who == q] for q in np.unique(who)}
+        self._sources[key] = set(by_owner)
+        return by_owner
+
+    def halo_request(self, plan_id, key, requester, rows):
+        """Partition ``requester`` reads ``rows`` of this partition under plan ``key``."""
+        if self._sends.get(key, (None,))[0] != plan_id:
+            self._sends[key] = (plan_id, {})
+        self._sends[key][1][int(requester)] = rows
+
+    def halo_values(self, call):
+        """{partition: (rows, values)} this partition sends for ``call``: the field's values before the call's
+        step runs anywhere (kept, so a repeated call sends the same)."""
+        if self._sent[0] == call.id:
+            return self._sent[1]
+        key, field = call.halo
+        out = {}
+        for q, rows in self._sends.get(key, (None, {}))[1].items():
+            vals = []
+            for c in self.chunks:
+                lo, hi = np.searchsorted(rows, [c.start, c.stop])
+                if hi > lo:
+                    vals.append(c.state[field][rows[lo:hi] - c.start])
+            out[q] = rows, np.array(np.concatenate(vals), copy=True)
+        self._sent = (call.id, out)
+        return out
+
+    def halo_fill(self, call, received):
+        """Every chunk's ``halo[field]``: the values of the rows it reads, in the order its plan step named them."""
+        key, field = call.halo
+        parts = [received[q] for q in sorted(received)]   # partitions hold ascending row ranges
+        rows = np.concatenate([p[0] for p in parts])
+        values = np.concatenate([p[1] for p in parts])
+        for c in self.chunks:
+            c.halo[field] = values[np.searchsorted(rows, c.state[("halo", key)])]
+
+    async def halo_put(self, call_id, key, sender, rows, values):
+        self._mail.setdefault((call_id, key), {})[int(sender)] = (rows, values)
+        if self._mail_event is not None:
+            self._mail_event.set()
+
+    async def _plan(self, call, peers, worker, loop):
+        starts = np.array([min(p[2]) for p in peers])   # the first chunk of each partition, ascending
+        chunk_starts = call.params[2]
+
+        def owner(rows):
+            return np.searchsorted(starts, np.searchsorted(chunk_starts, rows, side="right") - 1, side="right") - 1
+
+        by_owner = await loop.run_in_executor(self._runner, self.plan_needs, call, owner)
+        key = call.params[0]
+        sends = []
+        for q, rows in by_owner.items():
+            if q == self.pid:
+                self.halo_request(call.id, key, q, rows)
+            else:
+                sends.append(_remote(worker.rpc(peers[q][0]), peers[q][1], "halo_request", call.id, key, self.pid,
+                                     rows))
+        await asyncio.gather(*sends)
+
+    async def _exchange(self, call, peers, worker):
+        key, _ = call.halo
+        sent = self.halo_values(call)
+        pushes = [_remote(worker.rpc(peers[q][0]), peers[q][1], "halo_put", call.id, key, self.pid, *rv)
+                  for q, rv in sent.items() if q != self.pid]
+        if self.pid in sent:
+            await self.halo_put(call.id, key, self.pid, *sent[self.pid])
+        await asyncio.gather(*pushes)
+        if self._last[0] == call.id:   # a repeated call this partition has answered: it only resends
+            self._mail.pop((call.id, key), None)
+            return
+        sources = self._sources[key]
+        if self._mail_event is None:
+            self._mail_event = asyncio.Event()
+        box = self._mail.setdefault((call.id, key), {})
+        while not sources <= set(box):
+            self._mail_event.clear()
+            await self._mail_event.wait()
+        self.halo_fill(call, self._mail.pop((call.id, key)))
+
     def close(self):
         for pool in (self._pool, self._runner):
             if pool is not None:
                 pool.shutdown()
 
 
-async def remote_run(rpc, key, call, children, root=False):
-    """``Partition.run`` on the actor ``key`` behind ``rpc``, straight to its worker (distributed's comms)."""
+async def _remote(rpc, key, method, *args):
+    """``method(*args)`` of the actor ``key`` behind ``rpc``, straight to its worker (distributed's comms)."""
     from distributed.protocol import to_serialize
 
-    msg = await rpc.actor_execute(function="run", actor=key,
-                                  args=[to_serialize(call), to_serialize(children), root], kwargs={})
+    msg = await rpc.actor_execute(function=method, actor=key, args=[to_serialize(a) for a in args], kwargs={})
     if msg["status"] != "OK":
         raise msg["exception"]
     return msg["result"]
+
+
+async def remote_run(rpc, key, call, children, root=False, peers=None):
+    """``Partition.run`` on the actor ``key`` behind ``rpc``."""
+    return await _remote(rpc, key, "run", call, children, root, peers)
