@@ -5,21 +5,23 @@ processes, one real partition each,
 - empty iteration (median wall time) and the driver's CPU per round trip, P = 1, 2, 4, 8, 16;
 - bytes the driver process reads and writes per Lloyd iteration (k = 256, D = 32), counted on its sockets;
 - bytes into the driver per EM iteration of var-GMM-S on 400k x 64 rows, C = 2000, 4 workers, at 16 and
-  64 chunks (limit 2·C·D·8 + 1 MB).
+  64 chunks (limit 2·C·D·8 + 1 MB);
+- the driver's peak memory while a 1 M x 64 float32 coreset is drawn from a dask array on 4 workers and
+  Lloyd runs on it (in-process-bytes set to 64 MiB, so that it stays on the workers).
 
-    python benchmarks/bench_engine_scaling.py [--workers 1,2,4,8,16] [--parts overhead,vcgmm]
+    python benchmarks/bench_engine_scaling.py [--workers 1,2,4,8,16] [--parts overhead,vcgmm,coreset]
 """
 import argparse
 
 from common import emit
 
-from dask_clust.bench.scaling import em_bytes, engine_round
+from dask_clust.bench.scaling import coreset_driver_memory, em_bytes, engine_round
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workers", default="1,2,4,8,16")
-    p.add_argument("--parts", default="overhead,vcgmm")
+    p.add_argument("--parts", default="overhead,vcgmm,coreset")
     args = p.parse_args()
     parts = args.parts.split(",")
     if "overhead" in parts:
@@ -41,6 +43,11 @@ def main():
             emit("engine_scaling_vcgmm", {**r, "limit": limit})
             print(f"vc-GMM EM: {r['bytes_in'] / 1e6:.3f} MB into the driver per iteration at {r['chunks']} chunks "
                   f"(limit {limit / 1e6:.3f} MB)")
+    if "coreset" in parts:
+        r = coreset_driver_memory()
+        emit("engine_scaling_coreset", r)
+        print(f"coreset of {r['coreset_rows']} x {r['d']} float32 ({r['coreset_bytes'] / 1e6:.0f} MB) on "
+              f"{r['workers']} workers: driver peak +{r['driver_peak_extra'] / 1e6:.1f} MB = {r['ratio']:.3f} x")
 
 
 if __name__ == "__main__":

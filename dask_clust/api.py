@@ -76,14 +76,14 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0
-    logger.info("%s finished: %d iterations, objective %.6g, %.2f s", algo, result["n_iter"],
-                result["objective"], info["wall_s"])
+    logger.info("%s finished: %d iterations, objective %.6g, %.2f s", algo, result.n_iter,
+                result.objective, info["wall_s"])
     params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
     params_out["random_state"] = entropy
-    return ClusteringModel(algo, params_out, result["centers"], n_iter_=result["n_iter"],
-                           converged_=result["converged"], history_=result["history"],
-                           n_distance_evals_=result["distance_evals"], objective_=result["objective"],
-                           extras_=result.get("extras"), engine_=info)
+    return ClusteringModel(algo, params_out, result.centers, n_iter_=result.n_iter,
+                           converged_=result.converged, history_=result.history,
+                           n_distance_evals_=result.distance_evals, objective_=result.objective,
+                           extras_=result.extras, engine_=info)
 
 
 def load(path):
@@ -184,7 +184,9 @@ def _make_estimator(spec):
     names = tuple(f.name for f in fields(spec.config)) + ("random_state",)
     cls = type(spec.name and spec.estimator, (ClusteringEstimator,), {
         "_algo": spec.name, "_param_names": names,
-        "__doc__": f"{spec.summary}.\n\nReference: {spec.reference}. Parameters: {', '.join(names)}.",
+        "__doc__": (f"{spec.summary}.\n\nReference: {spec.reference}. Parameters: {', '.join(names)}.\n\n"
+                    f"history_[i]['objective']: {spec.objective}; inertia_: the exact QE of the centres on the "
+                    "training rows."),
         "__module__": "dask_clust",
     })
     defaults = cls._defaults()

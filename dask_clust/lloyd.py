@@ -14,7 +14,7 @@ One iteration (``lloyd_step`` on every chunk, exact sum, ``m_step``):
 """
 import numpy as np
 
-from .engine import Loop
+from .engine import FitResult, Loop
 from .engine.combine import Top
 from .kernels.assign import Prepared, accumulate, nearest
 
@@ -85,8 +85,7 @@ def quantization_error(engine, centers):
 def lloyd(engine, centers, *, max_iter, tol, loop=None):
     """Lloyd iterations from ``centers`` (float64, validated); ``tol`` is absolute (already scaled).
 
-    Returns {"centers", "objective" (QE of the returned centres), "n_iter", "converged",
-    "distance_evals", "history"}.
+    Returns a ``FitResult`` whose objective is the QE of the returned centres on ``engine``'s rows.
     """
     loop = loop or Loop("lloyd", max_iter)
     evals = 0
@@ -107,5 +106,4 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
     if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
         _, _, objective, _, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
         evals += e
-    return {"centers": centers, "objective": float(objective), "n_iter": loop.n_iter,
-            "converged": loop.converged, "distance_evals": int(evals), "history": loop.history}
+    return FitResult(centers, float(objective), loop.n_iter, loop.converged, int(evals), loop.history)

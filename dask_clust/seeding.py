@@ -200,7 +200,7 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
     with open_engine(as_source(cands, weights), client=IN_PROCESS, entropy=entropy) as local:
         seeds, e = kmeans_plusplus(local, k, stream(entropy, "k-means||", "recluster").integers(2**63))
         result = lloyd(local, seeds, max_iter=recluster_iter, tol=0.0)
-    return result["centers"], evals + e + result["distance_evals"]
+    return result.centers, evals + e + result.distance_evals
 
 
 def afkmc2(engine, k, entropy, chain_length=20):

@@ -7,23 +7,26 @@ from dataclasses import dataclass
 class AlgorithmSpec:
     name: str
     config: type            # dataclass with a ``constraints`` dict: field → list of constraints
-    fit: object             # fit(engine, config, entropy, loop) -> dict (see algorithms.kmeans.fit)
+    fit: object             # fit(engine, config, entropy, loop) -> engine.FitResult
     estimator: str          # the estimator class name in ``dask_clust``
     summary: str            # one line for the README table and the CLI help
     reference: str          # the paper
+    objective: str          # what history_'s per-iteration "objective" is (the model's objective_ is always
+                            # the exact QE of the returned centres over all rows, engine.FitResult)
 
 
 REGISTRY = {}
 
 
-def finish(engine, centers, loop, distance_evals, extras):
-    """A fit's result (see ``kmeans.fit``) whose objective is the exact QE of the returned centres over all
-    rows (one pass), whatever the algorithm optimised on the way."""
+def finish(engine, centers, loop, distance_evals, extras, converged=None):
+    """A fit's ``FitResult``: its objective is the exact QE of the returned centres over all rows (one
+    pass), whatever the algorithm optimised on the way."""
+    from ..engine import FitResult
     from ..lloyd import quantization_error
 
     qe, qe_evals = quantization_error(engine, centers)
-    return {"centers": centers, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
-            "distance_evals": int(distance_evals) + qe_evals, "history": loop.history, "extras": extras}
+    return FitResult(centers, qe, loop.n_iter, loop.converged if converged is None else converged,
+                     int(distance_evals) + qe_evals, loop.history, extras)
 
 
 def register(spec):

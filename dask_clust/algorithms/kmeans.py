@@ -52,13 +52,13 @@ def fit(engine, cfg, entropy, loop):
                                    init_max_iter=cfg.init_max_iter, chain_length=cfg.chain_length)
         tol = cfg.tol * float(np.mean(work.summary.var))
         result = lloyd(work, centers, max_iter=cfg.max_iter, tol=tol, loop=loop)
-    result["distance_evals"] += seed_evals
-    result["extras"] = {"seeding_distance_evals": int(seed_evals)}
+    result.distance_evals += seed_evals
+    result.extras = {"seeding_distance_evals": int(seed_evals)}
     if cfg.coreset_size is not None:
-        coreset_qe = result["objective"]
-        result["objective"], qe_evals = quantization_error(engine, result["centers"])
-        result["distance_evals"] += qe_evals
-        result["extras"].update(coreset_size_=cfg.coreset_size, coreset_objective=coreset_qe)
+        coreset_qe = result.objective
+        result.objective, qe_evals = quantization_error(engine, result.centers)
+        result.distance_evals += qe_evals
+        result.extras.update(coreset_size_=cfg.coreset_size, coreset_objective=coreset_qe)
     return result
 
 
@@ -66,4 +66,5 @@ register(AlgorithmSpec(
     name="kmeans", config=KMeansConfig, fit=fit, estimator="KMeans",
     summary="Lloyd k-means with k-means||, greedy k-means++, AFK-MC2 or random seeding; sample weights",
     reference="Lloyd 1982, doi:10.1109/TIT.1982.1056489",
+    objective="QE of the iteration's assignment, Σ w ||x − c_label||², before the centres move",
 ))

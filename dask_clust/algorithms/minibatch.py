@@ -90,4 +90,5 @@ register(AlgorithmSpec(
     name="minibatch", config=MiniBatchConfig, fit=fit, estimator="MiniBatchKMeans",
     summary="Sculley's mini-batch k-means: uniform batches with replacement, per-centre rate 1/v",
     reference="Sculley, WWW 2010, doi:10.1145/1772690.1772862",
+    objective="the batch's mean squared distance to its centres, before the update",
 ))

@@ -192,4 +192,5 @@ register(AlgorithmSpec(
     name="nmbatch", config=NMBatchConfig, fit=fit, estimator="NestedMiniBatchKMeans",
     summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
     reference="Newling, Fleuret, NIPS 2016, arXiv:1602.02934",
+    objective="mean squared distance over the current nested batch (Σ sse / Σ v)",
 ))

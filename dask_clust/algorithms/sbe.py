@@ -24,6 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, Options
+from ..engine import FitResult
 from ..engine.data import InputError, stream
 from ..kernels.backward_euler import backward_euler_step
 from ..lloyd import quantization_error
@@ -97,13 +98,14 @@ def fit(engine, cfg, entropy, loop):
     if not qe_of_x:  # stopped between evaluations
         qe, e = quantization_error(engine, x)
         evals_total += e
-    return {"centers": x, "objective": qe, "n_iter": loop.n_iter, "converged": loop.n_iter == cfg.omaxit,
-            "distance_evals": evals_total, "history": loop.history,
-            "extras": {"f_": qe / (2 * engine.summary.total_weight), "seeding_distance_evals": int(seed_evals)}}
+    # the paper runs omaxit outer steps and has no convergence test: converged_ is False
+    return FitResult(x, qe, loop.n_iter, False, evals_total, loop.history,
+                     {"f_": qe / (2 * engine.summary.total_weight), "seeding_distance_evals": int(seed_evals)})
 
 
 register(AlgorithmSpec(
     name="sbe", config=SBEConfig, fit=fit, estimator="SBEKMeans",
     summary="stochastic backward Euler k-means: implicit steps solved by averaged mini-batch fixed-point iterations",
     reference="Yin, Pham, Oberman, Osher, J. Sci. Comput. 2018, doi:10.1007/s10915-018-0744-4",
+    objective="f = QE / (2 Σw) on all rows every eval_every outer steps and at the last, NaN between",
 ))

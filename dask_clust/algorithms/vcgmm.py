@@ -30,6 +30,7 @@ import numpy as np
 
 from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..coreset import default_size, working_set
+from ..engine import FitResult
 from ..engine.combine import Fold, Rows, Sum
 from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
@@ -280,18 +281,20 @@ def fit(engine, cfg, entropy, loop):
               "G_": min(cfg.G, cfg.n_clusters), "n_truncated_": min(cfg.n_truncated or cfg.G, cfg.n_clusters),
               "phase_s": phases, "seeding_distance_evals": int(seed_evals), "em_distance_evals": int(em_evals),
               "final_qe_distance_evals": int(qe_evals)}
-    return {"centers": mu, "objective": qe, "n_iter": loop.n_iter, "converged": loop.converged,
-            "distance_evals": int(seed_evals + em_evals + qe_evals), "history": loop.history, "extras": extras}
+    return FitResult(mu, qe, loop.n_iter, loop.converged, int(seed_evals + em_evals + qe_evals), loop.history,
+                     extras)
 
 
 register(AlgorithmSpec(
     name="vcgmm", config=VCGMMConfig, fit=fit, estimator="VCGMM",
     summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset, AFK-MC2 seeding",
     reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
+    objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
 ))
 
 register(AlgorithmSpec(
     name="vargmm", config=VarGMMConfig, fit=fit, estimator="VarGMM",
     summary="var-GMM-S: vc-GMM's truncated variational EM on all rows (weight 1), the paper's baseline",
     reference="Forster, Lücke, AISTATS 2018; Hirschberger, Forster, Lücke, TPAMI 2022",
+    objective="the free energy F of the truncated posteriors on all rows (higher is better)",
 ))

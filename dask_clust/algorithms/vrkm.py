@@ -167,4 +167,5 @@ register(AlgorithmSpec(
     name="vrkm", config=VRKMConfig, fit=fit, estimator="VRKMeans",
     summary="variance-reduced k-means (VRKM++ / VRKM): position-corrected epochs, constant-rate steps",
     reference="Zhao et al., Neurocomputing 2018, doi:10.1016/j.neucom.2018.03.059",
+    objective="QE of the epoch's anchor pass over all rows",
 ))

@@ -117,3 +117,46 @@ def overhead(run):
 def run_all(run):
     strong(run)
     overhead(run)
+
+
+class PeakRSS:
+    """This process's peak resident memory above its level at the start of the block, sampled every 5 ms."""
+
+    def __enter__(self):
+        import threading
+
+        import psutil
+
+        self._proc = psutil.Process()
+        self.base = self.peak = self._proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self):
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.extra = self.peak - self.base
+
+
+def coreset_driver_memory(rows=1_000_000, d=64, n_workers=4, in_process_bytes="64MiB"):
+    """The driver's peak memory while a coreset of ``rows`` x ``d`` float32 is drawn from a dask array of
+    4 x ``rows`` rows on ``n_workers`` workers and Lloyd runs on it (``in-process-bytes`` below the
+    coreset's size, so it stays on the workers)."""
+    from ..datasets import make_blobs
+
+    X, _ = make_blobs(4 * rows, d, 50, random_state=0)
+    with connect(n_workers=n_workers, threads_per_worker=1) as client, \
+            dask.config.set({"dask_clust.in-process-bytes": in_process_bytes}):
+        api.fit(X[:200_000], "kmeans", 8, coreset_size=100_000, max_iter=1, client=client)  # warm the workers
+        with PeakRSS() as rss:
+            m = api.fit(X, "kmeans", 16, init="random", coreset_size=rows, max_iter=2, tol=0, random_state=0,
+                        client=client)
+    coreset_bytes = rows * d * 4
+    return {"coreset_rows": rows, "d": d, "workers": n_workers, "coreset_bytes": coreset_bytes,
+            "driver_peak_extra": rss.extra, "ratio": rss.extra / coreset_bytes, "objective": m.objective_}

@@ -7,10 +7,45 @@ distance_evals, changed — plus algorithm-specific extras (STYLE row 12).
 import logging
 import sys
 import time
+from dataclasses import dataclass, field
+from typing import TypedDict
 
 logger = logging.getLogger("dask_clust")
 
 FIXED_KEYS = ("iteration", "objective", "wall_s", "distance_evals", "changed")
+
+
+@dataclass
+class FitResult:
+    """What every algorithm's fit returns; the model's fitted attributes come from it.
+
+    centers        (k, d) float64.
+    objective      the exact quantization error Σ w min_c ||x − c||² of ``centers`` over every row of the
+                   input, for every algorithm. What an algorithm optimised on the way (vc-GMM's free energy,
+                   a coreset's QE, SBE's f = QE/2N) is in ``extras``.
+    converged      the algorithm's own stopping rule held before its iteration limit (SBE has none: False).
+    distance_evals point-to-centre distance evaluations, seeding and final pass included.
+    history        one record per iteration (``Loop.record``); extras: algorithm-specific results.
+    """
+
+    centers: object
+    objective: float
+    n_iter: int
+    converged: bool
+    distance_evals: int
+    history: list
+    extras: dict = field(default_factory=dict)
+
+
+class IterationRecord(TypedDict):
+    """One ``history_`` entry: these keys for every algorithm, plus the extras its module names.
+    ``objective`` is the algorithm's own per-iteration figure (its registry entry says which)."""
+
+    iteration: int
+    objective: float
+    wall_s: float
+    distance_evals: int
+    changed: int | None
 
 
 class StopFit(Exception):
@@ -44,7 +79,7 @@ class Loop:
     def n_iter(self):
         return len(self.history)
 
-    def record(self, objective, distance_evals, changed=None, centers=None, **extras):
+    def record(self, objective, distance_evals, changed=None, centers=None, **extras) -> IterationRecord:
         """Append one iteration's record; the callback also sees ``centers`` (the centres after this
         iteration's update, read-only), which the history does not keep: QE-against-time curves need them,
         a long history of k × d arrays would not."""

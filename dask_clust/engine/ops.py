@@ -1,24 +1,27 @@
 """The Engine: the handful of verbs an algorithm is written against (STYLE example 1).
 
     engine.summary                          n, Σw, per-feature mean and variance, max |x| (first pass)
-    engine.reduce(step, params, combine, at_root)
+    engine.reduce(step, params, combine, at_root, halo)
                                             run a step on every chunk; its fields combined as declared
                                             (``combine.py``: Sum by default, Fold, Rows, Min/Max,
                                             ArgMin/ArgMax, Top) on the workers; the driver gets the result,
                                             or what ``at_root`` makes of it on the root's worker
     engine.state(key, builder, model)       per-chunk state, built now, rebuilt from ``model()`` on any
                                             partition rebuilt after a lost worker, dropped at the end
-    engine.take(ids)                        rows by global id
+    engine.halo(key, need_step)             a fixed gather plan: reduce(..., halo=(key, field)) gives every
+                                            chunk the previous values of the rows it reads, partition to
+                                            partition
+    engine.reorder(key_step)                an Engine over the rows sorted by a key; to_input_order back
     engine.sample(step, params, counts, e)  an Engine over the rows a step draws from every chunk (a coreset),
                                             left on the workers that drew it unless it is small
     engine.working_set(X, w, entropy)       an Engine over a weighted set this process holds
+    engine.take(ids)                        rows by global id
     engine.overhead_ms()                    the cost of one empty iteration
 
 A step is a module-level function ``step(chunk, params)`` (see ``partition.Chunk``). Every call is one
 round trip: one message from the driver to the root partition, a tree of partitions on the workers, one
 finished result back (rule 2). What the driver receives per call is the size of the combined result,
-whatever the number of chunks or workers (a ``Rows`` or ``Fold`` field excepted: their size is what the
-step makes it).
+whatever the number of chunks or workers (a ``Rows`` field excepted: its size is what the steps return).
 """
 import contextlib
 import itertools

@@ -140,6 +140,7 @@ class Partition:
         self._sent = (None, None)   # (call id, {partition: values}) kept for a repeated call
         self._mail = {}       # (call id, halo key) -> {partition: (rows, values)}
         self._mail_event = None
+        self._newest = -1     # the newest call id seen: waiters of older calls give up
 
     def _each(self, step, params):
         if self._pool is None:
@@ -238,8 +239,12 @@ class Partition:
 
     async def halo_put(self, call_id, key, sender, rows, values):
         self._mail.setdefault((call_id, key), {})[int(sender)] = (rows, values)
-        if self._mail_event is not None:
-            self._mail_event.set()
+        self._wake()
+
+    def _wake(self):
+        if self._mail_event is None:
+            self._mail_event = asyncio.Event()
+        self._mail_event.set()
 
     async def _plan(self, call, peers, worker, loop):
         starts = np.array([min(p[2]) for p in peers])   # the first chunk of each partition, ascending
@@ -261,6 +266,11 @@ class Partition:
 
     async def _exchange(self, call, peers, worker):
         key, _ = call.halo
+        if call.id > self._newest:   # a new call: earlier calls' mail is stale, their waiters give up
+            self._newest = call.id
+            for old in [m for m in self._mail if m[0] < call.id]:
+                del self._mail[old]
+            self._wake()
         sent = self.halo_values(call)
         pushes = [_remote(worker.rpc(peers[q][0]), peers[q][1], "halo_put", call.id, key, self.pid, *rv)
                   for q, rv in sent.items() if q != self.pid]
@@ -268,16 +278,16 @@ class Partition:
             await self.halo_put(call.id, key, self.pid, *sent[self.pid])
         await asyncio.gather(*pushes)
         if self._last[0] == call.id:   # a repeated call this partition has answered: it only resends
-            self._mail.pop((call.id, key), None)
             return
-        sources = self._sources[key]
-        if self._mail_event is None:
-            self._mail_event = asyncio.Event()
+        # the box stays until a newer call: a first attempt still waiting here after a lost partition and
+        # its repetition both fill from it (``local`` then runs once per call id)
         box = self._mail.setdefault((call.id, key), {})
-        while not sources <= set(box):
+        while not self._sources[key] <= set(box):
+            if self._newest > call.id:
+                raise RuntimeError(f"halo call {call.id} was superseded by call {self._newest}")
             self._mail_event.clear()
             await self._mail_event.wait()
-        self.halo_fill(call, self._mail.pop((call.id, key)))
+        self.halo_fill(call, box)
 
     def close(self):
         for pool in (self._pool, self._runner):
