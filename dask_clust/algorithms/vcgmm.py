@@ -224,8 +224,10 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
     key_K = _key(entropy, "K")
     t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
-    model = [None]   # a rebuilt partition's K^(n): random before the first M-step, then from these means
-    with engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, model[0])):
+    # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
+    # where that copy is lost too, from the nearest mean (model) plus random others
+    model = [None]
+    with engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, model[0]), backup=("K", "Kd2", "winner")):
         for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
             e, _, _, Gc = engine.reduce(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None), ESTEP,
                                         _neighbourhoods_at_root)

@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 from . import config
 from .data import ArraySource, FutureSource, row_starts
-from .partition import Call, Chunk, Partition, remote_run, routed_rows
+from .partition import Call, Chunk, Partition, remote_call, remote_run, routed_rows
 
 logger = logging.getLogger("dask_clust")
 
@@ -170,7 +170,9 @@ class ActorBackend:
         if isinstance(self.source, ArraySource):
             return self.client.scatter([self.source.block(i) for i in ids], workers=[addr], hash=False)
         blocks = [self.source.delayed_block(i) for i in ids]
-        return self.client.compute(blocks, workers=[addr], allow_other_workers=False)
+        # placed on addr, but recomputable elsewhere: a working set drawn from these rows (its lineage) must
+        # survive the loss of this worker
+        return self.client.compute(blocks, workers=[addr], allow_other_workers=True)
 
     def _spawn(self, pid, ids, addr, futs, threads):
         meta = _meta(ids, self.source, self.entropy, threads, pid)
@@ -188,8 +190,7 @@ class ActorBackend:
             for pos, c in enumerate(ids):
                 if counts[c]:
                     meta = (c, int(self.source.starts[c]), int(self.source.starts[c + 1]), self.entropy)
-                    pieces[c] = addr, self.client.submit(draw_chunk, self.data[pid][pos], meta, step, params,
-                                                         workers=[addr], pure=False)
+                    pieces[c] = addr, self._near(addr, draw_chunk, self.data[pid][pos], meta, step, params)
         starts = row_starts(int(ends[-1]), chunk_rows)
         addrs = sorted(self._live_workers())
         n_new = len(starts) - 1
@@ -203,10 +204,14 @@ class ActorBackend:
                 lo, hi = max(a, begins[c]) - begins[c], min(b, ends[c]) - begins[c]
                 addr, fut = pieces[c]
                 whole = lo == 0 and hi == counts[c]
-                parts.append(fut if whole else self.client.submit(rows_of, fut, lo, hi, workers=[addr]))
+                parts.append(fut if whole else self._near(addr, rows_of, fut, lo, hi))
             # the new engine places chunk j on this worker (its placement rule, ActorBackend.__init__)
-            futures.append(self.client.submit(stack, *parts, workers=[addrs[(j * len(addrs)) // n_new]]))
+            futures.append(self._near(addrs[(j * len(addrs)) // n_new], stack, *parts))
         return FutureSource(futures, starts, self.source.n_features, self.source.dtype)
+
+    def _near(self, addr, fn, *args):
+        """A one-shot task placed on ``addr`` that Dask may run, or run again after a loss, elsewhere."""
+        return self.client.submit(fn, *args, workers=[addr], allow_other_workers=True, pure=False)
 
     def reordered(self, plan, counts, first, chunks):
         """A ``FutureSource`` of the rows in ``reorder``'s order, in chunks of this source's sizes: one task
@@ -224,14 +229,13 @@ class ActorBackend:
         for pid, (addr, ids) in enumerate(self.placement):
             for pos, c in enumerate(ids):
                 meta = (c, int(starts[c]), int(starts[c + 1]), self.entropy)
-                routed[c] = addr, self.client.submit(draw_chunk, self.data[pid][pos], meta, sorted_routed, plan,
-                                                     workers=[addr], pure=False)
+                routed[c] = addr, self._near(addr, draw_chunk, self.data[pid][pos], meta, sorted_routed, plan)
         addrs = sorted(self._live_workers())
         futures = []
         for j in range(n_new):
-            parts = [self.client.submit(rows_at, routed[c][1], starts[j], starts[j + 1], workers=[routed[c][0]])
+            parts = [self._near(routed[c][0], rows_at, routed[c][1], starts[j], starts[j + 1])
                      for c in sorted(feeds[j])]
-            futures.append(self.client.submit(place, *parts, workers=[addrs[(j * len(addrs)) // n_new]]))
+            futures.append(self._near(addrs[(j * len(addrs)) // n_new], place, *parts))
         return FutureSource(futures, starts, self.source.n_features, self.source.dtype)
 
     def _direct(self, call):
@@ -259,7 +263,7 @@ class ActorBackend:
                 if not lost or attempt == 3:
                     raise
             for pid in lost:
-                self._recover(pid, builders() if builders else [])
+                self._recover(pid, builders() if builders else [], call.id)
             for plan in plans() if plans else []:
                 self._direct(plan)
         raise AssertionError("unreachable")
@@ -277,7 +281,7 @@ class ActorBackend:
                 return lost
             time.sleep(0.1)
 
-    def _recover(self, pid, builders, attempts=3):
+    def _recover(self, pid, builders, call_id, attempts=3):
         for attempt in range(attempts):
             ids = self.placement[pid][1]
             workers = self._live_workers()
@@ -294,7 +298,12 @@ class ActorBackend:
                 actor_future = self._spawn(pid, ids, addr, futs, workers[addr])
                 actor_future.result()
                 rpc = self.client.rpc(addr)
-                for i, (step, params) in enumerate(builders):
+                for i, (key, step, params, backup) in enumerate(builders):
+                    kept = self._backup(pid, key, ids, call_id) if backup else None
+                    if kept is not None:
+                        logger.info("restoring state %r of partition %d from its buddy's copy", key, pid)
+                        self.client.sync(remote_call, rpc, actor_future.key, "restore", key, kept)
+                        continue
                     build = Call(-1 - i, step, params, kind="state")
                     self.client.sync(remote_run, rpc, actor_future.key, build, [], True)
             except Exception as exc:
@@ -307,6 +316,20 @@ class ActorBackend:
             self.n_rebuilds += 1
             return
         raise WorkerLost([pid])
+
+    def _backup(self, pid, key, ids, call_id):
+        """Partition ``pid``'s state ``key`` from its buddy's backup, as the last call before ``call_id`` left
+        it; None when there is none (a single partition, a lost buddy, a state no step has changed)."""
+        if len(self.placement) < 2:
+            return None
+        buddy = (pid + 1) % len(self.placement)
+        try:
+            return self.client.sync(remote_call, self.client.rpc(self.placement[buddy][0]),
+                                    self._actor_futures[buddy].key, "backup_get", key, ids, call_id)
+        except Exception as exc:
+            if isinstance(exc, _COMM_ERRORS) or "lost" in str(exc).lower():
+                return None
+            raise
 
     def close(self):
         self._actor_futures = []

@@ -97,7 +97,7 @@ class Engine:
         self.dtype = source.dtype
         self.n_chunks = source.n_chunks
         self.entropy = entropy
-        self._states = {}          # key -> (builder, model): replayed on a rebuilt partition
+        self._states = {}          # key -> (builder, model, backup fields): replayed on a rebuilt partition
         self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
@@ -112,11 +112,12 @@ class Engine:
         return self.backend.n_workers
 
     def _builders(self):
-        return [(builder, model()) for builder, model in self._states.values()]
+        return [(key, builder, model(), fields) for key, (builder, model, fields) in self._states.items()]
 
     def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None):
         self.round_trips += 1
-        call = Call(next(self._ids), step, params, combine, self.top, kind, at_root, halo)
+        backup = tuple((key, fields) for key, (_, _, fields) in self._states.items() if fields)
+        call = Call(next(self._ids), step, params, combine, self.top, kind, at_root, halo, backup)
         return self.backend.call(call, self._builders, self._plans)
 
     def _plans(self):
@@ -148,11 +149,16 @@ class Engine:
         return self._call(step, params, combine, at_root=at_root, halo=halo)
 
     @contextlib.contextmanager
-    def state(self, key, builder, model=lambda: None, *, build=True):
+    def state(self, key, builder, model=lambda: None, *, build=True, backup=()):
         """Per-chunk state ``key`` for the block: ``builder(chunk, model())`` runs on every chunk now
         (``build``; else the first step makes it) and on the chunks of any partition rebuilt after a lost
-        worker, with ``model()`` as it is then. The state is dropped everywhere when the block ends."""
-        self._states[key] = (builder, model)
+        worker, with ``model()`` as it is then. The state is dropped everywhere when the block ends.
+
+        ``backup``: fields of a dict-valued state that the model cannot rebuild (they depend on every
+        earlier step): after each step, every partition copies them to the next partition, and a rebuilt
+        partition takes them from there as the last call before the lost one left them (the builder runs
+        only where no step has changed the state yet, or where both copies were lost)."""
+        self._states[key] = (builder, model, tuple(backup))
         try:
             if build:
                 self._call(builder, model(), kind="state")

@@ -109,6 +109,7 @@ class Call:
     kind: str = "step"
     at_root: object = None
     halo: tuple = None
+    backup: tuple = ()   # ((state key, fields), ...) each partition copies to its buddy after a step
 
     def finished(self, acc):
         """The result of the combined partial ``acc``: what reaches the driver."""
@@ -141,6 +142,7 @@ class Partition:
         self._mail = {}       # (call id, halo key) -> {partition: (rows, values)}
         self._mail_event = None
         self._newest = -1     # the newest call id seen: waiters of older calls give up
+        self._backups = {}    # (state key, chunk index) -> [(call id, {field: array})], the two newest
 
     def _each(self, step, params):
         if self._pool is None:
@@ -180,6 +182,9 @@ class Partition:
             elif call.halo is not None:
                 await self._exchange(call, peers, worker)
             mine = await loop.run_in_executor(self._runner, self.local, call)
+            if call.kind == "step" and call.backup and peers and len(peers) > 1:
+                buddy = peers[(self.pid + 1) % len(peers)]
+                await remote_call(worker.rpc(buddy[0]), buddy[1], "backup_put", call.id, self.backup_of(call))
         finally:
             got = await asyncio.gather(*pending, return_exceptions=True)
         for g in got:
@@ -260,7 +265,7 @@ class Partition:
             if q == self.pid:
                 self.halo_request(call.id, key, q, rows)
             else:
-                sends.append(_remote(worker.rpc(peers[q][0]), peers[q][1], "halo_request", call.id, key, self.pid,
+                sends.append(remote_call(worker.rpc(peers[q][0]), peers[q][1], "halo_request", call.id, key, self.pid,
                                      rows))
         await asyncio.gather(*sends)
 
@@ -272,7 +277,7 @@ class Partition:
                 del self._mail[old]
             self._wake()
         sent = self.halo_values(call)
-        pushes = [_remote(worker.rpc(peers[q][0]), peers[q][1], "halo_put", call.id, key, self.pid, *rv)
+        pushes = [remote_call(worker.rpc(peers[q][0]), peers[q][1], "halo_put", call.id, key, self.pid, *rv)
                   for q, rv in sent.items() if q != self.pid]
         if self.pid in sent:
             await self.halo_put(call.id, key, self.pid, *sent[self.pid])
@@ -289,13 +294,41 @@ class Partition:
             await self._mail_event.wait()
         self.halo_fill(call, box)
 
+    # -- state backups on a buddy partition, for state the model cannot rebuild
+
+    def backup_of(self, call):
+        """{(state key, chunk index): {field: array}} of the state ``call.backup`` names, as this call left it."""
+        return {(key, c.index): {f: c.state[key][f] for f in fields}
+                for key, fields in call.backup for c in self.chunks if key in c.state}
+
+    def backup_put(self, call_id, arrays):
+        """Keep another partition's state as ``call_id`` left it (the two newest calls)."""
+        for where, fields in arrays.items():
+            kept = [b for b in self._backups.get(where, []) if b[0] != call_id] + [(call_id, fields)]
+            self._backups[where] = sorted(kept, key=lambda b: b[0])[-2:]
+
+    def backup_get(self, key, chunk_ids, before):
+        """{chunk index: {field: array}} as the newest call before ``before`` left them, or None when a
+        chunk has none (its state was never backed up: its builder makes it again)."""
+        out = {}
+        for c in chunk_ids:
+            older = [b for b in self._backups.get((key, c), []) if b[0] < before]
+            if not older:
+                return None
+            out[c] = older[-1][1]
+        return out
+
+    def restore(self, key, arrays):
+        for c in self.chunks:
+            c.state[key] = {f: np.array(a, copy=True) for f, a in arrays[c.index].items()}
+
     def close(self):
         for pool in (self._pool, self._runner):
             if pool is not None:
                 pool.shutdown()
 
 
-async def _remote(rpc, key, method, *args):
+async def remote_call(rpc, key, method, *args):
     """``method(*args)`` of the actor ``key`` behind ``rpc``, straight to its worker (distributed's comms)."""
     from distributed.protocol import to_serialize
 
@@ -307,4 +340,4 @@ async def _remote(rpc, key, method, *args):
 
 async def remote_run(rpc, key, call, children, root=False, peers=None):
     """``Partition.run`` on the actor ``key`` behind ``rpc``."""
-    return await _remote(rpc, key, "run", call, children, root, peers)
+    return await remote_call(rpc, key, "run", call, children, root, peers)
