@@ -62,6 +62,12 @@ def loaders(source, ids):
     return [cloudpickle.dumps(source.delayed_block(i)) for i in ids]
 
 
+def home(i, n_chunks, n_workers):
+    """The worker (index into the sorted live addresses) that holds chunk i: contiguous ranges of chunks.
+    A working set or reordering built for a new engine stacks each chunk where that engine will place it."""
+    return (i * n_workers) // n_chunks
+
+
 def tree(nodes, split_every):
     """The partitions as a tree of fan-in ``split_every`` rooted at node 0 (node i's children are
     i·s+1 .. i·s+s): for each node, [(node, its subtree), ...] of its children."""
@@ -129,7 +135,7 @@ class ActorBackend:
             logger.info("streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
                         source.nbytes / 1e9, memory / 1e9)
         n = source.n_chunks
-        groups = [[i for i in range(n) if (i * len(addrs)) // n == w] for w in range(len(addrs))]
+        groups = [[i for i in range(n) if home(i, n, len(addrs)) == w] for w in range(len(addrs))]
         self.placement = []   # per partition: (worker address, chunk ids)
         self.data = []        # per partition: futures of its rows (kept so Dask keeps them) or loaders
         pending = []
@@ -205,8 +211,7 @@ class ActorBackend:
                 addr, fut = pieces[c]
                 whole = lo == 0 and hi == counts[c]
                 parts.append(fut if whole else self._near(addr, rows_of, fut, lo, hi))
-            # the new engine places chunk j on this worker (its placement rule, ActorBackend.__init__)
-            futures.append(self._near(addrs[(j * len(addrs)) // n_new], stack, *parts))
+            futures.append(self._near(addrs[home(j, n_new, len(addrs))], stack, *parts))
         return FutureSource(futures, starts, self.source.n_features, self.source.dtype)
 
     def _near(self, addr, fn, *args):
@@ -235,7 +240,7 @@ class ActorBackend:
         for j in range(n_new):
             parts = [self._near(routed[c][0], rows_at, routed[c][1], starts[j], starts[j + 1])
                      for c in sorted(feeds[j])]
-            futures.append(self._near(addrs[(j * len(addrs)) // n_new], place, *parts))
+            futures.append(self._near(addrs[home(j, n_new, len(addrs))], place, *parts))
         return FutureSource(futures, starts, self.source.n_features, self.source.dtype)
 
     def _direct(self, call):
