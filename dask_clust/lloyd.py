@@ -11,20 +11,27 @@ One iteration (``lloyd_step`` on every chunk, exact sum, ``m_step``):
   4. stop when no label changed, or when Σ ||Δc||² ≤ tol (scikit-learn's rule, tol already scaled by
      the mean feature variance), then one assignment pass so that the returned labels and QE belong to
      the returned centres.
+
+Centres larger than the engine's ``model-bytes`` live sharded on the workers (rule 1): step 2's sums are
+reduce-scattered by cluster, step 3 runs where each cluster range lives, and the driver receives Σ w and
+||Δc||² per cluster (O(k)), never a k × d array until the end. Both paths give the same bits.
 """
 import numpy as np
 
 from .engine import FitResult, Loop
-from .engine.combine import Top
+from .engine.combine import Rows, Scatter, Sum, Top
 from .kernels.assign import Prepared, accumulate, nearest
 
 
 def lloyd_step(chunk, centers):
     """Assign the chunk's rows and return the partial (Σ w x, Σ w, QE, changed labels, evaluations).
+    ``centers``: a ``Prepared``, or the float64 array of a sharded model (prepared here).
 
     State: the labels of the previous iteration (to count changes; a rebuilt chunk counts all rows as
     changed, which can only delay convergence) and the distances (for empty-cluster relocation).
     """
+    if not isinstance(centers, Prepared):
+        centers = Prepared(centers, chunk.x.dtype)
     st = chunk.state
     n = chunk.x.shape[0]
     prev = st.get("lloyd_labels")
@@ -40,6 +47,12 @@ def lloyd_step(chunk, centers):
     return sums, weights, qe, np.int64(changed), np.int64(evals)
 
 
+def _assigned_qe(chunk, centers):
+    """``lloyd_step``'s QE and evaluations alone (the last assignment pass of a sharded model)."""
+    _, _, qe, _, evals = lloyd_step(chunk, centers)
+    return qe, evals
+
+
 def farthest_rows(chunk, m):
     """The chunk's m rows farthest from their centre: (distance², global id, row, label, weight)."""
     mind = chunk.state["lloyd_mind"]
@@ -47,20 +60,34 @@ def farthest_rows(chunk, m):
     return (mind[idx], idx + chunk.start, chunk.x[idx], chunk.state["lloyd_labels"][idx], chunk.w[idx]),
 
 
-def relocate_empty(engine, sums, weights):
-    """Give every empty cluster the row farthest from its centre, moving that row's mass out of its old
-    cluster (scikit-learn's policy). Modifies sums/weights; returns the number of relocations."""
+def relocation(engine, weights):
+    """scikit-learn's policy for empty clusters: each takes the row farthest from its centre, whose mass
+    leaves its old cluster unless that would empty it. Returns the moves in order, (empty cluster, row
+    (float64), old cluster, weight, whether the old cluster gives up the row), or None."""
     empty = np.flatnonzero(weights == 0)
     if not len(empty):
-        return 0
+        return None
     ((_, _, rows, labels, w),) = engine.reduce(farthest_rows, len(empty), (Top(len(empty), largest=True),))
-    for e, x, old, wi in zip(empty, rows.astype(np.float64), labels, w):
-        if weights[old] - wi > 0:
-            sums[old] -= wi * x
-            weights[old] -= wi
-        sums[e] = wi * x
-        weights[e] = wi
-    return len(rows)
+    left = weights.copy()
+    gives = np.zeros(len(rows), bool)
+    for i, (e, old, wi) in enumerate(zip(empty, labels, w)):
+        gives[i] = left[old] - wi > 0
+        if gives[i]:
+            left[old] -= wi
+        left[e] = wi
+    return empty[:len(rows)], rows.astype(np.float64), labels, w, gives
+
+
+def apply_moves(sums, weights, moves, lo=0):
+    """The relocation's moves on clusters lo .. lo + len(weights) (all of them, or one shard), in order."""
+    hi = lo + len(weights)
+    for e, x, old, wi, gives in zip(*moves):
+        if gives and lo <= old < hi:
+            sums[old - lo] -= wi * x
+            weights[old - lo] -= wi
+        if lo <= e < hi:
+            sums[e - lo] = wi * x
+            weights[e - lo] = wi
 
 
 def m_step(sums, weights, old):
@@ -69,6 +96,33 @@ def m_step(sums, weights, old):
     nz = weights > 0
     new[nz] = sums[nz] / weights[nz, None]
     return new
+
+
+def shifts(new, old):
+    """||Δc||² per cluster (their sum is the tol rule's shift, in the same order on both paths)."""
+    return ((new - old) ** 2).sum(axis=1)
+
+
+# the sharded path: Σ w x and Σ w reduce-scattered by cluster; QE, changed labels and evaluations summed
+SHARDED_STEP = (Scatter(), Scatter(), Sum(), Sum(), Sum())
+
+
+def sharded_m_step(fields, shard, params, lo):
+    """Step 3 where clusters lo.. live: the new centres; the shard keeps (centres, Σ w x, Σ w, old centres)
+    for a relocation; Σ w and ||Δc||² per cluster go to the driver."""
+    sums, weights = fields
+    old = shard[0]
+    new = m_step(sums, weights, old)
+    return (new, sums, weights, old), (weights, shifts(new, old))
+
+
+def sharded_relocation(shard, moves, lo):
+    """The relocation's moves on one shard, then its M-step again."""
+    _, sums, weights, old = shard
+    sums, weights = sums.copy(), weights.copy()
+    apply_moves(sums, weights, moves, lo)
+    new = m_step(sums, weights, old)
+    return (new, sums, weights, old), (shifts(new, old),)
 
 
 def _qe_step(chunk, centers):
@@ -88,15 +142,20 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
     Returns a ``FitResult`` whose objective is the QE of the returned centres on ``engine``'s rows.
     """
     loop = loop or Loop("lloyd", max_iter)
+    if engine.shards_model(centers.nbytes):
+        return _sharded_lloyd(engine, centers, max_iter, tol, loop)
     evals = 0
     objective = None
     strict = False
     for _ in loop:
         sums, weights, qe, changed, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
         evals += e
-        relocated = relocate_empty(engine, sums, weights)
+        moves = relocation(engine, weights)
+        if moves is not None:
+            apply_moves(sums, weights, moves)
+        relocated = 0 if moves is None else len(moves[0])
         new = m_step(sums, weights, centers)
-        shift = float(((new - centers) ** 2).sum())
+        shift = float(shifts(new, centers).sum())
         loop.record(qe, e, changed, centers=new, center_shift=shift, relocated=relocated)
         strict = changed == 0 and relocated == 0
         centers = new
@@ -106,4 +165,32 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
     if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
         _, _, objective, _, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
         evals += e
+    return FitResult(centers, float(objective), loop.n_iter, loop.converged, int(evals), loop.history)
+
+
+def _sharded_lloyd(engine, centers, max_iter, tol, loop):
+    """``lloyd`` with the centres sharded on the workers by cluster range. What the driver receives per
+    iteration: Σ w and ||Δc||² per cluster (16·k bytes) and three counters; the callback gets no centres."""
+    evals = 0
+    objective = None
+    strict = False
+    with engine.sharded("lloyd", (centers,)) as model:
+        for _ in loop:
+            qe, changed, e, weights, shift = engine.reduce(lloyd_step, model.ref(), SHARDED_STEP,
+                                                           scatter=(model, sharded_m_step, (Rows(), Rows())))
+            evals += e
+            moves = relocation(engine, weights)
+            if moves is not None:
+                (shift,) = model.apply(sharded_relocation, moves, (Rows(),))
+            relocated = 0 if moves is None else len(moves[0])
+            shift = float(shift.sum())
+            loop.record(qe, e, changed, center_shift=shift, relocated=relocated)
+            strict = changed == 0 and relocated == 0
+            objective = qe
+            if strict or shift <= tol:
+                loop.converged = True
+        if not strict:
+            objective, e = engine.reduce(_assigned_qe, model.ref())
+            evals += e
+        centers = model.gather()
     return FitResult(centers, float(objective), loop.n_iter, loop.converged, int(evals), loop.history)

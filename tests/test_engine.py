@@ -96,24 +96,30 @@ KILL_PARAMS = {"kmeans": dict(tol=0), "nmbatch": dict(batch_size=4000, rho=10.0)
                "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=8), "vargmm": dict(tol=0, max_iter=8)}
 
 
-@pytest.mark.parametrize("algo", sorted(dask_clust.REGISTRY))
+@pytest.mark.parametrize("algo", sorted(dask_clust.REGISTRY) + ["kmeans-sharded"])
 def test_worker_killed_mid_fit_gives_the_same_model(three_workers, algo):
     """SIGKILL one of 3 worker processes after iteration 3: its partition is rebuilt on a surviving
     worker from the source and its declared state (vc-GMM's K^(n) from its buddy's backup), the call is
     repeated (the survivors answer from the partial they kept), and the model is the undisturbed fit's, bit
-    for bit. vc-GMM's coreset is kept on the workers (in-process-bytes 1 KiB), so its EM runs there. The
-    victim is the first, second or third worker by pid, in turn over the algorithms."""
+    for bit. vc-GMM's coreset is kept on the workers (in-process-bytes 1 KiB), so its EM runs there.
+    "kmeans-sharded": Lloyd with its centres sharded on the workers (model-bytes 1 B), the lost shard
+    restored from its buddy's copy. The victim is the first, second or third worker by pid, in turn."""
     import dask
 
     from dask_clust.datasets import make_blobs
 
     X, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)   # lazy: a lost chunk is recomputed
-    kw = dict(algo=algo, n_clusters=20, random_state=0, **KILL_PARAMS[algo])
+    name = algo.split("-")[0]
+    kw = dict(algo=name, n_clusters=20, random_state=0, **KILL_PARAMS[name])
     three_workers.wait_for_workers(3, timeout=60)
     # vc-GMM's 20k-row coreset in 5 chunks, so its partitions have buddies to keep their K^(n)
-    with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}):
+    settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}
+    if algo == "kmeans-sharded":
+        settings["dask_clust.model-bytes"] = "1"
+    with dask.config.set(settings):
         calm = dask_clust.fit(X, client=three_workers, **kw)
-        victim = sorted(_worker_pids(three_workers).values())[sorted(dask_clust.REGISTRY).index(algo) % 3]
+        cases = sorted(dask_clust.REGISTRY) + ["kmeans-sharded"]
+        victim = sorted(_worker_pids(three_workers).values())[cases.index(algo) % 3]
 
         def kill_at_3(rec):
             if rec["iteration"] == 3:
@@ -393,3 +399,112 @@ def _ring_step(chunk, params):
     nb = chunk.halo["z"].reshape(-1, 2)
     chunk.state["z"] = (chunk.state["z"] + nb.sum(1)) / 3.0
     return (chunk.state["z"].copy(),)
+
+
+def _sums_per_label(chunk, params):
+    """Per label (the first feature's integer part mod k): Σ x and the count, for a reduce-scatter."""
+    k, scale = params
+    lab = np.floor(chunk.x[:, 0].astype(np.float64)).astype(np.int64) % k
+    sums = np.zeros((k, chunk.x.shape[1]))
+    np.add.at(sums, lab, chunk.x.astype(np.float64) * scale)
+    return sums, np.bincount(lab, minlength=k), np.int64(len(lab))
+
+
+def _mean_of_shard(fields, shard, params, lo):
+    """Where clusters lo.. live: the new means (the old ones where a cluster is empty), its rows' ids."""
+    sums, counts = fields
+    new = shard[0].copy()
+    new[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+    return (new,), (np.arange(lo, lo + len(new)), counts)
+
+
+def _scaled_by_model(chunk, params):
+    """A step that reads the whole sharded model from its parameters (a ShardRef in a tuple)."""
+    k, means = params
+    return (means * len(chunk.x),)
+
+
+@pytest.mark.parametrize("where", ["in-process", "cluster"])
+def test_reduce_scatter_leaves_the_sums_sharded_on_the_workers(three_workers, where):
+    """A reduce-scatter over 3 partitions (k = 7 rows: shards of 2, 2, 3) gives each shard the rows of the
+    driver's exact sum; at_shard's small fields come back in row order; a ShardRef in a later call's
+    parameters gives every chunk the whole model, and gather brings the same bits to the driver."""
+    from dask_clust.engine.combine import Rows, Scatter, Sum
+
+    rng = np.random.default_rng(2)
+    X = (rng.random((4000, 3)) * 50).astype(np.float32)
+    k = 7
+    start = np.arange(k * 3, dtype=np.float64).reshape(k, 3)
+    client = "in-process" if where == "in-process" else three_workers
+    if where == "cluster":
+        three_workers.wait_for_workers(3, timeout=60)
+    with open_engine(as_source(X, chunk_rows=500), client, 0) as eng:
+        assert eng.n_workers == (1 if where == "in-process" else 3)
+        sums, counts, n = eng.reduce(_sums_per_label, (k, 1.0))
+        with eng.sharded("means", (start,)) as model:
+            n2, ids, counts2 = eng.reduce(_sums_per_label, (k, 1.0), (Scatter(), Scatter(), Sum()),
+                                          scatter=(model, _mean_of_shard, (Rows(), Rows())))
+            means = model.gather()
+            (scaled,) = eng.reduce(_scaled_by_model, (k, model.ref()))
+    want = start.copy()
+    want[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+    assert n2 == n == len(X)
+    np.testing.assert_array_equal(ids, np.arange(k))
+    np.testing.assert_array_equal(counts2, counts)
+    np.testing.assert_array_equal(means, want)
+    np.testing.assert_allclose(scaled, want * len(X), rtol=1e-14)
+
+
+def _sharded_kmeans_cases():
+    X, _ = blobs(3000, 4, 6, seed=1)
+    duplicated = np.repeat(X[:10].astype(np.float64), 3, axis=0)   # 20 empty clusters: relocations
+    return X, [dict(n_clusters=30, init=duplicated), dict(n_clusters=40, init="k-means++", random_state=3)]
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_sharded_lloyd_gives_the_model_of_the_driver(three_workers, case):
+    """Centres over model-bytes live sharded on the workers (sums reduce-scattered by cluster, the M-step
+    and the empty-cluster relocation where each cluster range lives): the same bits, history included,
+    as the centres on the driver, in-process and on 3 workers."""
+    import dask
+
+    X, cases = _sharded_kmeans_cases()
+    kw = cases[case]
+    driver = dask_clust.fit(X, client="in-process", **kw)
+    three_workers.wait_for_workers(3, timeout=60)
+    with dask.config.set({"dask_clust.model-bytes": "1"}):
+        for client in ("in-process", three_workers):
+            sharded = dask_clust.fit(X, client=client, **kw)
+            np.testing.assert_array_equal(sharded.cluster_centers_, driver.cluster_centers_)
+            assert sharded.objective_ == driver.objective_
+            assert [(h["objective"], h["center_shift"], h["relocated"]) for h in sharded.history_] == \
+                   [(h["objective"], h["center_shift"], h["relocated"]) for h in driver.history_]
+    assert sum(h["relocated"] for h in driver.history_) == (20 if case == 0 else 0)
+
+
+def test_a_sharded_model_never_passes_through_the_driver(cluster):
+    """One sharded Lloyd iteration at k = 4096, d = 64 (2 MiB of centres and as much of sums) on
+    2 workers: the driver's sockets carry Σ w and ||Δc||² per cluster (64 KiB) and the call, not the
+    sums; the same iteration with the centres on the driver carries the sums."""
+    import dask
+
+    from dask_clust import lloyd as L
+    from dask_clust.bench.scaling import DriverBytes
+    from dask_clust.engine.combine import Rows
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20_000, 64)).astype(np.float32)
+    C = rng.standard_normal((4096, 64))
+    with open_engine(as_source(X, chunk_rows=5000), cluster, 0) as eng:
+        assert eng.n_workers == 2
+        with DriverBytes() as on_driver:
+            eng.reduce(L.lloyd_step, L.Prepared(C, eng.dtype))
+        with eng.sharded("c", (C,)) as model:
+            eng.reduce(L.lloyd_step, model.ref(), L.SHARDED_STEP, scatter=(model, L.sharded_m_step, (Rows(), Rows())))
+            with DriverBytes() as io:
+                eng.reduce(L.lloyd_step, model.ref(), L.SHARDED_STEP,
+                           scatter=(model, L.sharded_m_step, (Rows(), Rows())))
+    assert on_driver.read > C.nbytes              # the finished sums: 8 bytes a value
+    assert io.read + io.written < 2 * 4096 * 8 + 100_000, (io.read, io.written)
+    with dask.config.set({"dask_clust.model-bytes": "1MiB"}):
+        assert eng.shards_model(C.nbytes) and not eng.shards_model(C[:100].nbytes)

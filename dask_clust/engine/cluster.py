@@ -41,9 +41,9 @@ class WorkerLost(RuntimeError):
         self.partition_ids = partition_ids
 
 
-def _meta(chunk_ids, source, entropy, threads, partition=0):
+def _meta(chunk_ids, source, entropy, threads, partition=0, partitions=1):
     return {"chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
-            "entropy": entropy, "threads": threads, "partition": partition}
+            "entropy": entropy, "threads": threads, "partition": partition, "partitions": partitions}
 
 
 def should_stream(source, memory_bytes):
@@ -96,14 +96,19 @@ class InProcessBackend:
         # its split of a dot product would make the model depend on BLAS's thread count (rule 5)
         self._blas = threadpool_limits(1, user_api="blas")
 
-    def call(self, call, builders=None, plans=None):
+    def call(self, call, builders=None, plans=None, shards=None):
         part = self.part
+        call = part.resolved(call)
         if call.kind == "plan":
             rows = part.plan_needs(call, np.zeros_like).get(0, np.empty(0, np.int64))
             part.halo_request(call.id, call.params[0], 0, rows)
         elif call.halo is not None:
             part.halo_fill(call, part.halo_values(call))
-        return call.finished(part.local(call))
+        mine = part.local(call)
+        if call.scatter is not None:
+            (whole,), lo = part.scatter_parts(call, mine)
+            mine = part.tree_part(call, mine, part.shard_step(call, {0: whole}, lo))
+        return call.finished(mine)
 
     def partitions(self, source):
         """Per partition: (rows, memory of the process holding it in bytes)."""
@@ -136,6 +141,7 @@ class ActorBackend:
                         source.nbytes / 1e9, memory / 1e9)
         n = source.n_chunks
         groups = [[i for i in range(n) if home(i, n, len(addrs)) == w] for w in range(len(addrs))]
+        self.n_parts = sum(1 for ids in groups if ids)
         self.placement = []   # per partition: (worker address, chunk ids)
         self.data = []        # per partition: futures of its rows (kept so Dask keeps them) or loaders
         pending = []
@@ -181,7 +187,7 @@ class ActorBackend:
         return self.client.compute(blocks, workers=[addr], allow_other_workers=True)
 
     def _spawn(self, pid, ids, addr, futs, threads):
-        meta = _meta(ids, self.source, self.entropy, threads, pid)
+        meta = _meta(ids, self.source, self.entropy, threads, pid, self.n_parts)
         return self.client.submit(Partition, meta, *futs, actor=True, workers=[addr],
                                   allow_other_workers=False, pure=False)
 
@@ -255,11 +261,12 @@ class ActorBackend:
         return self.client.sync(remote_run, self.client.rpc(peers[0][0]), keys[0], call, children, True, peers)
 
     # -- calls with recovery
-    def call(self, call, builders=None, plans=None):
+    def call(self, call, builders=None, plans=None, shards=None):
         """Run ``call`` over the tree of partitions; after a lost worker, rebuild its partitions elsewhere
-        (reload the rows, replay ``builders()`` = [(step, params)] of the declared state), rebuild every
-        halo plan (``plans()`` = [plan Call]) on all partitions, and repeat the call: the survivors answer
-        from the partial they kept (and resend the halo values they sent), so no state changes twice."""
+        (reload the rows, replay ``builders()`` = [(step, params)] of the declared state, restore the shards
+        of every sharded model in ``shards()`` from the buddy's copy), rebuild every halo plan (``plans()`` =
+        [plan Call]) on all partitions, and repeat the call: the survivors answer from the partial they kept
+        (and resend the halo values and scattered rows they sent), so no state changes twice."""
         for attempt in range(4):
             try:
                 return self._direct(call)
@@ -268,7 +275,7 @@ class ActorBackend:
                 if not lost or attempt == 3:
                     raise
             for pid in lost:
-                self._recover(pid, builders() if builders else [], call.id)
+                self._recover(pid, builders() if builders else [], call.id, shards() if shards else [])
             for plan in plans() if plans else []:
                 self._direct(plan)
         raise AssertionError("unreachable")
@@ -286,7 +293,7 @@ class ActorBackend:
                 return lost
             time.sleep(0.1)
 
-    def _recover(self, pid, builders, call_id, attempts=3):
+    def _recover(self, pid, builders, call_id, shards=(), attempts=3):
         for attempt in range(attempts):
             ids = self.placement[pid][1]
             workers = self._live_workers()
@@ -311,6 +318,7 @@ class ActorBackend:
                         continue
                     build = Call(-1 - i, step, params, kind="state")
                     self.client.sync(remote_run, rpc, actor_future.key, build, [], True)
+                self._restore_shards(pid, addr, actor_future.key, shards)
             except Exception as exc:
                 if attempt + 1 < attempts and isinstance(exc, _COMM_ERRORS):
                     continue
@@ -321,6 +329,33 @@ class ActorBackend:
             self.n_rebuilds += 1
             return
         raise WorkerLost([pid])
+
+    def _restore_shards(self, pid, addr, actor_key, shards):
+        """A rebuilt partition's shards of every sharded model, from its buddy's copy; then the partition
+        whose copies the lost one kept sends them to the rebuilt one."""
+        if not shards:
+            return
+        n = len(self.placement)
+        buddy, before = (pid + 1) % n, (pid - 1) % n
+        for key in shards:
+            kept = None
+            if n > 1:
+                kept = self.client.sync(remote_call, self.client.rpc(self.placement[buddy][0]),
+                                        self._actor_futures[buddy].key, "shard_backup_get", key, pid)
+            if kept is None:
+                raise WorkerLost([pid]) from RuntimeError(
+                    f"partition {pid}'s shard of the sharded model {key!r} and its buddy's copy are both lost")
+            logger.info("restoring partition %d's shard of %r from its buddy's copy", pid, key)
+            self.client.sync(remote_call, self.client.rpc(addr), actor_key, "shard_restore", key, kept)
+        if n > 1:
+            keys = [f.key for f in self._actor_futures]
+            keys[pid] = actor_key
+            peers = [(a, k, ids) for (a, ids), k in zip(self.placement, keys)]
+            peers[pid] = (addr, actor_key, peers[pid][2])
+            try:
+                self.client.sync(remote_call, self.client.rpc(peers[before][0]), keys[before], "shard_rebackup", peers)
+            except _COMM_ERRORS:   # that one is lost too: it is rebuilt next, and its next write copies again
+                pass
 
     def _backup(self, pid, key, ids, call_id):
         """Partition ``pid``'s state ``key`` from its buddy's backup, as the last call before ``call_id`` left

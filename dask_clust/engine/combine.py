@@ -12,6 +12,8 @@ with each other on the workers and only the root's finished result reaches the d
     ArgMin() / ArgMax()   field (values, ids, *payload), elementwise: the smallest / largest value wins,
                      ties to the lowest global row id; the payload rows follow their winner
     Top(r, largest)  field (values, ids, *payload) of any length: the r smallest (largest) by (value, id)
+    Scatter(inner)   a Sum, Min or Max field combined by a reduce-scatter: never assembled, each partition
+                     gets the rows of the field's leading axis it owns (``shard_bounds``)
 
 Each combine has ``lift(value, chunk_index, top)`` (one chunk's field in combinable form), ``add(a, b)``
 and ``finish(a, top)`` (the result). Nothing here knows Dask.
@@ -152,6 +154,46 @@ class Top:
 
     def finish(self, a, top):
         return a
+
+
+class Scatter:
+    """A field reduce-scattered by its leading axis (``Engine.reduce(..., scatter=...)``): combined by
+    ``inner`` (a ``Sum``, ``Min`` or ``Max``: elementwise, so every row range combines on its own)."""
+
+    def __init__(self, inner=None):
+        self.inner = Sum() if inner is None else inner
+        if not isinstance(self.inner, (Sum, Min)):
+            raise TypeError("Scatter combines an elementwise field: Sum(), Min() or Max()")
+
+    def lift(self, value, chunk, top):
+        if np.ndim(value) == 0:
+            raise ValueError("a Scatter field is split by rows: it must be an array, not a scalar")
+        return self.inner.lift(value, chunk, top)
+
+    def add(self, a, b):
+        return self.inner.add(a, b)
+
+    def finish(self, a, top):
+        return self.inner.finish(a, top)
+
+    def rows(self, a):
+        """The length of the field's leading axis."""
+        return a[1][0] if isinstance(a, tuple) else a.shape[0]
+
+    def slice(self, a, lo, hi):
+        """Rows lo..hi of a lifted field (a copy: ``add`` works in place)."""
+        if not isinstance(a, tuple):
+            return a[lo:hi].copy()
+        kind, shape, data = a
+        if kind == "i":
+            return kind, (hi - lo,) + shape[1:], data[lo:hi].copy()
+        per_row = int(np.prod(shape[1:], dtype=np.int64))
+        return kind, (hi - lo,) + shape[1:], data[lo * per_row:hi * per_row].copy()
+
+
+def shard_bounds(n_rows, n_parts):
+    """Row ranges of a reduce-scattered field or sharded model: partition p owns [b[p], b[p + 1])."""
+    return np.array([p * n_rows // n_parts for p in range(n_parts + 1)], dtype=np.int64)
 
 
 def combines_for(combine, n_fields):

@@ -24,6 +24,9 @@ DEFAULTS = {
     # of the memory that would hold it (the cluster's workers, or this machine in-process)
     "stream": "auto",
     "stream-fraction": 0.5,
+    # rule 1: the driver owns a model up to this size; a larger one lives sharded on the workers
+    # (``Engine.sharded``) and is gathered only at the end
+    "model-bytes": "512MiB",
     # how long to wait for the scheduler to confirm a lost worker after a communication error
     "lost-worker-timeout": "10s",
 }

@@ -15,6 +15,12 @@
     engine.sample(step, params, counts, e)  an Engine over the rows a step draws from every chunk (a coreset),
                                             left on the workers that drew it unless it is small
     engine.working_set(X, w, entropy)       an Engine over a weighted set this process holds
+    engine.sharded(key, arrays)             a model split by rows over the partitions (rule 1, large models):
+                                            model.ref() in params gives steps the whole field (each partition
+                                            gathers it from the others), reduce(..., scatter=(model, at_shard,
+                                            small)) reduce-scatters the Scatter fields and runs at_shard where
+                                            each shard lives, model.apply(fn) runs a step there,
+                                            model.gather() brings it to the driver at the end
     engine.take(ids)                        rows by global id
     engine.overhead_ms()                    the cost of one empty iteration
 
@@ -34,9 +40,9 @@ import numpy as np
 from ..kernels.stats import chunk_summary, fixed_top_exponent
 from . import config
 from .cluster import IN_PROCESS, backend_for
-from .combine import Fold, Max, Min, Rows, Sum
+from .combine import Fold, Max, Min, Rows, Scatter, Sum
 from .data import ArraySource, InputError, as_source
-from .partition import Call, pop_state, routed_rows
+from .partition import Call, ShardRef, pop_state, routed_rows
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ class Engine:
         self.entropy = entropy
         self._states = {}          # key -> (builder, model, backup fields): replayed on a rebuilt partition
         self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
+        self._shards = {}          # sharded model key -> the id of the call that last wrote it
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
         self.top = None
@@ -114,11 +121,14 @@ class Engine:
     def _builders(self):
         return [(key, builder, model(), fields) for key, (builder, model, fields) in self._states.items()]
 
-    def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None):
+    def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None, scatter=None):
         self.round_trips += 1
         backup = tuple((key, fields) for key, (_, _, fields) in self._states.items() if fields)
-        call = Call(next(self._ids), step, params, combine, self.top, kind, at_root, halo, backup)
-        return self.backend.call(call, self._builders, self._plans)
+        call = Call(next(self._ids), step, params, combine, self.top, kind, at_root, halo, backup, scatter)
+        out = self.backend.call(call, self._builders, self._plans, lambda: list(self._shards))
+        if scatter is not None or kind in ("shards",) or (kind == "shard" and params[1] is not None):
+            self._shards[scatter[0] if scatter is not None else params[0]] = call.id
+        return out
 
     def _plans(self):
         return [Call(next(self._ids), need_step, (key, params, self.source.starts), kind="plan")
@@ -140,13 +150,46 @@ class Engine:
         return Summary(n, total_w, mean, var, max_abs)
 
     # -- verbs
-    def reduce(self, step, params=None, combine=None, at_root=None, halo=None):
+    def reduce(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None):
         """``step(chunk, params)`` on every chunk, its fields combined by ``combine`` (one per field; None:
         every field an exact ``Sum``); returns the tuple of combined fields, or ``at_root(fields, params)``
         when given: a module-level function run where the result is finished (the root partition's worker),
         which turns a large combined result into the small one the driver needs. ``halo`` = (plan key, state
-        field) fills ``chunk.halo[field]`` first (see ``halo``)."""
-        return self._call(step, params, combine, at_root=at_root, halo=halo)
+        field) fills ``chunk.halo[field]`` first (see ``halo``).
+
+        ``scatter`` = (model, at_shard, small): a reduce-scatter. The fields whose combine is
+        ``Scatter(...)`` (arrays with the same number of rows R) are never assembled: each partition gets
+        the combined rows of the sharded ``model`` it owns, lo..hi, and runs ``at_shard(fields, shard,
+        params, lo)`` there, with its shard as the last call left it; it returns (the new shard: a tuple of
+        arrays of hi − lo rows, small fields), the new shard is kept, and the small fields are combined by
+        ``small`` (one combine each) up the tree. Returns the other fields, then the small ones. An exact
+        combine and a row-wise ``at_shard`` give the same bits for any number of partitions."""
+        if scatter is not None:
+            model, at_shard, small = scatter
+            if not any(isinstance(c, Scatter) for c in combine or ()):
+                raise ValueError("a reduce-scatter needs at least one field whose combine is Scatter(...)")
+            scatter = (model.key, at_shard, tuple(small))
+        return self._call(step, params, combine, at_root=at_root, halo=halo, scatter=scatter)
+
+    def shards_model(self, nbytes):
+        """Rule 1: whether a model of ``nbytes`` lives sharded on the workers (over ``model-bytes``)."""
+        return nbytes > config.get_bytes("model-bytes")
+
+    @contextlib.contextmanager
+    def sharded(self, key, arrays):
+        """A context: the model ``key`` (a tuple of arrays with the same number of rows, e.g. the means)
+        split by rows over the partitions, partition p holding ``combine.shard_bounds(rows, P)[p:p + 2]``,
+        each shard copied to the next partition (restored from there when its worker is lost). The driver
+        sends the arrays once; yields a ``ShardedModel``; dropped everywhere when the block ends."""
+        arrays = tuple(np.asarray(a) for a in arrays)
+        if len({len(a) for a in arrays}) != 1:
+            raise ValueError("the arrays of a sharded model must have the same number of rows")
+        self._call(None, (key, arrays), kind="shard")
+        try:
+            yield ShardedModel(self, key)
+        finally:
+            self._shards.pop(key, None)
+            self._call(None, (key, None), kind="shard")
 
     @contextlib.contextmanager
     def state(self, key, builder, model=lambda: None, *, build=True, backup=()):
@@ -270,6 +313,28 @@ class Engine:
         return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
                 "chunks": self.n_chunks, "streaming": self.backend.streaming,
                 "rebuilds": self.backend.n_rebuilds, "round_trips": self.round_trips}
+
+
+class ShardedModel:
+    """A model that lives on the workers, split by rows over the partitions (``Engine.sharded``)."""
+
+    def __init__(self, engine, key):
+        self.engine = engine
+        self.key = key
+
+    def ref(self, field=0):
+        """For a call's parameters: the whole field as it is now, assembled on every partition from the
+        others' shards (straight from them, never through the driver; once per version)."""
+        return ShardRef(self.key, self.engine._shards[self.key], field)
+
+    def apply(self, fn, params=None, small=()):
+        """``fn(shard, params, lo)`` -> (new shard, small fields) where each shard lives (the next step of a
+        sharded M-step); the small fields combined by ``small`` come back."""
+        return self.engine._call(None, (self.key, fn, params, tuple(small)), kind="shards")
+
+    def gather(self, field=0):
+        """The whole field on the driver (the end of a fit)."""
+        return self.engine._call(None, self.ref(field), kind="gather")
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ repeated after a lost worker (same id) never applies a step's state change twice
 """
 import asyncio
 import copy
+import dataclasses
 import pickle
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -97,9 +98,13 @@ class Call:
 
     ``top`` is the fit's fixed-point grid (None before the first pass). ``kind``: "step"; "state" (a state
     builder or a drop of state: nothing is combined or returned); "plan" (``step`` names the global rows each
-    chunk reads: the gather plan ``params[0]`` is built from them, ``Engine.halo``). ``halo`` = (plan key,
-    state field): before the step runs, every chunk's ``halo[field]`` gets those rows' values of the field
-    as the previous call left them."""
+    chunk reads: the gather plan ``params[0]`` is built from them, ``Engine.halo``); and, for a sharded model
+    (``Engine.sharded``), no chunk step: "shard" (params (key, arrays): keep this partition's rows of the
+    arrays, or drop the model when arrays is None), "shards" (params (key, fn, fn params, small combine): the next step
+    where each shard lives) and "gather" (params a ``ShardRef``: the shards to the driver). ``halo`` = (plan
+    key, state field): before the step runs, every chunk's ``halo[field]`` gets those rows' values of the
+    field as the previous call left them. ``scatter`` = (model key, at_shard, small combine): the fields
+    whose combine is ``Scatter`` are reduce-scattered by rows (see ``Partition.shard_step``)."""
 
     id: int
     step: object
@@ -110,13 +115,59 @@ class Call:
     at_root: object = None
     halo: tuple = None
     backup: tuple = ()   # ((state key, fields), ...) each partition copies to its buddy after a step
+    scatter: tuple = None
+
+    @property
+    def scattered(self):
+        """Indices of the fields combined by a reduce-scatter."""
+        if self.scatter is None:
+            return ()
+        return tuple(i for i, c in enumerate(self.combine) if isinstance(c, combines.Scatter))
+
+    @property
+    def tree(self):
+        """The combines of what goes up the tree: the fields not scattered, then at_shard's small fields."""
+        if self.kind == "gather":
+            return (combines.Rows(),)
+        if self.kind == "shards":
+            return self.params[3]
+        if self.scatter is None:
+            return self.combine
+        return tuple(c for i, c in enumerate(self.combine) if i not in self.scattered) + tuple(self.scatter[2])
 
     def finished(self, acc):
         """The result of the combined partial ``acc``: what reaches the driver."""
-        if self.kind != "step":
+        if self.kind not in ("step", "shards", "gather"):
             return None
-        fields = combines.finish(self.combine, acc, self.top)
+        fields = combines.finish(self.tree, acc, self.top)
+        if self.kind == "gather":
+            return fields[0]
         return fields if self.at_root is None else self.at_root(fields, self.params)
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """In a call's parameters (itself, or an element of a params tuple): field ``field`` of sharded model
+    ``key`` as version ``version`` left it, assembled from every partition's shard before any step runs."""
+
+    key: str
+    version: int
+    field: int = 0
+
+
+def _refs(params):
+    """The ShardRefs of a call's parameters."""
+    if isinstance(params, ShardRef):
+        return [params]
+    if isinstance(params, tuple):
+        return [p for p in params if isinstance(p, ShardRef)]
+    return []
+
+
+def _substitute(params, values):
+    if isinstance(params, ShardRef):
+        return values[params]
+    return tuple(values.get(p, p) if isinstance(p, ShardRef) else p for p in params)
 
 
 def pop_state(chunk, key):
@@ -143,6 +194,12 @@ class Partition:
         self._mail_event = None
         self._newest = -1     # the newest call id seen: waiters of older calls give up
         self._backups = {}    # (state key, chunk index) -> [(call id, {field: array})], the two newest
+        self.n_parts = int(meta.get("partitions", 1))
+        self._shards = {}     # model key -> [(version, lo, arrays)], the two newest of this partition's rows
+        self._shard_backups = {}   # (model key, partition) -> the buddy's [(version, lo, arrays)]
+        self._gathered = {}   # (model key, field) -> (version, the whole field) assembled for steps
+        self._wrote = None    # (model key, version) this call wrote: copied to the buddy
+        self._shard_done = (None, None)   # (call id, at_shard's small partial) kept for a repeated call
 
     def _each(self, step, params):
         if self._pool is None:
@@ -155,7 +212,10 @@ class Partition:
         if self._last[0] == call.id:
             return self._last[1]
         acc = None
-        if call.kind != "plan":   # a plan's step ran in ``plan_needs``
+        self._wrote = None
+        if call.kind in ("shard", "shards", "gather"):
+            acc = self._model_call(call)
+        elif call.kind != "plan":   # a plan's step ran in ``plan_needs``
             parts = self._each(call.step, call.params)
         if call.kind == "step":
             for c, part in zip(self.chunks, parts):
@@ -177,14 +237,20 @@ class Partition:
             self._runner = ThreadPoolExecutor(1)
         loop = asyncio.get_running_loop()
         try:
+            call = await self._resolve(call, peers, worker)
             if call.kind == "plan":
                 await self._plan(call, peers, worker, loop)
             elif call.halo is not None:
                 await self._exchange(call, peers, worker)
             mine = await loop.run_in_executor(self._runner, self.local, call)
-            if call.kind == "step" and call.backup and peers and len(peers) > 1:
-                buddy = peers[(self.pid + 1) % len(peers)]
+            buddy = peers[(self.pid + 1) % len(peers)] if peers and len(peers) > 1 else None
+            if call.scatter is not None:
+                mine = self.tree_part(call, mine, await self._scatter(call, mine, peers, worker, loop))
+            if call.kind == "step" and call.backup and buddy:
                 await remote_call(worker.rpc(buddy[0]), buddy[1], "backup_put", call.id, self.backup_of(call))
+            if self._wrote is not None and buddy:
+                await remote_call(worker.rpc(buddy[0]), buddy[1], "shard_backup_put", self._wrote[0], self.pid,
+                                  self._shards[self._wrote[0]])
         finally:
             got = await asyncio.gather(*pending, return_exceptions=True)
         for g in got:
@@ -192,7 +258,7 @@ class Partition:
                 raise g
         acc = copy.deepcopy(mine) if got else mine   # the kept partial must not absorb the children's
         for g in got:
-            acc = combines.add(call.combine, acc, g)
+            acc = combines.add(call.tree, acc, g)
         return call.finished(acc) if root else acc
 
     # -- halo: a fixed gather plan, then per call the previous values pushed partition to partition
@@ -271,11 +337,7 @@ class Partition:
 
     async def _exchange(self, call, peers, worker):
         key, _ = call.halo
-        if call.id > self._newest:   # a new call: earlier calls' mail is stale, their waiters give up
-            self._newest = call.id
-            for old in [m for m in self._mail if m[0] < call.id]:
-                del self._mail[old]
-            self._wake()
+        self._advance(call)
         sent = self.halo_values(call)
         pushes = [remote_call(worker.rpc(peers[q][0]), peers[q][1], "halo_put", call.id, key, self.pid, *rv)
                   for q, rv in sent.items() if q != self.pid]
@@ -284,15 +346,176 @@ class Partition:
         await asyncio.gather(*pushes)
         if self._last[0] == call.id:   # a repeated call this partition has answered: it only resends
             return
-        # the box stays until a newer call: a first attempt still waiting here after a lost partition and
-        # its repetition both fill from it (``local`` then runs once per call id)
-        box = self._mail.setdefault((call.id, key), {})
-        while not self._sources[key] <= set(box):
-            if self._newest > call.id:
-                raise RuntimeError(f"halo call {call.id} was superseded by call {self._newest}")
+        self.halo_fill(call, await self._mailbox((call.id, key), self._sources[key]))
+
+    def _advance(self, call):
+        """A new call: earlier calls' mail is stale, and their waiters give up."""
+        if call.id > self._newest:
+            self._newest = call.id
+            for old in [m for m in self._mail if m[0] < call.id]:
+                del self._mail[old]
+            self._wake()
+
+    async def _mailbox(self, where, senders):
+        """The mail of (call id, kind) once every partition in ``senders`` has sent its part. The box stays
+        until a newer call: a first attempt still waiting here after a lost partition and its repetition
+        both fill from it (``local`` then runs once per call id)."""
+        box = self._mail.setdefault(where, {})
+        while not set(senders) <= set(box):
+            if self._newest > where[0]:
+                raise RuntimeError(f"call {where[0]} was superseded by call {self._newest}")
             self._mail_event.clear()
             await self._mail_event.wait()
-        self.halo_fill(call, box)
+        return box
+
+    # -- a sharded model: every partition holds rows shard_bounds(rows, partitions)[pid:pid + 2]
+
+    def bounds(self, n_rows):
+        b = combines.shard_bounds(n_rows, self.n_parts)
+        return int(b[self.pid]), int(b[self.pid + 1])
+
+    def shard_at(self, key, version, before=False):
+        """This partition's (lo, arrays) of model ``key``: version ``version``, or the newest before it."""
+        for v, lo, arrays in reversed(self._shards.get(key, [])):
+            if v == version or (before and v < version):
+                return lo, arrays
+        raise KeyError(f"partition {self.pid} holds no version {'before ' if before else ''}{version} of {key!r}")
+
+    def _keep(self, key, version, lo, arrays):
+        kept = [s for s in self._shards.get(key, []) if s[0] != version] + [(version, lo, tuple(arrays))]
+        self._shards[key] = sorted(kept, key=lambda s: s[0])[-2:]
+        self._wrote = (key, version)
+
+    def _model_call(self, call):
+        """A call with no chunk step: keep or drop a model's shard, run the next step where each shard lives,
+        or send the shard on towards the driver."""
+        if call.kind == "gather":
+            lo, arrays = self.shard_at(call.params.key, call.params.version)
+            return ([(self.pid, arrays[call.params.field])],)
+        if call.kind == "shard":
+            key, arrays = call.params
+            if arrays is None:
+                self._shards.pop(key, None)
+                for where in [w for w in (*self._shard_backups, *self._gathered) if w[0] == key]:
+                    self._shard_backups.pop(where, None)
+                    self._gathered.pop(where, None)
+                return None
+            lo, hi = self.bounds(len(arrays[0]))
+            self._keep(key, call.id, lo, [np.array(a[lo:hi], copy=True) for a in arrays])
+            return None
+        key, fn, params, small_combine = call.params
+        lo, old = self.shard_at(key, call.id, before=True)
+        new, small = fn(old, params, lo)
+        self._keep(key, call.id, lo, new)
+        return combines.lift(small_combine, small, self.pid, call.top)
+
+    def shard_get(self, key, version, field):
+        return self.shard_at(key, version)[1][field]
+
+    def shard_backup_put(self, key, pid, versions):
+        self._shard_backups[(key, int(pid))] = versions
+
+    def shard_backup_get(self, key, pid):
+        return self._shard_backups.get((key, int(pid)))
+
+    def shard_restore(self, key, versions):
+        self._shards[key] = list(versions)
+
+    async def shard_rebackup(self, peers):
+        """Copy every shard to the buddy again (the buddy was rebuilt and lost its copies)."""
+        from distributed import get_worker
+
+        buddy = peers[(self.pid + 1) % len(peers)]
+        for key, versions in self._shards.items():
+            await remote_call(get_worker().rpc(buddy[0]), buddy[1], "shard_backup_put", key, self.pid, versions)
+
+    def assemble(self, ref, pieces):
+        """A whole field from every partition's piece (partition order is row order), kept for later steps."""
+        cached = self._gathered.get((ref.key, ref.field))
+        if cached is None or cached[0] != ref.version:
+            whole = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+            self._gathered[(ref.key, ref.field)] = cached = (ref.version, whole)
+        return cached[1]
+
+    def resolved(self, call, fetched=None):
+        """``call`` with every ShardRef of its parameters replaced by the whole field (``fetched``: the other
+        partitions' pieces, {ref: {partition: piece}})."""
+        refs = _refs(call.params) if call.kind != "gather" else []
+        if not refs:
+            return call
+        values = {}
+        for ref in refs:
+            cached = self._gathered.get((ref.key, ref.field))
+            if cached is not None and cached[0] == ref.version:
+                values[ref] = cached[1]
+                continue
+            pieces = dict((fetched or {}).get(ref, {}))
+            pieces[self.pid] = self.shard_get(ref.key, ref.version, ref.field)
+            values[ref] = self.assemble(ref, [pieces[q] for q in sorted(pieces)])
+        return dataclasses.replace(call, params=_substitute(call.params, values))
+
+    async def _resolve(self, call, peers, worker):
+        """Fetch the other partitions' pieces of every ShardRef this partition has not assembled yet: each
+        partition reads them straight from the others (an allgather), never through the driver."""
+        refs = [r for r in (_refs(call.params) if call.kind != "gather" else [])
+                if self._gathered.get((r.key, r.field), (None,))[0] != r.version]
+        fetched = {}
+        for ref in refs:
+            others = [q for q in range(len(peers or ())) if q != self.pid]
+            got = await asyncio.gather(*[remote_call(worker.rpc(peers[q][0]), peers[q][1], "shard_get", ref.key,
+                                                     ref.version, ref.field) for q in others])
+            fetched[ref] = dict(zip(others, got))
+        return self.resolved(call, fetched)
+
+    # -- reduce-scatter: every partition sends each other partition its rows of the scattered fields
+
+    def scatter_parts(self, call, mine):
+        """Per partition q, the rows q owns of this partition's scattered fields (lifted), and where this
+        partition's own rows start."""
+        idx = call.scattered
+        n_rows = {call.combine[i].rows(mine[i]) for i in idx}
+        if len(n_rows) != 1:
+            raise ValueError(f"the scattered fields must have the same number of rows, got {sorted(n_rows)}")
+        b = combines.shard_bounds(n_rows.pop(), self.n_parts)
+        parts = [tuple(call.combine[i].slice(mine[i], b[q], b[q + 1]) for i in idx) for q in range(self.n_parts)]
+        return parts, int(b[self.pid])
+
+    def shard_step(self, call, box, lo):
+        """Where each shard lives: the scattered fields' rows lo..hi from every partition combined, then
+        ``at_shard(fields, shard, params, lo)`` -> (new shard, small fields) with the model's shard as the
+        last call left it; the new shard is kept, the small fields go up the tree. Once per call id."""
+        if self._shard_done[0] == call.id:
+            return self._shard_done[1]
+        parts = [call.combine[i] for i in call.scattered]
+        acc = None
+        for q in sorted(box):
+            acc = combines.add(parts, acc, box[q])
+        fields = combines.finish(parts, acc, call.top)
+        key, at_shard, small_combine = call.scatter
+        old = self.shard_at(key, call.id, before=True)[1] if key in self._shards else None
+        new, small = at_shard(fields, old, call.params, lo)
+        self._keep(key, call.id, lo, new)
+        out = combines.lift(small_combine, small, self.pid, call.top)
+        self._shard_done = (call.id, out)
+        return out
+
+    def tree_part(self, call, mine, small):
+        """What this partition sends up the tree: its fields that are not scattered, then the small ones."""
+        return tuple(f for i, f in enumerate(mine) if i not in call.scattered) + tuple(small)
+
+    async def scatter_put(self, call_id, sender, part):
+        self._mail.setdefault((call_id, "scatter"), {})[int(sender)] = part
+        self._wake()
+
+    async def _scatter(self, call, mine, peers, worker, loop):
+        self._advance(call)
+        parts, lo = self.scatter_parts(call, mine)
+        sends = [remote_call(worker.rpc(peers[q][0]), peers[q][1], "scatter_put", call.id, self.pid, parts[q])
+                 for q in range(self.n_parts) if q != self.pid]
+        await self.scatter_put(call.id, self.pid, parts[self.pid])
+        await asyncio.gather(*sends)
+        box = await self._mailbox((call.id, "scatter"), range(self.n_parts))
+        return await loop.run_in_executor(self._runner, self.shard_step, call, box, lo)
 
     # -- state backups on a buddy partition, for state the model cannot rebuild
 
