@@ -7,21 +7,23 @@ processes, one real partition each,
 - bytes into the driver per EM iteration of var-GMM-S on 400k x 64 rows, C = 2000, 4 workers, at 16 and
   64 chunks (limit 2·C·D·8 + 1 MB);
 - the driver's peak memory while a 1 M x 64 float32 coreset is drawn from a dask array on 4 workers and
-  Lloyd runs on it (in-process-bytes set to 64 MiB, so that it stays on the workers).
+  Lloyd runs on it (in-process-bytes set to 64 MiB, so that it stays on the workers);
+- Lloyd at k = 4096, D = 64 with the centres on the driver and sharded on the workers (reduce-scatter),
+  P = 1, 2, 4: bytes into and out of the driver and time per iteration.
 
-    python benchmarks/bench_engine_scaling.py [--workers 1,2,4,8,16] [--parts overhead,vcgmm,coreset]
+    python benchmarks/bench_engine_scaling.py [--workers 1,2,4,8,16] [--parts overhead,vcgmm,coreset,sharded]
 """
 import argparse
 
 from common import emit
 
-from dask_clust.bench.scaling import coreset_driver_memory, em_bytes, engine_round
+from dask_clust.bench.scaling import coreset_driver_memory, em_bytes, engine_round, sharded_lloyd
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workers", default="1,2,4,8,16")
-    p.add_argument("--parts", default="overhead,vcgmm,coreset")
+    p.add_argument("--parts", default="overhead,vcgmm,coreset,sharded")
     args = p.parse_args()
     parts = args.parts.split(",")
     if "overhead" in parts:
@@ -48,6 +50,15 @@ def main():
         emit("engine_scaling_coreset", r)
         print(f"coreset of {r['coreset_rows']} x {r['d']} float32 ({r['coreset_bytes'] / 1e6:.0f} MB) on "
               f"{r['workers']} workers: driver peak +{r['driver_peak_extra'] / 1e6:.1f} MB = {r['ratio']:.3f} x")
+    if "sharded" in parts:
+        for w in (1, 2, 4):
+            r = sharded_lloyd(w)
+            emit("engine_scaling_sharded", r)
+            print(f"Lloyd k={r['k']} D={r['d']} ({r['model_bytes'] / 1e6:.1f} MB of centres), P={w}: driver "
+                  f"{r['driver_bytes_in'] / 1e6:.3f} MB in / {r['driver_bytes_out'] / 1e6:.3f} MB out, "
+                  f"{r['driver_s_per_iteration'] * 1e3:.0f} ms per iteration; sharded "
+                  f"{r['sharded_bytes_in'] / 1e6:.3f} MB in / {r['sharded_bytes_out'] / 1e6:.3f} MB out, "
+                  f"{r['sharded_s_per_iteration'] * 1e3:.0f} ms; same bits: {r['same_bits']}")
 
 
 if __name__ == "__main__":

@@ -160,3 +160,27 @@ def coreset_driver_memory(rows=1_000_000, d=64, n_workers=4, in_process_bytes="6
     coreset_bytes = rows * d * 4
     return {"coreset_rows": rows, "d": d, "workers": n_workers, "coreset_bytes": coreset_bytes,
             "driver_peak_extra": rss.extra, "ratio": rss.extra / coreset_bytes, "objective": m.objective_}
+
+
+def sharded_lloyd(n_workers, k=4096, d=64, rows_per_worker=20_000, iterations=4):
+    """A Lloyd fit at k x d with the centres on the driver and with them sharded on the workers
+    (``model-bytes`` 1 B): bytes into and out of the driver per iteration and wall time per iteration,
+    both ways, in one run; the two models must be the same bits."""
+    X = np.random.default_rng(3).standard_normal((n_workers * rows_per_worker, d)).astype(np.float32)
+    init = np.random.default_rng(4).standard_normal((k, d))
+    out = {"workers": n_workers, "k": k, "d": d, "model_bytes": init.nbytes}
+    centers = {}
+    with connect(n_workers=n_workers, threads_per_worker=1) as client, \
+            dask.config.set({"dask_clust.min-chunks": 2 * n_workers, "dask_clust.min-chunk-bytes": "1KiB"}):
+        for name, limit in (("driver", "1TiB"), ("sharded", "1")):
+            seen, times = [], []
+            with dask.config.set({"dask_clust.model-bytes": limit}), DriverBytes() as io:
+                m = api.fit(X, "kmeans", k, init=init, max_iter=iterations, tol=0, client=client,
+                            callback=lambda rec: (seen.append((io.read, io.written)), times.append(rec["wall_s"])))
+            steps = list(zip(seen[1:], seen[2:]))
+            out[f"{name}_bytes_in"] = statistics.median(b[0] - a[0] for a, b in steps)
+            out[f"{name}_bytes_out"] = statistics.median(b[1] - a[1] for a, b in steps)
+            out[f"{name}_s_per_iteration"] = statistics.median(times[1:])
+            centers[name] = m.cluster_centers_
+    out["same_bits"] = bool(np.array_equal(centers["driver"], centers["sharded"]))
+    return out

@@ -12,6 +12,10 @@ root straight from the driver (no scheduler hop), each partition passes it on to
 worker to worker, runs its own chunks meanwhile, adds its children's partials to its own, and only the
 root's finished result goes back to the driver. A partition keeps its last call's own partial, so a call
 repeated after a lost worker (same id) never applies a step's state change twice.
+
+A model too large for the driver lives here too, split by rows over the partitions (``Engine.sharded``):
+each partition keeps the two newest versions of its rows and a copy of the previous partition's; a
+reduce-scatter sends every partition the rows it owns of the others' partials, worker to worker.
 """
 import asyncio
 import copy
