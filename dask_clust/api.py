@@ -1,14 +1,17 @@
 """Public entry points: ``fit``, ``load``, and scikit-learn-compatible estimators generated from the
 algorithm registry. Parameters and data are validated here, once (STYLE example 2)."""
-import inspect
 import logging
+import os
 import time
+import warnings
 from dataclasses import MISSING, fields
 
 import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
 
 from . import algorithms
-from ._params import InvalidParameterError, build_config
+from ._params import build_config
 from .engine import Loop, as_source, check_random_state, open_engine
 from .engine.data import InputError
 from .models import ClusteringModel
@@ -93,109 +96,166 @@ def load(path):
 
 # ---------------------------------------------------------------- estimators
 
-class ClusteringEstimator:
-    """scikit-learn conventions: hyper-parameters in ``__init__`` only, fitted attributes end in ``_``,
-    ``fit`` returns self, ``predict``/``transform`` are lazy dask arrays."""
+def _is_lazy(X):
+    """Whether an input gives lazy (dask) results: a dask array or DataFrame, or a path to data on disk."""
+    mod = type(X).__module__
+    return isinstance(X, (str, os.PathLike)) or mod.startswith(("dask.", "dask_expr"))
+
+
+def _feature_names(X):
+    """The column names of a DataFrame whose columns are all strings (scikit-learn's rule), else None."""
+    columns = getattr(X, "columns", None)
+    if columns is None or not len(columns) or not all(isinstance(c, str) for c in columns):
+        return None
+    return np.asarray(list(columns), dtype=object)
+
+
+class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+    """scikit-learn estimator over ``fit``: hyper-parameters in ``__init__`` only (validated by ``fit``),
+    fitted attributes end in ``_``, ``fit`` returns self. Results follow the input: numpy (or pandas) in,
+    numpy out; a dask array or DataFrame or a path in, a lazy dask array out (known chunks). ``labels_`` is
+    computed once at the end of the fit (numpy, or a persisted dask array for dask input); the training
+    data is never kept."""
 
     _algo = None
-    _param_names = ()
-
-    def __init__(self, *args, **kwargs):
-        if len(args) > 1:
-            raise TypeError(f"{type(self).__name__} takes at most one positional argument (n_clusters)")
-        if args:
-            kwargs = {"n_clusters": args[0], **kwargs}
-        unknown = sorted(set(kwargs) - set(self._param_names))
-        if unknown:
-            raise InvalidParameterError(f"{type(self).__name__} got unknown parameter(s) {unknown}; "
-                                        f"valid parameters are {sorted(self._param_names)}")
-        defaults = self._defaults()
-        for name in self._param_names:
-            setattr(self, name, kwargs.get(name, defaults[name]))
-
-    @classmethod
-    def _defaults(cls):
-        d = {f.name: (f.default if f.default is not MISSING else f.default_factory())
-             for f in fields(algorithms.get(cls._algo).config)}
-        d["random_state"] = None
-        return d
-
-    def get_params(self, deep=True):
-        return {name: getattr(self, name) for name in self._param_names}
-
-    def set_params(self, **params):
-        for name, value in params.items():
-            if name not in self._param_names:
-                raise InvalidParameterError(f"{type(self).__name__} has no parameter {name!r}; "
-                                            f"valid parameters are {sorted(self._param_names)}")
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self):
-        defaults = self._defaults()
-        shown = [f"{k}={v!r}" for k, v in self.get_params().items()
-                 if not (isinstance(v, str | int | float | type(None)) and v == defaults[k])]
-        return f"{type(self).__name__}({', '.join(shown)})"
 
     def fit(self, X, y=None, sample_weight=None, *, client=None, progress=False, callback=None):
+        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback``: as ``fit``."""
+        return self._fit(X, sample_weight, client, progress, callback)
+
+    def _fit(self, X, sample_weight, client, progress, callback):
         params = self.get_params()
         random_state = params.pop("random_state")
+        names = _feature_names(X)
         model = fit(X, self._algo, random_state=random_state, client=client, sample_weight=sample_weight,
                     progress=progress, callback=callback, **params)
+        for attr in ("feature_names_in_", "labels_"):
+            self.__dict__.pop(attr, None)
+        if names is not None:
+            self.feature_names_in_ = names
         self.model_ = model
         self.cluster_centers_ = model.cluster_centers_
         self.n_iter_ = model.n_iter_
         self.history_ = model.history_
         self.n_features_in_ = model.n_features_in_
         self.inertia_ = model.objective_
-        self._fit_X = X
+        labels = model.predict(X)
+        self.labels_ = labels.persist() if _is_lazy(X) else labels.compute()
         return self
 
-    def _check_fitted(self):
-        if not hasattr(self, "model_"):
-            raise AttributeError(f"This {type(self).__name__} instance is not fitted yet; call fit first")
+    @property
+    def _n_features_out(self):
+        return self.cluster_centers_.shape[0]
+
+    def _checked(self, X):
+        """The fitted model, after scikit-learn's fitted and feature-name checks on X."""
+        check_is_fitted(self, "model_")
+        shape = getattr(X, "shape", None)
+        if shape is not None and len(shape) == 2 and shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
+        names = _feature_names(X)
+        fitted = getattr(self, "feature_names_in_", None)
+        if fitted is not None and names is not None and not np.array_equal(names, fitted):
+            raise ValueError(f"The feature names should match those that were passed during fit: fitted with "
+                             f"{list(fitted)}, got {list(names)}")
+        if fitted is not None and names is None:
+            warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with "
+                          "feature names", UserWarning)
+        if fitted is None and names is not None:
+            warnings.warn(f"X has feature names, but {type(self).__name__} was fitted without feature names",
+                          UserWarning)
         return self.model_
 
-    @property
-    def labels_(self):
-        """Labels of the training rows: a lazy dask array (computed when you ask for the values)."""
-        return self._check_fitted().predict(self._fit_X)
+    @staticmethod
+    def _out(X, result):
+        """numpy for in-memory input, the lazy dask array for dask input or a path."""
+        return result if _is_lazy(X) else result.compute()
 
     def predict(self, X):
-        return self._check_fitted().predict(X)
+        """Index of the nearest centre of each row (int32)."""
+        return self._out(X, self._checked(X).predict(X))
 
-    def predict_proba(self, X):
-        return self._check_fitted().predict_proba(X)
-
-    def fit_predict(self, X, y=None, sample_weight=None):
-        return self.fit(X, sample_weight=sample_weight).labels_
+    def fit_predict(self, X, y=None, **fit_params):
+        return self.fit(X, **fit_params).labels_
 
     def transform(self, X):
-        return self._check_fitted().transform(X)
+        """Euclidean distance of each row to every centre, (n, k) float64."""
+        return self._out(X, self._checked(X).transform(X))
 
-    def fit_transform(self, X, y=None, sample_weight=None):
-        return self.fit(X, sample_weight=sample_weight).transform(X)
+    def fit_transform(self, X, y=None, **fit_params):
+        return self.fit(X, **fit_params).transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        return self._check_fitted().score(X, sample_weight)
+        """Negative quantization error of X (scikit-learn's ``KMeans.score``)."""
+        return self._checked(X).score(X, sample_weight)
+
+
+class UnweightedEstimator(ClusteringEstimator):
+    """A clustering estimator whose algorithm draws rows uniformly and takes no sample_weight (VRKM, SBE)."""
+
+    def fit(self, X, y=None, *, client=None, progress=False, callback=None):
+        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback``: as ``fit``."""
+        return self._fit(X, None, client, progress, callback)
+
+
+class ProbabilisticEstimator(ClusteringEstimator):
+    """A clustering estimator whose model gives posteriors (vc-GMM, var-GMM-S)."""
+
+    def predict_proba(self, X):
+        """Truncated posteriors, (n, k) float64 (see ``ClusteringModel.predict_proba``)."""
+        return self._out(X, self._checked(X).predict_proba(X))
+
+
+PROBABILISTIC = ("vcgmm", "vargmm")
+
+
+def _init_source(names, defaults):
+    """An ``__init__`` that only stores its parameters (scikit-learn's rule; ``fit`` validates them), with
+    n_clusters positional and every other parameter keyword-only."""
+    args = ", ".join([f"{names[0]}=_defaults[{names[0]!r}]", "*"] +
+                     [f"{n}=_defaults[{n!r}]" for n in names[1:]])
+    body = "\n".join(f"    self.{n} = {n}" for n in names)
+    return f"def __init__(self, {args}):\n{body}\n"
+
+
+def _param_doc(spec, defaults):
+    """numpydoc Parameters from the config dataclass: type, default and the constraint each must meet."""
+    constraints = {**spec.config.constraints, "random_state": None}
+    lines = ["Parameters", "----------"]
+    for name, default in defaults.items():
+        if name == "random_state":
+            lines += ["random_state : int, numpy.random.SeedSequence or None, default=None",
+                      "    Seed of every random draw; the same value and chunking give the same model on any",
+                      "    number of workers."]
+            continue
+        allowed = " or ".join(str(c) for c in constraints[name])
+        lines += [f"{name} : {type(default).__name__ if default is not None else 'object'}, default={default!r}",
+                  f"    Must be {allowed}."]
+    return "\n".join(lines)
 
 
 def _make_estimator(spec):
-    names = tuple(f.name for f in fields(spec.config)) + ("random_state",)
-    cls = type(spec.name and spec.estimator, (ClusteringEstimator,), {
-        "_algo": spec.name, "_param_names": names,
-        "__doc__": (f"{spec.summary}.\n\nReference: {spec.reference}. Parameters: {', '.join(names)}.\n\n"
-                    f"history_[i]['objective']: {spec.objective}; inertia_: the exact QE of the centres on the "
-                    "training rows."),
-        "__module__": "dask_clust",
-    })
-    defaults = cls._defaults()
-    sig = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    for i, name in enumerate(names):
-        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if i == 0 else inspect.Parameter.KEYWORD_ONLY
-        sig.append(inspect.Parameter(name, kind, default=defaults[name]))
-    cls.__signature__ = inspect.Signature(sig[1:])
+    defaults = _defaults_of(spec)
+    names = tuple(defaults)
+    namespace = {"_defaults": defaults}
+    exec(_init_source(names, defaults), namespace)
+    base = ProbabilisticEstimator if spec.name in PROBABILISTIC else \
+        ClusteringEstimator if spec.weighted else UnweightedEstimator
+    doc = (f"{spec.summary}.\n\nReference: {spec.reference}.\n\n{_param_doc(spec, defaults)}\n\n"
+           f"Attributes\n----------\ncluster_centers_ : ndarray (n_clusters, n_features)\nlabels_ : labels of the "
+           f"training rows\ninertia_ : float\n    The exact QE of the centres on the training rows.\nn_iter_ : int\n"
+           f"history_ : list of dict\n    history_[i]['objective'] is {spec.objective}.\n")
+    cls = type(spec.estimator, (base,), {"_algo": spec.name, "__init__": namespace["__init__"], "__doc__": doc,
+                                         "__module__": "dask_clust"})
+    cls.__init__.__qualname__ = f"{spec.estimator}.__init__"
     return cls
+
+
+def _defaults_of(spec):
+    d = {f.name: (f.default if f.default is not MISSING else f.default_factory()) for f in fields(spec.config)}
+    d["random_state"] = None
+    return d
 
 
 ESTIMATORS = {spec.estimator: _make_estimator(spec) for spec in algorithms.REGISTRY.values()}

@@ -81,8 +81,10 @@ def test_unknown_algorithm_lists_valid_ones():
 def test_unknown_parameter_lists_valid_ones():
     with pytest.raises(InvalidParameterError, match=r"unknown parameter\(s\) \['n_jobs'\]; valid parameters are \["):
         dask_clust.fit(X, n_clusters=2, n_jobs=4)
-    with pytest.raises(InvalidParameterError, match=r"KMeans got unknown parameter\(s\) \['copy_x'\]"):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'copy_x'"):
         dask_clust.KMeans(copy_x=True)
+    with pytest.raises(InvalidParameterError, match=r"The 'n_clusters' parameter of algo='kmeans' must be"):
+        dask_clust.KMeans(0).fit(X)   # scikit-learn's rule: __init__ stores, fit validates
 
 
 @pytest.mark.parametrize("algo,name,constraint", [

@@ -13,6 +13,7 @@ class AlgorithmSpec:
     reference: str          # the paper
     objective: str          # what history_'s per-iteration "objective" is (the model's objective_ is always
                             # the exact QE of the returned centres over all rows, engine.FitResult)
+    weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
 
 
 REGISTRY = {}

@@ -108,4 +108,5 @@ register(AlgorithmSpec(
     summary="stochastic backward Euler k-means: implicit steps solved by averaged mini-batch fixed-point iterations",
     reference="Yin, Pham, Oberman, Osher, J. Sci. Comput. 2018, doi:10.1007/s10915-018-0744-4",
     objective="f = QE / (2 Σw) on all rows every eval_every outer steps and at the last, NaN between",
+    weighted=False,
 ))

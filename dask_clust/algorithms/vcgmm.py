@@ -259,6 +259,8 @@ def _key(entropy, *tag):
 
 
 def _check(engine):
+    if engine.n_samples == 1:
+        raise InputError("a Gaussian mixture needs more than one row; got n_samples=1")
     if not float(np.max(engine.summary.var)) > 0:
         raise InputError("all rows are identical (zero variance): a Gaussian mixture cannot be fitted; "
                          "use algo='kmeans'")

@@ -168,4 +168,5 @@ register(AlgorithmSpec(
     summary="variance-reduced k-means (VRKM++ / VRKM): position-corrected epochs, constant-rate steps",
     reference="Zhao et al., Neurocomputing 2018, doi:10.1016/j.neucom.2018.03.059",
     objective="QE of the epoch's anchor pass over all rows",
+    weighted=False,
 ))

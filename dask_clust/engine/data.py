@@ -136,15 +136,35 @@ def _float_dtype(dtype):
 
 def _check_dtype(dtype):
     dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        raise InputError(f"Complex data not supported. Input must be numeric (float or integer); got dtype {dtype}")
     if dtype.kind not in "biuf":
         raise InputError(f"Input must be numeric (float or integer); got dtype {dtype}")
 
 
 def _check_shape(shape):
     if len(shape) != 2:
-        raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got an array of shape {tuple(shape)}")
-    if shape[0] < 1 or shape[1] < 1:
-        raise InputError(f"Input has shape {tuple(shape)}: at least 1 sample and 1 feature are required")
+        raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got an array of shape {tuple(shape)}. "
+                         "Reshape your data with array.reshape(-1, 1) if it has a single feature or "
+                         "array.reshape(1, -1) if it is a single sample")
+    for n, what in ((shape[0], "sample"), (shape[1], "feature")):
+        if n < 1:
+            raise InputError(f"Found array with 0 {what}(s) (shape={tuple(shape)}) while a minimum of 1 is required: "
+                             "at least 1 sample and 1 feature are required")
+
+
+def _dense(X):
+    """A numpy array from an in-memory input: sparse matrices are refused, object arrays of numbers cast."""
+    if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
+        raise TypeError("Sparse data was passed for X, but dense data is required: use X.toarray() to convert it "
+                        "to a dense numpy array")
+    X = np.asarray(X)
+    if X.dtype.kind == "O":
+        try:
+            X = X.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"Input of dtype object must hold only numbers: {exc}") from None
+    return X
 
 
 def auto_chunk_rows(n_samples, n_features, itemsize):
@@ -210,7 +230,7 @@ def as_array(X):
         return X.to_dask_array(lengths=True)
     if isinstance(X, da.Array):
         return X
-    return np.asarray(X)
+    return _dense(X)
 
 
 def as_source(X, sample_weight=None, *, chunk_rows=None):
@@ -267,7 +287,7 @@ def _check_weights(sample_weight, n):
         if np.any(w < 0):
             raise InputError(f"sample_weight must be non-negative; index {int(np.argmax(w < 0))} is {w[np.argmax(w < 0)]}")
         if not w.sum() > 0:
-            raise InputError("sample_weight must have a positive sum")
+            raise InputError("sample_weight must have a positive sum; got weights that are all zero")
     return w
 
 

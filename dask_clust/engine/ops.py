@@ -144,7 +144,7 @@ class Engine:
             raise InputError(f"sample_weight has a negative, NaN or infinite value in chunk {bad_w} "
                              f"(rows {self.source.starts[bad_w]}..{self.source.starts[bad_w + 1] - 1})")
         if not total_w > 0:
-            raise InputError("sample_weight must have a positive sum")
+            raise InputError("sample_weight must have a positive sum; got weights that are all zero")
         mean = sums / n
         var = np.maximum(sumsq / n - mean * mean, 0.0)
         return Summary(n, total_w, mean, var, max_abs)

@@ -1,0 +1,102 @@
+"""The estimators are scikit-learn estimators: scikit-learn's own estimator checks, a Pipeline, model
+selection, and results that follow the input's kind (numpy in, numpy out; dask in, dask out)."""
+import pickle
+import warnings
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import cross_val_score
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import dask_clust
+from dask_clust.api import ESTIMATORS
+from tests.reference.make_blobs import blobs
+
+# Checks that cannot apply, with the reason (the same list scikit-learn keeps for its own KMeans)
+EXPECTED_FAILURES = {
+    "check_sample_weight_equivalence_on_dense_data":
+        "the seeding draws rows with probability proportional to their weight: a row repeated twice is two "
+        "draws, a row of weight 2 is one, so the random streams (and the model) differ",
+}
+
+
+def _expected(estimator):
+    return EXPECTED_FAILURES if "sample_weight" in estimator.fit.__code__.co_varnames else {}
+
+
+@parametrize_with_checks([cls(random_state=0) for cls in ESTIMATORS.values()],
+                         expected_failed_checks=_expected)
+def test_scikit_learn_estimator_checks(estimator, check):
+    if check.func.__name__ == "check_array_api_input":
+        # runs only for estimators that declare array-API support; ours take numpy, dask and pandas
+        assert not estimator.__sklearn_tags__().array_api_support
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(estimator)
+
+
+def test_pipeline_and_cross_val_score():
+    X, _ = blobs(1200, 4, 5, seed=3)
+    pipe = Pipeline([("scale", StandardScaler()), ("km", dask_clust.KMeans(5, random_state=0))])
+    labels = pipe.fit(X).predict(X)
+    assert isinstance(labels, np.ndarray) and labels.shape == (1200,)
+    scaled = StandardScaler().fit_transform(X)
+    np.testing.assert_array_equal(labels, dask_clust.fit(scaled, n_clusters=5, random_state=0).predict(scaled))
+    scores = cross_val_score(pipe, X, cv=3)
+    assert scores.shape == (3,) and np.all(scores < 0)    # score is −QE of the held-out rows
+
+
+def test_results_follow_the_input_kind():
+    X, _ = blobs(2000, 3, 4, seed=4)
+    est = dask_clust.KMeans(4, random_state=0).fit(X)
+    for out in (est.labels_, est.predict(X), est.transform(X), est.fit_predict(X)):
+        assert isinstance(out, np.ndarray)
+    Xd = da.from_array(X, chunks=500)
+    lazy = est.predict(Xd)
+    assert isinstance(lazy, da.Array) and not np.isnan(lazy.shape[0])
+    np.testing.assert_array_equal(lazy.compute(), est.labels_)
+    on_dask = dask_clust.KMeans(4, random_state=0).fit(Xd, client="in-process")
+    assert isinstance(on_dask.labels_, da.Array)
+    np.testing.assert_array_equal(on_dask.labels_.compute(), on_dask.predict(X))
+
+
+def test_unfitted_and_probabilistic_only():
+    X, _ = blobs(300, 2, 3, seed=5)
+    with pytest.raises(NotFittedError):
+        dask_clust.KMeans(3).predict(X)
+    assert not hasattr(dask_clust.KMeans(3), "predict_proba")
+    P = dask_clust.VCGMM(3, random_state=0).fit(X).predict_proba(X)
+    assert isinstance(P, np.ndarray)
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-12)
+
+
+def test_feature_names_are_checked():
+    X, _ = blobs(500, 3, 3, seed=6)
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    est = dask_clust.KMeans(3, random_state=0).fit(df)
+    np.testing.assert_array_equal(est.feature_names_in_, ["a", "b", "c"])
+    np.testing.assert_array_equal(est.predict(df), est.labels_)
+    with pytest.raises(ValueError, match="feature names should match"):
+        est.predict(df[["c", "a", "b"]])
+    with pytest.raises(ValueError, match="X has 2 features, but KMeans is expecting 3"):
+        est.predict(X[:, :2])
+
+
+def test_labels_are_kept_not_the_training_data():
+    """labels_ belongs to the fit: changing X afterwards changes nothing, and a pickled model holds its
+    centres, not its 25.6 MB of training rows."""
+    X, _ = blobs(400_000, 16, 8, seed=7)   # float32: 25.6 MB
+    assert X.nbytes == 25_600_000
+    est = dask_clust.KMeans(8, random_state=0, max_iter=5).fit(X)
+    before = est.labels_.copy()
+    X[:] = 0
+    np.testing.assert_array_equal(est.labels_, before)
+    assert len(np.unique(before)) == 8
+    size = len(pickle.dumps(est))
+    assert size < 2_000_000, size   # the labels (1.6 MB of int32) and the centres
