@@ -254,7 +254,7 @@ class Partition:
                 await remote_call(worker.rpc(buddy[0]), buddy[1], "backup_put", call.id, self.backup_of(call))
             if self._wrote is not None and buddy:
                 await remote_call(worker.rpc(buddy[0]), buddy[1], "shard_backup_put", self._wrote[0], self.pid,
-                                  self._shards[self._wrote[0]])
+                                  self._shards[self._wrote[0]][-1:])
         finally:
             got = await asyncio.gather(*pending, return_exceptions=True)
         for g in got:
@@ -417,7 +417,10 @@ class Partition:
         return self.shard_at(key, version)[1][field]
 
     def shard_backup_put(self, key, pid, versions):
-        self._shard_backups[(key, int(pid))] = versions
+        """Keep partition ``pid``'s shard versions (the two newest of what it has sent)."""
+        kept = {v[0]: v for v in self._shard_backups.get((key, int(pid)), [])}
+        kept.update({v[0]: v for v in versions})
+        self._shard_backups[(key, int(pid))] = sorted(kept.values(), key=lambda v: v[0])[-2:]
 
     def shard_backup_get(self, key, pid):
         return self._shard_backups.get((key, int(pid)))
