@@ -131,8 +131,13 @@ class ActorBackend:
         self.source = source
         self.entropy = entropy
         workers = self._live_workers()
-        if not workers:
-            raise RuntimeError("the Dask cluster has no workers")
+        if not workers:   # none yet, or a worker being restarted by its nanny: wait as for a lost worker
+            timeout = parse_timedelta(config.get("lost-worker-timeout"))
+            try:
+                client.wait_for_workers(1, timeout=timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                raise RuntimeError(f"the Dask cluster has no workers (waited {timeout:g} s)") from None
+            workers = self._live_workers()
         addrs = sorted(workers)
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
         self.streaming = should_stream(source, memory)
