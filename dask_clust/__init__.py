@@ -3,19 +3,40 @@
     import dask_clust
     model = dask_clust.fit(X, algo="kmeans", n_clusters=100)
     labels = model.predict(X)          # lazy dask array
+
+The public names are imported on first use (PEP 562), so ``dask-clust --help`` and ``--version`` do not
+pay for numba, dask and scikit-learn.
 """
+import importlib
+import importlib.util
 import logging
 
-from .api import ESTIMATORS, fit, load
-from .algorithms import REGISTRY
-from .engine.data import InputError
-from .engine.loop import StopFit
-from .models import ClusteringModel
-from ._params import InvalidParameterError
-
-globals().update(ESTIMATORS)
 logging.getLogger("dask_clust").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
-__all__ = ["fit", "load", "ClusteringModel", "InputError", "InvalidParameterError", "StopFit", "REGISTRY",
-           *ESTIMATORS]
+
+_LAZY = {"fit": "api", "load": "api", "ClusteringModel": "models", "InputError": "engine.data",
+         "InvalidParameterError": "_params", "StopFit": "engine.loop", "REGISTRY": "algorithms", "InvalidModelError": "models",
+         "UnguardedScript": "engine.cluster"}
+
+
+def _estimators():
+    return importlib.import_module(".api", __name__).ESTIMATORS
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+    elif name == "__all__":
+        value = [*_LAZY, *_estimators()]
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is None \
+            and name in _estimators():   # a submodule's name (``from . import algorithms``) is not an estimator
+        value = _estimators()[name]
+    else:
+        raise AttributeError(f"module 'dask_clust' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY, *_estimators()})

@@ -1,7 +1,9 @@
 """Public entry points: ``fit``, ``load``, and scikit-learn-compatible estimators generated from the
 algorithm registry. Parameters and data are validated here, once (STYLE example 2)."""
+import contextlib
 import logging
 import os
+import textwrap
 import time
 import warnings
 from dataclasses import MISSING, fields
@@ -11,8 +13,10 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.utils.validation import check_is_fitted
 
 from . import algorithms
-from ._params import build_config
+from ._params import build_config, describe
 from .engine import Loop, as_source, check_random_state, open_engine
+from .engine import progress as progress_
+from .engine.cluster import UnguardedScript
 from .engine.data import InputError
 from .models import ClusteringModel
 
@@ -48,7 +52,7 @@ def _loop_length(cfg):
 
 
 def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_iter=DEFAULT, tol=DEFAULT,
-        client=None, sample_weight=None, progress=False, callback=None, **params):
+        client=None, sample_weight=None, progress=None, callback=None, **params):
     """Fit a clustering model to X and return a ``ClusteringModel``.
 
     X: numpy or dask array, pandas or dask DataFrame (numeric columns), or a path to a .npy file, a zarr
@@ -60,9 +64,11 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     client: a ``distributed.Client``, a scheduler address, "in-process", or None (the current client if
     one exists; in-memory data up to 1 GiB is fitted in this process; otherwise a LocalCluster sized to
     the machine is started for the fit and closed again).
-    progress: print a one-line progress display on stderr; callback(record) is called after every
-    iteration with the history record plus "centers", the centres after that iteration (raise
-    ``dask_clust.StopFit`` to stop early).
+    progress: a bar per phase (loading, coreset, seeding, iterations, final pass) on stderr. None (default):
+    bars when stderr is a terminal, nothing otherwise; True: bars on a terminal, one line per phase
+    elsewhere (logs); False: nothing.
+    callback(record) is called after every iteration with the history record plus "centers", the centres
+    after that iteration (raise ``dask_clust.StopFit`` to stop early).
     """
     spec = algorithms.get(algo)
     given = {"n_clusters": n_clusters, "init": init, "max_iter": max_iter, "tol": tol, **params}
@@ -72,10 +78,17 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     source = as_source(X, sample_weight)
     _check_against_data(cfg, source)
     t0 = time.perf_counter()
-    with open_engine(source, client, entropy) as engine:
+    with progress_.reporting(progress), contextlib.ExitStack() as stack:
+        with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks,
+                             "chunk") as shown:
+            try:
+                engine = stack.enter_context(open_engine(source, client, entropy))
+            except UnguardedScript as exc:   # the explanation, without the cluster's start-up frames
+                raise UnguardedScript(str(exc)) from None
+            shown.update(source.n_chunks - shown.n)
         logger.info("fitting %s (k=%s) on %d x %d %s in %d chunks (%s)", algo, getattr(cfg, "n_clusters", "-"),
                     source.n_samples, source.n_features, source.dtype, source.n_chunks, engine.backend.kind)
-        loop = Loop(algo, _loop_length(cfg), callback=callback, progress=progress)
+        loop = Loop(algo, _loop_length(cfg), callback=callback, progress=True)
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0
@@ -110,6 +123,13 @@ def _feature_names(X):
     return np.asarray(list(columns), dtype=object)
 
 
+class _PackedLabels:
+    """``labels_`` in a pickle: stored in the smallest unsigned type that holds them."""
+
+    def __init__(self, values):
+        self.values = values
+
+
 class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
     """scikit-learn estimator over ``fit``: hyper-parameters in ``__init__`` only (validated by ``fit``),
     fitted attributes end in ``_``, ``fit`` returns self. Results follow the input: numpy (or pandas) in,
@@ -119,7 +139,7 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
 
     _algo = None
 
-    def fit(self, X, y=None, sample_weight=None, *, client=None, progress=False, callback=None):
+    def fit(self, X, y=None, sample_weight=None, *, client=None, progress=None, callback=None):
         """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback``: as ``fit``."""
         return self._fit(X, sample_weight, client, progress, callback)
 
@@ -139,9 +159,24 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         self.history_ = model.history_
         self.n_features_in_ = model.n_features_in_
         self.inertia_ = model.objective_
-        labels = model.predict(X)
-        self.labels_ = labels.persist() if _is_lazy(X) else labels.compute()
+        with progress_.reporting(progress), progress_.phase("labels of the training rows", 1, "pass") as shown:
+            labels = model.predict(X)
+            self.labels_ = labels.persist() if _is_lazy(X) else labels.compute()
+            shown.update()
         return self
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        labels = state.get("labels_")
+        if isinstance(labels, np.ndarray) and labels.dtype == np.int32:
+            # labels are < n_clusters: the smallest unsigned type holds them (int32 again when unpickled)
+            state["labels_"] = _PackedLabels(labels.astype(np.min_scalar_type(max(0, self._n_features_out - 1))))
+        return state
+
+    def __setstate__(self, state):
+        if isinstance(state.get("labels_"), _PackedLabels):
+            state = {**state, "labels_": state["labels_"].values.astype(np.int32)}
+        super().__setstate__(state)
 
     @property
     def _n_features_out(self):
@@ -194,7 +229,7 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
 class UnweightedEstimator(ClusteringEstimator):
     """A clustering estimator whose algorithm draws rows uniformly and takes no sample_weight (VRKM, SBE)."""
 
-    def fit(self, X, y=None, *, client=None, progress=False, callback=None):
+    def fit(self, X, y=None, *, client=None, progress=None, callback=None):
         """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback``: as ``fit``."""
         return self._fit(X, None, client, progress, callback)
 
@@ -220,7 +255,7 @@ def _init_source(names, defaults):
 
 
 def _param_doc(spec, defaults):
-    """numpydoc Parameters from the config dataclass: type, default and the constraint each must meet."""
+    """numpydoc Parameters from the config dataclass: type, default, meaning and the constraint each must meet."""
     constraints = {**spec.config.constraints, "random_state": None}
     lines = ["Parameters", "----------"]
     for name, default in defaults.items():
@@ -230,8 +265,10 @@ def _param_doc(spec, defaults):
                       "    number of workers."]
             continue
         allowed = " or ".join(str(c) for c in constraints[name])
-        lines += [f"{name} : {type(default).__name__ if default is not None else 'object'}, default={default!r}",
-                  f"    Must be {allowed}."]
+        kind = type(default).__name__ if default is not None else "object"
+        lines += [f"{name} : {kind}, default={default!r}",
+                  textwrap.fill(f"{describe(spec.config, name)} Must be {allowed}.", 100,
+                                initial_indent="    ", subsequent_indent="    ")]
     return "\n".join(lines)
 
 

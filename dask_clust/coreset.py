@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from ._params import InvalidParameterError
+from .engine import progress
 from .engine.combine import Fold, Rows
 from .engine.data import stream
 from .kernels.assign import update_mind
@@ -105,8 +106,11 @@ def working_set(engine, size, entropy, phases, n_clusters):
         yield engine
         return
     t = time.perf_counter()
-    params, counts = coreset_draw(engine, size, entropy)
-    sub_entropy = int(stream(entropy, "coreset", "engine").integers(2 ** 63))
-    with engine.sample(_sample, params, counts, sub_entropy) as work:
+    with contextlib.ExitStack() as stack:
+        with progress.phase(f"coreset of {size:,} rows", 1, "draw") as shown:
+            params, counts = coreset_draw(engine, size, entropy)
+            sub_entropy = int(stream(entropy, "coreset", "engine").integers(2 ** 63))
+            work = stack.enter_context(engine.sample(_sample, params, counts, sub_entropy))
+            shown.update()
         phases["coreset"] = time.perf_counter() - t
         yield work

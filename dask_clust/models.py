@@ -4,12 +4,15 @@ Saved as a directory: ``model.json`` (metadata) + ``arrays.npz`` (centres and ot
 pickle, so a model can be read by any version and inspected by hand.
 """
 import json
+import math
 import os
+import zipfile
 
 import dask.array as da
 import numpy as np
 
 from .engine.data import as_dask_rows, check_finite_block, map_rows
+from .outputs import check_model_dir, replacing
 from .kernels.assign import Prepared, all_sqdist, nearest
 
 FORMAT_VERSION = 1
@@ -130,8 +133,9 @@ class ClusteringModel:
 
     # ---------------------------------------------------------------- persistence
     def save(self, path):
-        """Write the model to the directory ``path`` (created; existing model files are replaced)."""
-        os.makedirs(path, exist_ok=True)
+        """Write the model to the directory ``path``: into a temporary directory beside it, moved into place
+        when complete (a model already there is replaced only then; any other directory is refused)."""
+        check_model_dir(path, "model directory")
         arrays = {"cluster_centers_": self.cluster_centers_}
         params = {}
         for k, v in self.params.items():
@@ -149,33 +153,108 @@ class ClusteringModel:
                 "converged_": self.converged_, "history_": self.history_,
                 "n_distance_evals_": self.n_distance_evals_, "objective_": self.objective_, "extras_": extras,
                 "engine_": self.engine_}
-        np.savez(os.path.join(path, "arrays.npz"), **arrays)
-        with open(os.path.join(path, "model.json"), "w") as f:
-            json.dump(meta, f, indent=1, default=_json_default)
+        text = json.dumps(meta, indent=1, default=_json_default)   # fails here, before anything is written
+        with replacing(path) as tmp:
+            os.makedirs(tmp)
+            np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
+            with open(os.path.join(tmp, "model.json"), "w") as f:
+                f.write(text)
         return path
 
     @classmethod
     def load(cls, path):
-        meta_path = os.path.join(path, "model.json")
-        if not os.path.exists(meta_path):
-            raise FileNotFoundError(f"{path} is not a saved dask_clust model (no model.json)")
-        with open(meta_path) as f:
-            meta = json.load(f)
-        if meta.get("format_version", 0) > FORMAT_VERSION:
-            raise ValueError(f"{path} was written by a newer dask_clust (format {meta['format_version']})")
-        with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        params = dict(meta["params"])
-        extras = dict(meta["extras_"])
-        for k, v in arrays.items():
-            if k.startswith("param:"):
-                params[k[6:]] = v
-            elif k.startswith("extra:"):
-                extras[k[6:]] = v
+        """Read a model written by ``save``, refusing (``InvalidModelError``, one line) anything that does not
+        match the schema: every key and its type, the centres' shape and finiteness, a known algorithm
+        and parameters it accepts, a format this version reads."""
+        meta, arrays = _read(path)
+        try:
+            params, extras = _check_model(meta, arrays)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidModelError(f"{path} is not a valid dask_clust model: {_reason(exc)}") from None
         return cls(meta["algo"], params, arrays["cluster_centers_"], n_iter_=meta["n_iter_"],
                    converged_=meta["converged_"], history_=meta["history_"],
                    n_distance_evals_=meta["n_distance_evals_"], objective_=meta["objective_"], extras_=extras,
                    engine_=meta.get("engine_"))
+
+
+class InvalidModelError(ValueError):
+    """A saved model that cannot be read: the message names the path and the first problem found."""
+
+
+def _read(path):
+    meta_path = os.path.join(path, "model.json")
+    if not os.path.isfile(meta_path):
+        raise FileNotFoundError(f"{path} is not a saved dask_clust model (no model.json)")
+    try:
+        with open(meta_path) as f:
+            text = f.read()
+        try:
+            meta = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"model.json is not valid JSON ({exc})") from None
+        with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise InvalidModelError(f"{path} is not a valid dask_clust model: {_reason(exc)}") from None
+    return meta, arrays
+
+
+def _reason(exc):
+    text = str(exc).strip("'\"") or type(exc).__name__
+    return f"missing key {text!r}" if isinstance(exc, KeyError) else text.splitlines()[0]
+
+
+# model.json's keys and their types (``engine_`` is optional: informative only)
+_SCHEMA = {"format_version": int, "algo": str, "params": dict, "n_iter_": int, "converged_": bool,
+           "history_": list, "n_distance_evals_": int, "objective_": (int, float, type(None)), "extras_": dict}
+
+
+def _check_model(meta, arrays):
+    """The model's params and extras (arrays folded back in), after checking every part of the schema."""
+    from ._params import build_config
+    from .algorithms import get
+
+    if not isinstance(meta, dict):
+        raise TypeError("model.json must hold a JSON object")
+    for key, kind in _SCHEMA.items():
+        value = meta[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise TypeError(f"{key} has type {type(value).__name__}")
+    if not 1 <= meta["format_version"] <= FORMAT_VERSION:
+        raise ValueError(f"format_version {meta['format_version']} is not one this dask_clust reads "
+                         f"(1..{FORMAT_VERSION}; a newer dask_clust wrote it?)")
+    if meta["n_iter_"] < 0 or meta["n_distance_evals_"] < 0:
+        raise ValueError("n_iter_ and n_distance_evals_ must be >= 0")
+    if meta["objective_"] is not None and not math.isfinite(meta["objective_"]):
+        raise ValueError(f"objective_ is {meta['objective_']}")
+    if not all(isinstance(h, dict) for h in meta["history_"]):
+        raise TypeError("history_ must be a list of objects")
+    spec = get(meta["algo"])
+    centers = arrays["cluster_centers_"]
+    if centers.ndim != 2 or centers.dtype.kind != "f" or 0 in centers.shape:
+        raise ValueError(f"cluster_centers_ must be a non-empty 2-D float array; got {centers.dtype} {centers.shape}")
+    if not np.isfinite(centers).all():
+        raise ValueError("cluster_centers_ holds NaN or infinity")
+    params, extras = dict(meta["params"]), dict(meta["extras_"])
+    for k, v in arrays.items():
+        if k.startswith("param:"):
+            params[k[6:]] = v
+        elif k.startswith("extra:"):
+            extras[k[6:]] = v
+        elif k != "cluster_centers_":
+            raise ValueError(f"arrays.npz holds an unknown array {k!r}")
+    given = {k: v for k, v in params.items() if k != "random_state"}
+    build_config(spec.config, f"algo={meta['algo']!r}", given)
+    if given.get("n_clusters") != centers.shape[0]:
+        raise ValueError(f"params n_clusters={given.get('n_clusters')} but cluster_centers_ has "
+                         f"{centers.shape[0]} rows")
+    if "sigma2_" in extras or meta["algo"] in ("vcgmm", "vargmm"):
+        sigma2, n_truncated = extras["sigma2_"], extras["n_truncated_"]
+        if not (isinstance(sigma2, (int, float)) and math.isfinite(sigma2) and sigma2 > 0):
+            raise ValueError(f"sigma2_ must be a positive finite number; got {sigma2!r}")
+        if not (isinstance(n_truncated, int) and 1 <= n_truncated <= centers.shape[0]):
+            raise ValueError(f"n_truncated_ must be an int in [1, n_clusters]; got {n_truncated!r}")
+    return params, extras
 
 
 def _json_default(v):

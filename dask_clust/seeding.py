@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .engine import as_source, open_engine
+from .engine import as_source, open_engine, progress
 from .engine.cluster import IN_PROCESS
 from .coreset import MASSES, chunk_masses, proposal_masses
 from .engine.combine import Rows, Sum
@@ -144,9 +144,11 @@ def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
     trials = n_local_trials or 2 + int(np.log(k))
     centers = np.empty((k, engine.n_features))
     chosen = [0]
-    with engine.state("mind", _init_mind, lambda: centers[:chosen[0]]):
+    with engine.state("mind", _init_mind, lambda: centers[:chosen[0]]), \
+            progress.phase("seeding k-means++", k, "centre") as shown:
         centers[0] = first_center(engine, "k-means++", entropy)[0]
         chosen[0] = 1
+        shown.update()
         evals = 0
         new = centers[0]
         for j in range(1, k):
@@ -162,6 +164,7 @@ def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
                 new = cands[int(np.argmin(pot))].astype(np.float64)
             centers[j] = new
             chosen[0] = j + 1
+            shown.update()
     return centers, evals
 
 
@@ -172,7 +175,8 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
 
     ell = oversampling_factor * k
     cands = []
-    with engine.state("mind", _init_mind, lambda: np.concatenate(cands) if cands else None):
+    with engine.state("mind", _init_mind, lambda: np.concatenate(cands) if cands else None), \
+            progress.phase("seeding k-means||", None, "round") as shown:
         cands.append(first_center(engine, "k-means||", entropy).astype(np.float64))
         phi, evals = engine.reduce(_update_potential, cands[0])
         evals = int(evals)
@@ -186,6 +190,7 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
             cands.append(new.astype(np.float64))
             phi, e = engine.reduce(_update_potential, cands[-1])
             evals += int(e)
+            shown.update(candidates=sum(map(len, cands)))
     cands = np.concatenate(cands)
     if len(cands) < k:  # too few distinct candidates: top up with uniformly random rows
         extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - len(cands), replace=False)
@@ -197,7 +202,8 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
         cands, weights = cands[keep], weights[keep]
     else:
         weights = np.maximum(weights, np.finfo(float).tiny)
-    with open_engine(as_source(cands, weights), client=IN_PROCESS, entropy=entropy) as local:
+    with open_engine(as_source(cands, weights), client=IN_PROCESS, entropy=entropy) as local, \
+            progress.reporting(False):   # the recluster of a few candidates is quick: no bars of its own
         seeds, e = kmeans_plusplus(local, k, stream(entropy, "k-means||", "recluster").integers(2**63))
         result = lloyd(local, seeds, max_iter=recluster_iter, tol=0.0)
     return result.centers, evals + e + result.distance_evals
@@ -223,17 +229,24 @@ def afkmc2(engine, k, entropy, chain_length=20):
     centers = np.empty((k, engine.n_features))
     centers[0] = first[0]
     d2 = np.empty(chain_length)
-    for j in range(1, k):
-        sl = slice((j - 1) * chain_length, j * chain_length)
-        d2[:] = np.inf
-        update_mind(rows[sl], centers[:j], d2)
-        score = w[sl] * d2 / q[sl]
-        x = 0
-        for t in range(1, chain_length):
-            if score[x] == 0 or score[t] / score[x] > u[sl][t]:
-                x = t
-        centers[j] = rows[sl][x]
+    with progress.phase("seeding afkmc2 chains", k - 1, "chain") as shown:
+        for j in range(1, k):
+            _chain(rows, q, w, u, centers, d2, j, chain_length)
+            shown.update()
     return centers, engine.n_samples + chain_length * k * (k - 1) // 2
+
+
+def _chain(rows, q, w, u, centers, d2, j, chain_length):
+    """Centre j: the Markov chain over its ``chain_length`` proposals (acceptance as ``afkmc2`` says)."""
+    sl = slice((j - 1) * chain_length, j * chain_length)
+    d2[:] = np.inf
+    update_mind(rows[sl], centers[:j], d2)
+    score = w[sl] * d2 / q[sl]
+    x = 0
+    for t in range(1, chain_length):
+        if score[x] == 0 or score[t] / score[x] > u[sl][t]:
+            x = t
+    centers[j] = rows[sl][x]
 
 
 def random_rows(engine, k, entropy):

@@ -24,6 +24,14 @@ def cluster():
             yield client
 
 
+@pytest.fixture
+def input_chunks():
+    """Keep a dask input's own row chunks (``dask_clust.chunking = "input"``): for tests of how the chunking
+    itself changes, or does not change, a fit."""
+    with dask.config.set({"dask_clust.chunking": "input"}):
+        yield
+
+
 @pytest.fixture(params=[np.float32, np.float64], ids=["float32", "float64"])
 def dtype(request):
     return request.param

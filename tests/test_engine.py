@@ -49,7 +49,7 @@ def test_every_registered_algorithm_is_worker_count_invariant(cluster, small_blo
     assert one.objective_ == two.objective_
 
 
-def test_dask_input_on_cluster_matches_reference(cluster):
+def test_dask_input_on_cluster_matches_reference(cluster, input_chunks):
     from dask_clust.datasets import make_blobs
 
     X, _ = make_blobs(4000, 3, 5, chunks=700, random_state=3)
@@ -189,7 +189,7 @@ def test_streaming_gives_the_same_model(cluster, where):
     assert streamed.n_iter_ == held.n_iter_ and streamed.objective_ == held.objective_
 
 
-def test_stream_auto_switch_and_small_loaders():
+def test_stream_auto_switch_and_small_loaders(input_chunks):
     import dask
 
     from dask_clust.datasets import make_blobs

@@ -12,6 +12,7 @@ import pytest
 import dask_clust
 from dask_clust.cli import main
 from tests.reference import lloyd as ref
+from tests.reference.make_blobs import blobs
 
 
 def test_save_load_round_trip(tmp_path, small_blobs):
@@ -159,3 +160,20 @@ def test_cli_demo_prints_summary_table(capsys):
     assert cols[:5] == ["algorithm", "k", "QE", "time_s", "iterations"] and "distance_evals" in cols
     row = out[header + 2].split()
     assert row[0] == "kmeans" and float(row[cols.index("QE") + 1]) > 0  # "kmeans (k-means||)" is 2 words
+
+
+def test_every_input_format_gives_the_same_model_and_uses_every_worker(tmp_path, cluster):
+    """The same 1M rows as .npy, one parquet file, a zarr store with its own chunks and a one-chunk dask
+    array: one chunking (from the data's size), so one model, and work for every worker thread."""
+    X, _ = blobs(1_000_000, 4, 8, seed=11)
+    np.save(tmp_path / "x.npy", X)
+    pd.DataFrame(X, columns=list("abcd")).to_parquet(tmp_path / "x.parquet")
+    da.from_array(X, chunks=(300_000, 4)).to_zarr(str(tmp_path / "x.zarr"))
+    inputs = {"npy": str(tmp_path / "x.npy"), "parquet": str(tmp_path / "x.parquet"),
+              "zarr": str(tmp_path / "x.zarr"), "dask": da.from_array(X, chunks=X.shape)}
+    models = {name: dask_clust.fit(data, n_clusters=8, random_state=4, client=cluster) for name, data in inputs.items()}
+    first = models["npy"]
+    for name, m in models.items():
+        np.testing.assert_array_equal(m.cluster_centers_, first.cluster_centers_, err_msg=name)
+        assert (m.n_iter_, m.objective_) == (first.n_iter_, first.objective_), name
+        assert m.engine_["workers"] == 2 and m.engine_["chunks"] >= 2 * m.engine_["threads"], (name, m.engine_)

@@ -89,7 +89,7 @@ def test_nesting_is_one_permutation_whatever_the_chunking():
     assert abs(int(np.count_nonzero(whole[: n // 2] < n // 2)) - n // 4) < 4 * np.sqrt(n / 16)
 
 
-def test_chunking_does_not_change_the_fit(data):
+def test_chunking_does_not_change_the_fit(data, input_chunks):
     kw = dict(algo="nmbatch", n_clusters=8, init="first-k", batch_size=150, rho=10.0, tol=0.0, max_iter=40,
               random_state=1, client="in-process")
     one = dask_clust.fit(da.from_array(data, chunks=(3000, 4)), **kw)

@@ -99,4 +99,8 @@ def test_labels_are_kept_not_the_training_data():
     np.testing.assert_array_equal(est.labels_, before)
     assert len(np.unique(before)) == 8
     size = len(pickle.dumps(est))
-    assert size < 2_000_000, size   # the labels (1.6 MB of int32) and the centres
+    assert size < 1_000_000, size   # the labels (400 kB as uint8 in the pickle) and the centres
+    again = pickle.loads(pickle.dumps(est))
+    assert again.labels_.dtype == np.int32
+    np.testing.assert_array_equal(again.labels_, before)
+    np.testing.assert_array_equal(again.predict(X[:1000]), est.predict(X[:1000]))

@@ -44,7 +44,7 @@ def test_nan_inf_reported_with_chunk_and_row(value):
     Xb = X.copy()
     Xb[137, 2] = value
     # chunks of 20 rows (kept: within the configured bounds): row 137 is row 17 of chunk 6
-    with dask.config.set({"dask_clust.min-chunk-bytes": "200B"}), \
+    with dask.config.set({"dask_clust.min-chunk-bytes": "200B", "dask_clust.chunking": "input"}), \
             pytest.raises(InputError, match=r"NaN or infinity at row 137 \(chunk 6, row 17 of the chunk\)"):
         dask_clust.fit(da.from_array(Xb, chunks=(20, 3)), n_clusters=2, client="in-process")
 
@@ -100,6 +100,22 @@ def test_every_constraint_rejects_a_generated_bad_value(algo, name, constraint):
 def test_every_parameter_has_constraints():
     for spec in REGISTRY.values():
         assert set(spec.config.constraints) == {f.name for f in fields(spec.config)}
+
+
+def test_every_parameter_has_a_meaning_in_the_docstring_and_the_cli_help():
+    from dask_clust._params import describe
+    from dask_clust.cli import build_parser
+
+    parser = build_parser(["fit"])
+    fit_help = " ".join(parser._subparsers._group_actions[0].choices["fit"].format_help().split())
+    for spec in REGISTRY.values():
+        doc = getattr(dask_clust, spec.estimator).__doc__
+        for f in fields(spec.config):
+            meaning = describe(spec.config, f.name)
+            assert meaning, (spec.name, f.name)
+            assert meaning.split(":")[0].split(" (")[0][:30] in " ".join(doc.split()), (spec.name, f.name)
+            flag = "--" + f.name.replace("_", "-") + " VALUE"
+            assert flag in fit_help and f"{spec.name}: {f.default!r}" in fit_help, (spec.name, f.name)
 
 
 @pytest.mark.parametrize("bad,msg", [

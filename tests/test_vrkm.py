@@ -20,7 +20,7 @@ def _one_chunk(X):
 
 
 @pytest.mark.parametrize("variant", ["vrkm++", "vrkm"])
-def test_one_chunk_equals_sequential_reference(data, variant):
+def test_one_chunk_equals_sequential_reference(data, variant, input_chunks):
     k, eta, rs = 6, 0.02, 5
     init = data[[0, 100, 200, 300, 400, 500]].astype(np.float64)
     m = dask_clust.fit(_one_chunk(data), algo="vrkm", variant=variant, n_clusters=k, init=init, learning_rate=eta,
@@ -66,7 +66,7 @@ def test_empty_cluster_keeps_its_centre(data):
     np.testing.assert_array_equal(m.cluster_centers_[5], far)  # no row, no step ever reaches it
 
 
-def test_many_chunks_approximate_one(data):
+def test_many_chunks_approximate_one(data, input_chunks):
     kw = dict(algo="vrkm", n_clusters=6, init=data[:6].astype(np.float64), max_epochs=10, random_state=1,
               client="in-process")
     one = dask_clust.fit(_one_chunk(data), **kw)

@@ -19,13 +19,23 @@ class AlgorithmSpec:
 REGISTRY = {}
 
 
+def final_pass(engine, centers):
+    """The exact QE of the returned centres over all rows and its distance evaluations (one pass)."""
+    from ..engine import progress
+    from ..lloyd import quantization_error
+
+    with progress.phase("final pass (QE of all rows)", 1, "pass") as shown:
+        qe, evals = quantization_error(engine, centers)
+        shown.update()
+    return qe, evals
+
+
 def finish(engine, centers, loop, distance_evals, extras, converged=None):
     """A fit's ``FitResult``: its objective is the exact QE of the returned centres over all rows (one
     pass), whatever the algorithm optimised on the way."""
     from ..engine import FitResult
-    from ..lloyd import quantization_error
 
-    qe, qe_evals = quantization_error(engine, centers)
+    qe, qe_evals = final_pass(engine, centers)
     return FitResult(centers, qe, loop.n_iter, loop.converged if converged is None else converged,
                      int(distance_evals) + qe_evals, loop.history, extras)
 

@@ -12,9 +12,9 @@ import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..coreset import working_set
-from ..lloyd import lloyd, quantization_error
+from ..lloyd import lloyd
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, register
+from . import AlgorithmSpec, final_pass, register
 
 
 @dataclass
@@ -41,6 +41,13 @@ class KMeansConfig:
         "coreset_size": [Interval(numbers.Integral, 1, None), NoneOK()],
     }
 
+    docs: ClassVar = {
+        "tol": "Stop when the centres' total squared shift is at most tol times the mean feature variance "
+               "(scikit-learn's rule).",
+        "coreset_size": "Rows of a lightweight coreset (Bachem et al., KDD 2018) to seed and iterate on (the "
+                        "vc-GMM paper's LWCS baseline); None uses all rows. objective_ is the QE over all rows.",
+    }
+
 
 def fit(engine, cfg, entropy, loop):
     """Seed, then Lloyd to convergence; with ``coreset_size`` both run on a lightweight coreset (the
@@ -56,7 +63,7 @@ def fit(engine, cfg, entropy, loop):
     result.extras = {"seeding_distance_evals": int(seed_evals)}
     if cfg.coreset_size is not None:
         coreset_qe = result.objective
-        result.objective, qe_evals = quantization_error(engine, result.centers)
+        result.objective, qe_evals = final_pass(engine, result.centers)
         result.distance_evals += qe_evals
         result.extras.update(coreset_size_=cfg.coreset_size, coreset_objective=coreset_qe)
     return result

@@ -44,6 +44,14 @@ class MiniBatchConfig:
         "tol": [Interval(numbers.Real, 0, None, "left")],
     }
 
+    docs: ClassVar = {
+        "max_iter": "Most mini-batches.",
+        "max_no_improvement": "Stop when the smoothed batch inertia has not improved for this many batches "
+                              "(scikit-learn's rule); None disables the rule.",
+        "tol": "Stop when the centres' total squared shift over a batch is at most tol times the mean feature "
+               "variance; 0 disables the rule.",
+    }
+
 
 def _batch_step(chunk, params):
     """Step 3 on the chunk's share of the batch (repeats counted): (Σ w x, Σ w, Σ w d², evaluations)."""

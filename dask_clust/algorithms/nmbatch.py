@@ -64,6 +64,22 @@ class NMBatchConfig:
         "tol": [Interval(numbers.Real, 0, None, "left")],
     }
 
+    docs: ClassVar = {
+        "init": "As k-means' init, plus 'first-k': the first n_clusters rows of the nesting order (the "
+                "paper's protocol).",
+        "batch_size": "b0, the first nested batch; batches double from it up to all rows.",
+        "rho": "Doubling threshold: the batch doubles when every centre's displacement is below its "
+               "standard error divided by rho.",
+        "rho_mode": "Standard error of the doubling test: 'paper' sqrt(sse/(v(v-1))), or 'reference' "
+                    "sqrt(sse/(v-1)) as in the authors' eakmeans code.",
+        "bounds": "Distance bounds kept per row: 'elkan' (k per row, N*k*4 bytes), 'hamerly' (one per row) or "
+                  "'auto' (Elkan when it fits each partition's budget).",
+        "bounds_memory": "Bytes of Elkan bounds a partition may hold under bounds='auto' (None: a quarter of "
+                         "its worker's memory).",
+        "max_iter": "Most rounds (one assignment pass over the current batch each).",
+        "tol": "Once the batch is all rows, stop when the objective changes by less than tol (relative).",
+    }
+
 
 # ---------------------------------------------------------------- per-chunk steps
 

@@ -29,7 +29,7 @@ from ..engine.data import InputError, stream
 from ..kernels.backward_euler import backward_euler_step
 from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, register
+from . import AlgorithmSpec, final_pass, register
 
 # centres beyond this many times the data's largest magnitude have left the data: the iteration diverged
 ESCAPE = 1e3
@@ -57,6 +57,18 @@ class SBEConfig:
         "step_size": [Interval(numbers.Real, 0, None, "neither")],
         "decay": [Interval(numbers.Real, 0, 1, "right")],
         "eval_every": [Interval(numbers.Integral, 1, None)],
+    }
+
+    docs: ClassVar = {
+        "init": "As k-means' init; 'random' (distinct rows) is the paper's protocol.",
+        "batch_size": "Rows per mini-batch of the inner fixed-point iteration.",
+        "omaxit": "Outer (backward Euler) steps.",
+        "imaxit": "Mini-batches per outer step (inner fixed-point iterations).",
+        "alpha": "Averaging weight of the inner iterates: z <- alpha z + (1 - alpha) y.",
+        "step_size": "First step gamma0 = step_size * n_clusters (a dimensionless step of about step_size "
+                     "per balanced cluster).",
+        "decay": "gamma is multiplied by decay after every outer step.",
+        "eval_every": "Compute the objective on all rows every this many outer steps (and after the last).",
     }
 
 
@@ -96,7 +108,7 @@ def fit(engine, cfg, entropy, loop):
         loop.record(f, evals, None, centers=x, gamma=gamma)
         gamma *= cfg.decay
     if not qe_of_x:  # stopped between evaluations
-        qe, e = quantization_error(engine, x)
+        qe, e = final_pass(engine, x)
         evals_total += e
     # the paper runs omaxit outer steps and has no convergence test: converged_ is False
     return FitResult(x, qe, loop.n_iter, False, evals_total, loop.history,

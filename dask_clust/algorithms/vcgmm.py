@@ -36,9 +36,8 @@ from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
 from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
                                  truncated_search)
-from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, register
+from . import AlgorithmSpec, final_pass, register
 
 # rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB
 BLOCK_ROWS = 1 << 16
@@ -70,6 +69,18 @@ class VarGMMConfig:
         "n_init_esteps": [Interval(numbers.Integral, 0, None)],
     }
 
+    docs: ClassVar = {
+        "n_clusters": "Number of Gaussian components C (equal priors, one shared variance).",
+        "G": "Size of each cluster's neighbourhood G_c, from which the rows' search spaces are built.",
+        "n_truncated": "C', the clusters each row's truncated posterior covers (None: G).",
+        "init": "As k-means' init; 'afkmc2' is the paper's.",
+        "extra_random": "Add one uniformly random cluster to every row's search space (the paper's variant "
+                        "that can escape poor neighbourhoods).",
+        "tol": "Stop when the free energy changes by less than tol (relative), from the 2nd iteration.",
+        "max_iter": "Most EM iterations.",
+        "n_init_esteps": "E-steps run before the first M-step to settle the search spaces (paper, Suppl. F).",
+    }
+
 
 @dataclass
 class VCGMMConfig(VarGMMConfig):
@@ -77,6 +88,9 @@ class VCGMMConfig(VarGMMConfig):
 
     constraints: ClassVar = {**VarGMMConfig.constraints,
                              "coreset_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()]}
+    docs: ClassVar = {**VarGMMConfig.docs,
+                      "coreset_size": "Rows N' of the lightweight coreset the EM runs on: 'auto' is the paper's "
+                                      "min(N, max(2^15, 64 C)), None runs on all rows (var-GMM-S)."}
 
 
 # ---------------------------------------------------------------- per-chunk steps
@@ -279,7 +293,7 @@ def fit(engine, cfg, entropy, loop):
         phases["seeding"] = time.perf_counter() - t
         mu, sigma2, f, em_evals = truncated_em(work, mu, cfg, entropy, loop, phases)
     t = time.perf_counter()
-    qe, qe_evals = quantization_error(engine, mu)
+    qe, qe_evals = final_pass(engine, mu)
     phases["final_qe"] = time.perf_counter() - t
     extras = {"sigma2_": float(sigma2), "free_energy_": float(f), "coreset_size_": size,
               "G_": min(cfg.G, cfg.n_clusters), "n_truncated_": min(cfg.n_truncated or cfg.G, cfg.n_clusters),

@@ -57,6 +57,15 @@ class VRKMConfig:
         "tol": [Interval(numbers.Real, 0, None, "left")],
     }
 
+    docs: ClassVar = {
+        "variant": "'vrkm++' (Alg. 4, with position correction only) or 'vrkm' (Alg. 3, with the batch "
+                   "gradient correction).",
+        "learning_rate": "eta, the constant step of the variance-reduced updates (None: n_clusters / n_samples).",
+        "epoch_size": "T, single-row steps per epoch: an int, a fraction of the rows in (0, 1], or None (all rows).",
+        "max_epochs": "Most epochs (one full assignment pass plus T steps each).",
+        "tol": "Stop when an epoch's QE changes by less than tol (relative).",
+    }
+
 
 # ---------------------------------------------------------------- per-chunk steps
 

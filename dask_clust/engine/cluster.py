@@ -8,8 +8,13 @@ is lost, rule 1).
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib.util
 import logging
+import multiprocessing
 import os
+import signal
+import tempfile
+import threading
 import time
 
 import cloudpickle
@@ -20,7 +25,7 @@ from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
 
-from . import config
+from . import config, progress
 from .data import ArraySource, FutureSource, row_starts
 from .partition import Call, Chunk, Partition, remote_call, remote_run, routed_rows
 
@@ -156,11 +161,19 @@ class ActorBackend:
                 futs = self._load(ids, addr)
                 self.data.append(futs)
                 pending.append(self._spawn(len(pending), ids, addr, futs, workers[addr]))
+        if progress.enabled() and not self.streaming:
+            for _ in distributed.as_completed([f for futs in self.data for f in futs]):
+                progress.advance()
         for f in pending:
             f.result()
         self._actor_futures = pending   # held so that Dask keeps the actors
         self.n_workers = len(pending)
         self.threads = sum(workers[a] for a, _ in self.placement)
+        cluster_threads = sum(workers.values())
+        if n < 2 * cluster_threads and source.nbytes >= 2 * cluster_threads * config.get_bytes("min-chunk-bytes"):
+            logger.warning("%d chunks for %d worker threads: some threads will idle. The chunking follows the data's "
+                           "size, not the cluster, so that the model is the same on any cluster; set "
+                           "dask_clust.min-chunks to %d for this cluster", n, cluster_threads, 2 * cluster_threads)
         self.n_rebuilds = 0
 
     # -- placement
@@ -452,35 +465,107 @@ def backend_for(source, client, entropy):
             yield backend
             return
         if isinstance(client, str):
-            client = stack.enter_context(distributed.Client(client))
+            client = stack.enter_context(connect(client))
         if client is None:
             client = _current_client()
         if client is None and source.in_memory and source.nbytes <= config.get_bytes("in-process-bytes"):
             backend = InProcessBackend(source, entropy)
         else:
             if client is None:
-                workers, threads = local_cluster_size()
-                logger.info("starting a LocalCluster with %d workers x %d threads", workers, threads)
-                cluster = stack.enter_context(distributed.LocalCluster(
-                    n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=":0"))
-                client = stack.enter_context(distributed.Client(cluster))
-                logger.info("dashboard: %s", client.dashboard_link)
+                client = stack.enter_context(connect())
             backend = ActorBackend(client, source, entropy)
         stack.callback(backend.close)
         yield backend
 
 
+class SchedulerUnreachable(OSError):
+    """No scheduler answered at the address given."""
+
+
+class UnguardedScript(RuntimeError):
+    """A script without an ``if __name__ == "__main__":`` guard started a LocalCluster."""
+
+
+UNGUARDED = ("dask_clust started a LocalCluster, whose worker processes re-run this script's top level (Python's "
+             "multiprocessing 'spawn' rule): put the script's code under `if __name__ == \"__main__\":`")
+_SPAWN_FLAG = "DASK_CLUST_UNGUARDED_FLAG"
+
+
+def _leave_if_bootstrapping():
+    """In a worker process that is importing an unguarded script as ``__mp_main__``, the script's call to
+    dask_clust must not start another cluster: leave quietly, telling the parent why (it raises)."""
+    if not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return
+    flag = os.environ.get(_SPAWN_FLAG)
+    if flag:
+        open(flag, "w").close()
+    raise SystemExit(1)
+
+
+@contextlib.contextmanager
+def _local_cluster(n_workers, threads_per_worker):
+    _leave_if_bootstrapping()
+    with tempfile.TemporaryDirectory(prefix="dask-clust-") as tmp:
+        flag = os.path.join(tmp, "unguarded")
+        before = os.environ.get(_SPAWN_FLAG)
+        os.environ[_SPAWN_FLAG] = flag
+        quiet = logging.getLogger("distributed")
+        level = quiet.level
+        main = threading.current_thread() is threading.main_thread()
+        # worker processes inherit an ignored SIGINT: Ctrl-C interrupts the driver, which shuts them down,
+        # instead of every worker printing its own KeyboardInterrupt traceback
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            # the nannies' start-up errors are reported below, in one line, when the cause is known
+            quiet.setLevel(logging.CRITICAL)
+            try:
+                cluster = distributed.LocalCluster(
+                    n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
+                    dashboard_address="127.0.0.1:0")
+            finally:
+                quiet.setLevel(level)
+                if main:
+                    signal.signal(signal.SIGINT, handler)
+        except Exception:
+            if os.path.exists(flag):
+                raise UnguardedScript(UNGUARDED) from None
+            raise
+        finally:
+            if before is None:
+                os.environ.pop(_SPAWN_FLAG, None)
+            else:
+                os.environ[_SPAWN_FLAG] = before
+        with cluster:
+            yield cluster
+
+
+def dashboard_link(client):
+    """The scheduler's dashboard address when its pages can be served (bokeh installed), else None."""
+    if importlib.util.find_spec("bokeh") is None:
+        return None
+    return client.dashboard_link
+
+
 @contextlib.contextmanager
 def connect(address=None, n_workers=None, threads_per_worker=None):
     """A client made current for the block: to the scheduler at ``address``, or to a LocalCluster
-    started here (sized to the machine unless given) and closed afterwards. For the CLI and benchmarks."""
+    started here (sized to the machine unless given; scheduler and dashboard on loopback) and closed
+    afterwards."""
     with contextlib.ExitStack() as stack:
         if address:
-            client = stack.enter_context(distributed.Client(address))
+            timeout = config.get("connect-timeout")
+            try:
+                client = stack.enter_context(distributed.Client(address, timeout=timeout))
+            except (OSError, asyncio.TimeoutError) as exc:
+                raise SchedulerUnreachable(f"no Dask scheduler answered at {address} within {timeout} "
+                                           f"({type(exc).__name__})") from None
         else:
             workers, threads = local_cluster_size()
-            cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=n_workers or workers, threads_per_worker=threads_per_worker or threads, processes=True,
-                dashboard_address=":0"))
+            logger.info("starting a LocalCluster with %d workers x %d threads", workers, threads)
+            cluster = stack.enter_context(_local_cluster(n_workers or workers, threads_per_worker or threads))
             client = stack.enter_context(distributed.Client(cluster))
+        link = dashboard_link(client)
+        logger.info("dashboard: %s", link or "(pip install 'bokeh>=3.1' to serve it)")
+        if link and progress.enabled():
+            progress.note(f"dashboard: {link}")
         yield client

@@ -5,11 +5,17 @@ import dask
 from dask.utils import parse_bytes
 
 DEFAULTS = {
-    # row chunks: target size, and the bounds within which a dask input's own chunks are kept
+    # row chunks: "auto" chunks every input by its size alone (``auto_chunk_rows``), so a .npy file, a
+    # parquet dataset, a zarr store and a dask array of the same rows give the same chunks, hence the
+    # same model; "input" keeps a dask input's own row chunks when they are within the size bounds
+    "chunking": "auto",
+    # target size of a chunk, and the bounds within which "input" keeps a dask input's chunks
     "chunk-bytes": "128MiB",
     "min-chunk-bytes": "4MiB",
     "max-chunk-bytes": "256MiB",
-    # a default chunking gives at least this many chunks, so small data still uses every thread
+    # a default chunking gives at least this many chunks (of at least min-chunk-bytes), so small data
+    # still gives every thread work: 2 chunks per thread up to 8 threads. The chunking does not follow
+    # the cluster (rule 5: the same model on any number of workers); raise this for larger clusters
     "min-chunks": 16,
     # rows per chunk of a working set (a coreset) held in-process: chunks are the unit of threading,
     # and this fixed size keeps the model independent of the machine (rule 5)
@@ -29,6 +35,8 @@ DEFAULTS = {
     "model-bytes": "512MiB",
     # how long to wait for the scheduler to confirm a lost worker after a communication error
     "lost-worker-timeout": "10s",
+    # how long to wait for a scheduler given by address (``client="tcp://..."``, ``--scheduler``)
+    "connect-timeout": "10s",
 }
 
 

@@ -188,7 +188,10 @@ def _open_path(path):
     if not os.path.exists(path):
         raise InputError(f"Input path does not exist: {path}")
     if path.endswith(".npy"):
-        return np.load(path, mmap_mode="r")
+        try:
+            return np.load(path, mmap_mode="r")
+        except ValueError as exc:   # an object array (pickled Python objects) cannot be mapped, nor trusted
+            raise InputError(f"Cannot read {path}: {exc} (a .npy input must hold a numeric array)") from None
     if path.endswith(".parquet") or (os.path.isdir(path) and any(f.endswith(".parquet") for f in os.listdir(path))):
         import dask.dataframe as dd
 
@@ -207,10 +210,30 @@ def _open_path(path):
     return da.from_zarr(path, component=arrays[0])
 
 
-def _numeric_frame_columns(columns, dtypes):
-    bad = [str(c) for c, t in zip(columns, dtypes) if getattr(t, "kind", "O") not in "biuf"]
+def _frame_dtype(frame):
+    """The float dtype a DataFrame's columns become (float32 only when every column is float32), after
+    refusing non-numeric columns by name. Bool and nullable (NA-capable) numeric columns are numbers."""
+    bad = [str(c) for c, t in frame.dtypes.items() if getattr(t, "kind", "O") not in "biuf"]
     if bad:
         raise InputError(f"Input must be numeric; non-numeric columns: {bad}")
+    if all(np.dtype(getattr(t, "numpy_dtype", t)) == np.float32 for t in frame.dtypes):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def _refuse_missing(frame, where=""):
+    """Nullable columns' NA (pandas' missing value) named by column and row, instead of a NaN found later."""
+    for c, t in frame.dtypes.items():
+        if getattr(t, "na_value", None) is not None and not isinstance(t, np.dtype):
+            missing = frame[c].isna().to_numpy()
+            if missing.any():
+                raise InputError(f"Column {str(c)!r} has a missing value (NA) at row {int(np.argmax(missing))}{where}: "
+                                 "fill or drop missing values first")
+    return frame
+
+
+def _checked_partition(frame, partition_info=None):
+    return _refuse_missing(frame, f" of partition {partition_info['number']}" if partition_info else "")
 
 
 def as_array(X):
@@ -221,13 +244,14 @@ def as_array(X):
     if mod.startswith("pandas"):
         if X.ndim != 2:
             raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got a pandas object with {X.ndim} dimension(s)")
-        _numeric_frame_columns(X.columns, X.dtypes)
-        return X.to_numpy()
+        dtype = _frame_dtype(X)
+        return _refuse_missing(X).to_numpy(dtype=dtype)
     if mod.startswith("dask.dataframe") or mod.startswith("dask_expr"):
         if getattr(X, "ndim", 2) != 2:
             raise InputError("Expected a 2-D input; got a dask Series")
-        _numeric_frame_columns(X.columns, X.dtypes)
-        return X.to_dask_array(lengths=True)
+        dtype = _frame_dtype(X)
+        checked = X.map_partitions(_checked_partition, meta=X._meta)
+        return checked.astype(dtype).to_dask_array(lengths=True)
     if isinstance(X, da.Array):
         return X
     return _dense(X)
@@ -251,7 +275,7 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
     weights = _check_weights(sample_weight, n)
     if isinstance(X, da.Array):
         X = X.astype(dtype) if X.dtype != dtype else X
-        if chunk_rows is not None or not _chunks_ok(X):
+        if chunk_rows is not None or config.get("chunking") != "input" or not _chunks_ok(X):
             X = X.rechunk({0: rows, 1: -1})
         elif len(X.chunks[1]) > 1:
             X = X.rechunk({1: -1})
@@ -265,7 +289,7 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
 
 
 def _chunks_ok(X):
-    """Keep a dask input's row chunks when each is within the configured size bounds."""
+    """Under ``chunking="input"``: keep a dask input's row chunks when each is within the size bounds."""
     row_bytes = X.shape[1] * X.dtype.itemsize
     sizes = np.asarray(X.chunks[0]) * row_bytes
     lo, hi = config.get_bytes("min-chunk-bytes"), config.get_bytes("max-chunk-bytes")

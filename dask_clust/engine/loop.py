@@ -4,11 +4,13 @@ Convergence is the algorithm's decision (its tol rule); the loop records, report
 ``history`` holds one dict per iteration with fixed keys — iteration, objective, wall_s,
 distance_evals, changed — plus algorithm-specific extras (STYLE row 12).
 """
+import contextlib
 import logging
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import TypedDict
+
+from . import progress as progress_
 
 logger = logging.getLogger("dask_clust")
 
@@ -53,7 +55,8 @@ class StopFit(Exception):
 
 
 class Loop:
-    """``for it in Loop(...): ...; loop.record(...)``; ``loop.converged = True`` then break."""
+    """``for it in Loop(...): ...; loop.record(...)``; ``loop.converged = True`` then break.
+    ``progress``: show the iterations as a phase (``engine.progress``; a fit's own loop, not a seeder's)."""
 
     def __init__(self, name, max_iter, *, callback=None, progress=False):
         self.name = name
@@ -64,16 +67,16 @@ class Loop:
         self.converged = False
         self.stopped = False
         self._t = None
+        self._shown = progress_.SILENT
 
     def __iter__(self):
-        for it in range(self.max_iter):
-            self._t = time.perf_counter()
-            yield it
-            if self.converged or self.stopped:
-                break
-        if self.progress:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        with (progress_.phase(f"{self.name} iterations", self.max_iter, "it") if self.progress
+              else contextlib.nullcontext(progress_.SILENT)) as self._shown:
+            for it in range(self.max_iter):
+                self._t = time.perf_counter()
+                yield it
+                if self.converged or self.stopped:
+                    break
 
     @property
     def n_iter(self):
@@ -90,10 +93,7 @@ class Loop:
         self.history.append(rec)
         logger.debug("%s iteration %d: objective %.6g, %.3f s, %d distance evaluations, changed %s",
                      self.name, rec["iteration"], rec["objective"], rec["wall_s"], rec["distance_evals"], changed)
-        if self.progress:
-            sys.stderr.write(f"\r{self.name}: iteration {rec['iteration']}/{self.max_iter}  "
-                             f"objective {rec['objective']:.6g}  {rec['wall_s'] * 1000:.0f} ms/it   ")
-            sys.stderr.flush()
+        self._shown.update(1, objective=f"{rec['objective']:.6g}")
         if self.callback is not None:
             try:
                 self.callback(rec if centers is None else {**rec, "centers": centers})

@@ -31,6 +31,7 @@ whatever the number of chunks or workers (a ``Rows`` field excepted: its size is
 """
 import contextlib
 import itertools
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ class Summary:
 
 
 NO_ROW = np.iinfo(np.int64).max
+# log2 of the largest sum a fit may form: float64's range (2^1023) less the fixed-point grid's headroom
+MAX_EXPONENT = 960
 # the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|,
 # the first non-finite row and the first chunk with a bad weight
 SUMMARY = (Sum(), Fold(), Fold(), Fold(), Max(), Min(), Min())
@@ -145,6 +148,10 @@ class Engine:
                              f"(rows {self.source.starts[bad_w]}..{self.source.starts[bad_w + 1] - 1})")
         if not total_w > 0:
             raise InputError("sample_weight must have a positive sum; got weights that are all zero")
+        # every exact sum is bounded by W·D·(2 max|x| + 1)² (``fixed_top_exponent``): it must be a float64
+        if math.log2(max(total_w, 1.0)) + math.log2(self.n_features) + 2 * math.log2(2 * max_abs + 1) > MAX_EXPONENT:
+            raise InputError(f"Input values reach {max_abs:.3g} in magnitude: sums of squared distances over these "
+                             "rows would overflow float64; rescale the data (e.g. scikit-learn's StandardScaler)")
         mean = sums / n
         var = np.maximum(sumsq / n - mean * mean, 0.0)
         return Summary(n, total_w, mean, var, max_abs)

@@ -1,0 +1,105 @@
+"""Where results are written: every output path checked before any work, the labels' format taken from
+the suffix, and every output written beside its place under a temporary name and moved into place only
+once complete, so a failure leaves the old output (or nothing) and never a partial one that looks valid."""
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+
+from .engine.data import InputError
+
+LABEL_FORMATS = (".npy", ".parquet", ".zarr")
+
+
+def _kind_of_dir(path):
+    """"model", "zarr", "parquet", "empty" or None (a directory of something else)."""
+    names = os.listdir(path)
+    if not names:
+        return "empty"
+    if "model.json" in names:
+        return "model"
+    if {"zarr.json", ".zarray", ".zgroup"} & set(names):
+        return "zarr"
+    if all(n.endswith(".parquet") or n in ("_metadata", "_common_metadata") for n in names):
+        return "parquet"
+    return None
+
+
+def _check_writable(path, what):
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputError(f"{what} {path}: the directory {parent} does not exist")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".dask-clust-probe-"))
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+
+
+def check_labels_path(path, what="labels output"):
+    """Refuse, before any work, a labels path whose format is unknown or that cannot be written, and
+    an existing path that is not a labels output of the same kind (it would be replaced)."""
+    path = os.fspath(path)
+    suffix = os.path.splitext(path.rstrip("/"))[1].lower()
+    if suffix not in LABEL_FORMATS:
+        raise InputError(f"{what} {path}: the format follows the suffix; use one of {', '.join(LABEL_FORMATS)}")
+    if os.path.isdir(path) and (suffix == ".npy" or _kind_of_dir(path) not in (suffix[1:], "empty")):
+        raise InputError(f"{what} {path}: exists and is not a {suffix[1:]} output; refusing to replace it")
+    if os.path.isfile(path) and suffix != ".npy":
+        raise InputError(f"{what} {path}: exists and is a file, not a {suffix[1:]} directory")
+    _check_writable(path, what)
+    return suffix
+
+
+def check_model_dir(path, what="model output"):
+    """Refuse, before any work, a model directory that cannot be written or that holds something else."""
+    path = os.fspath(path)
+    if os.path.exists(path) and not (os.path.isdir(path) and _kind_of_dir(path) in ("model", "empty")):
+        raise InputError(f"{what} {path}: exists and is not a dask_clust model directory; refusing to replace it")
+    _check_writable(path, what)
+
+
+@contextlib.contextmanager
+def replacing(path):
+    """A temporary path beside ``path`` to write into; moved onto ``path`` when the block succeeds (an
+    existing output there is replaced), removed when it fails."""
+    path = os.fspath(path).rstrip("/") or os.fspath(path)
+    parent, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(parent, f".{name}.partial-{uuid.uuid4().hex[:8]}")
+    try:
+        yield tmp
+    except BaseException:
+        _remove(tmp)
+        raise
+    if os.path.isdir(path) and not os.path.islink(path):
+        old = tmp + "-old"
+        os.rename(path, old)
+        os.rename(tmp, path)
+        _remove(old)
+    else:
+        os.replace(tmp, path)
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def write_labels(labels, path):
+    """Compute the lazy ``labels`` into ``path`` (.npy, .parquet or .zarr), all or nothing."""
+    import numpy as np
+
+    suffix = check_labels_path(path)
+    with replacing(path) as tmp:
+        if suffix == ".npy":
+            with open(tmp, "wb") as f:
+                np.save(f, labels.compute())
+        elif suffix == ".parquet":
+            import dask.dataframe as dd
+
+            dd.from_dask_array(labels, columns=["label"]).to_parquet(tmp)
+        else:
+            labels.to_zarr(tmp)
+    return path

@@ -1,0 +1,89 @@
+"""Progress as a user sees it: a bar per phase on a terminal (a pseudo-terminal here), nothing by default
+in a log (CI), one line per phase when asked for there; and the README's Quick start, run as a script."""
+import fcntl
+import os
+import pathlib
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FIT = ("import numpy as np, dask_clust\n"
+       "X = np.random.default_rng(0).random((20_000, 4)).astype('float32')\n"
+       "dask_clust.fit(X, algo='vcgmm', n_clusters=5, random_state=0{progress})\n"
+       "dask_clust.KMeans(5, init='k-means++', random_state=0).fit(X{progress})\n")
+# the phases of those two fits, in order
+PHASES = ["loading 20,000 x 4", "coreset of 20,000 rows", "seeding afkmc2 chains", "vcgmm iterations",
+          "final pass", "loading 20,000 x 4", "seeding k-means++", "kmeans iterations", "labels of the training rows"]
+
+
+def on_a_terminal(argv, cwd=None, timeout=600):
+    """Run argv with stderr on a pseudo-terminal; returns (status, what the terminal showed)."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))   # a 100-column terminal
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal, cwd=cwd)
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            data = os.read(controller, 65536)
+        except OSError:   # EIO: every writer closed the terminal
+            break
+        if not data:
+            break
+        shown += data
+    os.close(controller)
+    return proc.wait(timeout=timeout), shown.decode(errors="replace")
+
+
+def in_order(text, names):
+    at = 0
+    for name in names:
+        at = text.find(name, at)
+        if at < 0:
+            return False
+        at += len(name)
+    return True
+
+
+def test_no_progress_in_a_log_by_default():
+    proc = subprocess.run([sys.executable, "-c", FIT.format(progress="")], capture_output=True, text=True, check=True)
+    assert "\r" not in proc.stderr and "iterations" not in proc.stderr, proc.stderr
+
+
+def test_progress_asked_for_in_a_log_is_one_line_per_phase():
+    proc = subprocess.run([sys.executable, "-c", FIT.format(progress=", progress=True")], capture_output=True,
+                          text=True, check=True)
+    assert "\r" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == len(PHASES) and all(line.startswith(p) for line, p in zip(lines, PHASES)), lines
+    assert re.match(r"vcgmm iterations: \d+/300 it in [\d.]+ s, objective -?[\d.e+]+$", lines[3]), lines[3]
+
+
+def test_a_terminal_shows_a_bar_per_phase():
+    status, shown = on_a_terminal([sys.executable, "-c", FIT.format(progress="")])
+    assert status == 0, shown
+    assert "\r" in shown and "%|" in shown, shown   # tqdm's bars, redrawn in place
+    assert in_order(shown, PHASES), shown
+
+
+def quickstart(rows):
+    """The README's Quick start block, at ``rows`` rows instead of its stated 1M."""
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"## Quick start.*?```python\n(.*?)```", text, re.S).group(1)
+    assert "make_blobs(1_000_000, 32, 100" in code and 'if __name__ == "__main__":' in code
+    return code.replace("make_blobs(1_000_000,", f"make_blobs({rows:_},")
+
+
+def test_readme_quick_start_runs_as_a_script_with_progress(tmp_path):
+    (tmp_path / "quickstart.py").write_text(quickstart(20_000))
+    status, shown = on_a_terminal([sys.executable, "quickstart.py"], cwd=tmp_path)
+    assert status == 0, shown
+    assert in_order(shown, ["loading 20,000 x 32", "seeding k-means||", "kmeans iterations",
+                            "loading 20,000 x 32", "coreset of 20,000 rows", "seeding afkmc2 chains",
+                            "vcgmm iterations", "final pass", "loading 20,000 x 32", "seeding k-means||",
+                            "kmeans iterations", "labels of the training rows"]), shown
+    assert "Traceback" not in shown and (tmp_path / "model" / "model.json").exists()
