@@ -1,7 +1,10 @@
 """Command line: ``dask-clust fit | predict | demo | bench``.
 
-Algorithm flags are generated from the registry's config dataclasses. Bad input exits with status 2
-and one line on stderr; an unexpected failure exits with 1 and its traceback.
+Algorithm flags are generated from the registry's config dataclasses (their help is each parameter's
+meaning and every algorithm's default). Bad input, including an output path that cannot be written or an
+unreachable scheduler, exits with status 2 and one line on stderr before any work; Ctrl-C exits with 130
+and one line; an unexpected failure exits with 1 and its traceback. Heavy modules (numba, dask,
+scikit-learn) are imported only by the command that runs, so ``--help`` and ``--version`` answer at once.
 """
 import argparse
 import ast
@@ -9,25 +12,29 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import statistics
 import sys
 import time
-from dataclasses import fields
-
-import numpy as np
-
-from . import algorithms, api
-from ._params import InvalidParameterError
-from .engine.cluster import connect
-from .engine.data import InputError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+COMMANDS = ("fit", "predict", "demo", "bench")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (status 2) that points at --help."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _value(text):
     """A flag value: a Python literal (int, float, None, tuple) or, failing that, the text itself;
     a path ending in .npy is loaded (an initial-centres array for ``--init``)."""
     if text.endswith(".npy") and os.path.exists(text):
+        import numpy as np
+
         return np.load(text, allow_pickle=False)
     try:
         return ast.literal_eval(text)
@@ -35,41 +42,45 @@ def _value(text):
         return text
 
 
+def _positive_int(text):
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {value}")
+    return value
+
+
 def _algorithm_flags(parser):
+    """One flag per parameter of any registered algorithm, its help the parameter's meaning and defaults."""
+    from dataclasses import MISSING, fields
+
+    from . import algorithms
+    from ._params import describe
+
     seen = {}
     for spec in algorithms.REGISTRY.values():
         for f in fields(spec.config):
-            seen.setdefault(f.name, []).append(spec.name)
-    group = parser.add_argument_group("algorithm parameters (from the registry; defaults are each algorithm's)")
-    for name, algos in sorted(seen.items()):
+            default = f.default if f.default is not MISSING else f.default_factory()
+            seen.setdefault(f.name, []).append((spec, default))
+    group = parser.add_argument_group("algorithm parameters (from the registry; each algorithm has its own default)")
+    for name, uses in sorted(seen.items()):
         flags = ["-k", "--n-clusters"] if name == "n_clusters" else ["--" + name.replace("_", "-")]
-        group.add_argument(*flags, dest="p_" + name, type=_value, default=None, metavar="VALUE",
-                           help=f"{name} (for {', '.join(algos)})")
+        defaults = "; ".join(f"{spec.name}: {default!r}" for spec, default in uses)
+        meaning = describe(uses[0][0].config, name)
+        group.add_argument(*flags, dest="p_" + name, type=_value, default=argparse.SUPPRESS, metavar="VALUE",
+                           help=f"{meaning} Default {defaults}.".replace("%", "%%"))
+    return algorithms
 
 
 def _params(args):
     return {k[2:]: v for k, v in vars(args).items() if k.startswith("p_") and v is not None}
 
 
-@contextlib.contextmanager
-def _client(address):
-    """A client for --scheduler, kept current for the whole command so lazy outputs compute there."""
-    if not address:
-        yield None
-        return
-    with connect(address) as client:
-        yield client
-
-
-def _write_labels(labels, path):
-    if path.endswith(".npy"):
-        np.save(path, labels.compute())
-    elif path.endswith(".parquet"):
-        import dask.dataframe as dd
-
-        dd.from_dask_array(labels, columns=["label"]).to_parquet(path)
-    else:
-        labels.to_zarr(path, overwrite=True)
+def _progress(args):
+    """--progress / --quiet, else None: bars only when stderr is a terminal."""
+    return True if args.progress else False if args.quiet else None
 
 
 def _summary(model, wall):
@@ -79,25 +90,41 @@ def _summary(model, wall):
             "s_per_iter": statistics.median(its) if its else None, "wall_s": wall, **model.engine_}
 
 
+def _client(address):
+    from .engine.cluster import connect
+
+    return connect(address) if address else contextlib.nullcontext()
+
+
 def cmd_fit(args):
+    from . import api
+    from .outputs import check_labels_path, check_model_dir, write_labels
+
+    if args.out:
+        check_model_dir(args.out, "--out")
+    if args.labels_out:
+        check_labels_path(args.labels_out, "--labels-out")
     params = _params(args)
-    algo = args.algo
     with _client(args.scheduler) as client:
         t = time.perf_counter()
-        model = api.fit(args.input, algo, random_state=args.seed, client=client, progress=not args.quiet,
+        model = api.fit(args.input, args.algo, random_state=args.seed, client=client, progress=_progress(args),
                         **params)
         wall = time.perf_counter() - t
         if args.out:
             model.save(args.out)
         if args.labels_out:
-            _write_labels(model.predict(args.input), args.labels_out)
+            write_labels(model.predict(args.input), args.labels_out)
     print(json.dumps(_summary(model, wall)))
 
 
 def cmd_predict(args):
+    from . import api
+    from .outputs import check_labels_path, write_labels
+
+    check_labels_path(args.out, "--out")
     model = api.load(args.model)
     with _client(args.scheduler):
-        _write_labels(model.predict(args.input), args.out)
+        write_labels(model.predict(args.input), args.out)
     print(json.dumps({"model": args.model, "labels": args.out}))
 
 
@@ -111,13 +138,17 @@ def _table(rows):
 
 
 def cmd_demo(args):
+    from . import api
     from .datasets import make_blobs
+    from .engine.data import InputError
 
+    if args.k > args.n or args.true_clusters > args.n:
+        raise InputError(f"demo: -k ({args.k}) and --true-clusters ({args.true_clusters}) must be <= --n ({args.n})")
     X, _ = make_blobs(args.n, args.d, args.true_clusters, random_state=args.seed)
     print(f"dask_clust demo: k-means on {args.n:,} x {args.d} synthetic blobs ({args.true_clusters} true "
           f"clusters + 10% background), generated lazily, on a LocalCluster", flush=True)
     t = time.perf_counter()
-    model = api.fit(X, "kmeans", args.k, init="k-means||", random_state=args.seed, progress=True)
+    model = api.fit(X, "kmeans", args.k, init="k-means||", random_state=args.seed, progress=_progress(args))
     wall = time.perf_counter() - t
     its = [h["wall_s"] for h in model.history_]
     print(_table([{
@@ -130,6 +161,7 @@ def cmd_demo(args):
 
 def cmd_bench(args):
     from .bench import report, suites
+    from .engine.cluster import connect
 
     os.makedirs(args.results, exist_ok=True)
     if args.suite:
@@ -141,38 +173,58 @@ def cmd_bench(args):
         print(f"wrote {report.write(args.results, args.page, tiny=args.tiny)}", file=sys.stderr)
 
 
-def build_parser():
-    p = argparse.ArgumentParser(prog="dask-clust", description="Clustering for data too large for one machine.")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="log on stderr (-v info, -vv debug)")
-    sub = p.add_subparsers(dest="command", required=True)
+def _command(argv):
+    """The subcommand named in argv (the first word that is one), so only its flags are built."""
+    return next((a for a in argv if a in COMMANDS), None)
 
-    f = sub.add_parser("fit", help="fit a model to a .npy file, a zarr array/group or a parquet dataset")
-    f.add_argument("input")
-    f.add_argument("--algo", default="kmeans", choices=sorted(algorithms.REGISTRY))
+
+def build_parser(argv=()):
+    """The parser; the algorithm flags (which import the registry) only when argv's command is ``fit``."""
+    from . import __version__
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="log on stderr (-v info, -vv debug); accepted before or after the command")
+    p = _Parser(prog="dask-clust", description="Clustering for data too large for one machine.", parents=[common])
+    p.add_argument("--version", action="version", version=f"dask-clust {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{fit,predict,demo,bench}")
+
+    def progress_flags(parser):
+        parser.add_argument("--progress", action="store_true",
+                            help="show progress even when stderr is not a terminal (one line per phase)")
+        parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+    f = sub.add_parser("fit", parents=[common], help="fit a model to a .npy file, a zarr array/group or a parquet dataset",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    f.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
     f.add_argument("--seed", type=int, default=None, help="random_state")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
-    f.add_argument("--out", help="directory to save the model to")
-    f.add_argument("--labels-out", help="write the training labels (.npy, .parquet, or a zarr path)")
-    f.add_argument("--quiet", action="store_true", help="no progress display")
-    _algorithm_flags(f)
+    f.add_argument("--out", help="directory to save the model to (checked before the fit)")
+    f.add_argument("--labels-out", help="write the training labels here: .npy, .parquet or .zarr (by suffix)")
+    progress_flags(f)
+    if _command(argv) == "fit":
+        algorithms = _algorithm_flags(f)
+        f.add_argument("--algo", default="kmeans", choices=sorted(algorithms.REGISTRY), help="the algorithm")
     f.set_defaults(func=cmd_fit)
 
-    pr = sub.add_parser("predict", help="label rows with a saved model")
-    pr.add_argument("model")
-    pr.add_argument("input")
-    pr.add_argument("--out", required=True, help="where to write the labels (.npy, .parquet, or a zarr path)")
-    pr.add_argument("--scheduler")
+    pr = sub.add_parser("predict", parents=[common], help="label rows with a saved model")
+    pr.add_argument("model", help="a directory written by fit --out")
+    pr.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset")
+    pr.add_argument("--out", required=True, help="where to write the labels: .npy, .parquet or .zarr (by suffix)")
+    pr.add_argument("--scheduler", help="address of a running Dask scheduler (default: in-process or a LocalCluster)")
     pr.set_defaults(func=cmd_predict)
 
-    d = sub.add_parser("demo", help="fit k-means to 2M x 32 lazily generated blobs on a LocalCluster")
-    d.add_argument("--n", type=int, default=2_000_000)
-    d.add_argument("--d", type=int, default=32)
-    d.add_argument("-k", type=int, default=100)
-    d.add_argument("--true-clusters", type=int, default=100)
-    d.add_argument("--seed", type=int, default=0)
+    d = sub.add_parser("demo", parents=[common], help="fit k-means to 2M x 32 lazily generated blobs on a LocalCluster",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    d.add_argument("--n", type=_positive_int, default=2_000_000, help="rows")
+    d.add_argument("--d", type=_positive_int, default=32, help="features")
+    d.add_argument("-k", type=_positive_int, default=100, help="clusters to fit")
+    d.add_argument("--true-clusters", type=_positive_int, default=100, help="blobs generated")
+    d.add_argument("--seed", type=int, default=0, help="random_state of the data and the fit")
+    progress_flags(d)
     d.set_defaults(func=cmd_demo)
 
-    b = sub.add_parser("bench", help="benchmark suites (JSON lines) and the BENCHMARKS.md page they make")
+    b = sub.add_parser("bench", parents=[common], help="benchmark suites (JSON lines) and the BENCHMARKS.md page they make")
     b.add_argument("--suite", choices=["quick", "paper", "scaling"],
                    help="quick: every algorithm and competitor on 5 data sets (< 10 min); paper: the papers' "
                         "experiments too (< 60 min); scaling: 1 vs 2 workers and overhead vs workers")
@@ -187,19 +239,58 @@ def build_parser():
     return p
 
 
+def _bad_input(exc):
+    """Whether ``exc`` is the user's input being refused (status 2, one line), not a defect."""
+    from ._params import InvalidParameterError
+    from .engine.cluster import SchedulerUnreachable
+    from .engine.data import InputError
+    from .models import InvalidModelError
+
+    return isinstance(exc, (InputError, InvalidParameterError, InvalidModelError, SchedulerUnreachable,
+                            FileNotFoundError))
+
+
+def _one_line(exc):
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _interrupted(signum, frame):
+    """Ctrl-C: one line; the worker processes of a cluster this command started are stopped at once (they
+    ignore SIGINT, ``cluster._local_cluster``, and would log the cancelled work), then the driver unwinds
+    quietly. A second Ctrl-C leaves at once."""
+    import psutil
+
+    signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))
+    sys.stderr.write("dask-clust: interrupted\n")
+    sys.stderr.flush()
+    logging.disable(logging.CRITICAL)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    """The ``dask-clust`` command (argv None: the process's own arguments, and Ctrl-C handled as above)."""
+    if argv is None:
+        signal.signal(signal.SIGINT, _interrupted)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(getattr(args, "verbose", 0), logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("distributed").setLevel(max(level, logging.WARNING))
     try:
         args.func(args)
-    except (InputError, InvalidParameterError, FileNotFoundError) as exc:
-        print(f"dask-clust: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("dask-clust: interrupted", file=sys.stderr)
-        return 130
+        if argv is not None:
+            print("dask-clust: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if not _bad_input(exc):
+            raise
+        print(f"dask-clust: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0
 
 

@@ -1,0 +1,169 @@
+"""The command line as a user meets it: every bad input gets status 2 and one line before any work,
+Ctrl-C gets 130 and one line, outputs appear whole or not at all, and --help does not import the engine."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dask_clust.cli import build_parser
+from tests.reference.make_blobs import blobs
+
+ENV = {**os.environ, "DASK_DASK_CLUST__CONNECT_TIMEOUT": "2s"}
+
+
+def run(*argv, cwd):
+    return subprocess.run([sys.executable, "-m", "dask_clust.cli", *argv], capture_output=True, text=True,
+                          cwd=cwd, env=ENV, timeout=240)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A directory with good data, a saved model and the bad inputs of issue #16's points 6-8."""
+    d = tmp_path_factory.mktemp("cli")
+    X, _ = blobs(3000, 4, 5, seed=2)
+    np.save(d / "x.npy", X)
+    np.save(d / "object.npy", np.array([[1, "a"], [2, "b"]], dtype=object), allow_pickle=True)
+    big = X.astype(np.float64)
+    big[7, 2] = 1e300
+    np.save(d / "huge.npy", big)
+    nan = X.copy()
+    nan[2345, 1] = np.nan
+    np.save(d / "nan.npy", nan)
+    pd.DataFrame({"a": [1.0, 2.0, 3.0], "n": pd.array([1, None, 3], dtype="Int64")}).to_parquet(d / "na.parquet")
+    assert run("fit", "x.npy", "-k", "5", "--seed", "0", "--out", "model", "--quiet", cwd=d).returncode == 0
+    meta = json.loads((d / "model" / "model.json").read_text())
+
+    def broken(name, change=None, text=None):
+        shutil.copytree(d / "model", d / name)
+        if text is None:
+            m = json.loads(json.dumps(meta))
+            change(m)
+            text = json.dumps(m)
+        (d / name / "model.json").write_text(text)
+
+    broken("missing-key", lambda m: m.pop("n_iter_"))
+    broken("bad-json", text="{not json")
+    broken("made-up-algo", lambda m: m.update(algo="kmedoids"))
+    broken("wrong-k", lambda m: m["params"].update(n_clusters=7))
+    broken("bad-type", lambda m: m.update(converged_="yes"))
+    shutil.copytree(d / "model", d / "nan-centres")
+    with np.load(d / "model" / "arrays.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["cluster_centers_"][0, 0] = np.nan
+    np.savez(d / "nan-centres" / "arrays.npz", **arrays)
+    return d
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["fit", "object.npy", "-k", "2"], r"Cannot read object\.npy: .*must hold a numeric array"),
+    (["fit", "huge.npy", "-k", "2"], r"values reach 1e\+300 in magnitude.*rescale"),
+    (["fit", "na.parquet", "-k", "2"], r"Column 'n' has a missing value \(NA\) at row 1"),
+    (["fit", "missing.npy"], r"Input path does not exist: missing\.npy"),
+    (["fit", "x.npy", "-k", "0"], r"'n_clusters' parameter .* must be an int in the range \[1, inf\]; got 0"),
+    (["fit", "x.npy", "--algo", "kmedoids"], r"invalid choice: 'kmedoids'"),
+    (["fit", "x.npy", "--bogus"], r"unrecognized arguments: --bogus"),
+    (["fit", "x.npy", "--scheduler", "tcp://127.0.0.1:{port}"], r"no Dask scheduler answered at tcp://127\.0\.0\.1"),
+    (["fit", "x.npy", "--out", "/proc/x"], r"--out /proc/x: cannot write in /proc"),
+    (["fit", "x.npy", "--labels-out", "/missing/l.npy"], r"the directory /missing does not exist"),
+    (["fit", "x.npy", "--labels-out", "l.txt"], r"the format follows the suffix; use one of \.npy, \.parquet, \.zarr"),
+    (["fit", "x.npy", "--out", "x.npy"], r"exists and is not a dask_clust model directory"),
+    (["predict", "model", "x.npy", "--out", "p.txt"], r"the format follows the suffix"),
+    (["predict", "missing-key", "x.npy", "--out", "l.npy"], r"not a valid dask_clust model: missing key 'n_iter_'"),
+    (["predict", "bad-json", "x.npy", "--out", "l.npy"], r"model\.json is not valid JSON"),
+    (["predict", "made-up-algo", "x.npy", "--out", "l.npy"], r"unknown algorithm 'kmedoids'"),
+    (["predict", "wrong-k", "x.npy", "--out", "l.npy"], r"params n_clusters=7 but cluster_centers_ has 5 rows"),
+    (["predict", "nan-centres", "x.npy", "--out", "l.npy"], r"cluster_centers_ holds NaN or infinity"),
+    (["predict", "bad-type", "x.npy", "--out", "l.npy"], r"converged_ has type str"),
+    (["predict", "nowhere", "x.npy", "--out", "l.npy"], r"nowhere is not a saved dask_clust model"),
+    (["demo", "--n", "0"], r"argument --n: expected a positive integer; got 0"),
+    (["demo", "--n", "10", "-k", "20"], r"-k \(20\) and --true-clusters \(100\) must be <= --n \(10\)"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_input_exits_2_with_one_line_before_any_work(work, argv, msg):
+    argv = [a.format(port=free_port()) for a in argv]
+    before = set(os.listdir(work))
+    proc = run(*argv, cwd=work)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dask-clust"), proc.stderr
+    assert re.search(msg, lines[0]), lines[0]
+    assert proc.stdout == ""
+    assert set(os.listdir(work)) == before   # nothing written, not even a partial output
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".parquet", ".zarr"])
+def test_failed_predict_leaves_nothing_and_keeps_the_old_output(work, suffix):
+    out = f"labels{suffix}"
+    good = run("predict", "model", "x.npy", "--out", out, cwd=work)
+    assert good.returncode == 0, good.stderr
+    kept = sorted(os.listdir(work / out)) if suffix != ".npy" else (work / out).read_bytes()
+    bad = run("predict", "model", "nan.npy", "--out", out, cwd=work)
+    assert bad.returncode == 2 and "NaN or infinity at row 2345" in bad.stderr, bad.stderr
+    assert (sorted(os.listdir(work / out)) if suffix != ".npy" else (work / out).read_bytes()) == kept
+    assert not [n for n in os.listdir(work) if ".partial-" in n]
+    fresh = run("predict", "model", "nan.npy", "--out", f"fresh{suffix}", cwd=work)
+    assert fresh.returncode == 2 and not os.path.exists(work / f"fresh{suffix}")
+
+
+def test_labels_outputs_hold_the_models_labels(work):
+    for suffix in (".npy", ".parquet", ".zarr"):
+        assert run("predict", "model", "x.npy", "--out", f"all{suffix}", cwd=work).returncode == 0
+    import dask.array as da
+
+    import dask_clust
+
+    want = dask_clust.load(work / "model").predict(np.load(work / "x.npy")).compute()
+    np.testing.assert_array_equal(np.load(work / "all.npy"), want)
+    np.testing.assert_array_equal(pd.read_parquet(work / "all.parquet")["label"].to_numpy(), want)
+    np.testing.assert_array_equal(da.from_zarr(str(work / "all.zarr")).compute(), want)
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: the command and its LocalCluster's workers."""
+    import dask.array as da
+
+    da.random.RandomState(0).random_sample((400_000, 8), chunks=(50_000, 8)).astype("float32").to_zarr(
+        str(tmp_path / "x.zarr"))
+    proc = subprocess.Popen([sys.executable, "-m", "dask_clust.cli", "fit", "x.zarr", "-k", "50", "--tol", "0",
+                             "--max-iter", "100000", "--progress"], cwd=tmp_path, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    seen = ""
+    while "seeding" not in seen:   # the cluster is up and the data loaded: the iterations are running
+        line = proc.stderr.readline()
+        assert line, "the fit ended before it could be interrupted"
+        seen += line
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130
+    assert rest.splitlines() == ["dask-clust: interrupted"], rest
+
+
+def test_help_and_version_do_not_import_the_engine():
+    code = ("import sys; from dask_clust.cli import build_parser; build_parser([]).format_help(); "
+            "print(sorted(m for m in ('numba', 'dask', 'distributed', 'sklearn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    version = subprocess.run([sys.executable, "-m", "dask_clust.cli", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.strip() == "dask-clust 0.1.0"
+
+
+def test_global_flags_after_the_command():
+    args = build_parser(["fit"]).parse_args(["fit", "x.npy", "-k", "3", "-v"])
+    assert args.verbose == 1 and args.p_n_clusters == 3
+    assert build_parser([]).parse_args(["-vv", "predict", "m", "x.npy", "--out", "l.npy"]).verbose == 2
+    assert not hasattr(build_parser([]).parse_args(["predict", "m", "x.npy", "--out", "l.npy"]), "verbose")
