@@ -100,6 +100,11 @@ class _Bar:
             self.bar.set_postfix(figures, refresh=False)
         self.bar.update(n)
 
+    def done(self):
+        """A phase that ended before its planned total (a converged loop) shows as complete."""
+        if self.bar.total and self.bar.n < self.bar.total:
+            self.bar.total = self.bar.n
+
     def close(self):
         self._done.set()
         self.bar.close()
@@ -116,6 +121,8 @@ def phase(name, total=None, unit="step"):
     token = _CURRENT.set(shown)
     try:
         yield shown
+        if mode == "bars":
+            shown.done()
     finally:
         _CURRENT.reset(token)
         shown.close()
