@@ -221,8 +221,10 @@ def _frame_dtype(frame):
     return np.dtype(np.float64)
 
 
-def _refuse_missing(frame, where=""):
-    """Nullable columns' NA (pandas' missing value) named by column and row, instead of a NaN found later."""
+def _refuse_missing(frame, partition_info=None):
+    """Nullable columns' NA (pandas' missing value) named by column and row, instead of a NaN found later;
+    for a dask DataFrame, per partition (``map_partitions`` passes ``partition_info``)."""
+    where = f" of partition {partition_info['number']}" if partition_info else ""
     for c, t in frame.dtypes.items():
         if getattr(t, "na_value", None) is not None and not isinstance(t, np.dtype):
             missing = frame[c].isna().to_numpy()
@@ -230,10 +232,6 @@ def _refuse_missing(frame, where=""):
                 raise InputError(f"Column {str(c)!r} has a missing value (NA) at row {int(np.argmax(missing))}{where}: "
                                  "fill or drop missing values first")
     return frame
-
-
-def _checked_partition(frame, partition_info=None):
-    return _refuse_missing(frame, f" of partition {partition_info['number']}" if partition_info else "")
 
 
 def as_array(X):
@@ -250,7 +248,7 @@ def as_array(X):
         if getattr(X, "ndim", 2) != 2:
             raise InputError("Expected a 2-D input; got a dask Series")
         dtype = _frame_dtype(X)
-        checked = X.map_partitions(_checked_partition, meta=X._meta)
+        checked = X.map_partitions(_refuse_missing, meta=X._meta)
         return checked.astype(dtype).to_dask_array(lengths=True)
     if isinstance(X, da.Array):
         return X
