@@ -110,6 +110,29 @@ def test_top_r_by_value_then_id(n_parts, split_every, largest):
     np.testing.assert_array_equal(rows, allr[order])
 
 
+@pytest.mark.parametrize("n_parts,split_every", SHAPES)
+def test_keyed_sum_adds_equal_keys_exactly(n_parts, split_every):
+    """Sparse (key, count, value) entries, keys repeated within and across chunks (and some chunks empty):
+    one entry per distinct key, sorted, counts and math.fsum of the values, the same bits for every tree."""
+    rng = np.random.default_rng(3)
+    partials = []
+    for _ in range(N_CHUNKS):
+        m = int(rng.integers(0, 12))
+        partials.append(((rng.integers(0, 15, m), rng.integers(1, 5, m).astype(np.int32),
+                          rng.standard_normal(m) * 10.0 ** rng.integers(-6, 6, m)),))
+    got = through_partitions(partials, (c.KeyedSum(),), n_parts, split_every)[0]
+    entries = {}
+    for ((keys, counts, values),) in partials:
+        for k, n, v in zip(keys.tolist(), counts.tolist(), values.tolist()):
+            entries.setdefault(k, []).append((n, v))
+    keys = sorted(entries)
+    np.testing.assert_array_equal(got[0], keys)
+    np.testing.assert_array_equal(got[1], [sum(n for n, _ in entries[k]) for k in keys])
+    np.testing.assert_allclose(got[2], [math.fsum(v for _, v in entries[k]) for k in keys], rtol=1e-15)
+    assert got[1].dtype == np.int64 and got[2].dtype == np.float64
+    assert_same(got, through_partitions(partials, (c.KeyedSum(),), 1, 2)[0])
+
+
 def test_tree_covers_every_partition_once():
     for n in range(1, 20):
         for s in (1, 2, 3, 8, 16):

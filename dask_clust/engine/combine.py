@@ -12,6 +12,8 @@ with each other on the workers and only the root's finished result reaches the d
     ArgMin() / ArgMax()   field (values, ids, *payload), elementwise: the smallest / largest value wins,
                      ties to the lowest global row id; the payload rows follow their winner
     Top(r, largest)  field (values, ids, *payload) of any length: the r smallest (largest) by (value, id)
+    KeyedSum()       field (keys, *values) of any length, 1-D each: a sparse sum, entries with equal int64
+                     keys added (ints as int64, floats exactly as Sum); the result sorted by key
     Scatter(inner)   a Sum, Min or Max field combined by a reduce-scatter: never assembled, each partition
                      gets the rows of the field's leading axis it owns (``shard_bounds``)
 
@@ -20,7 +22,7 @@ and ``finish(a, top)`` (the result). Nothing here knows Dask.
 """
 import numpy as np
 
-from ..kernels.stats import N_WORDS, fixed_add, from_fixed, to_fixed
+from ..kernels.stats import N_WORDS, fixed_add, fixed_add_at, from_fixed, to_fixed
 
 
 class Sum:
@@ -154,6 +156,40 @@ class Top:
 
     def finish(self, a, top):
         return a
+
+
+class KeyedSum:
+    """A sparse exact sum: (keys, *values), equal keys added. Its size is the number of distinct keys, so a
+    partition's many blocks (or a worker's many partitions) send each key once up the tree."""
+
+    def lift(self, value, chunk, top):
+        keys, *values = (np.asarray(v) for v in value)
+        uniq, inverse = np.unique(keys.astype(np.int64), return_inverse=True)
+        return uniq, tuple(self._scatter(Sum().lift(v, chunk, top), inverse, len(uniq)) for v in values)
+
+    @staticmethod
+    def _scatter(lifted, index, n):
+        """A lifted 1-D Sum field's entries added into n slots at ``index``."""
+        kind, _, data = lifted
+        if kind == "i":
+            out = np.zeros(n, np.int64)
+            np.add.at(out, index, data)
+        else:
+            out = np.zeros((n, N_WORDS), np.int64)
+            fixed_add_at(out, index.astype(np.int64), data)
+        return kind, (n,), out
+
+    def add(self, a, b):
+        keys = np.union1d(a[0], b[0])
+        ia, ib = np.searchsorted(keys, a[0]), np.searchsorted(keys, b[0])
+        values = []
+        for x, y in zip(a[1], b[1]):
+            out = self._scatter(x, ia, len(keys))
+            values.append(Sum().add(out, (y[0], y[1], self._scatter(y, ib, len(keys))[2])))
+        return keys, tuple(values)
+
+    def finish(self, a, top):
+        return (a[0],) + tuple(Sum().finish(v, top) for v in a[1])
 
 
 class Scatter:

@@ -70,6 +70,21 @@ def fixed_add(acc, other):
 
 
 @njit(nogil=True, cache=True)
+def fixed_add_at(acc, index, other):
+    """acc[index[i]] += other[i] for every i, exactly (repeated indices add up).
+
+    acc   : INOUT int64 (m, 3)
+    index : IN    int64 (n,)   rows of acc
+    other : IN    int64 (n, 3)
+    """
+    for i in range(index.shape[0]):
+        r = index[i]
+        for j in range(N_WORDS):
+            acc[r, j] += other[i, j]
+        _carry(acc, r)
+
+
+@njit(nogil=True, cache=True)
 def from_fixed(words, top, out):
     """Fixed point back to float64 (deterministic: the same words give the same floats).
 
