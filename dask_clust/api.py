@@ -92,8 +92,8 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0
-    logger.info("%s finished: %d iterations, objective %.6g, %.2f s", algo, result.n_iter,
-                result.objective, info["wall_s"])
+    logger.info("%s finished: %d iterations, objective %s, %.2f s", algo, result.n_iter,
+                "not computed" if result.objective is None else f"{result.objective:.6g}", info["wall_s"])
     params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
     params_out["random_state"] = entropy
     return ClusteringModel(algo, params_out, result.centers, n_iter_=result.n_iter,
@@ -237,9 +237,14 @@ class UnweightedEstimator(ClusteringEstimator):
 class ProbabilisticEstimator(ClusteringEstimator):
     """A clustering estimator whose model gives posteriors (vc-GMM, var-GMM-S)."""
 
-    def predict_proba(self, X):
-        """Truncated posteriors, (n, k) float64 (see ``ClusteringModel.predict_proba``)."""
-        return self._out(X, self._checked(X).predict_proba(X))
+    def predict_proba(self, X, output="sparse"):
+        """Truncated posteriors (see ``ClusteringModel.predict_proba``): by default scikit-learn's (n, k)
+        shape as a scipy CSR matrix holding the n·C' non-zeros; output="truncated" gives (ids,
+        probabilities), (n, C') each, output="dense" an (n, k) float64 array (8·k bytes per row)."""
+        result = self._checked(X).predict_proba(X, output)
+        if output == "truncated":
+            return tuple(self._out(X, r) for r in result)
+        return result if output == "sparse" else self._out(X, result)
 
 
 PROBABILISTIC = ("vcgmm", "vargmm")
@@ -281,7 +286,7 @@ def _make_estimator(spec):
         ClusteringEstimator if spec.weighted else UnweightedEstimator
     doc = (f"{spec.summary}.\n\nReference: {spec.reference}.\n\n{_param_doc(spec, defaults)}\n\n"
            f"Attributes\n----------\ncluster_centers_ : ndarray (n_clusters, n_features)\nlabels_ : labels of the "
-           f"training rows\ninertia_ : float\n    The exact QE of the centres on the training rows.\nn_iter_ : int\n"
+           f"training rows\ninertia_ : float or None\n    The exact QE of the centres on the training rows (vc-GMM: as final_objective says).\nn_iter_ : int\n"
            f"history_ : list of dict\n    history_[i]['objective'] is {spec.objective}.\n")
     cls = type(spec.estimator, (base,), {"_algo": spec.name, "__init__": namespace["__init__"], "__doc__": doc,
                                          "__module__": "dask_clust"})

@@ -8,6 +8,7 @@ import math
 import os
 import zipfile
 
+import dask
 import dask.array as da
 import numpy as np
 
@@ -37,16 +38,43 @@ def _qe_block(x, centers, block_info=None):
     return mind
 
 
-def _proba_block(x, C, sigma2, n_truncated, block_info=None):
+# bytes of the rows × C distance buffer of the truncated search (and of a dense posterior block)
+PROBA_BLOCK_BYTES = 32 << 20
+
+
+def _truncated_ids_block(x, C, n_truncated, block_info=None):
+    """Each row's ``n_truncated`` nearest means (int32, nearest first), in sub-blocks whose rows × C
+    float64 distances stay within PROBA_BLOCK_BYTES whatever C is."""
     check_finite_block(x, block_info)
-    d2 = np.empty((x.shape[0], C.shape[0]))
-    all_sqdist(np.ascontiguousarray(x), C, d2)
-    top = np.argpartition(d2, n_truncated - 1, axis=1)[:, :n_truncated] if n_truncated < C.shape[0] else \
-        np.broadcast_to(np.arange(C.shape[0]), d2.shape)
-    a = -np.take_along_axis(d2, top, 1) / (2.0 * sigma2)
+    x = np.ascontiguousarray(x)
+    n, k = x.shape[0], C.shape[0]
+    ids = np.empty((n, n_truncated), np.int32)
+    rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
+    buf = np.empty((min(n, rows), k))
+    for b0 in range(0, n, rows):
+        d2 = buf[:min(rows, n - b0)]
+        all_sqdist(x[b0:b0 + rows], C, d2)
+        top = np.argpartition(d2, n_truncated - 1, axis=1)[:, :n_truncated] if n_truncated < k else \
+            np.broadcast_to(np.arange(k), d2.shape)
+        order = np.argsort(np.take_along_axis(d2, top, 1), axis=1, kind="stable")
+        ids[b0:b0 + len(d2)] = np.take_along_axis(top, order, 1)
+    return ids
+
+
+def _truncated_proba_block(x, ids, C, sigma2):
+    """softmax over a row's truncated set of −d²/(2σ²), d² in float64 from the rows themselves."""
+    x = x.astype(np.float64)
+    a = np.empty(ids.shape)
+    for j in range(ids.shape[1]):
+        a[:, j] = ((x - C[ids[:, j]]) ** 2).sum(axis=1)
+    a *= -0.5 / sigma2
     e = np.exp(a - a.max(axis=1, keepdims=True))
-    out = np.zeros_like(d2)
-    np.put_along_axis(out, top, e / e.sum(axis=1, keepdims=True), 1)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _dense_block(ids, p, n_clusters):
+    out = np.zeros((ids.shape[0], n_clusters))
+    np.put_along_axis(out, ids, p, 1)
     return out
 
 
@@ -100,17 +128,39 @@ class ClusteringModel:
         X = as_dask_rows(X, self.n_features_in_)
         return map_rows(X, _transform_block, np.float64, self.n_clusters, self.cluster_centers_)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X, output="truncated"):
         """Truncated posteriors of a probabilistic model (vc-GMM): per row, softmax of −d²/(2σ²) over its
-        ``n_truncated_`` nearest means, zero elsewhere. A lazy (n, k) float64 dask array."""
+        C' = ``n_truncated_`` nearest means (ties in distance: either), zero for every other cluster.
+
+        ``output``: "truncated" (default) gives what they are, two lazy dask arrays (ids, probabilities),
+        (n, C') int32 and float64, nearest mean first: 12·C' bytes per row, whatever k is. "sparse": a
+        scipy CSR matrix (n, k) computed now (for in-memory sizes). "dense": a lazy (n, k) float64 dask
+        array, 8·k bytes per row, almost all zeros (1 M rows at k = 4096: 32 GB)."""
         if "sigma2_" not in self.extras_:
             raise AttributeError(f"predict_proba: {self.algo!r} models are not probabilistic")
+        if output not in ("truncated", "sparse", "dense"):
+            raise ValueError(f"output must be 'truncated', 'sparse' or 'dense'; got {output!r}")
         X = as_dask_rows(X, self.n_features_in_)
-        rows = max(1, (64 << 20) // (8 * self.n_clusters))  # output blocks of about 64 MiB
-        if max(X.chunks[0]) > rows:
-            X = X.rechunk({0: rows})
-        return map_rows(X, _proba_block, np.float64, self.n_clusters, self.cluster_centers_,
-                        float(self.extras_["sigma2_"]), int(self.extras_["n_truncated_"]))
+        k, Cp = self.n_clusters, int(self.extras_["n_truncated_"])
+        if output == "dense":  # output blocks of PROBA_BLOCK_BYTES
+            rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
+            if max(X.chunks[0]) > rows:
+                X = X.rechunk({0: rows})
+        ids = map_rows(X, _truncated_ids_block, np.int32, Cp, self.cluster_centers_, Cp)
+        p = da.map_blocks(_truncated_proba_block, X, ids, self.cluster_centers_, float(self.extras_["sigma2_"]),
+                          dtype=np.float64, meta=np.empty((0, 0)))
+        if output == "truncated":
+            return ids, p
+        if output == "dense":
+            return da.map_blocks(_dense_block, ids, p, k, dtype=np.float64, chunks=(X.chunks[0], (k,)),
+                                 meta=np.empty((0, 0)))
+        from scipy import sparse
+
+        ids, p = dask.compute(ids, p)
+        n = ids.shape[0]
+        out = sparse.csr_matrix((p.ravel(), ids.ravel(), np.arange(0, n * Cp + 1, Cp)), shape=(n, k))
+        out.sort_indices()
+        return out
 
     def quantization_error(self, X, sample_weight=None):
         """Σ w min_c ||x − c||² over X (computed now, float64)."""

@@ -16,7 +16,7 @@ FIT = ("import numpy as np, dask_clust\n"
        "dask_clust.fit(X, algo='vcgmm', n_clusters=5, random_state=0{progress})\n"
        "dask_clust.KMeans(5, init='k-means++', random_state=0).fit(X{progress})\n")
 # the phases of those two fits, in order
-PHASES = ["loading 20,000 x 4", "coreset of 20,000 rows", "seeding afkmc2 chains", "vcgmm iterations",
+PHASES = ["loading 20,000 x 4", "coreset of 20,000 rows", "seeding k-means||", "vcgmm iterations",
           "final pass", "loading 20,000 x 4", "seeding k-means++", "kmeans iterations", "labels of the training rows"]
 
 
@@ -83,7 +83,7 @@ def test_readme_quick_start_runs_as_a_script_with_progress(tmp_path):
     status, shown = on_a_terminal([sys.executable, "quickstart.py"], cwd=tmp_path)
     assert status == 0, shown
     assert in_order(shown, ["loading 20,000 x 32", "seeding k-means||", "kmeans iterations",
-                            "loading 20,000 x 32", "coreset of 20,000 rows", "seeding afkmc2 chains",
+                            "loading 20,000 x 32", "coreset of 20,000 rows", "seeding k-means||",
                             "vcgmm iterations", "final pass", "loading 20,000 x 32", "seeding k-means||",
                             "kmeans iterations", "labels of the training rows"]), shown
     assert "Traceback" not in shown and (tmp_path / "model" / "model.json").exists()

@@ -7,6 +7,7 @@ import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import sparse
 from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import Pipeline
@@ -71,9 +72,15 @@ def test_unfitted_and_probabilistic_only():
     with pytest.raises(NotFittedError):
         dask_clust.KMeans(3).predict(X)
     assert not hasattr(dask_clust.KMeans(3), "predict_proba")
-    P = dask_clust.VCGMM(3, random_state=0).fit(X).predict_proba(X)
-    assert isinstance(P, np.ndarray)
-    np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-12)
+    est = dask_clust.VCGMM(3, random_state=0).fit(X)
+    P = est.predict_proba(X)   # scikit-learn's (n_samples, n_clusters), sparse: n·C' non-zeros
+    assert sparse.issparse(P) and P.shape == (300, 3)
+    np.testing.assert_allclose(np.asarray(P.sum(1)).ravel(), 1.0, rtol=1e-12)
+    dense = est.predict_proba(X, output="dense")
+    assert isinstance(dense, np.ndarray)
+    np.testing.assert_array_equal(dense, P.toarray())
+    ids, p = est.predict_proba(X, output="truncated")
+    assert isinstance(ids, np.ndarray) and np.array_equal(ids[:, 0], est.predict(X))
 
 
 def test_feature_names_are_checked():

@@ -11,20 +11,21 @@ class AlgorithmSpec:
     estimator: str          # the estimator class name in ``dask_clust``
     summary: str            # one line for the README table and the CLI help
     reference: str          # the paper
-    objective: str          # what history_'s per-iteration "objective" is (the model's objective_ is always
-                            # the exact QE of the returned centres over all rows, engine.FitResult)
+    objective: str          # what history_'s per-iteration "objective" is (the model's objective_ is the
+                            # exact QE of the returned centres over all rows unless vc-GMM's
+                            # final_objective says otherwise, engine.FitResult)
     weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
 
 
 REGISTRY = {}
 
 
-def final_pass(engine, centers):
-    """The exact QE of the returned centres over all rows and its distance evaluations (one pass)."""
+def final_pass(engine, centers, rows="all rows"):
+    """The exact QE of the returned centres over the engine's rows and its distance evaluations (one pass)."""
     from ..engine import progress
     from ..lloyd import quantization_error
 
-    with progress.phase("final pass (QE of all rows)", 1, "pass") as shown:
+    with progress.phase(f"final pass (QE of {rows})", 1, "pass") as shown:
         qe, evals = quantization_error(engine, centers)
         shown.update()
     return qe, evals

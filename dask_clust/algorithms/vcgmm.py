@@ -8,14 +8,23 @@ Suppl. D-F); D. Forster, J. Lücke, "Can clustering scale sublinearly with its c
 (var-GMM-S). ALGORITHMS.md §1 is the specification followed here.
 
   1. lightweight_coreset                 ``coreset.working_set`` (skipped by var-GMM-S)
-  2. afkmc2_seed                         ``seeding.seed`` (any seeder; AFK-MC2 by default)
-  3. init_truncated_sets, init_neighbourhoods: K^(n) = C' random clusters, G_c = {c} + G−1 random
+  2. afkmc2_seed                         ``seeding.seed``: any seeder; by default k-means|| up to C²·D = 2^32,
+                                         the paper's AFK-MC2 above (``seeding_method``)
+  3. init_truncated_sets, init_neighbourhoods: K^(n) = C' random clusters (the paper's; after a greedy
+     seeder by default the nearest initial mean + C'−1 random, ``truncated_init``), G_c = {c} + G−1 random
   repeat
   4. truncated_estep: S_n = ∪_{c ∈ K^(n)} G_c (+1); K^(n) ← its C' closest; σ² from eq. 8 the first
      time; posteriors over K^(n); free energy F
   5. update_neighbourhoods: G_c ← {c} + the G−1 clusters closest on average to the rows c won
   6. m_step: μ_c = Σ w s x / Σ w s, σ² = Σ w s ||x − μ_c||² / (D Σw) (one pass, see ``m_step``)
   until |ΔF/F| < tol (from the 2nd iteration; the last M-step is kept) or max_iter.
+
+Departure from the paper's defaults (issue #17): its AFK-MC2 approximates non-greedy D² sampling, which
+leaves well-separated clusters without a mean (200k × 16, 10 blobs, k = 10: 4 of 10 seeds at 3.1-3.6 × the
+k-means QE, m = 2000 no better, exact D² sampling misses in 3 of 10 as well); and with random K^(n) the first
+M-step averages rows over random clusters, undoing most of any seeding. With k-means|| and K^(n) from the
+nearest seed: 10 of 10 seeds at 1.000 × and -3 % against scikit-learn's Lloyd on blobs200k_d32 at k = 100
+(benchmarks/bench_vcgmm_quality.py). ``init="afkmc2"`` gives the paper's pair back.
 
 Clamping (documented, not an error): G ← min(G, C) and C' ← min(C', C); with C ≤ G every search space
 holds all clusters, i.e. exact EM.
@@ -31,7 +40,7 @@ import numpy as np
 from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..coreset import default_size, working_set
 from ..engine import FitResult
-from ..engine.combine import Fold, Rows, Sum
+from ..engine.combine import KeyedSum, Sum
 from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
 from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
@@ -50,47 +59,62 @@ class VarGMMConfig:
     n_clusters: int = 8
     G: int = 5
     n_truncated: int | None = None
-    init: object = "afkmc2"
+    init: object = "auto"
     chain_length: int = 20
     extra_random: bool = False
     tol: float = 1e-4
     max_iter: int = 300
     n_init_esteps: int = 0
+    truncated_init: str = "auto"
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
         "G": [Interval(numbers.Integral, 1, None)],
         "n_truncated": [Interval(numbers.Integral, 1, None), NoneOK()],
-        "init": [Options(SEEDERS), ArrayOf2D()],
+        "init": [Options(("auto",) + SEEDERS), ArrayOf2D()],
         "chain_length": [Interval(numbers.Integral, 1, None)],
         "extra_random": [Boolean()],
         "tol": [Interval(numbers.Real, 0, None, "left")],
         "max_iter": [Interval(numbers.Integral, 1, None)],
         "n_init_esteps": [Interval(numbers.Integral, 0, None)],
+        "truncated_init": [Options(("auto", "nearest", "random"))],
     }
 
     docs: ClassVar = {
         "n_clusters": "Number of Gaussian components C (equal priors, one shared variance).",
         "G": "Size of each cluster's neighbourhood G_c, from which the rows' search spaces are built.",
         "n_truncated": "C', the clusters each row's truncated posterior covers (None: G).",
-        "init": "As k-means' init; 'afkmc2' is the paper's.",
+        "init": "As k-means' init, or 'auto': k-means|| on the working set while C²·D ≤ 2^32 (its recluster "
+                "runs on the driver in O(C²·D·log C)), else 'afkmc2', the paper's seeding (sublinear in N', but "
+                "like non-greedy k-means++ it can leave well-separated clusters without a mean).",
         "extra_random": "Add one uniformly random cluster to every row's search space (the paper's variant "
                         "that can escape poor neighbourhoods).",
         "tol": "Stop when the free energy changes by less than tol (relative), from the 2nd iteration.",
         "max_iter": "Most EM iterations.",
         "n_init_esteps": "E-steps run before the first M-step to settle the search spaces (paper, Suppl. F).",
+        "truncated_init": "How each row's K^(n) starts: 'nearest' = its nearest initial mean plus C'-1 random "
+                          "clusters (one exact assignment pass over the working set, O(N'·C·D)), 'random' = C' "
+                          "random clusters, the paper's (the first M-step then averages rows over random "
+                          "clusters and undoes much of the seeding), 'auto' = 'random' with AFK-MC2 (both "
+                          "sublinear in C·N'), 'nearest' otherwise.",
     }
 
 
 @dataclass
 class VCGMMConfig(VarGMMConfig):
     coreset_size: object = "auto"
+    final_objective: object = "exact"
 
     constraints: ClassVar = {**VarGMMConfig.constraints,
-                             "coreset_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()]}
+                             "coreset_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
+                             "final_objective": [Options(("exact", "coreset")), NoneOK()]}
     docs: ClassVar = {**VarGMMConfig.docs,
                       "coreset_size": "Rows N' of the lightweight coreset the EM runs on: 'auto' is the paper's "
-                                      "min(N, max(2^15, 64 C)), None runs on all rows (var-GMM-S)."}
+                                      "min(N, max(2^15, 64 C)), None runs on all rows (var-GMM-S).",
+                      "final_objective": "What objective_ is: 'exact' = the QE of all N rows (one more pass, "
+                                         "O(N·C·D): at N = 78 M, C = 32,768, D = 3072 more than the whole EM), "
+                                         "'coreset' = the weighted coreset's QE, an unbiased estimate (O(N'·C·D), "
+                                         "no pass over N), None = not computed (objective_ is None)."}
 
 
 # ---------------------------------------------------------------- per-chunk steps
@@ -139,8 +163,8 @@ def _new_stats(n_clusters, n_features):
 def _estep(chunk, params):
     """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
     in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
-    (evaluations, Σ w min d², changed winners, the blocks' pair statistics: their offsets (blocks × C + 1)
-    and entries, then the posterior statistics when σ² is known), combined by ESTEP (+ STATS)."""
+    (evaluations, Σ w min d², changed winners, the blocks' pair statistics keyed by c_o·C + c~, then the
+    posterior statistics when σ² is known), combined by ESTEP (+ STATS)."""
     mu, Gc, key, extra_random, sigma2 = params
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
@@ -149,32 +173,33 @@ def _estep(chunk, params):
     stats = None if sigma2 is None else _new_stats(n_clusters, mu.shape[1])
     mark = np.full(n_clusters, -1, np.int64)
     evals, minsum, changed, blocks = 0, 0.0, 0, []
+    start = np.empty(n_clusters + 1, np.int64)
     for b in _row_blocks(n):
         e, s, ch = truncated_search(chunk.x[b], chunk.w[b], chunk.start + b.start, mu, K[b], Kd2[b], winner[b], Gc,
                                     key, extra_random, mark, *space)
-        start = np.empty(n_clusters + 1, np.int64)
         k = pair_statistics(winner[b], *space, start, *pairs)
-        blocks.append((start, *(a[:k].copy() for a in pairs)))
+        owner = np.repeat(np.arange(n_clusters, dtype=np.int64), np.diff(start))
+        blocks.append((owner * n_clusters + pairs[0][:k], pairs[1][:k].copy(), pairs[2][:k].copy()))
         if stats is not None:
             _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], sigma2, stats)
         evals, minsum, changed = evals + e, minsum + s, changed + ch
-    found = (np.int64(evals), minsum, np.int64(changed), np.stack([blk[0] for blk in blocks]),
-             *(np.concatenate([blk[i] for blk in blocks]) for i in (1, 2, 3)))
+    found = (np.int64(evals), minsum, np.int64(changed), tuple(np.concatenate(f) for f in zip(*blocks)))
     return found if stats is None else found + tuple(stats)
 
 
-# the search's evaluations, Σ w min d² (in chunk order), changed winners, and every block's pair
-# statistics in chunk order (turned into G_c where they meet, ``_neighbourhoods_at_root``); the posterior
-# statistics (Σ w s x, U, Q, F) are added in chunk order
-ESTEP = (Sum(), Fold(), Sum(), Rows(), Rows(), Rows(), Rows())
-STATS = (Fold(),) * 4
+# the search's evaluations, Σ w min d², changed winners and the pair statistics (each (c_o, c~) once per
+# partition up the tree, turned into G_c where they meet, ``_neighbourhoods_at_root``); the posterior
+# statistics (Σ w s x, U, Q, F): all exact sums, so any tree of partitions gives the same bits
+ESTEP = (Sum(), Sum(), Sum(), KeyedSum())
+STATS = (Sum(),) * 4
 
 
 def _neighbourhoods_at_root(found, params):
-    """Step 5 where the E-step's partials meet: the pair statistics (O(pairs)) become G_c (C × G)."""
+    """Step 5 where the E-step's partials meet: the pair statistics (O(distinct pairs)) become G_c (C × G),
+    the only part of them the driver receives."""
     Gc = params[1].copy()
-    update_neighbourhoods(*found[3:7], Gc)
-    return found[:3] + (Gc,) + found[7:]
+    update_neighbourhoods(*found[3], Gc)
+    return found[:3] + (Gc,) + found[4:]
 
 
 def _posterior_step(chunk, params):
@@ -189,6 +214,24 @@ def _posterior_step(chunk, params):
 
 # ---------------------------------------------------------------- driver
 
+# init="auto" seeds with k-means|| while C²·D stays under this (its weighted recluster of ≈ 10·C candidates
+# runs on the driver: at C = 4096, D = 256 about a minute), with AFK-MC2 above
+AUTO_KMEANS_PARALLEL_MAX = 2 ** 32
+
+
+def seeding_method(cfg, n_features):
+    """The seeder ``init`` names ("auto" resolved as the config's docs say), or the given array."""
+    if isinstance(cfg.init, str) and cfg.init == "auto":
+        return "k-means||" if cfg.n_clusters ** 2 * n_features <= AUTO_KMEANS_PARALLEL_MAX else "afkmc2"
+    return cfg.init
+
+
+def truncated_init(cfg, seeder):
+    """How K^(n) starts ("auto" resolved: the paper's random sets after AFK-MC2, the nearest mean otherwise)."""
+    if cfg.truncated_init != "auto":
+        return cfg.truncated_init
+    return "random" if isinstance(seeder, str) and seeder == "afkmc2" else "nearest"
+
 def init_neighbourhoods(n_clusters, G, key):
     """G_c = {c} + G−1 distinct random other clusters (c in slot 0)."""
     Gc = np.empty((n_clusters, G), np.int32)
@@ -196,19 +239,21 @@ def init_neighbourhoods(n_clusters, G, key):
     return Gc
 
 
-def initial_sets(entropy, n_rows, n_clusters, G, n_truncated):
+def initial_sets(entropy, n_rows, n_clusters, G, n_truncated, nearest=None):
     """Step 3's K^(n) for rows 0..n_rows−1 and G_c, exactly as a fit with this entropy draws them (each
-    chunk draws its own rows' K^(n) from the same row-keyed stream)."""
+    chunk draws its own rows' K^(n) from the same row-keyed stream); ``nearest``: each row's nearest
+    initial mean, put first (``truncated_init="nearest"``)."""
     K = np.empty((n_rows, n_truncated), np.int32)
-    draw_distinct(np.full(n_rows, -1, np.int32), 0, n_clusters, _key(entropy, "K"), K)
+    first = np.full(n_rows, -1, np.int32) if nearest is None else np.asarray(nearest, np.int32)
+    draw_distinct(first, 0, n_clusters, _key(entropy, "K"), K)
     return K, init_neighbourhoods(n_clusters, G, _key(entropy, "G"))
 
 
-def update_neighbourhoods(starts, partner, count, dsum, Gc):
-    """Step 5 from every block's pair statistics in chunk order: ``starts`` (blocks × C + 1) are offsets
-    into each block's own entries, shifted here to offsets into the concatenation."""
-    ends = starts[:, -1]
-    select_neighbours(starts + (np.cumsum(ends) - ends)[:, None], partner, count, dsum, Gc)
+def update_neighbourhoods(keys, count, dsum, Gc):
+    """Step 5 from the summed pair statistics, sorted by key c_o·C + c~ (so grouped by winner)."""
+    C = Gc.shape[0]
+    start = np.searchsorted(keys, np.arange(C + 1, dtype=np.int64) * C)
+    select_neighbours(start[None, :], (keys % C).astype(np.int32), count, dsum, Gc)
 
 
 def m_step(mu, sums, U, Q, total_weight, floor):
@@ -227,8 +272,9 @@ def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
     return data_f - total_weight * (0.5 * n_features * math.log(2 * math.pi * sigma2) + math.log(n_clusters))
 
 
-def truncated_em(engine, mu, cfg, entropy, loop, phases):
-    """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``."""
+def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
+    """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``; ``sets``: how K^(n) starts
+    (``truncated_init``)."""
     C, D = mu.shape
     G = min(cfg.G, C)
     Cp = min(cfg.n_truncated or cfg.G, C)
@@ -240,7 +286,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
     evals, sigma2, prev_f, f = 0, None, None, None
     # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
     # where that copy is lost too, from the nearest mean (model) plus random others
-    model = [None]
+    model = [mu if sets == "nearest" else None]
     with engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, model[0]), backup=("K", "Kd2", "winner")):
         for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
             e, _, _, Gc = engine.reduce(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None), ESTEP,
@@ -268,6 +314,14 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases):
     return mu, sigma2, f, evals
 
 
+def final_objective(engine, work, mu, kind):
+    """objective_ and its distance evaluations: the exact QE over all rows, the working set's weighted QE,
+    or nothing (``VCGMMConfig.final_objective``)."""
+    if kind is None:
+        return None, 0
+    return final_pass(engine, mu) if kind == "exact" else final_pass(work, mu, "the coreset")
+
+
 def _key(entropy, *tag):
     return int(stream(entropy, "vcgmm", *tag).integers(2 ** 63))
 
@@ -289,14 +343,19 @@ def fit(engine, cfg, entropy, loop):
     phases = {}
     with working_set(engine, size, entropy, phases, cfg.n_clusters) as work:
         t = time.perf_counter()
-        mu, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy, chain_length=cfg.chain_length)
+        seeder = seeding_method(cfg, engine.n_features)
+        mu, seed_evals = seed(work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length)
         phases["seeding"] = time.perf_counter() - t
-        mu, sigma2, f, em_evals = truncated_em(work, mu, cfg, entropy, loop, phases)
-    t = time.perf_counter()
-    qe, qe_evals = final_pass(engine, mu)
-    phases["final_qe"] = time.perf_counter() - t
+        sets = truncated_init(cfg, seeder)
+        mu, sigma2, f, em_evals = truncated_em(work, mu, cfg, entropy, loop, phases, sets)
+        if sets == "nearest":  # the builder's assignment pass over the working set
+            seed_evals += work.n_samples * cfg.n_clusters
+        t = time.perf_counter()
+        qe, qe_evals = final_objective(engine, work, mu, getattr(cfg, "final_objective", "exact"))
+        phases["final_qe"] = time.perf_counter() - t
     extras = {"sigma2_": float(sigma2), "free_energy_": float(f), "coreset_size_": size,
-              "G_": min(cfg.G, cfg.n_clusters), "n_truncated_": min(cfg.n_truncated or cfg.G, cfg.n_clusters),
+              "G_": min(cfg.G, cfg.n_clusters), "init_": seeder if isinstance(seeder, str) else "array",
+              "truncated_init_": sets, "n_truncated_": min(cfg.n_truncated or cfg.G, cfg.n_clusters),
               "phase_s": phases, "seeding_distance_evals": int(seed_evals), "em_distance_evals": int(em_evals),
               "final_qe_distance_evals": int(qe_evals)}
     return FitResult(mu, qe, loop.n_iter, loop.converged, int(seed_evals + em_evals + qe_evals), loop.history,
@@ -305,7 +364,7 @@ def fit(engine, cfg, entropy, loop):
 
 register(AlgorithmSpec(
     name="vcgmm", config=VCGMMConfig, fit=fit, estimator="VCGMM",
-    summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset, AFK-MC2 seeding",
+    summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset (k-means|| or AFK-MC2 seeding)",
     reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
     objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
 ))

@@ -23,8 +23,9 @@ class FitResult:
 
     centers        (k, d) float64.
     objective      the exact quantization error Σ w min_c ||x − c||² of ``centers`` over every row of the
-                   input, for every algorithm. What an algorithm optimised on the way (vc-GMM's free energy,
-                   a coreset's QE, SBE's f = QE/2N) is in ``extras``.
+                   input, for every algorithm (vc-GMM with ``final_objective="coreset"``: the coreset's
+                   weighted QE; None: not computed). What an algorithm optimised on the way (vc-GMM's free
+                   energy, a coreset's QE, SBE's f = QE/2N) is in ``extras``.
     converged      the algorithm's own stopping rule held before its iteration limit (SBE has none: False).
     distance_evals point-to-centre distance evaluations, seeding and final pass included.
     history        one record per iteration (``Loop.record``); extras: algorithm-specific results.
