@@ -182,11 +182,8 @@ class KeyedSum:
     def add(self, a, b):
         keys = np.union1d(a[0], b[0])
         ia, ib = np.searchsorted(keys, a[0]), np.searchsorted(keys, b[0])
-        values = []
-        for x, y in zip(a[1], b[1]):
-            out = self._scatter(x, ia, len(keys))
-            values.append(Sum().add(out, (y[0], y[1], self._scatter(y, ib, len(keys))[2])))
-        return keys, tuple(values)
+        return keys, tuple(Sum().add(self._scatter(x, ia, len(keys)), self._scatter(y, ib, len(keys)))
+                           for x, y in zip(a[1], b[1]))
 
     def finish(self, a, top):
         return (a[0],) + tuple(Sum().finish(v, top) for v in a[1])
