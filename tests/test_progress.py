@@ -78,6 +78,32 @@ def quickstart(rows):
     return code.replace("make_blobs(1_000_000,", f"make_blobs({rows:_},")
 
 
+# distributed's own log record when the README's Client closes its LocalCluster while a worker heartbeat is
+# in flight (dask/distributed#7105, open upstream): a worker logs the closed stream with a traceback
+# (a record can follow a bar's \r on the same terminal line, so it is found anywhere)
+_LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - ")
+UPSTREAM_TEARDOWN = "Failed to communicate with scheduler during heartbeat"
+
+
+def without_upstream_teardown(shown):
+    """The terminal's text less the log records of the upstream teardown race (and only those)."""
+    starts = [m.start() for m in _LOG_RECORD.finditer(shown)] + [len(shown)]
+    cut = [(a, b) for a, b in zip(starts, starts[1:]) if UPSTREAM_TEARDOWN in re.split(r"[\r\n]", shown[a:b], 1)[0]]
+    for a, b in reversed(cut):
+        shown = shown[:a] + shown[b:]
+    return shown
+
+
+def test_upstream_teardown_filter_removes_that_record_only():
+    record = ("2026-11-22 21:50:01,123 - distributed.worker - ERROR - " + UPSTREAM_TEARDOWN + ".\r\n"
+              "Traceback (most recent call last):\r\n  File \"tcp.py\"\r\nStreamClosedError: Stream is closed\r\n")
+    other = "2026-11-22 21:50:02,000 - distributed.core - ERROR - boom\r\nTraceback (most recent call last):\r\n"
+    assert "Traceback" not in without_upstream_teardown("bars\r\n" + record)
+    assert without_upstream_teardown("vcgmm iterations 6/6\r" + record) == "vcgmm iterations 6/6\r"
+    assert without_upstream_teardown("bars\r\n" + record + other) == "bars\r\n" + other
+    assert "Traceback" in without_upstream_teardown("Traceback (most recent call last):\r\n" + record)
+
+
 def test_readme_quick_start_runs_as_a_script_with_progress(tmp_path):
     (tmp_path / "quickstart.py").write_text(quickstart(20_000))
     status, shown = on_a_terminal([sys.executable, "quickstart.py"], cwd=tmp_path)
@@ -86,4 +112,5 @@ def test_readme_quick_start_runs_as_a_script_with_progress(tmp_path):
                             "loading 20,000 x 32", "coreset of 20,000 rows", "seeding k-means||",
                             "vcgmm iterations", "final pass", "loading 20,000 x 32", "seeding k-means||",
                             "kmeans iterations", "labels of the training rows"]), shown
-    assert "Traceback" not in shown and (tmp_path / "model" / "model.json").exists()
+    assert "Traceback" not in without_upstream_teardown(shown), shown
+    assert (tmp_path / "model" / "model.json").exists()
