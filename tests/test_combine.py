@@ -133,6 +133,41 @@ def test_keyed_sum_adds_equal_keys_exactly(n_parts, split_every):
     assert_same(got, through_partitions(partials, (c.KeyedSum(),), 1, 2)[0])
 
 
+@pytest.mark.parametrize("n_parts", [1, 2, 3, 7])
+def test_scattered_keyed_sum_gives_each_shard_its_rows(n_parts):
+    """Scatter(KeyedSum(rows=R)), keys row·R + column: every partition's partial split by row range and the
+    pieces of each range added where it lives give, shard after shard, the bits of the whole KeyedSum."""
+    R = 6
+    rng = np.random.default_rng(5)
+    partials = []
+    for _ in range(N_CHUNKS):
+        m = int(rng.integers(0, 12))
+        partials.append(((rng.integers(0, R * R, m), rng.integers(1, 5, m).astype(np.int32),
+                          rng.standard_normal(m)),))
+    whole = through_partitions(partials, (c.KeyedSum(),), 1, 2)[0]
+    sc = c.Scatter(c.KeyedSum(rows=R))
+    groups = np.array_split(np.arange(N_CHUNKS), n_parts)
+    mine = []
+    for ids in groups:
+        acc = None
+        for i in ids:
+            acc = c.add((sc,), acc, c.lift((sc,), partials[i], int(i), TOP))
+        mine.append(acc[0])
+    b = c.shard_bounds(sc.rows(mine[0]), n_parts)
+    shards = []
+    for q in range(n_parts):
+        acc = None
+        for part in mine:
+            piece = sc.slice(part, b[q], b[q + 1])
+            assert np.all((piece[0] >= b[q] * R) & (piece[0] < b[q + 1] * R))
+            acc = piece if acc is None else sc.add(acc, piece)
+        shards.append(sc.finish(acc, TOP))
+    for field in range(3):
+        assert_same(np.concatenate([s[field] for s in shards]), whole[field])
+    with pytest.raises(TypeError, match="KeyedSum"):
+        c.Scatter(c.KeyedSum())
+
+
 def test_tree_covers_every_partition_once():
     for n in range(1, 20):
         for s in (1, 2, 3, 8, 16):

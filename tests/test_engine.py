@@ -96,14 +96,17 @@ KILL_PARAMS = {"kmeans": dict(tol=0), "nmbatch": dict(batch_size=4000, rho=10.0)
                "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=8), "vargmm": dict(tol=0, max_iter=8)}
 
 
-@pytest.mark.parametrize("algo", sorted(dask_clust.REGISTRY) + ["kmeans-sharded"])
+KILL_CASES = sorted(dask_clust.REGISTRY) + ["kmeans-sharded", "vcgmm-sharded"]
+
+
+@pytest.mark.parametrize("algo", KILL_CASES)
 def test_worker_killed_mid_fit_gives_the_same_model(three_workers, algo):
     """SIGKILL one of 3 worker processes after iteration 3: its partition is rebuilt on a surviving
     worker from the source and its declared state (vc-GMM's K^(n) from its buddy's backup), the call is
     repeated (the survivors answer from the partial they kept), and the model is the undisturbed fit's, bit
     for bit. vc-GMM's coreset is kept on the workers (in-process-bytes 1 KiB), so its EM runs there.
-    "kmeans-sharded": Lloyd with its centres sharded on the workers (model-bytes 1 B), the lost shard
-    restored from its buddy's copy. The victim is the first, second or third worker by pid, in turn."""
+    "kmeans-sharded", "vcgmm-sharded": the centres / means sharded on the workers (model-bytes 1 B), the
+    lost shard restored from its buddy's copy. The victim is the first, second or third worker by pid, in turn."""
     import dask
 
     from dask_clust.datasets import make_blobs
@@ -114,19 +117,18 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, algo):
     three_workers.wait_for_workers(3, timeout=60)
     # vc-GMM's 20k-row coreset in 5 chunks, so its partitions have buddies to keep their K^(n)
     settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}
-    if algo == "kmeans-sharded":
+    if algo.endswith("-sharded"):
         settings["dask_clust.model-bytes"] = "1"
     with dask.config.set(settings):
         calm = dask_clust.fit(X, client=three_workers, **kw)
-        cases = sorted(dask_clust.REGISTRY) + ["kmeans-sharded"]
-        victim = sorted(_worker_pids(three_workers).values())[cases.index(algo) % 3]
+        victim = sorted(_worker_pids(three_workers).values())[KILL_CASES.index(algo) % 3]
 
         def kill_at_3(rec):
             if rec["iteration"] == 3:
                 os.kill(victim, signal.SIGKILL)
 
         hit = dask_clust.fit(X, client=three_workers, callback=kill_at_3, **kw)
-    assert hit.engine_["rebuilds"] >= 1 or algo == "vcgmm"   # vc-GMM's rebuilds are its coreset engine's
+    assert hit.engine_["rebuilds"] >= 1 or name == "vcgmm"   # vc-GMM's rebuilds are its coreset engine's
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_
 
@@ -480,6 +482,33 @@ def test_sharded_lloyd_gives_the_model_of_the_driver(three_workers, case):
             assert [(h["objective"], h["center_shift"], h["relocated"]) for h in sharded.history_] == \
                    [(h["objective"], h["center_shift"], h["relocated"]) for h in driver.history_]
     assert sum(h["relocated"] for h in driver.history_) == (20 if case == 0 else 0)
+
+
+@pytest.mark.parametrize("algo", ["vcgmm", "vargmm"])
+def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo):
+    """vc-GMM's means over model-bytes live sharded on the workers (pair and posterior statistics
+    reduce-scattered by cluster, G_c and the M-step where each cluster range lives): the same bits, free
+    energy and σ² history included, as the means on the driver; with the working set in-process and on
+    3 workers."""
+    import dask
+
+    X, _ = blobs(3000, 4, 6, seed=1)
+    kw = dict(algo=algo, n_clusters=40, G=4, n_init_esteps=1, random_state=2, max_iter=8)
+    if algo == "vcgmm":
+        kw["coreset_size"] = 2000
+    with dask.config.set({"dask_clust.working-set-chunk-rows": 400}):   # several chunks per partition
+        driver = dask_clust.fit(X, client="in-process", **kw)
+    three_workers.wait_for_workers(3, timeout=60)
+    with dask.config.set({"dask_clust.model-bytes": "1", "dask_clust.in-process-bytes": "1",
+                          "dask_clust.working-set-chunk-rows": 400}):
+        for client in ("in-process", three_workers):
+            sharded = dask_clust.fit(X, client=client, **kw)
+            np.testing.assert_array_equal(sharded.cluster_centers_, driver.cluster_centers_)
+            assert sharded.objective_ == driver.objective_
+            assert sharded.extras_["sigma2_"] == driver.extras_["sigma2_"]
+            assert [(h["objective"], h["sigma2"], h["active_clusters"]) for h in sharded.history_] == \
+                   [(h["objective"], h["sigma2"], h["active_clusters"]) for h in driver.history_]
+    assert driver.n_iter_ > 2
 
 
 def test_a_sharded_model_never_passes_through_the_driver(cluster):

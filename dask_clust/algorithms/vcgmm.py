@@ -26,9 +26,15 @@ M-step averages rows over random clusters, undoing most of any seeding. With k-m
 nearest seed: 10 of 10 seeds at 1.000 × and -3 % against scikit-learn's Lloyd on blobs200k_d32 at k = 100
 (benchmarks/bench_vcgmm_quality.py). ``init="afkmc2"`` gives the paper's pair back.
 
+Where the means live (``means_for``): on the driver while C·D·8 fits ``model-bytes``; above, sharded on the
+workers by cluster range (DESIGN rule 1), the E-step's pair and posterior statistics reduce-scattered to
+where each range lives and steps 5-6 run there, so the driver receives O(C·G) per iteration, not O(C·D).
+Both give the same bits.
+
 Clamping (documented, not an error): G ← min(G, C) and C' ← min(C', C); with C ≤ G every search space
 holds all clusters, i.e. exact EM.
 """
+import contextlib
 import math
 import numbers
 import time
@@ -40,7 +46,7 @@ import numpy as np
 from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..coreset import default_size, working_set
 from ..engine import FitResult
-from ..engine.combine import KeyedSum, Sum
+from ..engine.combine import KeyedSum, Rows, Scatter, Sum
 from ..engine.data import InputError, stream
 from ..kernels.assign import Prepared, nearest
 from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
@@ -249,22 +255,28 @@ def initial_sets(entropy, n_rows, n_clusters, G, n_truncated, nearest=None):
     return K, init_neighbourhoods(n_clusters, G, _key(entropy, "G"))
 
 
-def update_neighbourhoods(keys, count, dsum, Gc):
-    """Step 5 from the summed pair statistics, sorted by key c_o·C + c~ (so grouped by winner)."""
-    C = Gc.shape[0]
-    start = np.searchsorted(keys, np.arange(C + 1, dtype=np.int64) * C)
-    select_neighbours(start[None, :], (keys % C).astype(np.int32), count, dsum, Gc)
+def update_neighbourhoods(keys, count, dsum, Gc, lo=0, n_clusters=None):
+    """Step 5 from the summed pair statistics, sorted by key c_o·C + c~ (so grouped by winner), for the
+    clusters lo .. lo + len(Gc): all C of them, or one shard (then ``n_clusters`` = C)."""
+    C = n_clusters or Gc.shape[0]
+    start = np.searchsorted(keys, (lo + np.arange(Gc.shape[0] + 1, dtype=np.int64)) * C)
+    select_neighbours(start[None, :], (keys % C).astype(np.int32), count, dsum, Gc, C)
 
 
-def m_step(mu, sums, U, Q, total_weight, floor):
-    """μ_c = Σ w s x / U_c (kept when U_c = 0: no re-seeding) and σ² in one pass: with
-    Q_c = Σ w s ||x − μ_c^old||², Σ w s ||x − μ_c^new||² = Q_c − U_c ||μ_c^new − μ_c^old||²."""
+def m_step(mu, sums, U, Q):
+    """μ_c = Σ w s x / U_c (kept when U_c = 0: no re-seeding) and each cluster's part of σ² in one pass:
+    with Q_c = Σ w s ||x − μ_c^old||², Σ w s ||x − μ_c^new||² = Q_c − U_c ||μ_c^new − μ_c^old||². Row-wise, so
+    the clusters of a shard give the bits of the whole."""
     new = mu.copy()
     won = U > 0
     new[won] = sums[won] / U[won, None]
     shift = ((new - mu) ** 2).sum(axis=1)
-    resid = np.maximum(Q - U * shift, 0.0).sum()
-    return new, max(resid / (mu.shape[1] * total_weight), floor)
+    return new, np.maximum(Q - U * shift, 0.0)
+
+
+def new_sigma2(resid, n_features, total_weight, floor):
+    """σ² = Σ_c resid_c / (D Σw), floored."""
+    return max(resid.sum() / (n_features * total_weight), floor)
 
 
 def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
@@ -272,9 +284,104 @@ def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
     return data_f - total_weight * (0.5 * n_features * math.log(2 * math.pi * sigma2) + math.log(n_clusters))
 
 
+class DriverMeans:
+    """The means on the driver (C·D within ``model-bytes``): the E-step's statistics come to the driver
+    finished, G_c selected where they meet (``_neighbourhoods_at_root``). Per iteration the driver receives
+    Σ w s x (C·D·8 bytes), U, Q (C·8 each) and G_c (C·G·4)."""
+
+    def __init__(self, engine, mu):
+        self.engine, self.mu = engine, mu
+
+    def search(self, Gc, key, extra_random, sigma2):
+        """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: (evaluations,
+        Σ w min d², changed winners, G_c, the M-step's (F's data part, residuals, active clusters) or None)."""
+        combine = ESTEP if sigma2 is None else ESTEP + STATS
+        e, minsum, changed, Gc, *stats = self.engine.reduce(_estep, (self.mu, Gc, key, extra_random, sigma2),
+                                                            combine, _neighbourhoods_at_root)
+        return e, minsum, changed, Gc, self._m_step(*stats) if stats else None
+
+    def posteriors(self, sigma2):
+        """Step 6 after the first search (σ² was not known when it ran)."""
+        return self._m_step(*self.engine.reduce(_posterior_step, (sigma2, self.mu.shape[0]), STATS))
+
+    def _m_step(self, sums, U, Q, data_f):
+        self.mu, resid = m_step(self.mu, sums, U, Q)
+        return float(data_f), resid, int(np.count_nonzero(U > 0))
+
+    def means(self):
+        return self.mu
+
+
+class ShardedMeans:
+    """The means sharded on the workers by cluster range (C·D over ``model-bytes``, DESIGN rule 1): the
+    pair and posterior statistics are reduce-scattered by cluster, and G_c and the M-step run where each
+    range lives; every partition reads the whole means (``model.ref()``) for its search. Per iteration the
+    driver receives G_c (C·G·4 bytes), each cluster's residual (C·8) and five scalars, never C·D."""
+
+    def __init__(self, engine, model, n_clusters):
+        self.engine, self.model, self.n_clusters = engine, model, n_clusters
+        pairs = Scatter(KeyedSum(rows=n_clusters))
+        self.estep = ESTEP[:3] + (pairs,)
+        self.stats = (Scatter(), Scatter(), Scatter(), Sum())
+
+    def search(self, Gc, key, extra_random, sigma2):
+        params = (self.model.ref(), Gc, key, extra_random, sigma2)
+        if sigma2 is None:
+            e, minsum, changed, Gc = self.engine.reduce(_estep, params, self.estep,
+                                                        scatter=(self.model, _shard_neighbourhoods, (Rows(),)))
+            return e, minsum, changed, Gc, None
+        e, minsum, changed, data_f, Gc, resid, won = self.engine.reduce(
+            _estep, params, self.estep + self.stats,
+            scatter=(self.model, _shard_update, (Rows(), Rows(), Sum())))
+        return e, minsum, changed, Gc, (float(data_f), resid, int(won))
+
+    def posteriors(self, sigma2):
+        data_f, resid, won = self.engine.reduce(_posterior_step, (sigma2, self.n_clusters), self.stats,
+                                                scatter=(self.model, _shard_m_step, (Rows(), Sum())))
+        return float(data_f), resid, int(won)
+
+    def means(self):
+        return None
+
+    def gather(self):
+        return self.model.gather()
+
+
+def _shard_neighbourhoods(fields, shard, params, lo):
+    """Step 5 where clusters lo.. live: their rows of G_c from their pair statistics."""
+    Gc = params[1][lo:lo + len(shard[0])].copy()
+    update_neighbourhoods(*fields[0], Gc, lo, len(params[1]))
+    return shard, (Gc,)
+
+
+def _shard_m_step(fields, shard, params, lo):
+    """Step 6 where clusters lo.. live: their new means; their residuals and active count go up."""
+    sums, U, Q = fields[-3:]
+    mu, resid = m_step(shard[0], sums, U, Q)
+    return (mu,), (resid, np.int64(np.count_nonzero(U > 0)))
+
+
+def _shard_update(fields, shard, params, lo):
+    """Steps 5 and 6 where clusters lo.. live (σ² known: the search's posteriors came with it)."""
+    _, (Gc,) = _shard_neighbourhoods(fields, shard, params, lo)
+    shard, small = _shard_m_step(fields, shard, params, lo)
+    return shard, (Gc,) + small
+
+
+@contextlib.contextmanager
+def means_for(engine, mu):
+    """Where the means live during the EM: on the driver, or sharded on the workers when C·D·8 is over
+    ``model-bytes``."""
+    if not engine.shards_model(mu.nbytes):
+        yield DriverMeans(engine, mu)
+        return
+    with engine.sharded("vcgmm", (mu,)) as model:
+        yield ShardedMeans(engine, model, mu.shape[0])
+
+
 def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
     """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``; ``sets``: how K^(n) starts
-    (``truncated_init``)."""
+    (``truncated_init``). Returns the means, σ², F and the distance evaluations."""
     C, D = mu.shape
     G = min(cfg.G, C)
     Cp = min(cfg.n_truncated or cfg.G, C)
@@ -285,30 +392,33 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
     t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
     # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
-    # where that copy is lost too, from the nearest mean (model) plus random others
-    model = [mu if sets == "nearest" else None]
-    with engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, model[0]), backup=("K", "Kd2", "winner")):
+    # where that copy is lost too, from the nearest mean (the driver's; the seeds when the means are sharded)
+    # plus random others
+    def nearest_to():
+        if sets != "nearest":
+            return None
+        return mu if means.means() is None else means.means()
+
+    with means_for(engine, mu) as means, \
+            engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, nearest_to()),
+                         backup=("K", "Kd2", "winner")):
         for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
-            e, _, _, Gc = engine.reduce(_estep, (mu, Gc, _key(entropy, "init", i), cfg.extra_random, None), ESTEP,
-                                        _neighbourhoods_at_root)
+            e, _, _, Gc, _ = means.search(Gc, _key(entropy, "init", i), cfg.extra_random, None)
             evals += e
         for it in loop:
-            model[0] = mu
-            combine = ESTEP if sigma2 is None else ESTEP + STATS
-            params = (mu, Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2)
-            e, minsum, changed, Gc, *stats = engine.reduce(_estep, params, combine, _neighbourhoods_at_root)
+            e, minsum, changed, Gc, update = means.search(Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2)
             if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
                 sigma2 = max(minsum / (D * total_w), floor)
-                stats = engine.reduce(_posterior_step, (sigma2, C), STATS)
-            sums, U, Q, data_f = stats
-            f = free_energy(float(data_f), sigma2, total_w, D, C)
-            used = sigma2
-            mu, sigma2 = m_step(mu, sums, U, Q, total_w, floor)
+                update = means.posteriors(sigma2)
+            data_f, resid, active = update
+            f = free_energy(data_f, sigma2, total_w, D, C)
+            used, sigma2 = sigma2, new_sigma2(resid, D, total_w, floor)
             evals += e
-            loop.record(f, e, changed, centers=mu, sigma2=used, active_clusters=int(np.count_nonzero(U > 0)))
+            loop.record(f, e, changed, centers=means.means(), sigma2=used, active_clusters=active)
             if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
                 loop.converged = True
             prev_f = f
+        mu = means.means() if means.means() is not None else means.gather()
     phases["em"] = time.perf_counter() - t0
     phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
     return mu, sigma2, f, evals

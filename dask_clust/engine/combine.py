@@ -12,10 +12,11 @@ with each other on the workers and only the root's finished result reaches the d
     ArgMin() / ArgMax()   field (values, ids, *payload), elementwise: the smallest / largest value wins,
                      ties to the lowest global row id; the payload rows follow their winner
     Top(r, largest)  field (values, ids, *payload) of any length: the r smallest (largest) by (value, id)
-    KeyedSum()       field (keys, *values) of any length, 1-D each: a sparse sum, entries with equal int64
-                     keys added (ints as int64, floats exactly as Sum); the result sorted by key
-    Scatter(inner)   a Sum, Min or Max field combined by a reduce-scatter: never assembled, each partition
-                     gets the rows of the field's leading axis it owns (``shard_bounds``)
+    KeyedSum(rows)   field (keys, *values) of any length, 1-D each: a sparse sum, entries with equal int64
+                     keys added (ints as int64, floats exactly as Sum); the result sorted by key. With
+                     ``rows`` = R, key = row·R + column: a Scatter splits it by row (key range)
+    Scatter(inner)   a Sum, Min, Max or KeyedSum(rows) field combined by a reduce-scatter: never assembled,
+                     each partition gets the rows of the field's leading axis it owns (``shard_bounds``)
 
 Each combine has ``lift(value, chunk_index, top)`` (one chunk's field in combinable form), ``add(a, b)``
 and ``finish(a, top)`` (the result). Nothing here knows Dask.
@@ -160,7 +161,11 @@ class Top:
 
 class KeyedSum:
     """A sparse exact sum: (keys, *values), equal keys added. Its size is the number of distinct keys, so a
-    partition's many blocks (or a worker's many partitions) send each key once up the tree."""
+    partition's many blocks (or a worker's many partitions) send each key once up the tree. ``rows`` = R
+    declares keys as row·R + column (row, column < R), so that a ``Scatter`` can split it by row."""
+
+    def __init__(self, rows=None):
+        self.n_rows = rows
 
     def lift(self, value, chunk, top):
         keys, *values = (np.asarray(v) for v in value)
@@ -188,18 +193,29 @@ class KeyedSum:
     def finish(self, a, top):
         return (a[0],) + tuple(Sum().finish(v, top) for v in a[1])
 
+    def rows(self, a):
+        return self.n_rows
+
+    def slice(self, a, lo, hi):
+        """The entries of rows lo..hi (keys lo·R .. hi·R; sorted, so one contiguous range)."""
+        keys, values = a
+        i, j = np.searchsorted(keys, np.array([lo, hi], np.int64) * self.n_rows)
+        return keys[i:j].copy(), tuple(Scatter().slice(v, i, j) for v in values)
+
 
 class Scatter:
     """A field reduce-scattered by its leading axis (``Engine.reduce(..., scatter=...)``): combined by
-    ``inner`` (a ``Sum``, ``Min`` or ``Max``: elementwise, so every row range combines on its own)."""
+    ``inner`` (a ``Sum``, ``Min`` or ``Max``: elementwise, so every row range combines on its own; or a
+    ``KeyedSum(rows)``, whose entries of a row range combine on their own)."""
 
     def __init__(self, inner=None):
         self.inner = Sum() if inner is None else inner
-        if not isinstance(self.inner, (Sum, Min)):
-            raise TypeError("Scatter combines an elementwise field: Sum(), Min() or Max()")
+        keyed = isinstance(self.inner, KeyedSum)
+        if not (isinstance(self.inner, (Sum, Min)) or keyed and self.inner.n_rows is not None):
+            raise TypeError("Scatter combines an elementwise field, Sum(), Min() or Max(), or a KeyedSum(rows)")
 
     def lift(self, value, chunk, top):
-        if np.ndim(value) == 0:
+        if not isinstance(self.inner, KeyedSum) and np.ndim(value) == 0:
             raise ValueError("a Scatter field is split by rows: it must be an array, not a scalar")
         return self.inner.lift(value, chunk, top)
 
@@ -211,10 +227,14 @@ class Scatter:
 
     def rows(self, a):
         """The length of the field's leading axis."""
+        if isinstance(self.inner, KeyedSum):
+            return self.inner.rows(a)
         return a[1][0] if isinstance(a, tuple) else a.shape[0]
 
     def slice(self, a, lo, hi):
         """Rows lo..hi of a lifted field (a copy: ``add`` works in place)."""
+        if isinstance(self.inner, KeyedSum):
+            return self.inner.slice(a, lo, hi)
         if not isinstance(a, tuple):
             return a[lo:hi].copy()
         kind, shape, data = a

@@ -221,24 +221,25 @@ def posterior_stats(X, w, K, Kd2, e, inv, sums, U, Q):
 
 
 @njit(nogil=True, cache=True)
-def select_neighbours(start, partner, count, dsum, Gc):
+def select_neighbours(start, partner, count, dsum, Gc, n_clusters):
     """G_c ← {c} + the G−1 partners with the smallest mean d² (ties: lower index), from every block's
     ``pair_statistics``, summed in block order (so they depend on the chunks, not on the workers);
-    clusters that won no row keep their G_c.
+    clusters that won no row keep their G_c. Gc may be a range of the C clusters (a shard): partners are
+    any of the ``n_clusters``.
 
-    start : IN int64 (B, C + 1) block b's winner c has entries start[b, c]..start[b, c + 1] of
+    start : IN int64 (B, R + 1) block b's winner, row c of Gc, has entries start[b, c]..start[b, c + 1] of
     partner, count, dsum : IN int32 / int32 / float64, every block's entries
-    Gc : INOUT int32 (C, G)
+    Gc : INOUT int32 (R, G)
     """
-    C, G = Gc.shape
-    owner = np.full(C, -1, np.int64)
-    slot = np.empty(C, np.int64)
-    who = np.empty(C, np.int32)
-    cnt = np.empty(C, np.int64)
-    tot = np.empty(C)
+    R, G = Gc.shape
+    owner = np.full(n_clusters, -1, np.int64)
+    slot = np.empty(n_clusters, np.int64)
+    who = np.empty(n_clusters, np.int32)
+    cnt = np.empty(n_clusters, np.int64)
+    tot = np.empty(n_clusters)
     best = np.empty(max(G - 1, 1))
     bestp = np.empty(max(G - 1, 1), np.int32)
-    for c in range(C):
+    for c in range(R):
         k = 0
         for b in range(start.shape[0]):
             for r in range(start[b, c], start[b, c + 1]):
