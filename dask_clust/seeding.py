@@ -94,30 +94,68 @@ def _candidate_weights(chunk, centers):
     return np.bincount(labels, weights=chunk.w, minlength=centers.C.shape[0]), np.int64(evals)
 
 
-def _store_afk_d2(chunk, first):
-    """State: d² of every row to the first centre."""
+def _afk_build(chunk, model):
+    """State: d² of every row to the first centre; once the proposals are drawn (``plan`` given), this
+    chunk's proposals instead, in chain-slot order, with their min d² to the centres chosen so far
+    (rebuildable: the draw is row-keyed and the driver holds the chosen centres)."""
+    first, plan, centers = model
     d2 = np.full(chunk.x.shape[0], np.inf)
     update_mind(chunk.x, first, d2)
-    chunk.state["afk_d2"] = d2
-    return d2
+    chunk.state["afkmc2"] = {"d2": d2}
+    if plan is not None:
+        _afk_draw(chunk, plan)
+        st = chunk.state["afkmc2"]
+        if len(centers) > 1:
+            update_mind(st["rows"], centers[1:], st["mind"])
 
 
-def _afk_masses(chunk, first):
-    """AFK-MC2 pass: keep d² to the first centre as state; the chunk's Σ w d² and Σ w (see MASSES)."""
-    d2 = _store_afk_d2(chunk, first)
-    return chunk_masses(float(np.dot(chunk.w, d2)), float(chunk.w.sum()))
+def _afk_masses(chunk, _):
+    """The chunk's Σ w d² and Σ w (see MASSES), from d² to the first centre."""
+    return chunk_masses(float(np.dot(chunk.w, chunk.state["afkmc2"]["d2"])), float(chunk.w.sum()))
 
 
-def _afk_sample(chunk, params):
-    """Draw this chunk's share of the AFK-MC2 proposals; return ids, rows, q, w."""
-    counts, S, W = params
+def _afk_draw(chunk, plan):
+    """Draw this chunk's share of the AFK-MC2 proposals ∝ q = ½ w d²/S + ½ w/W and keep them here, sorted by
+    the chain slot the driver's permutation gives them (``slot_of``, indexed by the proposal's place in
+    chunk order); returns how many."""
+    counts, S, W, slot_of = plan
+    st = chunk.state["afkmc2"]
+    d2 = st.pop("d2")
     m = int(counts[chunk.index])
-    d2 = chunk.state["afk_d2"]
-    if m == 0:
-        return np.empty(0, np.int64), chunk.x[:0], np.empty(0), np.empty(0)
     q = 0.5 * chunk.w * d2 / S + 0.5 * chunk.w / W if S > 0 else chunk.w / W
-    idx = draw_proportional(q, chunk.rng("afkmc2"), m)
-    return idx + chunk.start, chunk.x[idx], q[idx], chunk.w[idx]
+    idx = draw_proportional(q, chunk.rng("afkmc2"), m) if m else np.empty(0, np.int64)
+    first = int(counts[:chunk.index].sum())
+    slot = slot_of[first:first + m]
+    order = np.argsort(slot)
+    idx = idx[order]
+    st.update(slot=slot[order], rows=chunk.x[idx], q=q[idx], w=chunk.w[idx], mind=d2[idx].copy(), pending=[])
+    return (np.int64(m),)
+
+
+def _afk_chain(chunk, params):
+    """Round j: commit the last chosen centre (applied to every proposal still ahead in blocks of
+    ``block`` centres: one read of the proposals per block), then this chunk's proposals of chain j with
+    their scores w·min d²/q: (position in the chain, score, row, evaluations)."""
+    j, new_center, chain_length, block = params
+    st = chunk.state["afkmc2"]
+    evals = 0
+    if new_center is not None:
+        st["pending"].append(new_center)
+    a, b = np.searchsorted(st["slot"], [(j - 1) * chain_length, j * chain_length])
+    pending = np.array(st["pending"]).reshape(-1, chunk.x.shape[1])
+    if len(pending) >= block:
+        evals += update_mind(st["rows"][a:], pending, st["mind"][a:])
+        st["pending"], pending = [], pending[:0]
+    d2 = st["mind"][a:b].copy()
+    evals += update_mind(st["rows"][a:b], pending, d2)
+    score = st["w"][a:b] * d2 / st["q"][a:b]
+    return st["slot"][a:b] - (j - 1) * chain_length, score, st["rows"][a:b], np.int64(evals)
+
+
+# a chain's proposals from every chunk (chain_length in all), in chunk order; evaluations summed
+CHAIN = (Rows(), Rows(), Rows(), Sum())
+# centres committed to the proposals ahead at once: each proposal row is read once per block
+AFK_BLOCK = 32
 
 
 # ---------------------------------------------------------------- driver side
@@ -212,41 +250,46 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
 def afkmc2(engine, k, entropy, chain_length=20):
     """AFK-MC2: first centre ∝ w; proposal q = ½ w d²(x, c1)/Σ w d² + ½ w/Σ w (one pass); for each further
     centre a Markov chain of ``chain_length`` proposals (the first draw included) with acceptance
-    (score_y/q_y)/(score_x/q_x) > U, score = w·min_j d²(·, c_j). All proposals are drawn in one pass
-    (they do not depend on the chain's state); the chains then run on the driver, O(m k² d)."""
+    (score_y/q_y)/(score_x/q_x) > U, score = w·min_j d²(·, c_j). The proposals do not depend on the chains,
+    so all are drawn at once and stay where they were drawn, each chunk keeping their min d² to the chosen
+    centres: one round trip per centre, in which the workers commit the last centre and score the next
+    chain (O(m·k·d / P) each), and the driver runs the chain's acceptance over its m scores. The driver
+    receives m proposal rows per centre and evaluates no distance."""
     first = first_center(engine, "afkmc2", entropy).astype(np.float64)
     rng = stream(entropy, "afkmc2", "driver")
     m = chain_length * (k - 1)
-    with engine.state("afk_d2", _store_afk_d2, lambda: first, build=False):
-        s, w, S, W = engine.reduce(_afk_masses, first, MASSES)
-        masses = proposal_masses(s, w, S, W)
-        counts = rng.multinomial(m, masses / masses.sum())
-        _, rows, q, w = engine.reduce(_afk_sample, (counts, S, W), (Rows(),) * 4)
-    rows = rows.astype(np.float64)
-    order = rng.permutation(len(rows))
-    rows, q, w = rows[order], q[order], w[order]
-    u = rng.random(m)
     centers = np.empty((k, engine.n_features))
     centers[0] = first[0]
-    d2 = np.empty(chain_length)
-    with progress.phase("seeding afkmc2 chains", k - 1, "chain") as shown:
-        for j in range(1, k):
-            _chain(rows, q, w, u, centers, d2, j, chain_length)
-            shown.update()
-    return centers, engine.n_samples + chain_length * k * (k - 1) // 2
+    chosen, plan = [1], [None]
+    with engine.state("afkmc2", _afk_build, lambda: (first, plan[0], centers[:chosen[0]])):
+        s, w, S, W = engine.reduce(_afk_masses, None, MASSES)
+        masses = proposal_masses(s, w, S, W)
+        counts = rng.multinomial(m, masses / masses.sum())
+        slot_of = np.argsort(rng.permutation(m))   # the proposal at place i in chunk order goes to this slot
+        u = rng.random(m).reshape(-1, chain_length) if k > 1 else None
+        plan[0] = (counts, S, W, slot_of)
+        engine.reduce(_afk_draw, plan[0])
+        evals = engine.n_samples
+        with progress.phase("seeding afkmc2 chains", k - 1, "chain") as shown:
+            for j in range(1, k):
+                new = centers[j - 1] if j > 1 else None
+                t, score, rows, e = engine.reduce(_afk_chain, (j, new, chain_length, AFK_BLOCK), CHAIN)
+                order = np.argsort(t)
+                centers[j] = rows[order[accepted(score[order], u[j - 1])]]
+                chosen[0] = j + 1
+                evals += int(e)
+                shown.update()
+    return centers, evals
 
 
-def _chain(rows, q, w, u, centers, d2, j, chain_length):
-    """Centre j: the Markov chain over its ``chain_length`` proposals (acceptance as ``afkmc2`` says)."""
-    sl = slice((j - 1) * chain_length, j * chain_length)
-    d2[:] = np.inf
-    update_mind(rows[sl], centers[:j], d2)
-    score = w[sl] * d2 / q[sl]
+def accepted(score, u):
+    """The Markov chain over one centre's proposals: the state moves to proposal t when
+    score_t / score_x > u_t (or the state's score is 0); returns the final state."""
     x = 0
-    for t in range(1, chain_length):
-        if score[x] == 0 or score[t] / score[x] > u[sl][t]:
+    for t in range(1, len(score)):
+        if score[x] == 0 or score[t] / score[x] > u[t]:
             x = t
-    centers[j] = rows[sl][x]
+    return x
 
 
 def random_rows(engine, k, entropy):

@@ -511,6 +511,32 @@ def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo):
     assert driver.n_iter_ > 2
 
 
+def test_afkmc2_chains_run_on_the_workers(cluster, monkeypatch):
+    """AFK-MC2's proposals stay on the workers that drew them and are scored there, one round trip per
+    centre: on 2 workers the driver evaluates no distance (its distance kernels raise here) and the seeds
+    are the in-process ones, bit for bit."""
+    from dask_clust import seeding
+
+    X, _ = blobs(6000, 5, 8, seed=4)
+    with open_engine(as_source(X, chunk_rows=700), "in-process", 0) as eng:
+        here, evals_here = seeding.afkmc2(eng, 40, 9, chain_length=6)
+
+    def no_distances_on_the_driver(*args):
+        raise AssertionError("the driver evaluated distances")
+
+    monkeypatch.setattr(seeding, "update_mind", no_distances_on_the_driver)
+    monkeypatch.setattr(seeding, "nearest", no_distances_on_the_driver)
+    with open_engine(as_source(X, chunk_rows=700), cluster, 0) as eng:
+        assert eng.n_workers == 2
+        trips = eng.round_trips
+        there, evals_there = seeding.afkmc2(eng, 40, 9, chain_length=6)
+        assert eng.round_trips - trips <= 40 + 4
+    np.testing.assert_array_equal(there, here)
+    assert evals_there == evals_here
+    # one pass for d² to the first centre, then each proposal of chain j against centres 2..j once
+    assert evals_here == len(X) + 6 * sum(range(0, 39))
+
+
 def test_a_sharded_model_never_passes_through_the_driver(cluster):
     """One sharded Lloyd iteration at k = 4096, d = 64 (2 MiB of centres and as much of sums) on
     2 workers: the driver's sockets carry Σ w and ||Δc||² per cluster (64 KiB) and the call, not the
