@@ -132,30 +132,32 @@ def _afk_draw(chunk, plan):
     return (np.int64(m),)
 
 
-def _afk_chain(chunk, params):
-    """Round j: commit the last chosen centre (applied to every proposal still ahead in blocks of
-    ``block`` centres: one read of the proposals per block), then this chunk's proposals of chain j with
-    their scores w·min d²/q: (position in the chain, score, row, evaluations)."""
-    j, new_center, chain_length, block = params
+def _afk_chains(chunk, params):
+    """A round from centre j on: commit the centres chosen since the last round (applied to every proposal
+    still ahead in blocks of ``AFK_BLOCK`` centres: one read of the proposals per block), then return this
+    chunk's proposals of chains j .. j + n_chains − 1 with their min d² to centres 1..j−1: (position from
+    chain j's first slot, min d², row, w, q, evaluations)."""
+    j, new_centers, n_chains, chain_length = params
     st = chunk.state["afkmc2"]
     evals = 0
-    if new_center is not None:
-        st["pending"].append(new_center)
-    a, b = np.searchsorted(st["slot"], [(j - 1) * chain_length, j * chain_length])
+    st["pending"].extend(new_centers)
+    a, b = np.searchsorted(st["slot"], [(j - 1) * chain_length, (j - 1 + n_chains) * chain_length])
     pending = np.array(st["pending"]).reshape(-1, chunk.x.shape[1])
-    if len(pending) >= block:
+    if len(pending) >= AFK_BLOCK:
         evals += update_mind(st["rows"][a:], pending, st["mind"][a:])
         st["pending"], pending = [], pending[:0]
     d2 = st["mind"][a:b].copy()
     evals += update_mind(st["rows"][a:b], pending, d2)
-    score = st["w"][a:b] * d2 / st["q"][a:b]
-    return st["slot"][a:b] - (j - 1) * chain_length, score, st["rows"][a:b], np.int64(evals)
+    return st["slot"][a:b] - (j - 1) * chain_length, d2, st["rows"][a:b], st["w"][a:b], st["q"][a:b], np.int64(evals)
 
 
-# a chain's proposals from every chunk (chain_length in all), in chunk order; evaluations summed
-CHAIN = (Rows(), Rows(), Rows(), Sum())
+# the round's proposals from every chunk, in chunk order; evaluations summed
+CHAINS = (Rows(),) * 5 + (Sum(),)
 # centres committed to the proposals ahead at once: each proposal row is read once per block
 AFK_BLOCK = 32
+# chains per round trip: the driver scores each against the centres chosen earlier in the same round
+# (≤ n−1 per proposal, a share (n−1)/k of the work; 0.4 % at k = 4096), for k/n round trips instead of k
+CHAINS_PER_ROUND = 16
 
 
 # ---------------------------------------------------------------- driver side
@@ -252,9 +254,10 @@ def afkmc2(engine, k, entropy, chain_length=20):
     centre a Markov chain of ``chain_length`` proposals (the first draw included) with acceptance
     (score_y/q_y)/(score_x/q_x) > U, score = w·min_j d²(·, c_j). The proposals do not depend on the chains,
     so all are drawn at once and stay where they were drawn, each chunk keeping their min d² to the chosen
-    centres: one round trip per centre, in which the workers commit the last centre and score the next
-    chain (O(m·k·d / P) each), and the driver runs the chain's acceptance over its m scores. The driver
-    receives m proposal rows per centre and evaluates no distance."""
+    centres. One round trip per ``CHAINS_PER_ROUND`` centres: the workers commit the centres chosen since
+    the last round and return the next chains' proposals with their min d² (O(m·k·d / P) each round); the
+    driver completes each chain's d² with the centres chosen earlier in the round and runs its acceptance.
+    The driver receives m·n proposal rows per round and evaluates a share ≈ n/k of the distances."""
     first = first_center(engine, "afkmc2", entropy).astype(np.float64)
     rng = stream(entropy, "afkmc2", "driver")
     m = chain_length * (k - 1)
@@ -271,14 +274,19 @@ def afkmc2(engine, k, entropy, chain_length=20):
         engine.reduce(_afk_draw, plan[0])
         evals = engine.n_samples
         with progress.phase("seeding afkmc2 chains", k - 1, "chain") as shown:
-            for j in range(1, k):
-                new = centers[j - 1] if j > 1 else None
-                t, score, rows, e = engine.reduce(_afk_chain, (j, new, chain_length, AFK_BLOCK), CHAIN)
+            for j in range(1, k, CHAINS_PER_ROUND):
+                n = min(CHAINS_PER_ROUND, k - j)
+                new = centers[max(1, j - CHAINS_PER_ROUND):j] if j > 1 else centers[:0]
+                t, d2, rows, w, q, e = engine.reduce(_afk_chains, (j, list(new), n, chain_length), CHAINS)
                 order = np.argsort(t)
-                centers[j] = rows[order[accepted(score[order], u[j - 1])]]
-                chosen[0] = j + 1
+                d2, rows, w, q = d2[order], rows[order], w[order], q[order]
                 evals += int(e)
-                shown.update()
+                for b in range(n):
+                    sl = slice(b * chain_length, (b + 1) * chain_length)
+                    evals += update_mind(rows[sl], centers[j:j + b], d2[sl])
+                    centers[j + b] = rows[sl][accepted(w[sl] * d2[sl] / q[sl], u[j + b - 1])]
+                    chosen[0] = j + b + 1
+                    shown.update()
     return centers, evals
 
 

@@ -512,29 +512,35 @@ def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo):
 
 
 def test_afkmc2_chains_run_on_the_workers(cluster, monkeypatch):
-    """AFK-MC2's proposals stay on the workers that drew them and are scored there, one round trip per
-    centre: on 2 workers the driver evaluates no distance (its distance kernels raise here) and the seeds
-    are the in-process ones, bit for bit."""
+    """AFK-MC2's proposals stay on the workers that drew them and are scored there, CHAINS_PER_ROUND
+    chains per round trip: on 2 workers the driver evaluates only each chain's distances to the centres
+    chosen earlier in its round, and the seeds are the in-process ones, bit for bit."""
     from dask_clust import seeding
 
     X, _ = blobs(6000, 5, 8, seed=4)
+    k, m, n = 40, 6, seeding.CHAINS_PER_ROUND
     with open_engine(as_source(X, chunk_rows=700), "in-process", 0) as eng:
-        here, evals_here = seeding.afkmc2(eng, 40, 9, chain_length=6)
+        here, evals_here = seeding.afkmc2(eng, k, 9, chain_length=m)
 
-    def no_distances_on_the_driver(*args):
-        raise AssertionError("the driver evaluated distances")
+    on_driver = []
 
-    monkeypatch.setattr(seeding, "update_mind", no_distances_on_the_driver)
-    monkeypatch.setattr(seeding, "nearest", no_distances_on_the_driver)
+    def counted(rows, centers, mind):
+        on_driver.append(seeding.update_mind.__wrapped__(rows, centers, mind))
+        return on_driver[-1]
+
+    counted.__wrapped__ = seeding.update_mind
+    monkeypatch.setattr(seeding, "update_mind", counted)
     with open_engine(as_source(X, chunk_rows=700), cluster, 0) as eng:
         assert eng.n_workers == 2
         trips = eng.round_trips
-        there, evals_there = seeding.afkmc2(eng, 40, 9, chain_length=6)
-        assert eng.round_trips - trips <= 40 + 4
+        there, evals_there = seeding.afkmc2(eng, k, 9, chain_length=m)
+        # the first centre, the state, the masses, the draw and the state's drop, then one per round
+        assert eng.round_trips - trips == 5 + -(-(k - 1) // n)
     np.testing.assert_array_equal(there, here)
-    assert evals_there == evals_here
     # one pass for d² to the first centre, then each proposal of chain j against centres 2..j once
-    assert evals_here == len(X) + 6 * sum(range(0, 39))
+    assert evals_there == evals_here == len(X) + m * sum(range(0, k - 1))
+    rounds = [min(n, k - j) for j in range(1, k, n)]
+    assert sum(on_driver) == sum(m * b for r in rounds for b in range(r))
 
 
 def test_a_sharded_model_never_passes_through_the_driver(cluster):
