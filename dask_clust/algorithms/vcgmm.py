@@ -311,6 +311,10 @@ class DriverMeans:
     def means(self):
         return self.mu
 
+    def result(self):
+        """The final means on the driver."""
+        return self.mu
+
 
 class ShardedMeans:
     """The means sharded on the workers by cluster range (C·D over ``model-bytes``, DESIGN rule 1): the
@@ -343,7 +347,7 @@ class ShardedMeans:
     def means(self):
         return None
 
-    def gather(self):
+    def result(self):
         return self.model.gather()
 
 
@@ -418,7 +422,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
             if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
                 loop.converged = True
             prev_f = f
-        mu = means.means() if means.means() is not None else means.gather()
+        mu = means.result()
     phases["em"] = time.perf_counter() - t0
     phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
     return mu, sigma2, f, evals

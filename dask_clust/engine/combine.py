@@ -56,6 +56,18 @@ class Sum:
             return flat.reshape(shape) if shape else flat[0]
         return data.reshape(shape) if shape else data.reshape(()).item()
 
+    def rows(self, a):
+        """The length of a lifted field's leading axis (what a ``Scatter`` splits)."""
+        return a[1][0]
+
+    def slice(self, a, lo, hi):
+        """Rows lo..hi of a lifted field (a copy: ``add`` works in place)."""
+        kind, shape, data = a
+        if kind == "i":   # ints keep their shape; floats are one row of words per value
+            return kind, (hi - lo,) + shape[1:], data[lo:hi].copy()
+        per_row = int(np.prod(shape[1:], dtype=np.int64))
+        return kind, (hi - lo,) + shape[1:], data[lo * per_row:hi * per_row].copy()
+
 
 class _Pieces:
     """Per-chunk pieces kept in chunk order until the root."""
@@ -105,6 +117,12 @@ class Min:
 
     def finish(self, a, top):
         return a if a.ndim else a.item()
+
+    def rows(self, a):
+        return a.shape[0]
+
+    def slice(self, a, lo, hi):
+        return a[lo:hi].copy()
 
 
 class Max(Min):
@@ -200,7 +218,7 @@ class KeyedSum:
         """The entries of rows lo..hi (keys lo·R .. hi·R; sorted, so one contiguous range)."""
         keys, values = a
         i, j = np.searchsorted(keys, np.array([lo, hi], np.int64) * self.n_rows)
-        return keys[i:j].copy(), tuple(Scatter().slice(v, i, j) for v in values)
+        return keys[i:j].copy(), tuple(Sum().slice(v, i, j) for v in values)
 
 
 class Scatter:
@@ -226,22 +244,12 @@ class Scatter:
         return self.inner.finish(a, top)
 
     def rows(self, a):
-        """The length of the field's leading axis."""
-        if isinstance(self.inner, KeyedSum):
-            return self.inner.rows(a)
-        return a[1][0] if isinstance(a, tuple) else a.shape[0]
+        """The number of rows of the lifted field (its leading axis, or a KeyedSum's declared rows)."""
+        return self.inner.rows(a)
 
     def slice(self, a, lo, hi):
         """Rows lo..hi of a lifted field (a copy: ``add`` works in place)."""
-        if isinstance(self.inner, KeyedSum):
-            return self.inner.slice(a, lo, hi)
-        if not isinstance(a, tuple):
-            return a[lo:hi].copy()
-        kind, shape, data = a
-        if kind == "i":
-            return kind, (hi - lo,) + shape[1:], data[lo:hi].copy()
-        per_row = int(np.prod(shape[1:], dtype=np.int64))
-        return kind, (hi - lo,) + shape[1:], data[lo * per_row:hi * per_row].copy()
+        return self.inner.slice(a, lo, hi)
 
 
 def shard_bounds(n_rows, n_parts):
