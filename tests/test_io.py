@@ -177,3 +177,44 @@ def test_every_input_format_gives_the_same_model_and_uses_every_worker(tmp_path,
         np.testing.assert_array_equal(m.cluster_centers_, first.cluster_centers_, err_msg=name)
         assert (m.n_iter_, m.objective_) == (first.n_iter_, first.objective_), name
         assert m.engine_["workers"] == 2 and m.engine_["chunks"] >= 2 * m.engine_["threads"], (name, m.engine_)
+
+
+def _loaded_keys(client):
+    """The names of the keys the workers hold, by task prefix."""
+    return sorted(str(k).split("-")[0] for keys in client.has_what().values() for k in keys)
+
+
+@pytest.mark.parametrize("seen", [True, False], ids=["workers-read", "driver-sends"])
+def test_npy_chunks_are_read_by_the_workers_that_see_the_file(tmp_path, cluster, monkeypatch, seen):
+    """A .npy path is read by each worker for its own chunks, not sent from the driver's memory map; a
+    worker that does not see the same file (size and time differ) is sent them. Same model either way,
+    and the same as in-process."""
+    import dask_clust.engine.data as data
+
+    X, _ = blobs(20_000, 4, 5, seed=3)
+    path = str(tmp_path / "x.npy")
+    np.save(path, X.astype(np.float32))
+    if not seen:   # the driver's stamp no longer matches the file the workers find at that path
+        monkeypatch.setattr(data, "file_stamp", lambda p: (0, 0))
+    held = []
+    m = dask_clust.fit(path, n_clusters=5, random_state=2, client=cluster,
+                       callback=lambda rec: held.append(_loaded_keys(cluster)))
+    ref_m = dask_clust.fit(np.load(path), n_clusters=5, random_state=2, client="in-process")
+    np.testing.assert_array_equal(m.cluster_centers_, ref_m.cluster_centers_)
+    assert m.objective_ == ref_m.objective_
+    read = held[0].count("file_rows")
+    assert read == (m.engine_["chunks"] if seen else 0), held[0]
+
+
+def test_a_changed_npy_file_is_refused_where_it_is_read(tmp_path):
+    from dask_clust.engine.data import InputError, file_rows, file_stamp
+
+    path = str(tmp_path / "x.npy")
+    np.save(path, np.arange(12.0).reshape(6, 2))
+    x, w = file_rows(path, file_stamp(path), 2, 4, np.dtype(np.float32), None)
+    np.testing.assert_array_equal(x, np.float32([[4, 5], [6, 7]]))
+    assert w is None
+    stamp = file_stamp(path)
+    np.save(path, np.arange(14.0).reshape(7, 2))
+    with pytest.raises(InputError, match="not the file the fit was started on"):
+        file_rows(path, stamp, 0, 2, np.dtype(np.float64), None)

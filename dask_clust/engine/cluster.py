@@ -26,7 +26,7 @@ from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
 
 from . import config, progress
-from .data import ArraySource, FutureSource, row_starts
+from .data import ArraySource, FutureSource, file_stamp, row_starts
 from .partition import Call, Chunk, Partition, remote_call, remote_run, routed_rows
 
 logger = logging.getLogger("dask_clust")
@@ -144,6 +144,7 @@ class ActorBackend:
                 raise RuntimeError(f"the Dask cluster has no workers (waited {timeout:g} s)") from None
             workers = self._live_workers()
         addrs = sorted(workers)
+        self._file_seen = {}   # worker address -> whether it sees the .npy file the source maps
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
         self.streaming = should_stream(source, memory)
         if self.streaming:
@@ -198,11 +199,28 @@ class ActorBackend:
         if isinstance(self.source, FutureSource):
             return [self.source.futures[i] for i in ids]
         if isinstance(self.source, ArraySource):
+            if self._reads_file(addr):
+                # recomputable elsewhere, as a dask source's chunks are
+                return [self.client.submit(fn, *args, workers=[addr], allow_other_workers=True, pure=False)
+                        for fn, args in map(self.source.file_block, ids)]
             return self.client.scatter([self.source.block(i) for i in ids], workers=[addr], hash=False)
         blocks = [self.source.delayed_block(i) for i in ids]
         # placed on addr, but recomputable elsewhere: a working set drawn from these rows (its lineage) must
         # survive the loss of this worker
         return self.client.compute(blocks, workers=[addr], allow_other_workers=True)
+
+    def _reads_file(self, addr):
+        """Whether the worker at addr sees the driver's .npy file, so that it reads its chunks itself instead
+        of the driver sending them (one small call per worker, asked once)."""
+        if getattr(self.source, "path", None) is None:
+            return False
+        if addr not in self._file_seen:
+            path, stamp = self.source.path, self.source.stamp
+            seen = self.client.run(_sees_file, path, stamp, workers=[addr]).get(addr, False)
+            if not seen:
+                logger.info("worker %s does not see %s: the driver sends it its chunks", addr, path)
+            self._file_seen[addr] = seen
+        return self._file_seen[addr]
 
     def _spawn(self, pid, ids, addr, futs, threads):
         meta = _meta(ids, self.source, self.entropy, threads, pid, self.n_parts)
@@ -392,6 +410,13 @@ class ActorBackend:
     def close(self):
         self._actor_futures = []
         self.data = []
+
+
+def _sees_file(path, stamp):
+    try:
+        return file_stamp(path) == stamp
+    except OSError:
+        return False
 
 
 def draw_chunk(data, meta, step, params):

@@ -69,19 +69,49 @@ class Source:
 
 
 class ArraySource(Source):
-    """Input already in the driver's memory (numpy, pandas, a memory-mapped .npy)."""
+    """Input already in the driver's memory (numpy, pandas, a memory-mapped .npy).
 
-    def __init__(self, X, weights, starts, ids=None):
+    path: the .npy file X maps, when it was given as a path: workers that see the same file read their
+    chunks from it (``file_block``) instead of receiving them from the driver."""
+
+    def __init__(self, X, weights, starts, ids=None, path=None):
         super().__init__(X.shape[0], X.shape[1], _float_dtype(X.dtype), starts, True)
         self.X = X
         self.weights = weights
         self.ids = ids   # the rows' ids in the input, when X is a reordering of it
+        self.path = path
+        self.stamp = None if path is None else file_stamp(path)
 
     def block(self, i):
         a, b = self.starts[i], self.starts[i + 1]
-        x = np.ascontiguousarray(self.X[a:b], dtype=self.dtype)
-        w = None if self.weights is None else np.ascontiguousarray(self.weights[a:b], dtype=np.float64)
+        x, w = _rows(self.X, a, b, self.dtype, self._weights(i))
         return (x, w) if self.ids is None else (x, w, self.ids[a:b])
+
+    def _weights(self, i):
+        a, b = self.starts[i], self.starts[i + 1]
+        return None if self.weights is None else np.ascontiguousarray(self.weights[a:b], dtype=np.float64)
+
+    def file_block(self, i):
+        """Chunk i as a call that reads it from ``path`` where it runs: (function, args)."""
+        return file_rows, (self.path, self.stamp, int(self.starts[i]), int(self.starts[i + 1]), self.dtype,
+                           self._weights(i))
+
+
+def file_stamp(path):
+    """What tells one file from another at the same path on another machine: (size, modification time)."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def file_rows(path, stamp, a, b, dtype, w):
+    """Rows a:b of the .npy file at path, read where this runs; refuses a file that is not the driver's."""
+    if file_stamp(path) != stamp:
+        raise InputError(f"{path} on this worker is not the file the fit was started on (size or time differs)")
+    return _rows(np.load(path, mmap_mode="r"), a, b, dtype, w)
+
+
+def _rows(X, a, b, dtype, w):
+    return np.ascontiguousarray(X[a:b], dtype=dtype), w
 
 
 class DaskSource(Source):
@@ -261,6 +291,7 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
     Raises ``InputError`` (a ValueError) whose message names the problem precisely.
     NaN/inf are found later, in the engine's first pass, and reported with chunk and row.
     """
+    path = os.fspath(X) if isinstance(X, (str, os.PathLike)) and os.fspath(X).endswith(".npy") else None
     X = as_array(X)
     _check_shape(X.shape)
     _check_dtype(X.dtype)
@@ -283,7 +314,7 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
         return DaskSource(X, weights)
     if isinstance(weights, da.Array):
         weights = weights.compute()
-    return ArraySource(X, weights, row_starts(n, rows))
+    return ArraySource(X, weights, row_starts(n, rows), path=path)
 
 
 def _chunks_ok(X):
@@ -318,6 +349,7 @@ def _check_weights(sample_weight, n):
 def as_dask_rows(X, n_features=None):
     """Any supported input as a row-chunked dask array in its float dtype, for lazy one-shot passes
     (predict, transform, score). ``n_features`` checks the feature count against a fitted model."""
+    path = os.fspath(X) if isinstance(X, (str, os.PathLike)) and os.fspath(X).endswith(".npy") else None
     X = as_array(X)
     _check_shape(X.shape)
     _check_dtype(X.dtype)
