@@ -349,7 +349,6 @@ def _check_weights(sample_weight, n):
 def as_dask_rows(X, n_features=None):
     """Any supported input as a row-chunked dask array in its float dtype, for lazy one-shot passes
     (predict, transform, score). ``n_features`` checks the feature count against a fitted model."""
-    path = os.fspath(X) if isinstance(X, (str, os.PathLike)) and os.fspath(X).endswith(".npy") else None
     X = as_array(X)
     _check_shape(X.shape)
     _check_dtype(X.dtype)
