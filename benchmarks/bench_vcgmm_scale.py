@@ -14,6 +14,7 @@
                  iteration, bytes moved and memory per node.
 """
 import argparse
+import math
 import statistics
 import time
 
@@ -26,6 +27,7 @@ import dask_clust
 from dask_clust.bench.scaling import DriverBytes, PeakRSS
 from dask_clust.datasets import make_blobs
 from dask_clust.engine import as_source, open_engine
+from dask_clust.engine.data import auto_chunk_rows
 
 ROWS_PER_WORKER, D, C = 65_536, 256, 4096
 WEAK_WORKERS = (1, 2, 4)
@@ -142,8 +144,8 @@ def afkmc2_part(n_workers=4):
 def unit_costs():
     """Single-core unit costs at D = 3072 measured here: a direct distance evaluation (AFK-MC2's kernel),
     one coreset row's EM iteration (search over C'·G + 1 clusters and the posteriors, in-process vargmm
-    at C = 256 so that the dense statistics do not count), and lifting one statistic value to the exact
-    fixed-point sum and adding it (the per-chunk C x D statistics)."""
+    at C = 256 so that the dense statistics do not count), and adding one statistic value of a chunk's
+    partial into the worker's exact fixed-point sum (``Sum.accumulate``; dense values, no zero skipped)."""
     from dask_clust.engine.combine import Sum
     from dask_clust.kernels.assign import update_mind
     from dask_clust.kernels.stats import fixed_top_exponent
@@ -168,11 +170,12 @@ def unit_costs():
     top = fixed_top_exponent(1e7, d, 300.0)
     s = Sum()
     acc = s.lift(values, 0, top)
+    s.accumulate(acc, values, 0, top)
     t = time.perf_counter()
     for i in range(3):
-        acc = s.add(acc, s.lift(values, i, top))
-    lift_s = (time.perf_counter() - t) / (3 * values.size)
-    return {"eval_s": eval_s, "row_iter_s": row_iter_s, "lift_add_s_per_value": lift_s}
+        s.accumulate(acc, values, i, top)
+    accumulate_s = (time.perf_counter() - t) / (3 * values.size)
+    return {"eval_s": eval_s, "row_iter_s": row_iter_s, "accumulate_s_per_value": accumulate_s}
 
 
 def budget():
@@ -200,33 +203,35 @@ def budget():
                "driver_evals": driver_evals, "driver_s": driver_evals * u["eval_s"],
                "bytes_to_driver": m * (C - 1) * Dt * 4}
     seeding["total_s"] = seeding["worker_s"] + seeding["round_trip_s"] + seeding["driver_s"]
-    partials = T["nodes"] * T["cores"]          # one chunk per core at a time, each a dense C x D partial
     stats_values = C * Dt
-    em = {"row_s": Np * u["row_iter_s"] / cores,
-          "lift_s": stats_values * u["lift_add_s_per_value"] * 2,   # a core lifts its chunk's and adds one
+    # the working set's chunking (from its size alone): each chunk's dense C x D partial is added into its
+    # worker's one exact sum by the thread that computed it, the threads on different row stripes
+    chunks = math.ceil(Np / auto_chunk_rows(int(Np), Dt, 4))
+    chunks_per_core = math.ceil(chunks / cores)
+    em = {"row_s": Np * u["row_iter_s"] / cores, "chunks": chunks, "chunks_per_core": chunks_per_core,
+          "lift_s": chunks_per_core * stats_values * u["accumulate_s_per_value"],
           "reduce_scatter_bytes_per_node": stats_values * 3 * 8 * (T["nodes"] - 1) / T["nodes"],
           "means_gather_bytes_per_node": C * Dt * 8 * (T["nodes"] - 1) / T["nodes"],
           "driver_bytes": C * T["G"] * 4 + C * 8}
     em["network_s"] = (em["reduce_scatter_bytes_per_node"] + em["means_gather_bytes_per_node"]) / T["nic_bytes_s"]
     em["iteration_s"] = em["row_s"] + em["lift_s"] + em["network_s"] + 2 * trip_s
     memory = {"coreset_per_node": Np * Dt * 4 / T["nodes"], "means_per_node": C * Dt * 8,
-              "partials_per_node": T["cores"] * stats_values * (8 + 3 * 8),
+              "partials_per_node": T["cores"] * stats_values * 8 + stats_values * 3 * 8,
               "proposals_per_node": m * C * Dt * 4 / T["nodes"]}
-    row = {"part": "budget", "unit": u, "round_trip_s": trip_s, "seeding": seeding, "em": em, "memory": memory,
-           "partials_in_flight": partials}
+    row = {"part": "budget", "unit": u, "round_trip_s": trip_s, "seeding": seeding, "em": em, "memory": memory}
     emit("vcgmm_scale", row)
     gb = 1e9
     print(f"\nTiny Images plan (unit costs here: {u['eval_s'] * 1e6:.2f} µs per distance at D = 3072, "
-          f"{u['row_iter_s'] * 1e3:.2f} ms per coreset row and EM iteration, {u['lift_add_s_per_value'] * 1e9:.1f} ns "
+          f"{u['row_iter_s'] * 1e3:.2f} ms per coreset row and EM iteration, {u['accumulate_s_per_value'] * 1e9:.1f} ns "
           f"per exact statistic value; round trip {trip_s * 1e3:.0f} ms)")
     print(f"  seeding: {seeding['total_s'] / 60:.1f} min = workers {seeding['worker_s']:.0f} s + "
           f"{seeding['round_trips']:.0f} round trips {seeding['round_trip_s']:.0f} s + driver "
           f"{seeding['driver_s']:.0f} s; {seeding['bytes_to_driver'] / gb:.1f} GB of proposals to the driver in all")
     print(f"  EM per iteration: {em['iteration_s']:.1f} s = rows {em['row_s']:.1f} s + exact statistics "
-          f"{em['lift_s']:.1f} s + network {em['network_s']:.1f} s; driver receives {em['driver_bytes'] / 1e6:.1f} MB; "
+          f"{em['lift_s']:.1f} s ({em['chunks_per_core']} chunks of the C x D partial per core) + network {em['network_s']:.1f} s; driver receives {em['driver_bytes'] / 1e6:.1f} MB; "
           f"EM <= 5 min while it converges in <= {int(300 // em['iteration_s'])} iterations")
     print(f"  memory per node: coreset {memory['coreset_per_node'] / gb:.1f} GB, means {memory['means_per_node'] / gb:.2f} GB, "
-          f"dense exact partials {memory['partials_per_node'] / gb:.1f} GB, proposals {memory['proposals_per_node'] / gb:.2f} GB")
+          f"exact statistics {memory['partials_per_node'] / gb:.1f} GB (a C x D partial per core, one sum), proposals {memory['proposals_per_node'] / gb:.2f} GB")
     return row
 
 

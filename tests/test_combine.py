@@ -21,12 +21,13 @@ def _given(chunk, partials):
     return partials[chunk.index]
 
 
-def through_partitions(partials, combine, n_parts, split_every):
-    """Combine per-chunk partials as the engine does: partitions over contiguous chunk ranges, then a tree."""
+def through_partitions(partials, combine, n_parts, split_every, threads=1):
+    """Combine per-chunk partials as the engine does: partitions over contiguous chunk ranges (each adding
+    its chunks' partials as ``threads`` threads compute them), then a tree."""
     groups = np.array_split(np.arange(len(partials)), n_parts)
     parts = []
     for ids in groups:
-        p = Partition({"chunks": [(i, i, i + 1) for i in ids], "entropy": 0, "threads": 1},
+        p = Partition({"chunks": [(i, i, i + 1) for i in ids], "entropy": 0, "threads": threads},
                       *[(np.zeros((1, 1)), None)] * len(ids))
         parts.append(p.local(Call(0, _given, partials, combine, TOP)))
         p.close()
@@ -70,6 +71,28 @@ def test_sum_fold_rows_min_max_match_brute_force(n_parts, split_every):
     np.testing.assert_array_equal(got[4], np.min([p[4] for p in partials], axis=0))
     np.testing.assert_array_equal(got[5], np.max([p[5] for p in partials], axis=0))
     assert_same(got, through_partitions(partials, combine, 1, 2))
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_threads_adding_into_one_sum_give_the_bits_of_one_thread(threads):
+    """A partition's threads add their chunks' partials into one sum at once (a large float field in row
+    stripes, the others under a lock): exact, so the bits of one thread, and the brute-force sums."""
+    rng = np.random.default_rng(5)
+    big = (300, 256)   # over the size from which a field is striped
+    partials = []
+    for _ in range(N_CHUNKS):
+        x = rng.standard_normal(big) * 10.0 ** rng.integers(-6, 6)
+        x[rng.random(big[0]) < 0.7] = 0.0   # rows a chunk never reached
+        keys = rng.integers(0, 50, 20)
+        partials.append((x, rng.integers(0, 9, big).astype(np.int64), (keys, rng.standard_normal(20)),
+                         rng.standard_normal((1, 3))))
+    combine = (c.Sum(), c.Scatter(c.Sum()), c.KeyedSum(), c.Rows())
+    got = through_partitions(partials, combine, 2, 2, threads=threads)
+    assert_same(got, through_partitions(partials, combine, 1, 2, threads=1))
+    rows = rng.integers(0, big[0], 40), rng.integers(0, big[1], 40)
+    exact = [math.fsum(p[0][i, j] for p in partials) for i, j in zip(*rows)]
+    np.testing.assert_allclose(got[0][rows], exact, rtol=1e-15)
+    np.testing.assert_array_equal(got[1], np.sum([p[1] for p in partials], axis=0))
 
 
 @pytest.mark.parametrize("n_parts,split_every", SHAPES)

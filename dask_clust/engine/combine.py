@@ -19,11 +19,14 @@ with each other on the workers and only the root's finished result reaches the d
                      each partition gets the rows of the field's leading axis it owns (``shard_bounds``)
 
 Each combine has ``lift(value, chunk_index, top)`` (one chunk's field in combinable form), ``add(a, b)``
-and ``finish(a, top)`` (the result). Nothing here knows Dask.
+and ``finish(a, top)`` (the result); a ``Sum`` also ``accumulate(a, value, chunk_index, top)``, add(a, lift)
+in one pass. Nothing here knows Dask.
 """
+import threading
+
 import numpy as np
 
-from ..kernels.stats import N_WORDS, fixed_add, fixed_add_at, from_fixed, to_fixed
+from ..kernels.stats import N_WORDS, fixed_accumulate, fixed_add, fixed_add_at, from_fixed, to_fixed
 
 
 class Sum:
@@ -46,6 +49,28 @@ class Sum:
             fixed_add(a[2], b[2])
         else:
             a[2][...] += b[2]
+        return a
+
+    def accumulate(self, a, value, chunk, top, stripes=None, first=0):
+        """add(a, lift(value)) in place, in one pass over value, without its lifted copy. ``stripes``: locks
+        of equal row ranges of a float field, taken one at a time from stripe ``first`` on, so that threads
+        adding into the same ``a`` work on different ranges (see ``Shared``)."""
+        if a[0] == "i":
+            a[2][...] += np.asarray(value).reshape(a[2].shape)
+            return a
+        flat = np.ascontiguousarray(value, dtype=np.float64).ravel()
+        words, n = a[2], flat.size
+        bad = 0
+        if stripes is None:
+            bad = fixed_accumulate(words, flat, top)
+        else:
+            k = len(stripes)
+            for j in range(first, first + k):
+                lo, hi = (j % k) * n // k, (j % k + 1) * n // k
+                with stripes[j % k]:
+                    bad += fixed_accumulate(words[lo:hi], flat[lo:hi], top)
+        if bad:
+            raise FloatingPointError(f"a partial sum is not finite or exceeds 2^{top}; the data's scale was misjudged")
         return a
 
     def finish(self, a, top):
@@ -240,6 +265,9 @@ class Scatter:
     def add(self, a, b):
         return self.inner.add(a, b)
 
+    def accumulate(self, a, value, chunk, top):
+        return accumulate_field(self.inner, a, value, chunk, top)
+
     def finish(self, a, top):
         return self.inner.finish(a, top)
 
@@ -269,6 +297,67 @@ def combines_for(combine, n_fields):
 def lift(combine, partial, chunk, top):
     """One chunk's partial (a tuple of fields) in combinable form."""
     return tuple(c.lift(v, chunk, top) for c, v in zip(combines_for(combine, len(partial)), partial))
+
+
+def accumulate_field(c, a, value, chunk, top):
+    """One field of a chunk added into a lifted field ``a`` (None: nothing yet), in place where ``c`` can."""
+    if a is None:
+        return c.lift(value, chunk, top)
+    if hasattr(c, "accumulate"):
+        return c.accumulate(a, value, chunk, top)
+    return c.add(a, c.lift(value, chunk, top))
+
+
+def accumulate(combine, a, partial, chunk, top):
+    """A chunk's partial added into the lifted partial ``a`` (None: nothing yet): ``add(a, lift(partial))``,
+    without lifting a Sum field first."""
+    fields = (None,) * len(partial) if a is None else a
+    return tuple(accumulate_field(c, x, v, chunk, top)
+                 for c, x, v in zip(combines_for(combine, len(partial)), fields, partial))
+
+
+class Shared:
+    """One lifted partial that several threads add chunks' partials into at once (a worker's chunks):
+    a float Sum field (at large C, the C x D statistic) in row stripes under a lock each, every thread
+    starting at a different stripe; any other field under one lock. The worker holds one partial per
+    busy thread and one sum, and the lifting runs in parallel. Exact combines: any order, the same bits."""
+
+    def __init__(self, combine, top, threads):
+        self.combine, self.top, self.threads = combine, top, threads
+        self.acc = None
+        self._lock = threading.Lock()
+        self._turn = 0
+
+    def add(self, partial, chunk):
+        with self._lock:
+            if self.acc is None:
+                self.acc = list(lift(self.combine, partial, chunk, self.top))
+                self._cs = combines_for(self.combine, len(partial))
+                self._locks = [self._stripes(c, a) or threading.Lock() for c, a in zip(self._cs, self.acc)]
+                return
+            first, self._turn = self._turn, self._turn + 1
+        for f, (c, v) in enumerate(zip(self._cs, partial)):
+            locks = self._locks[f]
+            if isinstance(locks, list):
+                sum_of(c).accumulate(self.acc[f], v, chunk, self.top, locks, first * len(locks) // self.threads)
+            else:
+                with locks:
+                    self.acc[f] = accumulate_field(c, self.acc[f], v, chunk, self.top)
+
+    def _stripes(self, c, a):
+        """Locks for 4 row stripes per thread of a float Sum field big enough to contend for."""
+        if self.threads < 2 or sum_of(c) is None or a[0] != "f" or a[2].shape[0] < 1 << 16:
+            return None
+        return [threading.Lock() for _ in range(4 * self.threads)]
+
+    def result(self):
+        return None if self.acc is None else tuple(self.acc)
+
+
+def sum_of(c):
+    """The Sum behind a combine (itself, or a Scatter's inner), or None."""
+    inner = c.inner if isinstance(c, Scatter) else c
+    return inner if isinstance(inner, Sum) else None
 
 
 def add(combine, a, b):

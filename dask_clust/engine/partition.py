@@ -219,13 +219,26 @@ class Partition:
         self._wrote = None
         if call.kind in ("shard", "shards", "gather"):
             acc = self._model_call(call)
+        elif call.kind == "step":
+            acc = self._accumulate(call)
         elif call.kind != "plan":   # a plan's step ran in ``plan_needs``
-            parts = self._each(call.step, call.params)
-        if call.kind == "step":
-            for c, part in zip(self.chunks, parts):
-                acc = combines.add(call.combine, acc, combines.lift(call.combine, part, c.index, call.top))
+            self._each(call.step, call.params)
         self._last = (call.id, acc)
         return acc
+
+    def _accumulate(self, call):
+        """The chunks' partials of a step, each added into this partition's lifted sum as soon as it is
+        computed: a worker holds one partial per thread and one sum (at large C a partial is C x D), not a
+        partial per chunk."""
+        if self._pool is None:
+            acc = None
+            for c in self.chunks:
+                acc = combines.accumulate(call.combine, acc, c.run(call.step, call.params), c.index, call.top)
+            return acc
+        shared = combines.Shared(call.combine, call.top, self._pool._max_workers)
+        for _ in self._pool.map(lambda c: shared.add(c.run(call.step, call.params), c.index), self.chunks):
+            pass
+        return shared.result()
 
     async def run(self, call, children, root=False, peers=None):
         """Actor entry point: pass ``call`` on to the ``children`` subtrees [(address, key, subtree)], run

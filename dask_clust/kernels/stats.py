@@ -16,6 +16,10 @@ WORD_BITS = 62
 N_WORDS = 3
 
 
+GRID_BITS = WORD_BITS * N_WORDS
+_WORD_MASK = (1 << WORD_BITS) - 1
+
+
 @njit(nogil=True, cache=True)
 def to_fixed(values, top, out):
     """Convert float64 values to fixed point on the grid 2^(top - 186).
@@ -23,29 +27,78 @@ def to_fixed(values, top, out):
     values : IN  float64 (n,)  finite, |v| < 2^top
     top    : IN  int           exponent of the grid's top word (as ``fixed_top_exponent``)
     out    : OUT int64 (n, 3)  words, most significant first; word 0 signed, words 1-2 in [0, 2^62)
-    Returns the number of values that did not fit (|v| >= 2^top or not finite); 0 when all did.
+    Returns the number of values that did not fit (|v| >= 2^top or not finite, left 0); 0 when all did.
     """
+    out[:] = 0
+    return fixed_accumulate(out, values, top)
+
+
+@njit(nogil=True, cache=True)
+def fixed_accumulate(acc, values, top):
+    """acc += values on the grid 2^(top - 186), exactly, without forming the values' words: lifting one
+    chunk's partial into a running sum reads it once and skips its zeros (a large partial is mostly zeros:
+    clusters the chunk's rows never reached).
+
+    acc    : INOUT int64 (n, 3)
+    values : IN    float64 (n,), C-contiguous
+    top    : IN    int
+    Returns the number of values that did not fit (|v| >= 2^top or not finite, not added).
+    """
+    bits = values.view(np.int64)
+    limit = math.ldexp(1.0, top)
     bad = 0
     for i in range(values.shape[0]):
         v = values[i]
-        if not math.isfinite(v) or abs(v) >= math.ldexp(1.0, top):
-            bad += 1
-            out[i, 0] = 0
-            out[i, 1] = 0
-            out[i, 2] = 0
+        if v == 0.0:
             continue
-        # digits of |v| (for s >= 0, s - floor(s) is exact; for negative s it is not), then negate
-        s = math.ldexp(abs(v), WORD_BITS - top)
-        w0 = math.floor(s)
-        r = math.ldexp(s - w0, WORD_BITS)
-        w1 = math.floor(r)
-        r = math.ldexp(r - w1, WORD_BITS)
-        sign = -1 if v < 0 else 1
-        out[i, 0] = sign * np.int64(w0)
-        out[i, 1] = sign * np.int64(w1)
-        out[i, 2] = sign * np.int64(round(r))
-        _carry(out, i)
+        if not abs(v) < limit:   # also NaN
+            bad += 1
+            continue
+        # v = ±m·2^e exactly; on the grid it is m·2^s, s = e - (top - 186), split into 62-bit words
+        b = bits[i]
+        ex = (b >> 52) & 0x7FF
+        m = b & ((np.int64(1) << 52) - 1)
+        if ex == 0:
+            e = -1074
+        else:
+            m |= np.int64(1) << 52
+            e = ex - 1075
+        s = e - top + GRID_BITS
+        w0, w1, w2 = _split_words(m, s)
+        if b < 0:
+            w0, w1, w2 = -w0, -w1, -w2
+        acc[i, 0] += w0
+        acc[i, 1] += w1
+        acc[i, 2] += w2
+        _carry(acc, i)
     return bad
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _split_words(m, s):
+    """The grid integer m·2^s (m < 2^53, the product < 2^186) as words (high, middle, low); below the grid
+    (s < 0) rounded to nearest, ties to even."""
+    if s < 0:
+        r = -s
+        if r > 53:
+            return np.int64(0), np.int64(0), np.int64(0)
+        q = m >> r
+        rem = m & ((np.int64(1) << r) - 1)
+        half = np.int64(1) << (r - 1)
+        if rem > half or (rem == half and (q & 1) == 1):
+            q += 1
+        return np.int64(0), np.int64(0), q
+    return _word(m, s - 2 * WORD_BITS), _word(m, s - WORD_BITS), _word(m, s)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _word(m, shift):
+    """The 62 bits of m·2^shift that fall in [0, 2^62) (shift may be negative)."""
+    if shift >= WORD_BITS or shift <= -53:
+        return np.int64(0)
+    if shift >= 0:
+        return (m << shift) & _WORD_MASK
+    return m >> -shift
 
 
 @njit(nogil=True, cache=True)
