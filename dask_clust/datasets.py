@@ -250,6 +250,23 @@ def load_shuttle():
     return X, frame["anomaly"].to_numpy(np.int64)
 
 
+def load_image_segments():
+    """river's bundled UCI Image Segmentation: 2,310 x 18 (X float64, region features) and labels (int64
+    0..6 in sorted class-name order, 330 each), in the file's row order, from ``river.datasets.ImageSegments``
+    (file river/datasets/segment.csv.zip). The "segment" set of SLK's reference runs (Ziko, Granger & Ben
+    Ayed, NeurIPS 2018; ``ALGORITHMS.md`` §5). Needs river (``pip install 'dask_clust[datasets]'``).
+    """
+    try:
+        from river.datasets import ImageSegments
+    except ImportError as exc:
+        raise ImportError(f"load_image_segments needs river: {_EXTRA}") from exc
+    import pandas as pd
+
+    frame = pd.read_csv(ImageSegments().path)
+    classes, y = np.unique(frame.pop("category").to_numpy(), return_inverse=True)
+    return frame.to_numpy(np.float64), y.astype(np.int64)
+
+
 def load_iris():
     """scikit-learn's iris: 150 x 4 (X float64, cm) and labels (int64 0..2, 50 each), from
     ``sklearn.datasets.load_iris()``; SBE's §3.2 test (Yin, Pham, Oberman & Osher). Needs scikit-learn

