@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 _LAZY = {"fit": "api", "load": "api", "ClusteringModel": "models", "InputError": "engine.data",
          "InvalidParameterError": "_params", "StopFit": "engine.loop", "REGISTRY": "algorithms", "InvalidModelError": "models",
-         "UnguardedScript": "engine.cluster"}
+         "UnguardedScript": "engine.cluster", "kneighbors_graph": "knn"}
 
 
 def _estimators():

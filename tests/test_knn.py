@@ -1,0 +1,92 @@
+"""The kNN graph (dask_clust/knn.py) against brute force, scikit-learn and the SLK authors' graphs, under
+every chunking and on a cluster."""
+import pathlib
+
+import numpy as np
+import pytest
+
+from dask_clust.datasets import load_digits, load_mnist_5k
+from dask_clust.engine import as_source, open_engine
+from dask_clust.engine.data import InputError
+from dask_clust.knn import kneighbors_graph, neighbour_graph
+from tests.reference import slk as ref
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "slk"
+
+
+def graph_of(X, r, chunk_rows=None, client="in-process", normalize=False):
+    with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng, \
+            neighbour_graph(eng, r, normalize=normalize) as g:
+        ids, d2 = g.gather()
+        return ids, d2, g.reference_sigma()
+
+
+def tied_rows():
+    """Integer rows with repeats: many equal distances, so the (distance, id) order is what decides."""
+    rng = np.random.default_rng(4)
+    return rng.integers(0, 3, (300, 3)).astype(np.float64)
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 75, 19])
+def test_graph_is_brute_force_with_ties_to_the_lower_id(chunk_rows):
+    X = tied_rows()
+    ids, d2, _ = graph_of(X, 5, chunk_rows)
+    want_ids, want_d2 = ref.knn_graph(X, 5)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(d2, want_d2)   # integer data: every distance is exact
+
+
+def test_graph_bits_do_not_depend_on_chunks_or_workers(cluster):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 7)).astype(np.float32)
+    runs = [graph_of(X, 4, rows, client) for rows, client in
+            ((None, "in-process"), (500, "in-process"), (125, "in-process"), (125, cluster), (333, cluster))]
+    for ids, d2, sigma in runs[1:]:
+        np.testing.assert_array_equal(ids, runs[0][0])
+        np.testing.assert_array_equal(d2, runs[0][1])
+        assert sigma == runs[0][2]
+    want_ids, want_d2 = ref.knn_graph(X.astype(np.float64), 4)
+    np.testing.assert_array_equal(runs[0][0], want_ids)
+    np.testing.assert_allclose(runs[0][1], want_d2, rtol=1e-13)
+
+
+@pytest.mark.parametrize("data,load,edges,sigma", [("digits", load_digits, 7188, 0.26722976069924),
+                                                    ("mnist5k", load_mnist_5k, 20_000, 0.50823005501820)])
+def test_slk_graph_and_sigma_are_the_authors(data, load, edges, sigma):
+    """Issue #18, line 1: on the normalised rows, the authors' 4-NN graph (row sets) and σ, with 4 chunks."""
+    X = load()[0]
+    ids, _, got = graph_of(X, 4, chunk_rows=-(-len(X) // 4), normalize=True)
+    want = np.load(FIXTURES / "reference_fixtures.npz")[f"graph__{data}"]
+    assert ids.size == edges
+    assert all(set(a) == set(b) for a, b in zip(ids, want))
+    assert abs(got - sigma) <= 1e-12
+
+
+@pytest.mark.parametrize("mode", ["connectivity", "distance"])
+def test_kneighbors_graph_is_scikit_learns(mode):
+    from sklearn.neighbors import kneighbors_graph as sk_graph
+
+    X = np.random.default_rng(2).standard_normal((400, 5))
+    got = kneighbors_graph(X, 6, mode=mode)
+    want = sk_graph(X, 6, mode=mode, include_self=False)
+    assert got.shape == (400, 400) and got.nnz == 400 * 6
+    np.testing.assert_array_equal(np.sort(got.indices.reshape(400, 6), 1), np.sort(want.indices.reshape(400, 6), 1))
+    np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"n_neighbors": 10}, r"n_neighbors=10 needs more than n_neighbors rows; got n_samples=10"),
+    ({"n_neighbors": 0}, r"n_neighbors must be an int >= 1; got 0"),
+    ({"n_neighbors": 2.5}, r"n_neighbors must be an int >= 1; got 2.5"),
+    ({"mode": "weights"}, r"mode must be 'connectivity' or 'distance'; got 'weights'"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        kneighbors_graph(np.random.default_rng(0).standard_normal((10, 2)), **kwargs)
+
+
+def test_a_zero_row_cannot_be_normalised():
+    X = np.ones((20, 3))
+    X[13] = 0
+    with pytest.raises(InputError, match="row 13 is all zeros"):
+        kneighbors_graph(X, 2, normalize=True)
