@@ -52,3 +52,48 @@ def test_reference_reproduces_the_authors_program(fixtures, data, seeds, sigma, 
             np.testing.assert_array_equal(out["mode_ids"], fixtures[f"modeidx__{data}_pool_BO_l1.3_s{seed}_k5"])
         if sigma is None:
             assert abs(out["sigma"] - run["sigma"]) <= 1e-12
+
+
+def engine_slk(X, seeds, mode, client="in-process", chunk_rows=None, **kw):
+    from dask_clust.algorithms.slk import slk
+    from dask_clust.engine import as_source, open_engine
+
+    with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng:
+        return slk(eng, seeds, mode=mode, **kw)
+
+
+@pytest.mark.parametrize("mode", ["BO", "MS"])
+def test_slk_on_the_engine_reproduces_the_authors_program(fixtures, mode):
+    """Issue #18, line 2 (digits, in-process, one chunk): from the program's seeds, its labels, BO mode
+    ids, inner counts per outer iteration, outer counts and lost flag on all 10 seeds; modes within 1e-12
+    of the plain-numpy reference's (seeds 0-2)."""
+    X = load_digits()[0]
+    for seed in range(10):
+        run = reference_run("digits", seed, mode)
+        seeds = fixtures[f"cinit__digits_s{seed}"]
+        out = engine_slk(X, seeds, mode.lower(), chunk_rows=len(X))
+        assert (out.outer, out.inner, out.lost) == (run["outer"], run["inner"], run["trivial"]), seed
+        np.testing.assert_array_equal(out.labels, fixtures[f"labels__digits_pool_{mode}_l1.3_s{seed}_k5"])
+        if seed < 3:
+            want = ref.slk(X, seeds, mode=mode.lower(), graph=fixtures["graph__digits"])
+            np.testing.assert_allclose(out.modes, want["modes"], rtol=0, atol=1e-12)
+        if mode == "BO":
+            np.testing.assert_array_equal(out.mode_ids, fixtures[f"modeidx__digits_pool_BO_l1.3_s{seed}_k5"])
+
+
+@pytest.mark.parametrize("mode", ["bo", "ms"])
+def test_slk_does_not_depend_on_chunks_or_workers(fixtures, cluster, mode):
+    """Issue #18, line 3 (part): 1, 4 and 16 chunks in-process and 4 chunks on 2 workers give the same
+    labels and counts; BO's modes bit for bit (argmax rows), MS's within 1e-13 (its mean-shift sums are
+    float per chunk, exact between chunks)."""
+    X = load_digits()[0]
+    seeds = fixtures["cinit__digits_s2"]
+    runs = [engine_slk(X, seeds, mode, client, -(-len(X) // chunks))
+            for chunks, client in ((1, "in-process"), (4, "in-process"), (16, "in-process"), (4, cluster))]
+    for out in runs[1:]:
+        np.testing.assert_array_equal(out.labels, runs[0].labels)
+        assert (out.outer, out.inner, out.lost, out.sigma) == (runs[0].outer, runs[0].inner, runs[0].lost, runs[0].sigma)
+        if mode == "bo":
+            np.testing.assert_array_equal(out.modes, runs[0].modes)
+        else:
+            np.testing.assert_allclose(out.modes, runs[0].modes, rtol=0, atol=1e-13)
