@@ -159,6 +159,12 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         self.history_ = model.history_
         self.n_features_in_ = model.n_features_in_
         self.inertia_ = model.objective_
+        fitted = model.extras_.get("labels_")   # a transductive fit's own labels (SLK), in row order
+        if fitted is not None:
+            import dask.array as da
+
+            self.labels_ = da.from_array(fitted, chunks=model.predict(X).chunks).persist() if _is_lazy(X) else fitted
+            return self
         with progress_.reporting(progress), progress_.phase("labels of the training rows", 1, "pass") as shown:
             labels = model.predict(X)
             self.labels_ = labels.persist() if _is_lazy(X) else labels.compute()

@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from .engine import as_source, open_engine
+from .engine import as_source, config, open_engine
 from .engine.combine import Rows, Sum
-from .engine.data import InputError
+from .engine.data import InputError, l2_rows
 from .kernels.distance import nearest_neighbours
 
 METHODS = ("exact",)
@@ -29,14 +29,7 @@ _BLOCK_VALUES = 1 << 24
 
 def rows_float64(chunk, normalize):
     """State ``knn-x``: the chunk's rows in float64, L2-normalised when asked (SLK's input)."""
-    x = np.asarray(chunk.x, dtype=np.float64)
-    if normalize:
-        norms = np.linalg.norm(x, axis=1)
-        if np.any(norms == 0):
-            row = chunk.start + int(np.argmax(norms == 0))
-            raise InputError(f"row {row} is all zeros: it cannot be normalised to unit length")
-        x = x / norms[:, None]
-    chunk.state["knn-x"] = x
+    chunk.state["knn-x"] = l2_rows(chunk.x) if normalize else np.asarray(chunk.x, dtype=np.float64)
 
 
 def _all_rows(chunk, n):
@@ -63,18 +56,33 @@ def search(chunk, r):
     return (d2.sum(),)
 
 
+class GraphLost(RuntimeError):
+    """A partition holding part of the graph was rebuilt after a lost worker."""
+
+
+def _graph_lost(chunk, model):
+    raise GraphLost(f"the kNN graph of rows {chunk.start}..{chunk.stop - 1} was on a lost worker and is not rebuilt "
+                    "yet (a search needs every row again): run the fit again")
+
+
 def _graph_rows(chunk, params):
     ids, d2 = chunk.state["knn"]
     return ids, d2
 
 
-def check_neighbours(n_neighbors, n_samples, method="exact"):
+def check_neighbours(n_neighbors, n_samples, n_features, method="exact"):
     if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, (int, np.integer)) or n_neighbors < 1:
         raise InputError(f"n_neighbors must be an int >= 1; got {n_neighbors!r}")
     if n_neighbors >= n_samples:
         raise InputError(f"n_neighbors={n_neighbors} needs more than n_neighbors rows; got n_samples={n_samples}")
     if method not in METHODS:
         raise InputError(f"method must be one of {list(METHODS)}; got {method!r}")
+    work, budget = float(n_samples) ** 2 * n_features, float(config.get("knn-exact-budget"))
+    if work > budget:
+        raise InputError(f"the exact kNN graph of {n_samples:,} rows x {n_features} features is {work:.3g} "
+                         f"multiply-adds, over dask_clust.knn-exact-budget = {budget:.3g}, and every partition would "
+                         "hold all rows; the IVF method for large N is not built yet: fit on a sample of the rows, "
+                         "or raise the budget")
 
 
 class NeighbourGraph:
@@ -97,8 +105,8 @@ class NeighbourGraph:
 def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact"):
     """A block holding the kNN graph on the workers (states ``knn-x``: the rows in float64, and ``knn``);
     yields a ``NeighbourGraph``."""
-    check_neighbours(n_neighbors, engine.n_samples, method)
-    with engine.state("knn-x", rows_float64, lambda: normalize), \
+    check_neighbours(n_neighbors, engine.n_samples, engine.n_features, method)
+    with engine.state("knn-x", rows_float64, lambda: normalize), engine.state("knn", _graph_lost, build=False), \
             engine.halo("knn-all", _all_rows, engine.n_samples):
         (total,) = engine.reduce(search, int(n_neighbors), (Sum(),), halo=("knn-all", "knn-x"))
         yield NeighbourGraph(engine, int(n_neighbors), float(total))
@@ -115,7 +123,7 @@ def kneighbors_graph(X, n_neighbors=4, *, mode="connectivity", normalize=False, 
     if mode not in ("connectivity", "distance"):
         raise InputError(f"mode must be 'connectivity' or 'distance'; got {mode!r}")
     source = as_source(X)
-    check_neighbours(n_neighbors, source.n_samples)
+    check_neighbours(n_neighbors, source.n_samples, source.n_features)
     with open_engine(source, client, 0) as engine, neighbour_graph(engine, n_neighbors, normalize=normalize) as g:
         ids, d2 = g.gather()
     n, r = ids.shape

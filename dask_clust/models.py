@@ -12,7 +12,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .engine.data import as_dask_rows, check_finite_block, map_rows
+from .engine.data import as_dask_rows, check_finite_block, l2_rows, map_rows
 from .outputs import check_model_dir, replacing
 from .kernels.assign import Prepared, all_sqdist, nearest
 
@@ -23,6 +23,11 @@ def _predict_block(x, centers, block_info=None):
     check_finite_block(x, block_info)
     labels, _, _ = nearest(np.ascontiguousarray(x), centers)
     return labels
+
+
+def _l2_rows(x, block_info=None):
+    check_finite_block(x, block_info)
+    return l2_rows(x)
 
 
 def _transform_block(x, C, block_info=None):
@@ -114,8 +119,15 @@ class ClusteringModel:
     def n_features_in_(self):
         return self.cluster_centers_.shape[1]
 
-    def _rows(self, X):
+    def _input(self, X):
+        """X as row chunks, L2-normalised (lazily, float64) for a model fitted on the normalised rows (SLK)."""
         X = as_dask_rows(X, self.n_features_in_)
+        if self.extras_.get("row_normalization_") == "l2":
+            X = X.map_blocks(_l2_rows, dtype=np.float64, meta=np.empty((0, 0)))
+        return X
+
+    def _rows(self, X):
+        X = self._input(X)
         return X, Prepared(self.cluster_centers_, X.dtype)
 
     def predict(self, X):
@@ -125,7 +137,7 @@ class ClusteringModel:
 
     def transform(self, X):
         """Euclidean distance of each row to every centre: a lazy (n, k) float64 dask array."""
-        X = as_dask_rows(X, self.n_features_in_)
+        X = self._input(X)
         return map_rows(X, _transform_block, np.float64, self.n_clusters, self.cluster_centers_)
 
     def predict_proba(self, X, output="truncated"):

@@ -85,8 +85,22 @@ def test_bad_arguments_are_named(kwargs, message):
         kneighbors_graph(np.random.default_rng(0).standard_normal((10, 2)), **kwargs)
 
 
-def test_a_zero_row_cannot_be_normalised():
-    X = np.ones((20, 3))
+def test_the_exact_graph_is_refused_over_its_budget():
+    import dask
+
+    with dask.config.set({"dask_clust.knn-exact-budget": 1e6}), \
+            pytest.raises(InputError, match=r"1,000 rows x 2 features is 2e\+06 multiply-adds, over .*budget = 1e\+06"):
+        kneighbors_graph(np.random.default_rng(0).standard_normal((1000, 2)), 3)
+
+
+def test_a_zero_row_stays_zero_when_normalised():
+    """As scikit-learn's ``normalize``: the zero row is at distance 1 from every unit row."""
+    from sklearn.preprocessing import normalize
+
+    X = np.random.default_rng(1).standard_normal((20, 3))
     X[13] = 0
-    with pytest.raises(InputError, match="row 13 is all zeros"):
-        kneighbors_graph(X, 2, normalize=True)
+    got = kneighbors_graph(X, 3, mode="distance", normalize=True)
+    want, _ = ref.knn_graph(normalize(X), 3)
+    others = np.arange(20) != 13   # row 13 is at distance 1 ± rounding from all: its order is rounding's
+    np.testing.assert_array_equal(got.indices.reshape(20, 3)[others], want[others])
+    np.testing.assert_allclose(got[13].data, 1.0, rtol=1e-15)

@@ -60,3 +60,4 @@ from . import nmbatch  # noqa: E402,F401
 from . import minibatch  # noqa: E402,F401
 from . import vrkm  # noqa: E402,F401
 from . import sbe  # noqa: E402,F401
+from . import slk  # noqa: E402,F401

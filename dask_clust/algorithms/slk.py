@@ -20,14 +20,71 @@ inner loop runs one update past the authors' count and keeps the previous z: the
 Per update the driver receives one number (the energy); per outer iteration K cluster sizes, K argmax
 values and ids (BO) or K·D mean-shift sums per mean-shift step (MS); it holds the K·D modes. Rows and z
 stay on the workers; z of cross-partition neighbours goes partition to partition.
-Not yet here: the estimator and ``algo="slk"``, IVF graphs for large N, rebuilding after a lost worker.
+``algo="slk"`` fits on the L2-normalised rows (the authors normalise; the paper does not say so): its
+``cluster_centers_`` are the modes in that space and ``predict`` gives each new row's nearest mode there.
+``labels_`` are SLK's labels of the training rows. Not yet here: IVF graphs for large N, rebuilding after
+a lost worker.
 """
+import numbers
+import warnings
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
+from .._params import ArrayOf2D, Interval, Options
 from ..engine.combine import ArgMax, Rows, Sum
-from ..knn import neighbour_graph
+from ..engine.data import InputError, l2_rows
+from ..knn import METHODS, neighbour_graph
+from ..seeding import SEEDERS, seed
+from . import AlgorithmSpec, final_pass, register
+
+
+@dataclass
+class SLKConfig:
+    n_clusters: int = 8
+    mode: str = "bo"
+    lmbda: float = 1.3
+    n_neighbors: int = 4
+    sigma: object = "reference"
+    init: object = "k-means++"
+    tol: float = 1e-5
+    min_iter: int = 3
+    max_iter: int = 100
+    inner_tol: float = 1e-6
+    inner_max_iter: int = 1000
+    knn_method: str = "exact"
+
+    constraints: ClassVar = {
+        "n_clusters": [Interval(numbers.Integral, 1, None)],
+        "mode": [Options(("bo", "ms"))],
+        "lmbda": [Interval(numbers.Real, 0, None, "left")],
+        "n_neighbors": [Interval(numbers.Integral, 1, None)],
+        "sigma": [Options(("reference",)), Interval(numbers.Real, 0, None, "neither")],
+        "init": [Options(SEEDERS), ArrayOf2D()],
+        "tol": [Interval(numbers.Real, 0, None, "left")],
+        "min_iter": [Interval(numbers.Integral, 1, None)],
+        "max_iter": [Interval(numbers.Integral, 1, None)],
+        "inner_tol": [Interval(numbers.Real, 0, None, "left")],
+        "inner_max_iter": [Interval(numbers.Integral, 1, None)],
+        "knn_method": [Options(METHODS)],
+    }
+    docs: ClassVar = {
+        "n_clusters": "Number of clusters (modes) K; at most the number of rows.",
+        "mode": "'bo': the modes are the rows of largest z per cluster (SLK-BO); 'ms': mean-shift over each "
+                "cluster's members (SLK-MS).",
+        "lmbda": "Weight lambda of the Laplacian (graph) term; the authors' default 1.3.",
+        "n_neighbors": "Out-edges per row of the kNN graph (the authors' 5-NN without the row itself: 4).",
+        "sigma": "Kernel width: 'reference' (sigma^2 = sum of squared kNN distances / ((n_neighbors + 1) N), the "
+                 "authors' formula) or a positive float.",
+        "init": "Seeding on the normalised rows, as k-means' init (the authors use k-means++).",
+        "tol": "Outer loop: stop when the energy changes by at most tol, relative.",
+        "min_iter": "Outer loop: fewest iterations before tol may stop it.",
+        "max_iter": "Outer loop: most iterations.",
+        "inner_tol": "Bound updates: stop when the relaxed energy changes by at most inner_tol, relative.",
+        "inner_max_iter": "Bound updates: most per outer iteration.",
+        "knn_method": "kNN graph: 'exact' (N^2 D work; IVF for large N is not built yet).",
+    }
 
 
 @dataclass
@@ -194,22 +251,27 @@ def inner_loop(engine, lmbda, tol, max_iter):
     return max_iter
 
 
-def slk(engine, seeds, *, mode="bo", lmbda=1.3, n_neighbors=4, sigma="reference", tol=1e-5, min_iter=3,
-        max_iter=100, inner_tol=1e-6, inner_max_iter=1000):
-    """SLK from seeds on the normalised rows (K × D); returns an ``SLKResult``."""
+def slk(engine, seeds, loop, *, mode="bo", lmbda=1.3, n_neighbors=4, sigma="reference", tol=1e-5, min_iter=3,
+        inner_tol=1e-6, inner_max_iter=1000, normalize=True):
+    """SLK from seeds (K × D, on the normalised rows); ``loop`` (an ``engine.Loop``) runs the outer
+    iterations and records each one's energy. Returns an ``SLKResult``."""
     seeds = np.asarray(seeds, dtype=np.float64)
-    with neighbour_graph(engine, n_neighbors, normalize=True) as graph, \
+    with neighbour_graph(engine, n_neighbors, normalize=normalize) as graph, \
             engine.halo("slk-nb", _neighbours):
         sigma = graph.reference_sigma() if sigma == "reference" else float(sigma)
+        if not sigma > 0:
+            raise InputError(f"sigma from the graph is 0: every row's {n_neighbors} nearest rows are copies of it "
+                             "(after L2 normalisation); pass sigma= a positive float or raise n_neighbors")
         ids, modes = first_modes(engine, seeds, sigma, mode)
         state = SLKResult(None, modes, ids, sigma, 0)
         inner, e_old = [], None
         (neg_az,) = engine.reduce(_start_inner, (modes, sigma), (Sum(),))
-        for it in range(1, max_iter + 1):
+        for it in loop:
             inner.append(inner_loop(engine, lmbda, inner_tol, inner_max_iter))
             sizes, (_, top_ids), neg_az_old, lap = engine.reduce(_settle, lmbda, (Sum(), ArgMax(), Sum(), Sum()))
             if np.any(sizes == 0):   # the previous state, its labels kept on the workers
-                state.labels, state.outer, state.inner, state.lost = labels_of(engine, "slk-labels-prev"), it, inner, True
+                loop.record(np.nan, 0, None, inner_iterations=inner[-1], lost_cluster=True)
+                state.labels, state.outer, state.inner, state.lost = labels_of(engine, "slk-labels-prev"), it + 1, inner, True
                 return state
             if mode == "bo":
                 ids, modes = top_ids, rows_at(engine, top_ids)
@@ -219,12 +281,61 @@ def slk(engine, seeds, *, mode="bo", lmbda=1.3, n_neighbors=4, sigma="reference"
                 e = neg_az_old + lap
                 modes = mean_shift(engine, modes, sigma, sizes)
                 engine.reduce(_start_inner, (modes, sigma), (Sum(),))
-            state = SLKResult(None, modes, ids, sigma, it, list(inner))
-            if it >= min_iter and e_old is not None and abs(e - e_old) <= tol * abs(e_old):
+            state = SLKResult(None, modes, ids, sigma, it + 1, list(inner))
+            loop.record(e, engine.n_samples * len(modes), None, centers=modes, inner_iterations=inner[-1])
+            if it + 1 >= min_iter and e_old is not None and abs(e - e_old) <= tol * abs(e_old):
+                loop.converged = True
                 break
             e_old = e
         state.labels = labels_of(engine, "slk-labels")
         return state
+
+
+def _normalised(chunk, params):
+    """The rows L2-normalised (in float64, kept in the input's dtype; an all-zero row stays zero), weight 1."""
+    return l2_rows(chunk.x).astype(chunk.x.dtype, copy=False), np.ones(chunk.x.shape[0])
+
+
+def fit(engine, cfg, entropy, loop):
+    """Normalise the rows (a second engine over them, on the same workers), seed, SLK, one QE pass."""
+    if getattr(engine.source, "weights", None) is not None:
+        raise InputError("algo='slk' does not take sample_weight: its graph and modes weigh every row alike")
+    n, k = engine.n_samples, cfg.n_clusters
+    if engine.n_features == 1:
+        raise InputError("algo='slk' clusters the rows' directions (it L2-normalises them): with n_features = 1 a "
+                         "direction is only a sign; use algo='kmeans'")
+    if cfg.n_neighbors >= n:
+        raise InputError(f"n_neighbors={cfg.n_neighbors} needs more than n_neighbors rows; got n_samples={n}")
+    if k > n:
+        raise InputError(f"n_samples={n} should be >= n_clusters={k}")
+    sizes = np.diff(engine.source.starts)
+    with engine.sample(_normalised, None, sizes, entropy) as rows:
+        seeds, seed_evals = seed(rows, k, cfg.init, entropy)
+        out = slk(rows, seeds, loop, mode=cfg.mode, lmbda=cfg.lmbda, n_neighbors=cfg.n_neighbors, sigma=cfg.sigma,
+                  tol=cfg.tol, min_iter=cfg.min_iter, inner_tol=cfg.inner_tol, inner_max_iter=cfg.inner_max_iter,
+                  normalize=False)
+        qe, qe_evals = final_pass(rows, out.modes, "the normalised rows")
+    if out.lost:
+        warnings.warn(f"slk lost a cluster at outer iteration {out.outer} (a cluster kept no row): the model is the "
+                      "previous iteration's; try another random_state, fewer clusters or a smaller lmbda",
+                      RuntimeWarning, stacklevel=2)
+    from ..engine import FitResult
+
+    extras = {"labels_": out.labels, "sigma_": out.sigma, "lost_cluster_": out.lost,
+              "inner_iterations_": list(out.inner), "graph_recall_": 1.0, "row_normalization_": "l2"}
+    if out.mode_ids is not None:
+        extras["modes_index_"] = np.asarray(out.mode_ids, dtype=np.int64)
+    evals = seed_evals + n * (n - 1) + qe_evals + sum(h.get("distance_evals", 0) for h in loop.history)
+    return FitResult(out.modes, qe, loop.n_iter, loop.converged and not out.lost, int(evals), loop.history, extras)
+
+
+register(AlgorithmSpec(
+    name="slk", config=SLKConfig, fit=fit, estimator="SLK",
+    summary="scalable Laplacian K-modes (SLK-BO / SLK-MS) on the kNN graph of the L2-normalised rows",
+    reference="Ziko, Granger, Ben Ayed, NeurIPS 2018, arXiv:1810.13044",
+    objective="the continuous energy −Σ a·z − λ Σ (W z)·z after each outer iteration",
+    weighted=False,
+))
 
 
 def labels_of(engine, key):

@@ -33,6 +33,9 @@ DEFAULTS = {
     # rule 1: the driver owns a model up to this size; a larger one lives sharded on the workers
     # (``Engine.sharded``) and is gathered only at the end
     "model-bytes": "512MiB",
+    # the exact kNN graph (``knn.py``) searches all N rows for every row: it is refused beyond this many
+    # multiply-adds N²·D (mnist5k: 2e10; 1e12 is minutes on a few cores) and every partition holds all rows
+    "knn-exact-budget": 1e12,
     # how long to wait for the scheduler to confirm a lost worker after a communication error
     "lost-worker-timeout": "10s",
     # how long to wait for a scheduler given by address (``client="tcp://..."``, ``--scheduler``)

@@ -346,6 +346,15 @@ def _check_weights(sample_weight, n):
 
 # ---------------------------------------------------------------- one-shot lazy passes
 
+def l2_rows(x):
+    """Rows in float64 scaled to unit length; an all-zero row stays zero (scikit-learn's ``normalize``)."""
+    x = np.asarray(x, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1)
+    norms[norms == 0] = 1.0
+    return x / norms[:, None]
+
+
+
 def as_dask_rows(X, n_features=None):
     """Any supported input as a row-chunked dask array in its float dtype, for lazy one-shot passes
     (predict, transform, score). ``n_features`` checks the feature count against a fitted model."""
