@@ -32,6 +32,16 @@ def rows_float64(chunk, normalize):
     chunk.state["knn-x"] = l2_rows(chunk.x) if normalize else np.asarray(chunk.x, dtype=np.float64)
 
 
+def gemm_sqdist(Q, Y, qq, yy):
+    """Squared distances ||q||² − 2 q·y + ||y||² of every pair (GEMM form; rounding up to ``slack``'s
+    bound, negative values possible); qq, yy: the rows' squared norms."""
+    return qq[:, None] - 2.0 * (Q @ Y.T) + yy[None, :]
+
+
+def squared_norms(X):
+    return np.einsum("ij,ij->i", X, X)
+
+
 def _all_rows(chunk, n):
     return np.arange(n, dtype=np.int64)
 
@@ -43,14 +53,14 @@ def search(chunk, r):
     n, m = Q.shape[0], Y.shape[0]
     ids = np.empty((n, r), np.int64)
     d2 = np.empty((n, r))
-    qq, yy = np.einsum("ij,ij->i", Q, Q), np.einsum("ij,ij->i", Y, Y)
+    qq, yy = squared_norms(Q), squared_norms(Y)
     # |GEMM form − exact| <= (2D + 8)·u·(|q| + |y|)² (Higham's dot-product bound, with room for the norms)
     slack = (2 * Q.shape[1] + 8) * 2.0 ** -53 * (math.sqrt(qq.max(initial=0)) + math.sqrt(yy.max(initial=0))) ** 2
     step = max(1, _BLOCK_VALUES // max(1, m))
     q_ids = np.arange(chunk.start, chunk.stop, dtype=np.int64)
     for a in range(0, n, step):
         b = min(n, a + step)
-        approx = qq[a:b, None] - 2.0 * (Q[a:b] @ Y.T) + yy[None, :]
+        approx = gemm_sqdist(Q[a:b], Y, qq[a:b], yy)
         nearest_neighbours(Q[a:b], q_ids[a:b], Y, approx, slack, ids[a:b], d2[a:b])
     chunk.state["knn"] = (ids, d2)
     return (d2.sum(),)

@@ -186,8 +186,8 @@ class Partition:
         """meta: {"chunks": [(index, start, stop), ...], "entropy": int, "threads": int};
         blocks: per chunk, (x, w) rows or a loader (see ``Chunk``)."""
         self.chunks = [Chunk(i, a, b, data, meta["entropy"]) for (i, a, b), data in zip(meta["chunks"], blocks)]
-        threads = max(1, int(meta.get("threads", 1)))
-        self._pool = ThreadPoolExecutor(threads) if threads > 1 and len(self.chunks) > 1 else None
+        self.threads = max(1, int(meta.get("threads", 1)))
+        self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 and len(self.chunks) > 1 else None
         self._runner = None   # the thread that drives this partition's chunks while the event loop serves calls
         self._last = (None, None)
         self.pid = int(meta.get("partition", 0))
@@ -235,7 +235,7 @@ class Partition:
             for c in self.chunks:
                 acc = combines.accumulate(call.combine, acc, c.run(call.step, call.params), c.index, call.top)
             return acc
-        shared = combines.Shared(call.combine, call.top, self._pool._max_workers)
+        shared = combines.Shared(call.combine, call.top, self.threads)
         for _ in self._pool.map(lambda c: shared.add(c.run(call.step, call.params), c.index), self.chunks):
             pass
         return shared.result()
