@@ -1,35 +1,57 @@
 """The k-nearest-neighbour graph of the rows: r out-neighbours per row (the row itself excluded), sorted by
-(distance, row id), so the graph does not depend on the chunking or the workers.
+(distance, input row id), so the graph does not depend on the chunking, the workers or the row order.
 
 ``method="exact"``: every chunk reads all rows once through a halo (partition to partition, never through
 the driver) and searches them by blocked GEMM, the candidates within the GEMM's error bound of the r-th
-re-measured directly in float64. It costs N²·D multiply-adds and N·D·(partitions) bytes moved: the
-choice while N²·D stays small. (The IVF method for large N, ALGORITHMS.md §5, is not built yet.)
+re-measured directly in float64. N²·D multiply-adds and N·D bytes per partition: the choice while N²·D
+stays within ``dask_clust.knn-exact-budget``.
+
+``method="ivf"`` (Jégou, Douze & Schmid, "Product quantization for nearest neighbor search", TPAMI 2011,
+its inverted file without the quantisation; ALGORITHMS.md §5): a coarse k-means of ``nlist`` cells
+(≈ 4√N) trained on a lightweight coreset, the rows reordered by cell (``engine.reorder``: a cell's rows
+are contiguous, most neighbours sit in the same partition), and each cell's rows searched exactly among
+the rows of the ``nprobe`` cells nearest its centroid (cell-to-cell probing: one candidate set per cell,
+one GEMM). With nprobe = nlist it is the exact graph. recall@r is measured on 1000 random rows against
+brute force. ``"auto"``: exact within the budget, IVF beyond.
 
 Used by SLK (Ziko, Granger & Ben Ayed, NeurIPS 2018), whose kernel width comes from the graph:
 ``reference_sigma`` is the authors' σ² = Σ (squared r-NN distances) / ((r + 1) N).
 
-What the driver receives: the graph itself when asked for (N·r ids and distances: ``kneighbors_graph``),
-else the exact sum of the squared neighbour distances (one number).
+What the driver receives: the exact sum of the squared neighbour distances (one number); for IVF the
+coreset (32·nlist rows), the per-chunk counts of each cell (≤ chunks × nlist ints, ``reorder``) and the
+1000 query rows with their neighbours; the whole graph (N·r) only when asked (``kneighbors_graph``).
+It holds nlist centroids and nlist × nprobe probe lists.
 """
 import contextlib
 import math
 
 import numpy as np
 
+from .coreset import lightweight_coreset
 from .engine import as_source, config, open_engine
-from .engine.combine import Rows, Sum
-from .engine.data import InputError, l2_rows
+from .engine.combine import KeyedSum, RowTop, Rows
+from .engine.data import InputError, l2_rows, stream
+from .kernels.assign import Prepared, nearest
 from .kernels.distance import nearest_neighbours
+from .lloyd import lloyd
+from .seeding import seed
 
-METHODS = ("exact",)
+METHODS = ("auto", "exact", "ivf")
 # query rows per GEMM block: keeps the block's distances near 128 MB whatever N is
-_BLOCK_VALUES = 1 << 24
+BLOCK_VALUES = 1 << 24
+# the coarse quantiser: coreset rows per cell and Lloyd iterations (faiss trains on ≥ 39 rows per cell,
+# 10–25 iterations; the cells only steer the search, recall is measured)
+_TRAIN_ROWS_PER_CELL, _TRAIN_ITER = 32, 10
+RECALL_QUERIES = 1000
 
 
 def rows_float64(chunk, normalize):
     """State ``knn-x``: the chunk's rows in float64, L2-normalised when asked (SLK's input)."""
     chunk.state["knn-x"] = l2_rows(chunk.x) if normalize else np.asarray(chunk.x, dtype=np.float64)
+
+
+def keep_input_ids(chunk, params):
+    chunk.state["knn-in"] = chunk.input_ids()
 
 
 def gemm_sqdist(Q, Y, qq, yy):
@@ -42,28 +64,177 @@ def squared_norms(X):
     return np.einsum("ij,ij->i", X, X)
 
 
+def nearest_among(Q, q_ids, Y, y_ids, r):
+    """The r nearest rows of Y (by id, the query's own id skipped) of every row of Q: (rows of Y, exact
+    squared distances), (n, r) each, ties to the lower id."""
+    n, m = Q.shape[0], Y.shape[0]
+    out_j, d2 = np.empty((n, r), np.int64), np.empty((n, r))
+    qq, yy = squared_norms(Q), squared_norms(Y)
+    # |GEMM form − exact| <= (2D + 8)·u·(|q| + |y|)² (Higham's dot-product bound, with room for the norms)
+    slack = (2 * Q.shape[1] + 8) * 2.0 ** -53 * (math.sqrt(qq.max(initial=0)) + math.sqrt(yy.max(initial=0))) ** 2
+    step = max(1, BLOCK_VALUES // max(1, m))
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        approx = gemm_sqdist(Q[a:b], Y, qq[a:b], yy)
+        nearest_neighbours(Q[a:b], q_ids[a:b], Y, y_ids, approx, slack, out_j[a:b], d2[a:b])
+    return out_j, d2
+
+
+def _keep_graph(chunk, ids, d2, in_ids):
+    """State ``knn`` = (neighbours as this engine's rows, squared distances, neighbours' input ids);
+    returns the exact Σ d2 (a KeyedSum on one key: the same bits for any layout)."""
+    chunk.state["knn"] = (ids, d2, in_ids)
+    return ((np.zeros(d2.size, np.int64), d2.ravel()),)
+
+
+# ---------------------------------------------------------------- exact
+
 def _all_rows(chunk, n):
     return np.arange(n, dtype=np.int64)
 
 
-def search(chunk, r):
-    """The chunk's rows' r nearest neighbours among all rows (``halo["knn-x"]``), kept as state
-    ``knn`` = (ids, squared distances); returns the exact sum of the squared distances."""
-    Q, Y = chunk.state["knn-x"], chunk.halo["knn-x"]
-    n, m = Q.shape[0], Y.shape[0]
-    ids = np.empty((n, r), np.int64)
-    d2 = np.empty((n, r))
-    qq, yy = squared_norms(Q), squared_norms(Y)
-    # |GEMM form − exact| <= (2D + 8)·u·(|q| + |y|)² (Higham's dot-product bound, with room for the norms)
-    slack = (2 * Q.shape[1] + 8) * 2.0 ** -53 * (math.sqrt(qq.max(initial=0)) + math.sqrt(yy.max(initial=0))) ** 2
-    step = max(1, _BLOCK_VALUES // max(1, m))
-    q_ids = np.arange(chunk.start, chunk.stop, dtype=np.int64)
-    for a in range(0, n, step):
-        b = min(n, a + step)
-        approx = gemm_sqdist(Q[a:b], Y, qq[a:b], yy)
-        nearest_neighbours(Q[a:b], q_ids[a:b], Y, approx, slack, ids[a:b], d2[a:b])
-    chunk.state["knn"] = (ids, d2)
-    return (d2.sum(),)
+def search_exact(chunk, r):
+    """Every row's r nearest among all rows (``halo["knn-x"]``; this engine is in input order, so a row's
+    id is its input id)."""
+    Y = chunk.halo["knn-x"]
+    all_ids = np.arange(Y.shape[0], dtype=np.int64)
+    ids, d2 = nearest_among(chunk.state["knn-x"], all_ids[chunk.start:chunk.stop], Y, all_ids, r)
+    return _keep_graph(chunk, ids, d2, ids)
+
+
+# ---------------------------------------------------------------- IVF
+
+def coarse_cells(engine, nlist, entropy, normalize):
+    """nlist centroids: Lloyd (random rows as seeds, as faiss) on a lightweight coreset of 32 rows per cell."""
+    X, w = lightweight_coreset(engine, min(engine.n_samples, _TRAIN_ROWS_PER_CELL * nlist), entropy)
+    X = l2_rows(X) if normalize else X
+    with engine.working_set(X, w, entropy) as train:
+        seeds, _ = seed(train, nlist, "random", entropy)
+        return lloyd(train, seeds, max_iter=_TRAIN_ITER, tol=0.0).centers
+
+
+def _cell_of(chunk, params):
+    """The chunk's rows' nearest centroids (the key ``reorder`` sorts by)."""
+    centroids, normalize = params
+    x = l2_rows(chunk.x) if normalize else chunk.x
+    return nearest(x, Prepared(centroids, x.dtype))[0]
+
+
+def probe_lists(centroids, sizes, nprobe, r):
+    """Per cell, the nprobe non-empty cells nearest its centroid (itself first), more while they hold
+    fewer than r + 1 rows: CSR (ptr (nlist + 1,), cells)."""
+    live = np.flatnonzero(sizes)
+    C = centroids[live]
+    cc = squared_norms(C)
+    lists = [np.empty(0, np.int64)] * len(centroids)
+    step = max(1, (1 << 22) // max(1, len(live)))
+    for a in range(0, len(live), step):
+        d = gemm_sqdist(C[a:a + step], C, cc[a:a + step], cc)
+        d[np.arange(d.shape[0]), np.arange(a, a + d.shape[0])] = -np.inf   # a cell probes itself first
+        for t, order in enumerate(np.argsort(d, axis=1, kind="stable")):
+            held = np.cumsum(sizes[live[order]])
+            m = max(min(nprobe, len(live)), int(np.searchsorted(held, r + 1)) + 1)
+            lists[live[a + t]] = np.sort(live[order[:m]])
+    ptr = np.zeros(len(centroids) + 1, np.int64)
+    ptr[1:] = np.cumsum([len(p) for p in lists])
+    return ptr, np.concatenate(lists)
+
+
+def _probed(chunk, starts, ptr, cells):
+    """The chunk's cells, the cells they probe (ascending) and where each probed cell's rows start among
+    the rows the chunk reads."""
+    mine = np.arange(np.searchsorted(starts, chunk.start, side="right") - 1,
+                     np.searchsorted(starts, chunk.stop, side="left"))
+    mine = mine[starts[mine + 1] > starts[mine]]
+    need = np.unique(np.concatenate([cells[ptr[c]:ptr[c + 1]] for c in mine]))
+    sizes = starts[need + 1] - starts[need]
+    return mine, need, np.concatenate([[0], np.cumsum(sizes)])
+
+
+def _probed_rows(chunk, params):
+    """The halo plan: the rows of every cell the chunk's cells probe, cell by cell."""
+    starts, ptr, cells = params
+    _, need, _ = _probed(chunk, starts, ptr, cells)
+    return np.concatenate([np.arange(starts[c], starts[c + 1]) for c in need])
+
+
+def _keep_candidate_ids(chunk, params):
+    chunk.state["knn-cand-in"] = chunk.halo["knn-in"]
+    return ()
+
+
+def search_ivf(chunk, params):
+    """Each of the chunk's cells' rows' r nearest among the rows of the cells it probes."""
+    r, starts, ptr, cells = params
+    own, H, H_in = chunk.state["knn-x"], chunk.halo["knn-x"], chunk.state.pop("knn-cand-in")
+    q_in = chunk.input_ids()
+    mine, need, offsets = _probed(chunk, starts, ptr, cells)
+    rows = np.concatenate([np.arange(starts[c], starts[c + 1]) for c in need])
+    n = own.shape[0]
+    ids, d2, in_ids = np.empty((n, r), np.int64), np.empty((n, r)), np.empty((n, r), np.int64)
+    for c in mine:
+        lo, hi = max(starts[c], chunk.start) - chunk.start, min(starts[c + 1], chunk.stop) - chunk.start
+        at = np.searchsorted(need, cells[ptr[c]:ptr[c + 1]])
+        sel = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in at])
+        j, d2[lo:hi] = nearest_among(own[lo:hi], q_in[lo:hi], H[sel], H_in[sel], r)
+        ids[lo:hi], in_ids[lo:hi] = rows[sel][j], H_in[sel][j]
+    return _keep_graph(chunk, ids, d2, in_ids)
+
+
+# ---------------------------------------------------------------- recall
+
+def _queries(chunk, picks):
+    lo, hi = np.searchsorted(picks, [chunk.start, chunk.stop])
+    at = picks[lo:hi] - chunk.start
+    return chunk.state["knn-x"][at], chunk.input_ids()[at], chunk.state["knn"][2][at]
+
+
+def _brute(chunk, params):
+    Q, q_in, r = params
+    j, d2 = nearest_among(Q, q_in, chunk.state["knn-x"], chunk.input_ids(), r)
+    return ((d2, np.where(j >= 0, chunk.input_ids()[np.maximum(j, 0)], np.iinfo(np.int64).max)),)
+
+
+def measure_recall(engine, r, entropy, n_queries=RECALL_QUERIES):
+    """recall@r of the graph on ``n_queries`` random rows: the share of their true r nearest (brute force
+    over all rows, on the workers) that the graph holds."""
+    n = engine.n_samples
+    picks = np.sort(stream(entropy, "knn", "recall").choice(n, min(n, n_queries), replace=False))
+    Q, q_in, found = engine.reduce(_queries, picks, (Rows(), Rows(), Rows()))
+    (_, truth), = engine.reduce(_brute, (Q, q_in, r), (RowTop(r),))
+    hits = sum(len(np.intersect1d(a, b)) for a, b in zip(found, truth))
+    return hits / truth.size
+
+
+# ---------------------------------------------------------------- the block
+
+def resolve_method(method, n_samples, n_features):
+    if method != "auto":
+        return method
+    return "exact" if float(n_samples) ** 2 * n_features <= float(config.get("knn-exact-budget")) else "ivf"
+
+
+def default_nlist(n_samples):
+    return int(min(n_samples, max(1, round(4 * math.sqrt(n_samples)))))
+
+
+def check_neighbours(n_neighbors, n_samples, n_features, method="exact", nlist=None, nprobe=16):
+    if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, (int, np.integer)) or n_neighbors < 1:
+        raise InputError(f"n_neighbors must be an int >= 1; got {n_neighbors!r}")
+    if n_neighbors >= n_samples:
+        raise InputError(f"n_neighbors={n_neighbors} needs more than n_neighbors rows; got n_samples={n_samples}")
+    if method not in METHODS:
+        raise InputError(f"method must be one of {list(METHODS)}; got {method!r}")
+    for name, v in (("nlist", nlist), ("nprobe", nprobe)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise InputError(f"{name} must be None or an int >= 1; got {v!r}")
+    if nlist is not None and nlist > n_samples:
+        raise InputError(f"nlist={nlist} cells need at least as many rows; got n_samples={n_samples}")
+    work, budget = float(n_samples) ** 2 * n_features, float(config.get("knn-exact-budget"))
+    if method == "exact" and work > budget:
+        raise InputError(f"the exact kNN graph of {n_samples:,} rows x {n_features} features is {work:.3g} "
+                         f"multiply-adds, over dask_clust.knn-exact-budget = {budget:.3g}, and every partition would "
+                         "hold all rows: use method='ivf' (or 'auto'), or raise the budget")
 
 
 class GraphLost(RuntimeError):
@@ -76,65 +247,80 @@ def _graph_lost(chunk, model):
 
 
 def _graph_rows(chunk, params):
-    ids, d2 = chunk.state["knn"]
-    return ids, d2
-
-
-def check_neighbours(n_neighbors, n_samples, n_features, method="exact"):
-    if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, (int, np.integer)) or n_neighbors < 1:
-        raise InputError(f"n_neighbors must be an int >= 1; got {n_neighbors!r}")
-    if n_neighbors >= n_samples:
-        raise InputError(f"n_neighbors={n_neighbors} needs more than n_neighbors rows; got n_samples={n_samples}")
-    if method not in METHODS:
-        raise InputError(f"method must be one of {list(METHODS)}; got {method!r}")
-    work, budget = float(n_samples) ** 2 * n_features, float(config.get("knn-exact-budget"))
-    if work > budget:
-        raise InputError(f"the exact kNN graph of {n_samples:,} rows x {n_features} features is {work:.3g} "
-                         f"multiply-adds, over dask_clust.knn-exact-budget = {budget:.3g}, and every partition would "
-                         "hold all rows; the IVF method for large N is not built yet: fit on a sample of the rows, "
-                         "or raise the budget")
+    _, d2, in_ids = chunk.state["knn"]
+    return chunk.input_ids(), in_ids, d2
 
 
 class NeighbourGraph:
-    """The graph's state ``knn`` on the workers (per chunk: ids and squared distances of its rows'
-    neighbours) for the ``with`` block of ``neighbour_graph``; ``sum_d2`` is exact."""
+    """The graph's state ``knn`` on the workers of ``engine`` (the input engine for the exact method, the
+    engine in cell order for IVF; per chunk: neighbours as rows of ``engine``, squared distances and the
+    neighbours' input ids) for the ``with`` block of ``neighbour_graph``. ``sum_d2`` is exact; ``recall``
+    is recall@r (1.0 for the exact method)."""
 
-    def __init__(self, engine, n_neighbors, sum_d2):
+    def __init__(self, engine, n_neighbors, sum_d2, method, recall, nlist=None):
         self.engine, self.n_neighbors, self.sum_d2 = engine, n_neighbors, sum_d2
+        self.method, self.recall, self.nlist = method, recall, nlist
 
     def reference_sigma(self):
         """SLK's σ: σ² = Σ (squared r-NN distances) / ((r + 1) N) (the authors divide by ρ = r + 1)."""
         return math.sqrt(self.sum_d2 / ((self.n_neighbors + 1) * self.engine.n_samples))
 
     def gather(self):
-        """The whole graph on the driver: (ids, squared distances), (N, r) each, in row order."""
-        return self.engine.reduce(_graph_rows, None, (Rows(), Rows()))
+        """The whole graph on the driver in input order: (neighbours' input ids, squared distances), (N, r)."""
+        rows, ids, d2 = self.engine.reduce(_graph_rows, None, (Rows(),) * 3)
+        out_ids, out_d2 = np.empty_like(ids), np.empty_like(d2)
+        out_ids[rows], out_d2[rows] = ids, d2
+        return out_ids, out_d2
 
 
 @contextlib.contextmanager
-def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact"):
-    """A block holding the kNN graph on the workers (states ``knn-x``: the rows in float64, and ``knn``);
-    yields a ``NeighbourGraph``."""
-    check_neighbours(n_neighbors, engine.n_samples, engine.n_features, method)
-    with engine.state("knn-x", rows_float64, lambda: normalize), engine.state("knn", _graph_lost, build=False), \
-            engine.halo("knn-all", _all_rows, engine.n_samples):
-        (total,) = engine.reduce(search, int(n_neighbors), (Sum(),), halo=("knn-all", "knn-x"))
-        yield NeighbourGraph(engine, int(n_neighbors), float(total))
+def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nlist=None, nprobe=16, entropy=0):
+    """A block holding the kNN graph on the workers (states ``knn-x``: the rows in float64, ``knn``, and for
+    IVF ``knn-in``); yields a ``NeighbourGraph``. The exact method needs ``engine`` in input order."""
+    n, r = engine.n_samples, int(n_neighbors)
+    check_neighbours(n_neighbors, n, engine.n_features, method, nlist, nprobe)
+    method = resolve_method(method, n, engine.n_features)
+    if method == "exact":
+        with engine.state("knn-x", rows_float64, lambda: normalize), engine.state("knn", _graph_lost, build=False), \
+                engine.halo("knn-all", _all_rows, n):
+            (_, total), = engine.reduce(search_exact, r, (KeyedSum(),), halo=("knn-all", "knn-x"))
+            yield NeighbourGraph(engine, r, float(total.sum()), method, 1.0)
+        return
+    nlist = default_nlist(n) if nlist is None else int(nlist)
+    centroids = coarse_cells(engine, nlist, entropy, normalize)
+    with engine.reorder(_cell_of, (centroids, normalize)) as cells:
+        keys, totals = cells.key_totals
+        sizes = np.zeros(nlist, np.int64)
+        sizes[keys] = totals
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        ptr, probes = probe_lists(centroids, sizes, int(nprobe), r)
+        plan = (starts, ptr, probes)
+        with cells.state("knn-x", rows_float64, lambda: normalize), cells.state("knn-in", keep_input_ids), \
+                cells.state("knn", _graph_lost, build=False), cells.halo("knn-probed", _probed_rows, plan):
+            cells.reduce(_keep_candidate_ids, halo=("knn-probed", "knn-in"))
+            (_, total), = cells.reduce(search_ivf, (r,) + plan, (KeyedSum(),), halo=("knn-probed", "knn-x"))
+            recall = measure_recall(cells, r, entropy)
+            yield NeighbourGraph(cells, r, float(total.sum()), method, recall, nlist)
 
 
-def kneighbors_graph(X, n_neighbors=4, *, mode="connectivity", normalize=False, client=None):
+def kneighbors_graph(X, n_neighbors=4, *, mode="connectivity", normalize=False, method="auto", nlist=None,
+                     nprobe=16, random_state=0, client=None):
     """The kNN graph of the rows of X as a scipy CSR matrix (N × N): row p holds its ``n_neighbors``
     nearest other rows (ties to the lower row id), with 1 (``mode="connectivity"``) or the Euclidean
     distance (``mode="distance"``), as scikit-learn's ``kneighbors_graph(..., include_self=False)``.
-    ``normalize``: on the L2-normalised rows (SLK's graph). Exact search: N²·D work. ``client`` as
-    ``dask_clust.fit``."""
+    ``normalize``: on the L2-normalised rows (SLK's graph). ``method``: "exact" (N²·D work), "ivf"
+    (``nlist`` cells, default ≈ 4√N, each searched among its ``nprobe`` nearest cells; ``random_state``
+    seeds its coarse k-means) or "auto" (exact within ``dask_clust.knn-exact-budget``). ``client`` as
+    ``dask_clust.fit``. The matrix comes to this process: N·r entries."""
     from scipy.sparse import csr_matrix
 
     if mode not in ("connectivity", "distance"):
         raise InputError(f"mode must be 'connectivity' or 'distance'; got {mode!r}")
     source = as_source(X)
-    check_neighbours(n_neighbors, source.n_samples, source.n_features)
-    with open_engine(source, client, 0) as engine, neighbour_graph(engine, n_neighbors, normalize=normalize) as g:
+    check_neighbours(n_neighbors, source.n_samples, source.n_features, method, nlist, nprobe)
+    with open_engine(source, client, int(random_state)) as engine, \
+            neighbour_graph(engine, n_neighbors, normalize=normalize, method=method, nlist=nlist, nprobe=nprobe,
+                            entropy=int(random_state)) as g:
         ids, d2 = g.gather()
     n, r = ids.shape
     data = np.ones(n * r) if mode == "connectivity" else np.sqrt(d2).ravel()

@@ -150,3 +150,162 @@ def test_fit_slk_gives_one_model_in_process_and_on_the_cluster(cluster):
     Xn = ref.normalize(X.astype(np.float64))
     want = ref.sqdist(Xn, here.cluster_centers_).argmin(1)
     np.testing.assert_array_equal(here.predict(X).compute(), want)
+
+
+# ---------------------------------------------------------------- z itself, row orders, IVF, the update
+
+def _kept_z(chunk, params):
+    """The z the last inner loop kept: its own rows' values, still in the halo (input ids, z)."""
+    H, at = chunk.halo["slk-z"]
+    return chunk.input_ids(), H[at[chunk.state["slk-nb"][2]]]
+
+
+def engine_slk_z(X, seeds, mode, chunk_rows=None, client="in-process", **kw):
+    """``slk`` step by step, keeping z: (result, z in input order)."""
+    from dask_clust.algorithms import slk as s
+    from dask_clust.engine import as_source, open_engine
+    from dask_clust.engine.combine import Rows
+    from dask_clust.engine.loop import Loop
+    from dask_clust.knn import neighbour_graph
+
+    graph_kw = {k: kw.pop(k) for k in ("knn_method", "nlist", "nprobe") if k in kw}
+    graph_kw["method"] = graph_kw.pop("knn_method", "exact")
+    sigma = kw.pop("sigma", "reference")
+    with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng, \
+            neighbour_graph(eng, 4, normalize=True, **graph_kw) as graph:
+        g = graph.engine
+        with g.state("slk-nb", s._neighbour_lists), g.halo("slk-nb", s._reads):
+            out = s.bound_loops(g, graph, np.asarray(seeds, np.float64), Loop("slk", 100), mode, 1.3, sigma, 1e-5, 3,
+                                1e-6, 1000, True)
+            ids, z = g.reduce(_kept_z, None, (Rows(), Rows()))
+            out.labels = g.to_input_order(s.labels_of(g, "slk-labels"))
+    placed = np.empty_like(z)
+    placed[ids] = z
+    return out, placed
+
+
+@pytest.mark.parametrize("mode", ["bo", "ms"])
+def test_slk_z_is_the_references(fixtures, mode):
+    """Issue #18, line 2 (|Δz|): from the program's seeds on digits (seeds 0-2), the kept z of the last inner
+    loop is the plain-numpy reference's within 1e-10 (measured: see the closing note)."""
+    X = load_digits()[0]
+    for seed in range(3):
+        seeds = fixtures[f"cinit__digits_s{seed}"]
+        out, z = engine_slk_z(X, seeds, mode, len(X))
+        want = ref.slk(X, seeds, mode=mode, graph=fixtures["graph__digits"])
+        assert not out.lost and not want["lost"] and out.inner == want["inner"]
+        assert np.abs(z - want["z"]).max() <= 1e-10, (seed, np.abs(z - want["z"]).max())
+
+
+@pytest.mark.parametrize("mode", ["bo", "ms"])
+def test_slk_on_an_ivf_graph_probing_every_cell_is_exact_slk(fixtures, mode):
+    """Issue #18, line 3 (IVF, nprobe = nlist vs exact): the rows run in cell order on 3 chunks, yet the
+    graph, labels and counts are the same; BO's z and modes are the same bits (each row's update reads the
+    same values in the same order); MS's modes and z within 1e-13 (mean-shift sums are float per chunk,
+    and the chunks hold other rows in cell order)."""
+    X = load_digits()[0]
+    seeds = fixtures["cinit__digits_s2"]
+    exact, z = engine_slk_z(X, seeds, mode, 600)
+    ivf, z_ivf = engine_slk_z(X, seeds, mode, 600, knn_method="ivf", nlist=40, nprobe=40)
+    assert ivf.method == "ivf" and ivf.recall == 1.0
+    np.testing.assert_array_equal(ivf.labels, exact.labels)
+    assert (ivf.outer, ivf.inner, ivf.sigma) == (exact.outer, exact.inner, exact.sigma)
+    if mode == "bo":
+        np.testing.assert_array_equal(z_ivf, z)
+        np.testing.assert_array_equal(ivf.modes, exact.modes)
+        np.testing.assert_array_equal(ivf.mode_ids, exact.mode_ids)
+    else:
+        np.testing.assert_allclose(z_ivf, z, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(ivf.modes, exact.modes, rtol=0, atol=1e-13)
+
+
+def test_slk_on_shuffled_rows_is_slk_on_the_input_order(fixtures):
+    """Issue #18, line 3 (input order vs shuffled rows; mnist5k is sorted by label): the same labels (row for
+    row), counts, σ and BO modes; z within 1e-13, not bitwise: W z is summed in input-id order, which the
+    shuffle changes."""
+    X = load_mnist_5k()[0]
+    seeds = fixtures["cinit__mnist5k_s0"]
+    perm = np.random.default_rng(0).permutation(len(X))
+    here, z = engine_slk_z(X, seeds, "bo", 1250)
+    there, z_shuffled = engine_slk_z(X[perm], seeds, "bo", 1250)
+    np.testing.assert_array_equal(there.labels, here.labels[perm])
+    assert (there.outer, there.inner, there.sigma) == (here.outer, here.inner, here.sigma)
+    np.testing.assert_array_equal(there.modes, here.modes)
+    np.testing.assert_array_equal(perm[there.mode_ids], here.mode_ids)
+    assert np.abs(z_shuffled - z[perm]).max() <= 1e-13
+
+
+# A hand-made 6-row graph (2 out-edges, input ids) whose edges cross partitions 0-2 | 3-5, and a z with
+# exact ties in both columns (rows 1 and 4 in column 1, rows 3 and 5 in column 0).
+HAND_W = np.array([[1, 3], [0, 2], [1, 5], [4, 0], [5, 3], [2, 4]])
+HAND_A = np.array([[0.9, 0.1], [0.2, 0.7], [0.5, 0.5], [0.3, 0.6], [0.8, 0.2], [0.1, 0.4]])
+HAND_Z = np.array([[0.6, 0.4], [0.2, 0.8], [0.5, 0.5], [0.9, 0.1], [0.2, 0.8], [0.9, 0.1]])
+HAND_X = np.arange(18, dtype=np.float64).reshape(6, 3)
+
+
+def _hand_states(chunk, pos_of):
+    """The hand graph (as this engine's rows), a and z of the chunk's rows by input id."""
+    rows = chunk.input_ids()
+    nb = HAND_W[rows]
+    chunk.state["knn"] = pos_of[nb], np.zeros(nb.shape), nb
+    chunk.state["knn-x"] = HAND_X[rows]
+    chunk.state["slk-a"], chunk.state["slk-z"] = HAND_A[rows].copy(), HAND_Z[rows].copy()
+    chunk.state["slk-labels"] = np.zeros(len(rows), np.int64)
+
+
+def _z_of(chunk, params):
+    return chunk.input_ids(), chunk.state["slk-z"]
+
+
+def _reversed(chunk, params):
+    return -chunk.input_ids()
+
+
+def one_update(g, lmbda):
+    """One bound update on the hand state: (z in input order, relaxed energy of HAND_Z, BO's argmax ids)."""
+    from dask_clust.algorithms import slk as s
+    from dask_clust.engine.combine import ArgMax, Rows, Sum
+
+    pos_of = g.to_input_order(np.arange(g.n_samples))
+    with g.state("hand", _hand_states, lambda: pos_of), g.state("slk-nb", s._neighbour_lists), \
+            g.halo("slk-nb", s._reads):
+        (energy,) = g.reduce(s._update, lmbda, (Sum(),), halo=("slk-nb", "slk-z", True))
+        _, (_, top_ids, top_rows), _, _ = g.reduce(s._settle, lmbda, (Sum(), ArgMax(), Sum(), Sum()))
+        ids, z = g.reduce(_z_of, None, (Rows(), Rows()))
+    out = np.empty_like(z)
+    out[ids] = z
+    np.testing.assert_array_equal(top_rows, HAND_X[top_ids])
+    return out, energy, top_ids
+
+
+@pytest.mark.parametrize("layout", ["1 chunk", "3 chunks", "6 chunks", "reversed rows", "2 workers"])
+def test_one_bound_update_is_jacobi_and_ties_go_to_the_lowest_input_id(cluster, layout):
+    """Issue #18, line 4: every row's new z is computed from the previous z of its neighbours, across
+    chunks, partitions and row orders: softmax(a + λ W z) to 1e-15, where a Gauss-Seidel sweep (each row
+    reading the rows already updated) is off by > 1e-3; BO's argmax rows are the lowest input ids among
+    exact ties (1 and 3), whichever rows come first."""
+    from dask_clust.engine import as_source, open_engine
+    from dask_clust.algorithms.slk import softmax
+
+    lmbda = 1.3
+    b = HAND_Z[HAND_W].sum(1)
+    jacobi = softmax(HAND_A + lmbda * b)
+    seidel = HAND_Z.copy()
+    for p in range(6):
+        seidel[p] = softmax((HAND_A[p] + lmbda * seidel[HAND_W[p]].sum(0))[None])[0]
+    assert np.abs(seidel - jacobi).max() > 1e-3
+    energy_want = (HAND_Z * np.log(HAND_Z)).sum() - (HAND_A * HAND_Z).sum() - lmbda * (b * HAND_Z).sum()
+
+    rows, client = {"1 chunk": (6, "in-process"), "3 chunks": (2, "in-process"), "6 chunks": (1, "in-process"),
+                    "reversed rows": (2, "in-process"), "2 workers": (3, cluster)}[layout]
+    with open_engine(as_source(HAND_X, chunk_rows=rows), client, 0) as eng:
+        if layout == "reversed rows":
+            with eng.reorder(_reversed) as g:
+                z, energy, top_ids = one_update(g, lmbda)
+        else:
+            z, energy, top_ids = one_update(eng, lmbda)
+        if layout == "2 workers":
+            assert eng.n_workers == 2 and eng.n_chunks == 2
+    np.testing.assert_allclose(z, jacobi, rtol=0, atol=1e-15)
+    assert abs(energy - energy_want) <= 1e-15 * abs(energy_want)
+    np.testing.assert_array_equal(top_ids, [3, 1])

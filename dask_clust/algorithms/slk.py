@@ -32,10 +32,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, Options
+from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.combine import ArgMax, Rows, Sum
 from ..engine.data import InputError, l2_rows
-from ..knn import METHODS, gemm_sqdist, neighbour_graph, squared_norms
+from ..kernels.assign import Prepared, nearest
+from ..kernels.slk import affinities, bound_update
+from ..knn import BLOCK_VALUES, METHODS, gemm_sqdist, keep_input_ids, neighbour_graph, rows_float64, squared_norms
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, final_pass, register
 
@@ -53,7 +55,9 @@ class SLKConfig:
     max_iter: int = 100
     inner_tol: float = 1e-6
     inner_max_iter: int = 1000
-    knn_method: str = "exact"
+    knn_method: str = "auto"
+    nlist: object = None
+    nprobe: int = 16
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
@@ -68,6 +72,8 @@ class SLKConfig:
         "inner_tol": [Interval(numbers.Real, 0, None, "left")],
         "inner_max_iter": [Interval(numbers.Integral, 1, None)],
         "knn_method": [Options(METHODS)],
+        "nlist": [NoneOK(), Interval(numbers.Integral, 1, None)],
+        "nprobe": [Interval(numbers.Integral, 1, None)],
     }
     docs: ClassVar = {
         "n_clusters": "Number of clusters (modes) K; at most the number of rows.",
@@ -83,7 +89,11 @@ class SLKConfig:
         "max_iter": "Outer loop: most iterations.",
         "inner_tol": "Bound updates: stop when the relaxed energy changes by at most inner_tol, relative.",
         "inner_max_iter": "Bound updates: most per outer iteration.",
-        "knn_method": "kNN graph: 'exact' (N^2 D work; IVF for large N is not built yet).",
+        "knn_method": "kNN graph: 'exact' (N^2 D work), 'ivf' (rows in nlist k-means cells, each cell searched "
+                      "exactly among its nprobe nearest cells; recall@n_neighbors on 1000 rows in graph_recall_) or "
+                      "'auto' (exact while N^2 D <= dask_clust.knn-exact-budget).",
+        "nlist": "IVF cells; None: round(4 sqrt(N)).",
+        "nprobe": "IVF: cells searched per cell (itself and its nearest); nprobe >= nlist is the exact graph.",
     }
 
 
@@ -96,11 +106,8 @@ class SLKResult:
     outer: int
     inner: list = field(default_factory=list)
     lost: bool = False
-
-
-def kernel(x, modes, sigma):
-    """k(x, m) = exp(−||x − m||² / (2σ²)), direct distances."""
-    return np.exp(-((x[:, None, :] - modes[None, :, :]) ** 2).sum(-1) / (2 * sigma ** 2))
+    recall: float = 1.0       # the graph's recall@r
+    method: str = "exact"     # the graph's method
 
 
 def softmax(v):
@@ -108,45 +115,75 @@ def softmax(v):
     return e / e.sum(1, keepdims=True)
 
 
-def nearest_seed(x, seeds):
-    return ((x[:, None, :] - seeds[None, :, :]) ** 2).sum(-1).argmin(1)
-
-
 # ---------------------------------------------------------------- per-chunk steps
 
-def _neighbours(chunk, params):
-    """The halo plan: each row's neighbours in ascending id, so W z is summed in that order anywhere."""
-    return np.sort(chunk.state["knn"][0], axis=1).ravel()
+def _neighbour_lists(chunk, params):
+    """State ``slk-nb``: the rows the chunk reads (its own and its neighbours, ascending), each row's
+    neighbours as indices into them ordered by input id (W z summed in that order under any layout), and
+    its own rows' indices (the previous z of its own rows stays readable in the halo)."""
+    ids, _, in_ids = chunk.state["knn"]
+    by_input = np.take_along_axis(ids, np.argsort(in_ids, axis=1, kind="stable"), 1)
+    own = np.arange(chunk.start, chunk.stop, dtype=np.int64)
+    reads = np.union1d(own, by_input.ravel())
+    chunk.state["slk-nb"] = reads, np.searchsorted(reads, by_input), np.searchsorted(reads, own)
+
+
+def _reads(chunk, params):
+    return chunk.state["slk-nb"][0]
 
 
 def _first_labels(chunk, seeds):
-    chunk.state["slk-labels"] = nearest_seed(chunk.state["knn-x"], seeds)
+    chunk.state["slk-labels"] = nearest(chunk.state["knn-x"], Prepared(seeds, np.float64))[0].astype(np.int64)
     return (np.bincount(chunk.state["slk-labels"], minlength=len(seeds)),)
 
 
+def _seed_of(chunk, params):
+    """The nearest seed of each row (the key that groups each first cluster's members)."""
+    seeds, normalize = params
+    x = l2_rows(chunk.x) if normalize else chunk.x
+    return nearest(x, Prepared(seeds, x.dtype))[0]
+
+
+def _members(chunk, starts):
+    """The halo plan: all rows of every cluster the chunk's rows belong to (rows sorted by cluster)."""
+    return np.concatenate([np.arange(starts[l], starts[l + 1]) for l in _clusters_in(chunk, starts)])
+
+
+def _clusters_in(chunk, starts):
+    first = np.searchsorted(starts, chunk.start, side="right") - 1
+    ls = np.arange(first, np.searchsorted(starts, chunk.stop, side="left"))
+    return ls[starts[ls + 1] > starts[ls]]
+
+
+def _keep_member_ids(chunk, params):
+    chunk.state["slk-member-in"] = chunk.halo["knn-in"]
+    return ()
+
+
 def _densest_members(chunk, params):
-    """BO's first modes: each row's in-cluster kernel density (all rows through the halo), the densest
-    row per cluster (ties to the lowest id)."""
-    seeds, sigma = params
-    everyone = chunk.halo["knn-x"]
-    all_labels = nearest_seed(everyone, seeds)
-    own, labels = chunk.state["knn-x"], chunk.state["slk-labels"]
-    k = len(seeds)
-    best, ids = np.full(k, -np.inf), np.zeros(k, np.int64)
-    for l in np.unique(labels):
-        mine = np.flatnonzero(labels == l)
-        members = everyone[all_labels == l]
-        # GEMM form: N·D per member pair would dominate the whole fit (mnist5k: 5 s of 7)
-        d2 = gemm_sqdist(own[mine], members, squared_norms(own[mine]), squared_norms(members))
-        density = np.exp(-np.maximum(d2, 0.0) / (2 * sigma ** 2)).sum(1)
-        j = int(np.argmax(density))
-        best[l], ids[l] = density[j], chunk.start + mine[j]
-    return ((best, ids),)
-
-
-def _rows_of(chunk, ids):
-    lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
-    return ids[lo:hi], chunk.state["knn-x"][ids[lo:hi] - chunk.start]
+    """BO's first modes: each row's in-cluster kernel density Σ_q k(x, x_q) over its cluster's members
+    (summed in input-id order), the densest row per cluster (ties to the lowest input id), with its row."""
+    sigma, starts = params
+    x, everyone, member_in = chunk.state["knn-x"], chunk.halo["knn-x"], chunk.state.pop("slk-member-in")
+    in_ids = chunk.input_ids()
+    k = len(starts) - 1
+    best, ids, rows = np.full(k, -np.inf), np.zeros(k, np.int64), np.zeros((k, x.shape[1]))
+    at = 0
+    for l in _clusters_in(chunk, starts):
+        size = starts[l + 1] - starts[l]
+        order = at + np.argsort(member_in[at:at + size], kind="stable")
+        members, at = everyone[order], at + size
+        lo, hi = max(starts[l], chunk.start) - chunk.start, min(starts[l + 1], chunk.stop) - chunk.start
+        mm = squared_norms(members)
+        step = max(1, BLOCK_VALUES // size)
+        density = np.concatenate([  # GEMM form: Σ n_l² D work, the direct form took 5 s of mnist5k's 7
+            np.exp(-np.maximum(gemm_sqdist(x[a:min(hi, a + step)], members, squared_norms(x[a:min(hi, a + step)]),
+                                           mm), 0.0) / (2 * sigma ** 2)).sum(1)
+            for a in range(lo, hi, step)])
+        top = density.max()
+        j = lo + np.flatnonzero(density == top)[np.argmin(in_ids[lo:hi][density == top])]
+        best[l], ids[l], rows[l] = top, in_ids[j], x[j]
+    return ((best, ids, rows),)
 
 
 def _ms_sums(chunk, params):
@@ -164,41 +201,42 @@ def _ms_sums(chunk, params):
 
 
 def _start_inner(chunk, params):
-    """a from the modes and z = softmax(a); returns −Σ a·z_last for the energy with this a (MS's uses
-    the previous a, BO's the new one: both come from here)."""
+    """a from the modes and z = softmax(a); returns −Σ a·z of the z the last inner loop kept (still in the
+    halo: BO's energy takes it with the new a)."""
     modes, sigma = params
-    a = kernel(chunk.state["knn-x"], modes, sigma)
-    last = chunk.state.get("slk-z-prev")
-    chunk.state["slk-a"] = a
+    x = chunk.state["knn-x"]
+    a = chunk.state.get("slk-a")
+    if a is None or a.shape[1] != len(modes):
+        a = chunk.state["slk-a"] = np.empty((x.shape[0], len(modes)))
+    affinities(x, modes, sigma, a)
+    last = 0.0
+    if "slk-z" in chunk.halo:
+        H, at = chunk.halo["slk-z"]
+        last = -(a * H[at[chunk.state["slk-nb"][2]]]).sum()
     chunk.state["slk-z"] = softmax(a)
-    return (0.0 if last is None else -(a * last).sum(),)
+    return (last,)
 
 
 def _update(chunk, lmbda):
     """One bound update from the previous z (halo): z_new = softmax(a + λ W z); returns the relaxed energy
-    of the previous z (its W z is this update's)."""
+    of the previous z (its W z is this update's) and keeps its labels, column maxima and energy terms."""
     z, a = chunk.state["slk-z"], chunk.state["slk-a"]
+    H, at = chunk.halo["slk-z"]
     n, k = z.shape
-    nb = chunk.halo["slk-z"].reshape(n, -1, k)
-    b = np.zeros_like(z)
-    for j in range(nb.shape[1]):
-        b += nb[:, j]
-    zlogz = np.where(z > 0, z * np.log(np.where(z > 0, z, 1.0)), 0.0)
-    energy = zlogz.sum() - (a * z).sum() - lmbda * (b * z).sum()
-    chunk.state["slk-z-prev"], chunk.state["slk-b-prev"] = z, b
-    chunk.state["slk-z"] = softmax(a + lmbda * b)
-    return (energy,)
+    labels, col_max, col_arg = np.empty(n, np.int64), np.empty(k), np.empty(k, np.int64)
+    zlogz, az, bz = bound_update(a, z, H, at, chunk.state["slk-nb"][1], lmbda, chunk.input_ids(), labels,
+                                 col_max, col_arg)
+    chunk.state["slk-kept"] = labels, col_max, col_arg, az, bz
+    return (zlogz - az - lmbda * bz,)
 
 
 def _settle(chunk, lmbda):
-    """After the inner loop (z = the previous update's): labels, cluster sizes, BO's argmax rows, and the
-    energy's parts −a·z and −λ (W z)·z."""
-    z, b, a = chunk.state["slk-z-prev"], chunk.state["slk-b-prev"], chunk.state["slk-a"]
-    labels = z.argmax(1)
+    """After the inner loop (the kept z is the previous update's): labels, cluster sizes, BO's argmax rows
+    (value, input id, row), and the energy's parts −a·z and −λ (W z)·z."""
+    labels, col_max, col_arg, az, bz = chunk.state["slk-kept"]
     chunk.state["slk-labels-prev"], chunk.state["slk-labels"] = chunk.state["slk-labels"], labels
-    k = z.shape[1]
-    top = (z.max(0), chunk.start + z.argmax(0))
-    return np.bincount(labels, minlength=k), top, -(a * z).sum(), -lmbda * (b * z).sum()
+    top = (col_max, chunk.input_ids()[col_arg], chunk.state["knn-x"][col_arg])
+    return np.bincount(labels, minlength=len(col_max)), top, -az, -lmbda * bz
 
 
 def _labels(chunk, key):
@@ -207,19 +245,25 @@ def _labels(chunk, key):
 
 # ---------------------------------------------------------------- the driver
 
-def first_modes(engine, seeds, sigma, mode):
-    """BO: the densest member of each nearest-seed cluster (ids, rows); MS: mean-shift from the seeds."""
+def first_modes(engine, seeds, sigma, mode, normalize):
+    """BO: the densest member of each nearest-seed cluster (input ids, rows; a seed without members stays
+    itself, id −1); MS: mean-shift from the seeds."""
     (sizes,) = engine.reduce(_first_labels, seeds, (Sum(),))
-    if mode == "bo":
-        ((_, ids),) = engine.reduce(_densest_members, (seeds, sigma), (ArgMax(),), halo=("knn-all", "knn-x"))
-        return ids, rows_at(engine, ids)
-    return None, mean_shift(engine, seeds, sigma, sizes)
-
-
-def rows_at(engine, ids):
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    _, rows = engine.reduce(_rows_of, uniq, (Rows(), Rows()))
-    return rows[inverse]
+    if mode == "ms":
+        return None, mean_shift(engine, seeds, sigma, sizes)
+    with engine.reorder(_seed_of, (seeds, normalize)) as by_seed:
+        keys, totals = by_seed.key_totals
+        counts = np.zeros(len(seeds), np.int64)
+        counts[keys] = totals
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        with by_seed.state("knn-x", rows_float64, lambda: normalize), by_seed.state("knn-in", keep_input_ids), \
+                by_seed.halo("slk-members", _members, starts):
+            by_seed.reduce(_keep_member_ids, halo=("slk-members", "knn-in"))
+            ((best, ids, rows),) = by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),),
+                                                  halo=("slk-members", "knn-x"))
+    empty = best == -np.inf
+    ids[empty], rows[empty] = -1, seeds[empty]
+    return ids, rows
 
 
 def mean_shift(engine, modes, sigma, sizes, tol=1e-5, max_iter=1000):
@@ -243,7 +287,7 @@ def inner_loop(engine, lmbda, tol, max_iter):
     update whose z is kept)."""
     energies = []
     for p in range(1, max_iter + 2):
-        (e,) = engine.reduce(_update, lmbda, (Sum(),), halo=("slk-nb", "slk-z"))
+        (e,) = engine.reduce(_update, lmbda, (Sum(),), halo=("slk-nb", "slk-z", True))
         energies.append(e)   # energy of z_{p-1}
         if p >= 3 and abs(energies[-1] - energies[-2]) <= tol * abs(energies[-2]):
             return p - 1
@@ -251,43 +295,53 @@ def inner_loop(engine, lmbda, tol, max_iter):
 
 
 def slk(engine, seeds, loop, *, mode="bo", lmbda=1.3, n_neighbors=4, sigma="reference", tol=1e-5, min_iter=3,
-        inner_tol=1e-6, inner_max_iter=1000, normalize=True):
-    """SLK from seeds (K × D, on the normalised rows); ``loop`` (an ``engine.Loop``) runs the outer
-    iterations and records each one's energy. Returns an ``SLKResult``."""
+        inner_tol=1e-6, inner_max_iter=1000, normalize=True, knn_method="exact", nlist=None, nprobe=16, entropy=0):
+    """SLK from seeds (K × D, on the normalised rows) on ``engine`` (in input order); ``loop`` (an
+    ``engine.Loop``) runs the outer iterations and records each one's energy. Returns an ``SLKResult``
+    (labels in input order, BO's mode ids as input ids)."""
     seeds = np.asarray(seeds, dtype=np.float64)
-    with neighbour_graph(engine, n_neighbors, normalize=normalize) as graph, \
-            engine.halo("slk-nb", _neighbours):
-        sigma = graph.reference_sigma() if sigma == "reference" else float(sigma)
-        if not sigma > 0:
-            raise InputError(f"sigma from the graph is 0: every row's {n_neighbors} nearest rows are copies of it "
-                             "(after L2 normalisation); pass sigma= a positive float or raise n_neighbors")
-        ids, modes = first_modes(engine, seeds, sigma, mode)
-        state = SLKResult(None, modes, ids, sigma, 0)
-        inner, e_old = [], None
-        (neg_az,) = engine.reduce(_start_inner, (modes, sigma), (Sum(),))
-        for it in loop:
-            inner.append(inner_loop(engine, lmbda, inner_tol, inner_max_iter))
-            sizes, (_, top_ids), neg_az_old, lap = engine.reduce(_settle, lmbda, (Sum(), ArgMax(), Sum(), Sum()))
-            if np.any(sizes == 0):   # the previous state, its labels kept on the workers
-                loop.record(np.nan, 0, None, inner_iterations=inner[-1], lost_cluster=True)
-                state.labels, state.outer, state.inner, state.lost = labels_of(engine, "slk-labels-prev"), it + 1, inner, True
-                return state
-            if mode == "bo":
-                ids, modes = top_ids, rows_at(engine, top_ids)
-                (neg_az,) = engine.reduce(_start_inner, (modes, sigma), (Sum(),))
-                e = neg_az + lap
-            else:
-                e = neg_az_old + lap
-                modes = mean_shift(engine, modes, sigma, sizes)
-                engine.reduce(_start_inner, (modes, sigma), (Sum(),))
-            state = SLKResult(None, modes, ids, sigma, it + 1, list(inner))
-            loop.record(e, engine.n_samples * len(modes), None, centers=modes, inner_iterations=inner[-1])
-            if it + 1 >= min_iter and e_old is not None and abs(e - e_old) <= tol * abs(e_old):
-                loop.converged = True
-                break
-            e_old = e
-        state.labels = labels_of(engine, "slk-labels")
-        return state
+    with neighbour_graph(engine, n_neighbors, normalize=normalize, method=knn_method, nlist=nlist, nprobe=nprobe,
+                         entropy=entropy) as graph:
+        g = graph.engine   # for IVF, the rows in cell order
+        with g.state("slk-nb", _neighbour_lists, build=True), g.halo("slk-nb", _reads):
+            out = bound_loops(g, graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter,
+                              normalize)
+            out.labels = g.to_input_order(labels_of(g, "slk-labels-prev" if out.lost else "slk-labels"))
+        return out
+
+
+def bound_loops(g, graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter, normalize):
+    """Steps 2-6 on the graph's engine."""
+    sigma = graph.reference_sigma() if sigma == "reference" else float(sigma)
+    if not sigma > 0:
+        raise InputError(f"sigma from the graph is 0: every row's {graph.n_neighbors} nearest rows are copies of it "
+                         "(after L2 normalisation); pass sigma= a positive float or raise n_neighbors")
+    ids, modes = first_modes(g, seeds, sigma, mode, normalize)
+    state = SLKResult(None, modes, ids, sigma, 0, recall=graph.recall, method=graph.method)
+    inner, e_old = [], None
+    g.reduce(_start_inner, (modes, sigma), (Sum(),))
+    for it in loop:
+        inner.append(inner_loop(g, lmbda, inner_tol, inner_max_iter))
+        sizes, (_, top_ids, top_rows), neg_az_old, lap = g.reduce(_settle, lmbda, (Sum(), ArgMax(), Sum(), Sum()))
+        if np.any(sizes == 0):   # the previous state, its labels kept on the workers
+            loop.record(np.nan, 0, None, inner_iterations=inner[-1], lost_cluster=True)
+            state.outer, state.inner, state.lost = it + 1, inner, True
+            return state
+        if mode == "bo":
+            ids, modes = top_ids, top_rows
+            (neg_az,) = g.reduce(_start_inner, (modes, sigma), (Sum(),))
+            e = neg_az + lap
+        else:
+            e = neg_az_old + lap
+            modes = mean_shift(g, modes, sigma, sizes)
+            g.reduce(_start_inner, (modes, sigma), (Sum(),))
+        state = SLKResult(None, modes, ids, sigma, it + 1, list(inner), recall=graph.recall, method=graph.method)
+        loop.record(e, g.n_samples * len(modes), None, centers=modes, inner_iterations=inner[-1])
+        if it + 1 >= min_iter and e_old is not None and abs(e - e_old) <= tol * abs(e_old):
+            loop.converged = True
+            break
+        e_old = e
+    return state
 
 
 def _normalised(chunk, params):
@@ -312,7 +366,7 @@ def fit(engine, cfg, entropy, loop):
         seeds, seed_evals = seed(rows, k, cfg.init, entropy)
         out = slk(rows, seeds, loop, mode=cfg.mode, lmbda=cfg.lmbda, n_neighbors=cfg.n_neighbors, sigma=cfg.sigma,
                   tol=cfg.tol, min_iter=cfg.min_iter, inner_tol=cfg.inner_tol, inner_max_iter=cfg.inner_max_iter,
-                  normalize=False)
+                  normalize=False, knn_method=cfg.knn_method, nlist=cfg.nlist, nprobe=cfg.nprobe, entropy=entropy)
         qe, qe_evals = final_pass(rows, out.modes, "the normalised rows")
     if out.lost:
         warnings.warn(f"slk lost a cluster at outer iteration {out.outer} (a cluster kept no row): the model is the "
@@ -321,10 +375,12 @@ def fit(engine, cfg, entropy, loop):
     from ..engine import FitResult
 
     extras = {"labels_": out.labels, "sigma_": out.sigma, "lost_cluster_": out.lost,
-              "inner_iterations_": list(out.inner), "graph_recall_": 1.0, "row_normalization_": "l2"}
+              "inner_iterations_": list(out.inner), "graph_recall_": out.recall, "graph_method_": out.method,
+              "row_normalization_": "l2"}
     if out.mode_ids is not None:
         extras["modes_index_"] = np.asarray(out.mode_ids, dtype=np.int64)
-    evals = seed_evals + n * (n - 1) + qe_evals + sum(h.get("distance_evals", 0) for h in loop.history)
+    search = n * (n - 1) if out.method == "exact" else 0   # IVF's candidates are not counted
+    evals = seed_evals + search + qe_evals + sum(h.get("distance_evals", 0) for h in loop.history)
     return FitResult(out.modes, qe, loop.n_iter, loop.converged and not out.lost, int(evals), loop.history, extras)
 
 

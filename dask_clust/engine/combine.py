@@ -12,6 +12,7 @@ with each other on the workers and only the root's finished result reaches the d
     ArgMin() / ArgMax()   field (values, ids, *payload), elementwise: the smallest / largest value wins,
                      ties to the lowest global row id; the payload rows follow their winner
     Top(r, largest)  field (values, ids, *payload) of any length: the r smallest (largest) by (value, id)
+    RowTop(r)        field (values, ids), (n, r) each: per row, the r smallest by (value, id) (a kNN merge)
     KeyedSum(rows)   field (keys, *values) of any length, 1-D each: a sparse sum, entries with equal int64
                      keys added (ints as int64, floats exactly as Sum); the result sorted by key. With
                      ``rows`` = R, key = row·R + column: a Scatter splits it by row (key range)
@@ -197,6 +198,24 @@ class Top:
 
     def add(self, a, b):
         return self._best(tuple(np.concatenate([x, y]) for x, y in zip(a, b)))
+
+    def finish(self, a, top):
+        return a
+
+
+class RowTop:
+    """Per row of (values, ids), (n, r) each, ascending: the r smallest entries by (value, id) among all."""
+
+    def __init__(self, r):
+        self.r = int(r)
+
+    def lift(self, value, chunk, top):
+        return tuple(np.array(v, copy=True) for v in value)
+
+    def add(self, a, b):
+        values, ids = (np.concatenate([x, y], axis=1) for x, y in zip(a, b))
+        order = np.lexsort((ids, values), axis=1)[:, : self.r]
+        return np.take_along_axis(values, order, 1), np.take_along_axis(ids, order, 1)
 
     def finish(self, a, top):
         return a

@@ -162,7 +162,9 @@ class Engine:
         every field an exact ``Sum``); returns the tuple of combined fields, or ``at_root(fields, params)``
         when given: a module-level function run where the result is finished (the root partition's worker),
         which turns a large combined result into the small one the driver needs. ``halo`` = (plan key, state
-        field) fills ``chunk.halo[field]`` first (see ``halo``).
+        field) fills ``chunk.halo[field]`` first (see ``halo``); (plan key, field, True) gives it as (values,
+        positions): the rows every chunk of the partition reads, once, and where the chunk's named rows sit
+        among them (``values[positions]`` is the plain form; large per-row state avoids the copy per chunk).
 
         ``scatter`` = (model, at_shard, small): a reduce-scatter. The fields whose combine is
         ``Scatter(...)`` (arrays with the same number of rows R) are never assembled: each partition gets
@@ -280,6 +282,8 @@ class Engine:
         worker to worker. The driver holds the keys' counts per chunk, never rows. The new engine keeps this
         one's summary and fixed-point grid, so an exact ``Sum`` gives the same bits on both."""
         keys, counts, chunks = self.reduce(_key_counts, (key_step, params), (Rows(), Rows(), Rows()))
+        distinct, where = np.unique(keys, return_inverse=True)
+        totals = np.bincount(where, counts, len(distinct)).astype(np.int64)
         order = np.lexsort((chunks, keys))
         first = np.empty(len(keys), np.int64)
         first[order] = np.cumsum(counts[order]) - counts[order]
@@ -292,7 +296,9 @@ class Engine:
         else:
             source, client = self.backend.reordered(plan, counts, first, chunks), self.backend.client
         with backend_for(source, client, self.entropy) as backend:
-            yield Engine(backend, source, self.entropy, self.summary, self.top)
+            engine = Engine(backend, source, self.entropy, self.summary, self.top)
+            engine.key_totals = distinct, totals
+            yield engine
 
     def to_input_order(self, values):
         """Per-row ``values`` in this engine's row order, put back in the input's row order."""

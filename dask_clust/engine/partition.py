@@ -304,7 +304,7 @@ class Partition:
         step runs anywhere (kept, so a repeated call sends the same)."""
         if self._sent[0] == call.id:
             return self._sent[1]
-        key, field = call.halo
+        key, field = call.halo[:2]
         out = {}
         for q, rows in self._sends.get(key, (None, {}))[1].items():
             vals = []
@@ -317,8 +317,11 @@ class Partition:
         return out
 
     def halo_fill(self, call, received):
-        """Every chunk's ``halo[field]``: the values of the rows it reads, in the order its plan step named them."""
-        key, field = call.halo
+        """Every chunk's ``halo[field]``: the values of the rows it reads, in the order its plan step named them;
+        with an indexed halo (``call.halo[2]``), the partition's received values and where each named row sits
+        among them, so no chunk copies them."""
+        key, field = call.halo[:2]
+        indexed = len(call.halo) > 2 and call.halo[2]
         parts = [received[q] for q in sorted(received)]   # partitions hold ascending row ranges
         rows = np.concatenate([p[0] for p in parts])
         values = np.concatenate([p[1] for p in parts])
@@ -328,7 +331,7 @@ class Partition:
             if pos is None or pos[0] is not c.state[("halo", key)] or pos[1] != len(rows):
                 pos = c.state[("halo", key)], len(rows), np.searchsorted(rows, c.state[("halo", key)])
                 c.state[("halo-pos", key)] = pos
-            c.halo[field] = values[pos[2]]
+            c.halo[field] = (values, pos[2]) if indexed else values[pos[2]]
 
     async def halo_put(self, call_id, key, sender, rows, values):
         self._mail.setdefault((call_id, key), {})[int(sender)] = (rows, values)
@@ -358,7 +361,7 @@ class Partition:
         await asyncio.gather(*sends)
 
     async def _exchange(self, call, peers, worker):
-        key, _ = call.halo
+        key = call.halo[0]
         self._advance(call)
         sent = self.halo_values(call)
         pushes = [remote_call(worker.rpc(peers[q][0]), peers[q][1], "halo_put", call.id, key, self.pid, *rv)

@@ -152,26 +152,28 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
 
 
 @njit(nogil=True, cache=True)
-def nearest_neighbours(Q, q_ids, Y, approx, slack, out_ids, out_d2):
+def nearest_neighbours(Q, q_ids, Y, y_ids, approx, slack, out_j, out_d2):
     """Each query row's r nearest rows of Y other than itself, by exact float64 distance, ties to the lower
-    row id: the r-th smallest approximate (GEMM) distance plus twice its error bound ``slack`` selects the
-    candidates, which are re-measured directly, so the result does not depend on the GEMM's blocking.
+    id: the r-th smallest approximate (GEMM) distance plus twice its error bound ``slack`` selects the
+    candidates, which are re-measured directly, so the result does not depend on the GEMM's blocking nor on
+    the order of Y's rows.
 
     Q       : IN  float64 (n, d)   query rows
-    q_ids   : IN  int64 (n,)       their rows in Y (excluded from their own lists)
-    Y       : IN  float64 (m, d)   all rows, m > r
+    q_ids   : IN  int64 (n,)       their ids (a query skips the row of Y with its own id)
+    Y       : IN  float64 (m, d)   candidate rows
+    y_ids   : IN  int64 (m,)       their ids (the tie-break)
     approx  : IN  float64 (n, m)   approximate squared distances of Q to Y
     slack   : IN  float            bound on |approx − exact|
-    out_ids : OUT int64 (n, r)     neighbour rows, nearest first
-    out_d2  : OUT float64 (n, r)   their exact squared distances
+    out_j   : OUT int64 (n, r)     neighbours as rows of Y, nearest first; −1 where Y has fewer than r others
+    out_d2  : OUT float64 (n, r)   their exact squared distances (inf where −1)
     """
-    r = out_ids.shape[1]
+    r = out_j.shape[1]
     worst = np.empty(r)
     for i in range(Q.shape[0]):
         worst[:] = np.inf   # the r smallest approximate distances, ascending
         for j in range(Y.shape[0]):
             a = approx[i, j]
-            if j == q_ids[i] or a >= worst[r - 1]:
+            if y_ids[j] == q_ids[i] or a >= worst[r - 1]:
                 continue
             t = r - 1
             while t > 0 and worst[t - 1] > a:
@@ -180,17 +182,18 @@ def nearest_neighbours(Q, q_ids, Y, approx, slack, out_ids, out_d2):
             worst[t] = a
         limit = worst[r - 1] + 2.0 * slack
         out_d2[i, :] = np.inf
-        out_ids[i, :] = -1
+        out_j[i, :] = -1
         for j in range(Y.shape[0]):
-            if j == q_ids[i] or approx[i, j] > limit:
+            if y_ids[j] == q_ids[i] or approx[i, j] > limit:
                 continue
             d = sqdist(Q, i, Y, j)
-            if d > out_d2[i, r - 1] or (d == out_d2[i, r - 1] and j > out_ids[i, r - 1]):
+            last = out_j[i, r - 1]
+            if d > out_d2[i, r - 1] or (d == out_d2[i, r - 1] and last >= 0 and y_ids[j] > y_ids[last]):
                 continue
             t = r - 1
-            while t > 0 and (out_d2[i, t - 1] > d or (out_d2[i, t - 1] == d and out_ids[i, t - 1] > j)):
+            while t > 0 and (out_d2[i, t - 1] > d or (out_d2[i, t - 1] == d and y_ids[out_j[i, t - 1]] > y_ids[j])):
                 out_d2[i, t] = out_d2[i, t - 1]
-                out_ids[i, t] = out_ids[i, t - 1]
+                out_j[i, t] = out_j[i, t - 1]
                 t -= 1
             out_d2[i, t] = d
-            out_ids[i, t] = j
+            out_j[i, t] = j
