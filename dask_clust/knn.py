@@ -10,16 +10,18 @@ stays within ``dask_clust.knn-exact-budget``.
 its inverted file without the quantisation; ALGORITHMS.md §5): a coarse k-means of ``nlist`` cells
 (≈ 4√N) trained on a lightweight coreset, the rows reordered by cell (``engine.reorder``: a cell's rows
 are contiguous, most neighbours sit in the same partition), and each cell's rows searched exactly among
-the rows of the ``nprobe`` cells nearest its centroid (cell-to-cell probing: one candidate set per cell,
-one GEMM). With nprobe = nlist it is the exact graph. recall@r is measured on 1000 random rows against
+the rows of the cells its rows probe: every row's ``nprobe`` nearest cells (standard IVF probing) and the
+``nprobe`` cells nearest the cell's centroid, as one candidate set per cell (one GEMM per cell; a row
+searches a superset of its own probes, so recall is at least standard IVF's). With nprobe = nlist it is
+the exact graph. recall@r is measured on 1000 random rows against
 brute force. ``"auto"``: exact within the budget, IVF beyond.
 
 Used by SLK (Ziko, Granger & Ben Ayed, NeurIPS 2018), whose kernel width comes from the graph:
 ``reference_sigma`` is the authors' σ² = Σ (squared r-NN distances) / ((r + 1) N).
 
 What the driver receives: the exact sum of the squared neighbour distances (one number); for IVF the
-coreset (32·nlist rows), the per-chunk counts of each cell (≤ chunks × nlist ints, ``reorder``) and the
-1000 query rows with their neighbours; the whole graph (N·r) only when asked (``kneighbors_graph``).
+coreset (32·nlist rows), the per-chunk counts of each cell (≤ chunks × nlist ints, ``reorder``), the
+distinct (cell, probed cell) pairs (≤ nlist × a few nprobe) and the 1000 query rows with their neighbours; the whole graph (N·r) only when asked (``kneighbors_graph``).
 It holds nlist centroids and nlist × nprobe probe lists.
 """
 import contextlib
@@ -32,7 +34,7 @@ from .engine import as_source, config, open_engine
 from .engine.combine import KeyedSum, RowTop, Rows
 from .engine.data import InputError, l2_rows, stream
 from .kernels.assign import Prepared, nearest
-from .kernels.distance import nearest_neighbours
+from .kernels.distance import nearest_centres, nearest_neighbours
 from .lloyd import lloyd
 from .seeding import seed
 
@@ -57,7 +59,11 @@ def keep_input_ids(chunk, params):
 def gemm_sqdist(Q, Y, qq, yy):
     """Squared distances ||q||² − 2 q·y + ||y||² of every pair (GEMM form; rounding up to ``slack``'s
     bound, negative values possible); qq, yy: the rows' squared norms."""
-    return qq[:, None] - 2.0 * (Q @ Y.T) + yy[None, :]
+    G = Q @ Y.T
+    G *= -2.0   # in place: one (n, m) array, not four temporaries
+    G += qq[:, None]
+    G += yy[None, :]
+    return G
 
 
 def squared_norms(X):
@@ -105,12 +111,31 @@ def search_exact(chunk, r):
 # ---------------------------------------------------------------- IVF
 
 def coarse_cells(engine, nlist, entropy, normalize):
-    """nlist centroids: Lloyd (random rows as seeds, as faiss) on a lightweight coreset of 32 rows per cell."""
+    """nlist centroids: Lloyd (random rows as seeds, as faiss) on a lightweight coreset of 32 rows per cell,
+    numbered in ``locality_order``."""
     X, w = lightweight_coreset(engine, min(engine.n_samples, _TRAIN_ROWS_PER_CELL * nlist), entropy)
     X = l2_rows(X) if normalize else X
     with engine.working_set(X, w, entropy) as train:
         seeds, _ = seed(train, nlist, "random", entropy)
-        return lloyd(train, seeds, max_iter=_TRAIN_ITER, tol=0.0).centers
+        centroids = lloyd(train, seeds, max_iter=_TRAIN_ITER, tol=0.0).centers
+    return centroids[locality_order(centroids)]
+
+
+def locality_order(C):
+    """The cells in recursive-bisection order (each group split at the median of its principal direction),
+    so cells near in number are near in space: sorted by cell, a partition holds a compact region and most
+    neighbours of its rows (cell ids in k-means' order put about half of the other-cell edges across
+    partitions, and the halo carries them every bound update)."""
+    def split(idx):
+        if len(idx) <= 2:
+            return idx
+        X = C[idx] - C[idx].mean(0)
+        direction = np.linalg.svd(X, full_matrices=False)[2][0]
+        ranked = idx[np.argsort(X @ direction, kind="stable")]
+        half = len(ranked) // 2
+        return np.concatenate([split(ranked[:half]), split(ranked[half:])])
+
+    return split(np.arange(len(C)))
 
 
 def _cell_of(chunk, params):
@@ -120,22 +145,41 @@ def _cell_of(chunk, params):
     return nearest(x, Prepared(centroids, x.dtype))[0]
 
 
-def probe_lists(centroids, sizes, nprobe, r):
-    """Per cell, the nprobe non-empty cells nearest its centroid (itself first), more while they hold
-    fewer than r + 1 rows: CSR (ptr (nlist + 1,), cells)."""
+def _probe_pairs(chunk, params):
+    """(cell, probed cell) pairs of the chunk's rows: each row's nprobe nearest non-empty cells (exact; its
+    own cell first), as KeyedSum keys cell · nlist + probed cell."""
+    live_centroids, live, starts, nprobe = params
+    nlist = len(starts) - 1
+    probes = np.empty((chunk.stop - chunk.start, min(nprobe, len(live))), np.int64)
+    nearest_centres(chunk.state["knn-x"], live_centroids, probes)
+    cell = np.searchsorted(starts, np.arange(chunk.start, chunk.stop), side="right") - 1
+    keys = np.unique(cell[:, None] * nlist + live[probes])
+    return ((keys, np.ones(len(keys), np.int64)),)
+
+
+def probe_lists(engine, centroids, starts, nprobe, r):
+    """Per cell, the cells its rows search: the union of its rows' nprobe nearest non-empty cells (the
+    probes of standard IVF, found on the workers) and the nprobe cells nearest its centroid, more of those
+    while they hold fewer than r + 1 rows (so every row has r others to find). CSR (ptr (nlist + 1,), cells), the same for any layout."""
+    nlist = len(centroids)
+    sizes = np.diff(starts)
     live = np.flatnonzero(sizes)
+    (pairs, _), = engine.reduce(_probe_pairs, (centroids[live], live, starts, int(nprobe)), (KeyedSum(),))
+    by_rows = np.split(pairs % nlist, np.searchsorted(pairs // nlist, np.arange(1, nlist)))
     C = centroids[live]
     cc = squared_norms(C)
-    lists = [np.empty(0, np.int64)] * len(centroids)
+    lists = [np.empty(0, np.int64)] * nlist
     step = max(1, (1 << 22) // max(1, len(live)))
     for a in range(0, len(live), step):
         d = gemm_sqdist(C[a:a + step], C, cc[a:a + step], cc)
         d[np.arange(d.shape[0]), np.arange(a, a + d.shape[0])] = -np.inf   # a cell probes itself first
         for t, order in enumerate(np.argsort(d, axis=1, kind="stable")):
-            held = np.cumsum(sizes[live[order]])
+            c = live[a + t]
+            near = live[order]
+            held = np.cumsum(sizes[near])
             m = max(min(nprobe, len(live)), int(np.searchsorted(held, r + 1)) + 1)
-            lists[live[a + t]] = np.sort(live[order[:m]])
-    ptr = np.zeros(len(centroids) + 1, np.int64)
+            lists[c] = np.union1d(near[:m], by_rows[c])
+    ptr = np.zeros(nlist + 1, np.int64)
     ptr[1:] = np.cumsum([len(p) for p in lists])
     return ptr, np.concatenate(lists)
 
@@ -166,7 +210,8 @@ def _keep_candidate_ids(chunk, params):
 def search_ivf(chunk, params):
     """Each of the chunk's cells' rows' r nearest among the rows of the cells it probes."""
     r, starts, ptr, cells = params
-    own, H, H_in = chunk.state["knn-x"], chunk.halo["knn-x"], chunk.state.pop("knn-cand-in")
+    (H, read_at), H_in = chunk.halo["knn-x"], chunk.state.pop("knn-cand-in")
+    own = chunk.state["knn-x"]
     q_in = chunk.input_ids()
     mine, need, offsets = _probed(chunk, starts, ptr, cells)
     rows = np.concatenate([np.arange(starts[c], starts[c + 1]) for c in need])
@@ -176,7 +221,7 @@ def search_ivf(chunk, params):
         lo, hi = max(starts[c], chunk.start) - chunk.start, min(starts[c + 1], chunk.stop) - chunk.start
         at = np.searchsorted(need, cells[ptr[c]:ptr[c + 1]])
         sel = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in at])
-        j, d2[lo:hi] = nearest_among(own[lo:hi], q_in[lo:hi], H[sel], H_in[sel], r)
+        j, d2[lo:hi] = nearest_among(own[lo:hi], q_in[lo:hi], H[read_at[sel]], H_in[sel], r)
         ids[lo:hi], in_ids[lo:hi] = rows[sel][j], H_in[sel][j]
     return _keep_graph(chunk, ids, d2, in_ids)
 
@@ -281,9 +326,9 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
     check_neighbours(n_neighbors, n, engine.n_features, method, nlist, nprobe)
     method = resolve_method(method, n, engine.n_features)
     if method == "exact":
-        with engine.state("knn-x", rows_float64, lambda: normalize), engine.state("knn", _graph_lost, build=False), \
-                engine.halo("knn-all", _all_rows, n):
-            (_, total), = engine.reduce(search_exact, r, (KeyedSum(),), halo=("knn-all", "knn-x"))
+        with engine.state("knn-x", rows_float64, lambda: normalize), engine.state("knn", _graph_lost, build=False):
+            with engine.halo("knn-all", _all_rows, n):   # every row in every chunk: gone before the graph is used
+                (_, total), = engine.reduce(search_exact, r, (KeyedSum(),), halo=("knn-all", "knn-x"))
             yield NeighbourGraph(engine, r, float(total.sum()), method, 1.0)
         return
     nlist = default_nlist(n) if nlist is None else int(nlist)
@@ -293,12 +338,13 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
         sizes = np.zeros(nlist, np.int64)
         sizes[keys] = totals
         starts = np.concatenate([[0], np.cumsum(sizes)])
-        ptr, probes = probe_lists(centroids, sizes, int(nprobe), r)
-        plan = (starts, ptr, probes)
         with cells.state("knn-x", rows_float64, lambda: normalize), cells.state("knn-in", keep_input_ids), \
-                cells.state("knn", _graph_lost, build=False), cells.halo("knn-probed", _probed_rows, plan):
-            cells.reduce(_keep_candidate_ids, halo=("knn-probed", "knn-in"))
-            (_, total), = cells.reduce(search_ivf, (r,) + plan, (KeyedSum(),), halo=("knn-probed", "knn-x"))
+                cells.state("knn", _graph_lost, build=False):
+            plan = (starts,) + probe_lists(cells, centroids, starts, int(nprobe), r)
+            with cells.halo("knn-probed", _probed_rows, plan):   # its rows go before the graph is used
+                cells.reduce(_keep_candidate_ids, halo=("knn-probed", "knn-in"))
+                (_, total), = cells.reduce(search_ivf, (r,) + plan, (KeyedSum(),),
+                                           halo=("knn-probed", "knn-x", True))
             recall = measure_recall(cells, r, entropy)
             yield NeighbourGraph(cells, r, float(total.sum()), method, recall, nlist)
 

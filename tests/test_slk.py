@@ -170,13 +170,13 @@ def engine_slk_z(X, seeds, mode, chunk_rows=None, client="in-process", **kw):
 
     graph_kw = {k: kw.pop(k) for k in ("knn_method", "nlist", "nprobe") if k in kw}
     graph_kw["method"] = graph_kw.pop("knn_method", "exact")
-    sigma = kw.pop("sigma", "reference")
+    sigma, store = kw.pop("sigma", "reference"), kw.pop("store", None)
     with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng, \
             neighbour_graph(eng, 4, normalize=True, **graph_kw) as graph:
         g = graph.engine
         with g.state("slk-nb", s._neighbour_lists), g.halo("slk-nb", s._reads):
             out = s.bound_loops(g, graph, np.asarray(seeds, np.float64), Loop("slk", 100), mode, 1.3, sigma, 1e-5, 3,
-                                1e-6, 1000, True)
+                                1e-6, 1000, True, store)
             ids, z = g.reduce(_kept_z, None, (Rows(), Rows()))
             out.labels = g.to_input_order(s.labels_of(g, "slk-labels"))
     placed = np.empty_like(z)
@@ -235,6 +235,20 @@ def test_slk_on_shuffled_rows_is_slk_on_the_input_order(fixtures):
     assert np.abs(z_shuffled - z[perm]).max() <= 1e-13
 
 
+@pytest.mark.parametrize("mode", ["bo", "ms"])
+def test_recomputing_a_in_each_update_gives_the_same_bits(fixtures, mode):
+    """Few features: a is recomputed per update instead of held (segment, 18 features, takes that path by
+    default); the labels, counts, modes and z are those of the held a, bit for bit (digits, 4 chunks)."""
+    X = load_digits()[0]
+    seeds = fixtures["cinit__digits_s1"]
+    held, z = engine_slk_z(X, seeds, mode, 450, store=True)
+    again, z_again = engine_slk_z(X, seeds, mode, 450, store=False)
+    np.testing.assert_array_equal(again.labels, held.labels)
+    np.testing.assert_array_equal(z_again, z)
+    np.testing.assert_array_equal(again.modes, held.modes)
+    assert (again.outer, again.inner) == (held.outer, held.inner)
+
+
 # A hand-made 6-row graph (2 out-edges, input ids) whose edges cross partitions 0-2 | 3-5, and a z with
 # exact ties in both columns (rows 1 and 4 in column 1, rows 3 and 5 in column 0).
 HAND_W = np.array([[1, 3], [0, 2], [1, 5], [4, 0], [5, 3], [2, 4]])
@@ -250,6 +264,7 @@ def _hand_states(chunk, pos_of):
     chunk.state["knn"] = pos_of[nb], np.zeros(nb.shape), nb
     chunk.state["knn-x"] = HAND_X[rows]
     chunk.state["slk-a"], chunk.state["slk-z"] = HAND_A[rows].copy(), HAND_Z[rows].copy()
+    chunk.state["slk-modes"] = np.zeros((2, 3)), 1.0   # unread: a is held
     chunk.state["slk-labels"] = np.zeros(len(rows), np.int64)
 
 

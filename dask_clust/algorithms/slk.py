@@ -15,15 +15,20 @@ I. M. Ziko, E. Granger, I. Ben Ayed, "Scalable Laplacian K-modes", NeurIPS 2018 
   A cluster left without rows: the previous outer iteration's state, flagged ``lost``.
 
 The energy of a z is known one update late (it needs W z, which the next update's halo brings), so the
-inner loop runs one update past the authors' count and keeps the previous z: the counts are theirs.
+inner loop runs one update past the authors' count and keeps the previous z (its own rows stay readable
+in the halo): the counts are theirs. Ties (BO's argmax) and W z's sum order go by input row id, so a
+reordered engine (IVF's cell order) or shuffled input gives the same labels.
 
-Per update the driver receives one number (the energy); per outer iteration K cluster sizes, K argmax
-values and ids (BO) or K·D mean-shift sums per mean-shift step (MS); it holds the K·D modes. Rows and z
-stay on the workers; z of cross-partition neighbours goes partition to partition.
+Per update the driver receives one number (the energy); per outer iteration K cluster sizes and, for BO,
+K argmax values, input ids and rows (K·D), for MS K·D mean-shift sums per mean-shift step; BO's first
+modes need one reorder of the rows by nearest seed (rows move worker to worker). It holds the K·D modes.
+Rows, a and z stay on the workers (per row: z, a unless recomputed, the halo's copy of z: 2–3 K floats);
+z of cross-partition neighbours goes partition to partition. ``labels_`` come to the driver once (N ints).
 ``algo="slk"`` fits on the L2-normalised rows (the authors normalise; the paper does not say so): its
 ``cluster_centers_`` are the modes in that space and ``predict`` gives each new row's nearest mode there.
-``labels_`` are SLK's labels of the training rows. Not yet here: IVF graphs for large N, rebuilding after
-a lost worker.
+``labels_`` are SLK's labels of the training rows in input order; ``modes_index_`` (BO) the modes' input
+rows; ``seeds_`` the seeds; ``graph_method_`` / ``graph_recall_`` the kNN graph's method and recall@r.
+Not yet here: rebuilding after a lost worker (the fit ends with ``GraphLost``).
 """
 import numbers
 import warnings
@@ -115,6 +120,11 @@ def softmax(v):
     return e / e.sum(1, keepdims=True)
 
 
+# a is recomputed in every bound update up to this many features: D multiply-adds and an exp per entry,
+# about the update's own work there, for a third less memory (1M x 16 rows, K = 200: 0.75 GiB per worker)
+_RECOMPUTE_MAX_FEATURES = 32
+
+
 # ---------------------------------------------------------------- per-chunk steps
 
 def _neighbour_lists(chunk, params):
@@ -202,13 +212,16 @@ def _ms_sums(chunk, params):
 
 def _start_inner(chunk, params):
     """a from the modes and z = softmax(a); returns −Σ a·z of the z the last inner loop kept (still in the
-    halo: BO's energy takes it with the new a)."""
-    modes, sigma = params
+    halo: BO's energy takes it with the new a). a is kept as state ``slk-a`` when ``store``, else each
+    update recomputes it (an empty ``slk-a``)."""
+    modes, sigma, store = params
     x = chunk.state["knn-x"]
     a = chunk.state.get("slk-a")
-    if a is None or a.shape[1] != len(modes):
-        a = chunk.state["slk-a"] = np.empty((x.shape[0], len(modes)))
+    if a is None or a.shape != (x.shape[0], len(modes)):
+        a = np.empty((x.shape[0], len(modes)))
     affinities(x, modes, sigma, a)
+    chunk.state["slk-a"] = a if store else np.empty((0, len(modes)))
+    chunk.state["slk-modes"] = modes, sigma
     last = 0.0
     if "slk-z" in chunk.halo:
         H, at = chunk.halo["slk-z"]
@@ -221,11 +234,12 @@ def _update(chunk, lmbda):
     """One bound update from the previous z (halo): z_new = softmax(a + λ W z); returns the relaxed energy
     of the previous z (its W z is this update's) and keeps its labels, column maxima and energy terms."""
     z, a = chunk.state["slk-z"], chunk.state["slk-a"]
+    modes, sigma = chunk.state["slk-modes"]
     H, at = chunk.halo["slk-z"]
     n, k = z.shape
     labels, col_max, col_arg = np.empty(n, np.int64), np.empty(k), np.empty(k, np.int64)
-    zlogz, az, bz = bound_update(a, z, H, at, chunk.state["slk-nb"][1], lmbda, chunk.input_ids(), labels,
-                                 col_max, col_arg)
+    zlogz, az, bz = bound_update(a, chunk.state["knn-x"], modes, sigma, z, H, at, chunk.state["slk-nb"][1], lmbda,
+                                 chunk.input_ids(), labels, col_max, col_arg)
     chunk.state["slk-kept"] = labels, col_max, col_arg, az, bz
     return (zlogz - az - lmbda * bz,)
 
@@ -310,8 +324,11 @@ def slk(engine, seeds, loop, *, mode="bo", lmbda=1.3, n_neighbors=4, sigma="refe
         return out
 
 
-def bound_loops(g, graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter, normalize):
-    """Steps 2-6 on the graph's engine."""
+def bound_loops(g, graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter, normalize,
+                store=None):
+    """Steps 2-6 on the graph's engine; ``store``: hold a (N × K) between updates, or recompute it in each
+    (None: recompute when the rows have at most 32 features, where that costs about what the update does)."""
+    store = g.n_features > _RECOMPUTE_MAX_FEATURES if store is None else store
     sigma = graph.reference_sigma() if sigma == "reference" else float(sigma)
     if not sigma > 0:
         raise InputError(f"sigma from the graph is 0: every row's {graph.n_neighbors} nearest rows are copies of it "
@@ -319,7 +336,7 @@ def bound_loops(g, graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_
     ids, modes = first_modes(g, seeds, sigma, mode, normalize)
     state = SLKResult(None, modes, ids, sigma, 0, recall=graph.recall, method=graph.method)
     inner, e_old = [], None
-    g.reduce(_start_inner, (modes, sigma), (Sum(),))
+    g.reduce(_start_inner, (modes, sigma, store), (Sum(),))
     for it in loop:
         inner.append(inner_loop(g, lmbda, inner_tol, inner_max_iter))
         sizes, (_, top_ids, top_rows), neg_az_old, lap = g.reduce(_settle, lmbda, (Sum(), ArgMax(), Sum(), Sum()))
@@ -329,12 +346,12 @@ def bound_loops(g, graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_
             return state
         if mode == "bo":
             ids, modes = top_ids, top_rows
-            (neg_az,) = g.reduce(_start_inner, (modes, sigma), (Sum(),))
+            (neg_az,) = g.reduce(_start_inner, (modes, sigma, store), (Sum(),))
             e = neg_az + lap
         else:
             e = neg_az_old + lap
             modes = mean_shift(g, modes, sigma, sizes)
-            g.reduce(_start_inner, (modes, sigma), (Sum(),))
+            g.reduce(_start_inner, (modes, sigma, store), (Sum(),))
         state = SLKResult(None, modes, ids, sigma, it + 1, list(inner), recall=graph.recall, method=graph.method)
         loop.record(e, g.n_samples * len(modes), None, centers=modes, inner_iterations=inner[-1])
         if it + 1 >= min_iter and e_old is not None and abs(e - e_old) <= tol * abs(e_old):
@@ -362,7 +379,9 @@ def fit(engine, cfg, entropy, loop):
     if k > n:
         raise InputError(f"n_samples={n} should be >= n_clusters={k}")
     sizes = np.diff(engine.source.starts)
-    with engine.sample(_normalised, None, sizes, entropy) as rows:
+    # per row: the rows in float64, a, z and the halo's copy of z (K floats each), graph and labels
+    state_bytes = 8 * (engine.n_features + 3 * k + 3 * cfg.n_neighbors + 4)
+    with engine.sample(_normalised, None, sizes, entropy, row_bytes=state_bytes) as rows:
         seeds, seed_evals = seed(rows, k, cfg.init, entropy)
         out = slk(rows, seeds, loop, mode=cfg.mode, lmbda=cfg.lmbda, n_neighbors=cfg.n_neighbors, sigma=cfg.sigma,
                   tol=cfg.tol, min_iter=cfg.min_iter, inner_tol=cfg.inner_tol, inner_max_iter=cfg.inner_max_iter,
@@ -374,7 +393,7 @@ def fit(engine, cfg, entropy, loop):
                       RuntimeWarning, stacklevel=2)
     from ..engine import FitResult
 
-    extras = {"labels_": out.labels, "sigma_": out.sigma, "lost_cluster_": out.lost,
+    extras = {"labels_": out.labels, "seeds_": np.asarray(seeds, np.float64), "sigma_": out.sigma, "lost_cluster_": out.lost,
               "inner_iterations_": list(out.inner), "graph_recall_": out.recall, "graph_method_": out.method,
               "row_normalization_": "l2"}
     if out.mode_ids is not None:

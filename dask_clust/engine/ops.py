@@ -43,7 +43,7 @@ from . import config
 from .cluster import IN_PROCESS, backend_for
 from .combine import Fold, Max, Min, Rows, Scatter, Sum
 from .data import ArraySource, InputError, as_source
-from .partition import Call, ShardRef, pop_state, routed_rows
+from .partition import Call, ShardRef, pop_halo, pop_state, routed_rows
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,7 @@ class Engine:
         self.entropy = entropy
         self._states = {}          # key -> (builder, model, backup fields): replayed on a rebuilt partition
         self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
+        self._halo_fields = {}     # key -> the state fields its calls filled in (dropped with the plan)
         self._shards = {}          # sharded model key -> the id of the call that last wrote it
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
@@ -178,6 +179,8 @@ class Engine:
             if not any(isinstance(c, Scatter) for c in combine or ()):
                 raise ValueError("a reduce-scatter needs at least one field whose combine is Scatter(...)")
             scatter = (model.key, at_shard, tuple(small))
+        if halo is not None:
+            self._halo_fields[halo[0]].add(halo[1])
         return self._call(step, params, combine, at_root=at_root, halo=halo, scatter=scatter)
 
     def shards_model(self, nbytes):
@@ -230,11 +233,14 @@ class Engine:
         call), in the order ``need_step`` named them. The values go partition to partition, never through
         the driver; a partition rebuilt after a lost worker gets the plan again."""
         self._halos[key] = (need_step, params)
+        self._halo_fields[key] = set()
         try:
             self._call(need_step, (key, params, self.source.starts), kind="plan")
             yield
+            self._call(pop_halo, (key, tuple(self._halo_fields[key])), kind="state")
         finally:
             self._halos.pop(key, None)
+            self._halo_fields.pop(key, None)
 
     def take(self, ids):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array."""
@@ -255,16 +261,18 @@ class Engine:
             yield engine
 
     @contextlib.contextmanager
-    def sample(self, step, params, counts, entropy):
+    def sample(self, step, params, counts, entropy, row_bytes=None):
         """An Engine over the rows ``step(chunk, params)`` draws from every chunk: (rows, weights), chunk c
         drawing ``counts[c]`` rows, in chunk order (a coreset). The step must need no state: on a cluster
         it runs as a one-shot task where the chunk's rows live. A set that fits ``in-process-bytes`` comes
         to this process (rule 6); a larger one stays on the workers that drew it, rebalanced there into the
         new engine's chunks (the driver handles counts and futures, never rows). Chunks of
-        ``working-set-chunk-rows`` on every path, so the model does not depend on the path."""
+        ``working-set-chunk-rows`` on every path, so the model does not depend on the path. ``row_bytes``:
+        what the new engine will hold per row, its state included, when that is more than the row (the size
+        that decides whether it comes to this process)."""
         counts = np.asarray(counts, dtype=np.int64)
         rows = int(config.get("working-set-chunk-rows"))
-        nbytes = int(counts.sum()) * self.n_features * self.dtype.itemsize
+        nbytes = int(counts.sum()) * max(self.n_features * self.dtype.itemsize, int(row_bytes or 0))
         if self.backend.kind == IN_PROCESS or nbytes <= config.get_bytes("in-process-bytes"):
             X, w = self.reduce(step, params, (Rows(), Rows()))
             source, client = as_source(X, w, chunk_rows=rows), IN_PROCESS

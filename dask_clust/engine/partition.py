@@ -179,6 +179,15 @@ def pop_state(chunk, key):
     chunk.state.pop(key, None)
 
 
+def pop_halo(chunk, params):
+    """Drop a gather plan's rows and the values it filled in (the end of ``Engine.halo``)."""
+    key, fields = params
+    chunk.state.pop(("halo", key), None)
+    chunk.state.pop(("halo-pos", key), None)
+    for field in fields:
+        chunk.halo.pop(field, None)
+
+
 class Partition:
     """Long-lived holder of row chunks on one worker (a Dask Actor on a cluster, a plain object in-process)."""
 
@@ -299,32 +308,48 @@ class Partition:
             self._sends[key] = (plan_id, {})
         self._sends[key][1][int(requester)] = rows
 
+    def _own_values(self, field, rows, out=None):
+        """The state ``field`` of this partition's rows ``rows`` (ascending), into ``out`` when given."""
+        vals = []
+        for c in self.chunks:
+            lo, hi = np.searchsorted(rows, [c.start, c.stop])
+            if hi > lo:
+                vals.append(c.state[field][rows[lo:hi] - c.start])
+        return np.concatenate(vals, out=out)
+
     def halo_values(self, call):
         """{partition: (rows, values)} this partition sends for ``call``: the field's values before the call's
-        step runs anywhere (kept, so a repeated call sends the same)."""
+        step runs anywhere (kept, so a repeated call sends the same). Its own part's values are None: they
+        are read straight into the assembled halo (``halo_fill``, before this partition's step runs)."""
         if self._sent[0] == call.id:
             return self._sent[1]
         key, field = call.halo[:2]
-        out = {}
-        for q, rows in self._sends.get(key, (None, {}))[1].items():
-            vals = []
-            for c in self.chunks:
-                lo, hi = np.searchsorted(rows, [c.start, c.stop])
-                if hi > lo:
-                    vals.append(c.state[field][rows[lo:hi] - c.start])
-            out[q] = rows, np.array(np.concatenate(vals), copy=True)
+        out = {q: (rows, None if q == self.pid else self._own_values(field, rows))   # a copy: steps change state
+               for q, rows in self._sends.get(key, (None, {}))[1].items()}
         self._sent = (call.id, out)
         return out
 
     def halo_fill(self, call, received):
         """Every chunk's ``halo[field]``: the values of the rows it reads, in the order its plan step named them;
         with an indexed halo (``call.halo[2]``), the partition's received values and where each named row sits
-        among them, so no chunk copies them."""
+        among them, so no chunk copies them. One array of the rows read: the largest per-row state (SLK's z)
+        is held once more, not three times."""
         key, field = call.halo[:2]
-        indexed = len(call.halo) > 2 and call.halo[2]
         parts = [received[q] for q in sorted(received)]   # partitions hold ascending row ranges
+        for c in self.chunks:   # the previous call's values go before the new ones are assembled
+            c.halo.pop(field, None)
         rows = np.concatenate([p[0] for p in parts])
-        values = np.concatenate([p[1] for p in parts])
+        like = self.chunks[0].state[field]
+        values = np.empty((len(rows),) + like.shape[1:], like.dtype)
+        at = 0
+        for part_rows, part_values in parts:
+            piece = values[at:at + len(part_rows)]
+            if part_values is None:
+                self._own_values(field, part_rows, out=piece)
+            else:
+                piece[...] = part_values
+            at += len(part_rows)
+        indexed = len(call.halo) > 2 and call.halo[2]
         for c in self.chunks:
             # the plan fixes the rows received, so where each read row sits among them is found once
             pos = c.state.get(("halo-pos", key))

@@ -197,3 +197,27 @@ def nearest_neighbours(Q, q_ids, Y, y_ids, approx, slack, out_j, out_d2):
                 t -= 1
             out_d2[i, t] = d
             out_j[i, t] = j
+
+
+@njit(nogil=True, cache=True)
+def nearest_centres(X, C, out):
+    """Each row's m = out.shape[1] nearest rows of C by direct float64 distance, ties to the lower index
+    (IVF's probes: exact, so a row's probes do not depend on how the rows are blocked).
+
+    X : IN float32/float64 (n, d);  C : IN float64 (k, d), k >= m;  out : OUT int64 (n, m), nearest first
+    """
+    m = out.shape[1]
+    best = np.empty(m)
+    for i in range(X.shape[0]):
+        best[:] = np.inf
+        for j in range(C.shape[0]):
+            d = sqdist(X, i, C, j)
+            if d >= best[m - 1]:
+                continue
+            t = m - 1
+            while t > 0 and best[t - 1] > d:
+                best[t] = best[t - 1]
+                out[i, t] = out[i, t - 1]
+                t -= 1
+            best[t] = d
+            out[i, t] = j
