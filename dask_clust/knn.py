@@ -184,12 +184,23 @@ def probe_lists(engine, centroids, starts, nprobe, r):
     return ptr, np.concatenate(lists)
 
 
+def groups_in(chunk, starts):
+    """The non-empty groups (cells, clusters) with rows in the chunk, on an engine sorted by group: group g
+    holds rows starts[g]..starts[g + 1]."""
+    groups = np.arange(np.searchsorted(starts, chunk.start, side="right") - 1,
+                       np.searchsorted(starts, chunk.stop, side="left"))
+    return groups[starts[groups + 1] > starts[groups]]
+
+
+def rows_of(starts, groups):
+    """All rows of the groups, group by group."""
+    return np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups])
+
+
 def _probed(chunk, starts, ptr, cells):
     """The chunk's cells, the cells they probe (ascending) and where each probed cell's rows start among
     the rows the chunk reads."""
-    mine = np.arange(np.searchsorted(starts, chunk.start, side="right") - 1,
-                     np.searchsorted(starts, chunk.stop, side="left"))
-    mine = mine[starts[mine + 1] > starts[mine]]
+    mine = groups_in(chunk, starts)
     need = np.unique(np.concatenate([cells[ptr[c]:ptr[c + 1]] for c in mine]))
     sizes = starts[need + 1] - starts[need]
     return mine, need, np.concatenate([[0], np.cumsum(sizes)])
@@ -198,8 +209,7 @@ def _probed(chunk, starts, ptr, cells):
 def _probed_rows(chunk, params):
     """The halo plan: the rows of every cell the chunk's cells probe, cell by cell."""
     starts, ptr, cells = params
-    _, need, _ = _probed(chunk, starts, ptr, cells)
-    return np.concatenate([np.arange(starts[c], starts[c + 1]) for c in need])
+    return rows_of(starts, _probed(chunk, starts, ptr, cells)[1])
 
 
 def _keep_candidate_ids(chunk, params):
@@ -214,7 +224,7 @@ def search_ivf(chunk, params):
     own = chunk.state["knn-x"]
     q_in = chunk.input_ids()
     mine, need, offsets = _probed(chunk, starts, ptr, cells)
-    rows = np.concatenate([np.arange(starts[c], starts[c + 1]) for c in need])
+    rows = rows_of(starts, need)
     n = own.shape[0]
     ids, d2, in_ids = np.empty((n, r), np.int64), np.empty((n, r)), np.empty((n, r), np.int64)
     for c in mine:

@@ -42,7 +42,8 @@ from ..engine.combine import ArgMax, Rows, Sum
 from ..engine.data import InputError, l2_rows
 from ..kernels.assign import Prepared, nearest
 from ..kernels.slk import affinities, bound_update
-from ..knn import BLOCK_VALUES, METHODS, gemm_sqdist, keep_input_ids, neighbour_graph, rows_float64, squared_norms
+from ..knn import (BLOCK_VALUES, METHODS, gemm_sqdist, groups_in, keep_input_ids, neighbour_graph, rows_float64,
+                   rows_of, squared_norms)
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, final_pass, register
 
@@ -156,13 +157,7 @@ def _seed_of(chunk, params):
 
 def _members(chunk, starts):
     """The halo plan: all rows of every cluster the chunk's rows belong to (rows sorted by cluster)."""
-    return np.concatenate([np.arange(starts[l], starts[l + 1]) for l in _clusters_in(chunk, starts)])
-
-
-def _clusters_in(chunk, starts):
-    first = np.searchsorted(starts, chunk.start, side="right") - 1
-    ls = np.arange(first, np.searchsorted(starts, chunk.stop, side="left"))
-    return ls[starts[ls + 1] > starts[ls]]
+    return rows_of(starts, groups_in(chunk, starts))
 
 
 def _keep_member_ids(chunk, params):
@@ -179,7 +174,7 @@ def _densest_members(chunk, params):
     k = len(starts) - 1
     best, ids, rows = np.full(k, -np.inf), np.zeros(k, np.int64), np.zeros((k, x.shape[1]))
     at = 0
-    for l in _clusters_in(chunk, starts):
+    for l in groups_in(chunk, starts):
         size = starts[l + 1] - starts[l]
         order = at + np.argsort(member_in[at:at + size], kind="stable")
         members, at = everyone[order], at + size
