@@ -138,11 +138,12 @@ def locality_order(C):
     return split(np.arange(len(C)))
 
 
-def _cell_of(chunk, params):
-    """The chunk's rows' nearest centroids (the key ``reorder`` sorts by)."""
-    centroids, normalize = params
+def nearest_centre(chunk, params):
+    """The nearest of ``centres`` of each of the chunk's rows, L2-normalised when asked (a ``reorder`` key:
+    IVF's cells, SLK's nearest-seed clusters)."""
+    centres, normalize = params
     x = l2_rows(chunk.x) if normalize else chunk.x
-    return nearest(x, Prepared(centroids, x.dtype))[0]
+    return nearest(x, Prepared(centres, x.dtype))[0]
 
 
 def _probe_pairs(chunk, params):
@@ -212,8 +213,10 @@ def _probed_rows(chunk, params):
     return rows_of(starts, _probed(chunk, starts, ptr, cells)[1])
 
 
-def _keep_candidate_ids(chunk, params):
-    chunk.state["knn-cand-in"] = chunk.halo["knn-in"]
+def keep_halo_ids(chunk, key):
+    """State ``key``: the input ids of the rows this chunk reads (``halo["knn-in"]``), for a later step that
+    reads their rows through the same plan."""
+    chunk.state[key] = chunk.halo["knn-in"]
     return ()
 
 
@@ -343,7 +346,7 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
         return
     nlist = default_nlist(n) if nlist is None else int(nlist)
     centroids = coarse_cells(engine, nlist, entropy, normalize)
-    with engine.reorder(_cell_of, (centroids, normalize)) as cells:
+    with engine.reorder(nearest_centre, (centroids, normalize)) as cells:
         keys, totals = cells.key_totals
         sizes = np.zeros(nlist, np.int64)
         sizes[keys] = totals
@@ -352,7 +355,7 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
                 cells.state("knn", _graph_lost, build=False):
             plan = (starts,) + probe_lists(cells, centroids, starts, int(nprobe), r)
             with cells.halo("knn-probed", _probed_rows, plan):   # its rows go before the graph is used
-                cells.reduce(_keep_candidate_ids, halo=("knn-probed", "knn-in"))
+                cells.reduce(keep_halo_ids, "knn-cand-in", halo=("knn-probed", "knn-in"))
                 (_, total), = cells.reduce(search_ivf, (r,) + plan, (KeyedSum(),),
                                            halo=("knn-probed", "knn-x", True))
             recall = measure_recall(cells, r, entropy)

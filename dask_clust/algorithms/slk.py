@@ -42,8 +42,8 @@ from ..engine.combine import ArgMax, Rows, Sum
 from ..engine.data import InputError, l2_rows
 from ..kernels.assign import Prepared, nearest
 from ..kernels.slk import affinities, bound_update
-from ..knn import (BLOCK_VALUES, METHODS, gemm_sqdist, groups_in, keep_input_ids, neighbour_graph, rows_float64,
-                   rows_of, squared_norms)
+from ..knn import (BLOCK_VALUES, METHODS, gemm_sqdist, groups_in, keep_halo_ids, keep_input_ids, nearest_centre,
+                   neighbour_graph, rows_float64, rows_of, squared_norms)
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, final_pass, register
 
@@ -148,21 +148,9 @@ def _first_labels(chunk, seeds):
     return (np.bincount(chunk.state["slk-labels"], minlength=len(seeds)),)
 
 
-def _seed_of(chunk, params):
-    """The nearest seed of each row (the key that groups each first cluster's members)."""
-    seeds, normalize = params
-    x = l2_rows(chunk.x) if normalize else chunk.x
-    return nearest(x, Prepared(seeds, x.dtype))[0]
-
-
 def _members(chunk, starts):
     """The halo plan: all rows of every cluster the chunk's rows belong to (rows sorted by cluster)."""
     return rows_of(starts, groups_in(chunk, starts))
-
-
-def _keep_member_ids(chunk, params):
-    chunk.state["slk-member-in"] = chunk.halo["knn-in"]
-    return ()
 
 
 def _densest_members(chunk, params):
@@ -181,10 +169,10 @@ def _densest_members(chunk, params):
         lo, hi = max(starts[l], chunk.start) - chunk.start, min(starts[l + 1], chunk.stop) - chunk.start
         mm = squared_norms(members)
         step = max(1, BLOCK_VALUES // size)
+        blocks = [x[a:min(hi, a + step)] for a in range(lo, hi, step)]
         density = np.concatenate([  # GEMM form: Σ n_l² D work, the direct form took 5 s of mnist5k's 7
-            np.exp(-np.maximum(gemm_sqdist(x[a:min(hi, a + step)], members, squared_norms(x[a:min(hi, a + step)]),
-                                           mm), 0.0) / (2 * sigma ** 2)).sum(1)
-            for a in range(lo, hi, step)])
+            np.exp(-np.maximum(gemm_sqdist(q, members, squared_norms(q), mm), 0.0) / (2 * sigma ** 2)).sum(1)
+            for q in blocks])
         top = density.max()
         j = lo + np.flatnonzero(density == top)[np.argmin(in_ids[lo:hi][density == top])]
         best[l], ids[l], rows[l] = top, in_ids[j], x[j]
@@ -260,14 +248,14 @@ def first_modes(engine, seeds, sigma, mode, normalize):
     (sizes,) = engine.reduce(_first_labels, seeds, (Sum(),))
     if mode == "ms":
         return None, mean_shift(engine, seeds, sigma, sizes)
-    with engine.reorder(_seed_of, (seeds, normalize)) as by_seed:
+    with engine.reorder(nearest_centre, (seeds, normalize)) as by_seed:
         keys, totals = by_seed.key_totals
         counts = np.zeros(len(seeds), np.int64)
         counts[keys] = totals
         starts = np.concatenate([[0], np.cumsum(counts)])
         with by_seed.state("knn-x", rows_float64, lambda: normalize), by_seed.state("knn-in", keep_input_ids), \
                 by_seed.halo("slk-members", _members, starts):
-            by_seed.reduce(_keep_member_ids, halo=("slk-members", "knn-in"))
+            by_seed.reduce(keep_halo_ids, "slk-member-in", halo=("slk-members", "knn-in"))
             ((best, ids, rows),) = by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),),
                                                   halo=("slk-members", "knn-x"))
     empty = best == -np.inf
