@@ -86,26 +86,36 @@ def nearest_among(Q, q_ids, Y, y_ids, r):
     return out_j, d2
 
 
-def _keep_graph(chunk, ids, d2, in_ids):
-    """State ``knn`` = (neighbours as this engine's rows, squared distances, neighbours' input ids);
-    returns the exact Σ d2 (a KeyedSum on one key: the same bits for any layout)."""
-    chunk.state["knn"] = (ids, d2, in_ids)
+def unsearched(chunk):
+    """Whether the chunk's rows have no neighbours yet (before the search, or rebuilt after a lost worker)."""
+    return chunk.state.get("knn") is None
+
+
+def _unsearched_state(chunk, params):
+    """State ``knn`` of a partition rebuilt after a lost worker: none, until ``NeighbourGraph.complete``."""
+
+
+def _sum_d2(chunk, params):
+    """The exact Σ d2 (a KeyedSum on one key: the same bits for any layout)."""
+    d2 = chunk.state["knn"][1]
     return ((np.zeros(d2.size, np.int64), d2.ravel()),)
 
 
 # ---------------------------------------------------------------- exact
 
 def _all_rows(chunk, n):
-    return np.arange(n, dtype=np.int64)
+    return np.arange(n if unsearched(chunk) else 0, dtype=np.int64)
 
 
 def search_exact(chunk, r):
-    """Every row's r nearest among all rows (``halo["knn-x"]``; this engine is in input order, so a row's
-    id is its input id)."""
-    Y = chunk.halo["knn-x"]
-    all_ids = np.arange(Y.shape[0], dtype=np.int64)
-    ids, d2 = nearest_among(chunk.state["knn-x"], all_ids[chunk.start:chunk.stop], Y, all_ids, r)
-    return _keep_graph(chunk, ids, d2, ids)
+    """State ``knn`` = (neighbours as rows, squared distances, neighbours' input ids): every row's r
+    nearest among all rows (``halo["knn-x"]``; this engine is in input order, so a row's id is its input id)."""
+    if unsearched(chunk):
+        Y = chunk.halo["knn-x"]
+        all_ids = np.arange(Y.shape[0], dtype=np.int64)
+        ids, d2 = nearest_among(chunk.state["knn-x"], all_ids[chunk.start:chunk.stop], Y, all_ids, r)
+        chunk.state["knn"] = ids, d2, ids
+    return ()
 
 
 # ---------------------------------------------------------------- IVF
@@ -209,6 +219,8 @@ def _probed(chunk, starts, ptr, cells):
 
 def _probed_rows(chunk, params):
     """The halo plan: the rows of every cell the chunk's cells probe, cell by cell."""
+    if not unsearched(chunk):
+        return np.empty(0, np.int64)
     starts, ptr, cells = params
     return rows_of(starts, _probed(chunk, starts, ptr, cells)[1])
 
@@ -221,9 +233,13 @@ def keep_halo_ids(chunk, key):
 
 
 def search_ivf(chunk, params):
-    """Each of the chunk's cells' rows' r nearest among the rows of the cells it probes."""
+    """State ``knn`` (as ``search_exact``'s, neighbours as rows of the engine in cell order): each of the
+    chunk's cells' rows' r nearest among the rows of the cells it probes."""
+    H_in = chunk.state.pop("knn-cand-in")
+    if not unsearched(chunk):
+        return ()
     r, starts, ptr, cells = params
-    (H, read_at), H_in = chunk.halo["knn-x"], chunk.state.pop("knn-cand-in")
+    H, read_at = chunk.halo["knn-x"]
     own = chunk.state["knn-x"]
     q_in = chunk.input_ids()
     mine, need, offsets = _probed(chunk, starts, ptr, cells)
@@ -236,7 +252,8 @@ def search_ivf(chunk, params):
         sel = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in at])
         j, d2[lo:hi] = nearest_among(own[lo:hi], q_in[lo:hi], H[read_at[sel]], H_in[sel], r)
         ids[lo:hi], in_ids[lo:hi] = rows[sel][j], H_in[sel][j]
-    return _keep_graph(chunk, ids, d2, in_ids)
+    chunk.state["knn"] = ids, d2, in_ids
+    return ()
 
 
 # ---------------------------------------------------------------- recall
@@ -295,15 +312,6 @@ def check_neighbours(n_neighbors, n_samples, n_features, method="exact", nlist=N
                          "hold all rows: use method='ivf' (or 'auto'), or raise the budget")
 
 
-class GraphLost(RuntimeError):
-    """A partition holding part of the graph was rebuilt after a lost worker."""
-
-
-def _graph_lost(chunk, model):
-    raise GraphLost(f"the kNN graph of rows {chunk.start}..{chunk.stop - 1} was on a lost worker and is not rebuilt "
-                    "yet (a search needs every row again): run the fit again")
-
-
 def _graph_rows(chunk, params):
     _, d2, in_ids = chunk.state["knn"]
     return chunk.input_ids(), in_ids, d2
@@ -315,9 +323,31 @@ class NeighbourGraph:
     neighbours' input ids) for the ``with`` block of ``neighbour_graph``. ``sum_d2`` is exact; ``recall``
     is recall@r (1.0 for the exact method)."""
 
-    def __init__(self, engine, n_neighbors, sum_d2, method, recall, nlist=None):
-        self.engine, self.n_neighbors, self.sum_d2 = engine, n_neighbors, sum_d2
-        self.method, self.recall, self.nlist = method, recall, nlist
+    def __init__(self, engine, n_neighbors, method, plan=None, nlist=None):
+        self.engine, self.n_neighbors, self.method, self.nlist = engine, n_neighbors, method, nlist
+        self._plan = plan   # IVF: (cell starts, probe lists ptr, cells)
+        self.sum_d2, self.recall = None, 1.0
+
+    def complete(self):
+        """Search the chunks whose rows have no neighbours: every chunk at first; after a lost worker, the
+        rebuilt partitions' (the same steps on the same rows: the same graph). Other chunks read no rows."""
+        e, r = self.engine, self.n_neighbors
+        if self.method == "exact":
+            with e.halo("knn-all", _all_rows, e.n_samples):   # every row in every chunk: gone before the graph is used
+                e.reduce(search_exact, r, halo=("knn-all", "knn-x"))
+            return
+        with e.halo("knn-probed", _probed_rows, self._plan):   # its rows go before the graph is used
+            e.reduce(keep_halo_ids, "knn-cand-in", halo=("knn-probed", "knn-in"))
+            e.reduce(search_ivf, (r,) + self._plan, halo=("knn-probed", "knn-x", True))
+
+    def _measure(self, entropy):
+        """The search, then Σ d2 and recall@r (a phase of ``rerun``: after a lost worker, the rebuilt
+        partitions are searched again and both measured again)."""
+        self.complete()
+        (_, total), = self.engine.reduce(_sum_d2, None, (KeyedSum(),))
+        self.sum_d2 = float(total.sum())
+        if self.method == "ivf":
+            self.recall = measure_recall(self.engine, self.n_neighbors, entropy)
 
     def reference_sigma(self):
         """SLK's σ: σ² = Σ (squared r-NN distances) / ((r + 1) N) (the authors divide by ρ = r + 1)."""
@@ -325,7 +355,8 @@ class NeighbourGraph:
 
     def gather(self):
         """The whole graph on the driver in input order: (neighbours' input ids, squared distances), (N, r)."""
-        rows, ids, d2 = self.engine.reduce(_graph_rows, None, (Rows(),) * 3)
+        rows, ids, d2 = self.engine.rerun(lambda restarted: self.engine.reduce(_graph_rows, None, (Rows(),) * 3),
+                                          self.complete)
         out_ids, out_d2 = np.empty_like(ids), np.empty_like(d2)
         out_ids[rows], out_d2[rows] = ids, d2
         return out_ids, out_d2
@@ -334,15 +365,18 @@ class NeighbourGraph:
 @contextlib.contextmanager
 def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nlist=None, nprobe=16, entropy=0):
     """A block holding the kNN graph on the workers (states ``knn-x``: the rows in float64, ``knn``, and for
-    IVF ``knn-in``); yields a ``NeighbourGraph``. The exact method needs ``engine`` in input order."""
+    IVF ``knn-in``); yields a ``NeighbourGraph``. The exact method needs ``engine`` in input order. A worker
+    lost while the block runs costs the search of its partitions' rows again (``NeighbourGraph.complete``,
+    from ``Engine.rerun``): a search reads other partitions' rows, which no state builder can."""
     n, r = engine.n_samples, int(n_neighbors)
     check_neighbours(n_neighbors, n, engine.n_features, method, nlist, nprobe)
     method = resolve_method(method, n, engine.n_features)
     if method == "exact":
-        with engine.state("knn-x", rows_float64, lambda: normalize), engine.state("knn", _graph_lost, build=False):
-            with engine.halo("knn-all", _all_rows, n):   # every row in every chunk: gone before the graph is used
-                (_, total), = engine.reduce(search_exact, r, (KeyedSum(),), halo=("knn-all", "knn-x"))
-            yield NeighbourGraph(engine, r, float(total.sum()), method, 1.0)
+        with engine.state("knn-x", rows_float64, lambda: normalize), \
+                engine.state("knn", _unsearched_state, build=False):
+            graph = NeighbourGraph(engine, r, method)
+            engine.rerun(lambda restarted: graph._measure(entropy))
+            yield graph
         return
     nlist = default_nlist(n) if nlist is None else int(nlist)
     centroids = coarse_cells(engine, nlist, entropy, normalize)
@@ -352,14 +386,11 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
         sizes[keys] = totals
         starts = np.concatenate([[0], np.cumsum(sizes)])
         with cells.state("knn-x", rows_float64, lambda: normalize), cells.state("knn-in", keep_input_ids), \
-                cells.state("knn", _graph_lost, build=False):
-            plan = (starts,) + probe_lists(cells, centroids, starts, int(nprobe), r)
-            with cells.halo("knn-probed", _probed_rows, plan):   # its rows go before the graph is used
-                cells.reduce(keep_halo_ids, "knn-cand-in", halo=("knn-probed", "knn-in"))
-                (_, total), = cells.reduce(search_ivf, (r,) + plan, (KeyedSum(),),
-                                           halo=("knn-probed", "knn-x", True))
-            recall = measure_recall(cells, r, entropy)
-            yield NeighbourGraph(cells, r, float(total.sum()), method, recall, nlist)
+                cells.state("knn", _unsearched_state, build=False):
+            graph = NeighbourGraph(cells, r, method, (starts,) + probe_lists(cells, centroids, starts, int(nprobe), r),
+                                   nlist)
+            cells.rerun(lambda restarted: graph._measure(entropy))
+            yield graph
 
 
 def kneighbors_graph(X, n_neighbors=4, *, mode="connectivity", normalize=False, method="auto", nlist=None,

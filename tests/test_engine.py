@@ -96,7 +96,7 @@ KILL_PARAMS = {"kmeans": dict(tol=0), "nmbatch": dict(batch_size=4000, rho=10.0)
                "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=8), "vargmm": dict(tol=0, max_iter=8)}
 
 
-# SLK does not rebuild its graph yet: test_slk_lost_worker_is_named_not_hidden
+# SLK restarts an outer iteration instead of repeating a call: test_slk_worker_killed_mid_fit_gives_the_same_model
 KILL_CASES = sorted(set(dask_clust.REGISTRY) - {"slk"}) + ["kmeans-sharded", "vcgmm-sharded"]
 
 
@@ -134,28 +134,69 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, algo):
     assert hit.objective_ == calm.objective_
 
 
-def test_slk_lost_worker_is_named_not_hidden(three_workers):
-    """Until SLK rebuilds its kNN graph (issue #18), a worker lost mid-fit ends the fit with an error that
-    says so, not a KeyError from a missing state."""
+@pytest.mark.parametrize("mode,method", [("bo", "exact"), ("ms", "ivf")])
+def test_slk_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypatch, mode, method):
+    """Issue #18: SIGKILL one of 3 workers after outer iteration 2 of SLK. Its partitions are rebuilt
+    elsewhere, their kNN graph searched again, and the outer iteration restarts from its modes (z =
+    softmax(a)): labels, modes, inner counts and energy are the undisturbed fit's, bit for bit. The
+    normalised rows stay on the workers (in-process-bytes), in 10 chunks so that every worker holds some."""
     import dask
 
+    from dask_clust.algorithms import slk
     from dask_clust.datasets import make_blobs
-    from dask_clust.knn import GraphLost
 
+    repairs = []
+    real_repair = slk.BoundLoops.repair
+
+    def counted(self):
+        repairs.append(1)
+        return real_repair(self)
+
+    monkeypatch.setattr(slk.BoundLoops, "repair", counted)
     X, _ = make_blobs(6000, 8, 5, chunks=600, random_state=5)
+    kw = dict(algo="slk", mode=mode, knn_method=method, n_clusters=5, random_state=0, tol=0, min_iter=5, max_iter=5)
     three_workers.wait_for_workers(3, timeout=60)
-    victim = sorted(_worker_pids(three_workers).values())[0]
+    with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 600}):
+        calm = dask_clust.fit(X, client=three_workers, **kw)
+        assert not repairs
+        victim = sorted(_worker_pids(three_workers).values())[0 if mode == "bo" else 2]
 
-    def kill_at_2(rec):
-        if rec["iteration"] == 2:
-            os.kill(victim, signal.SIGKILL)
+        def kill_at_2(rec):
+            if rec["iteration"] == 2:
+                os.kill(victim, signal.SIGKILL)
 
-    # the normalised rows stay on the workers (not in this process: rule 6's in-process-bytes), in 10 chunks
-    # so that every worker holds some
-    with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 600}), \
-            pytest.raises(GraphLost, match="was on a lost worker and is not rebuilt yet"):
-        dask_clust.fit(X, algo="slk", n_clusters=5, random_state=0, client=three_workers, callback=kill_at_2,
-                       tol=0, min_iter=5, max_iter=5)
+        hit = dask_clust.fit(X, client=three_workers, callback=kill_at_2, **kw)
+    assert repairs   # the restart ran: the worker was lost in the bound updates
+    assert hit.n_iter_ == calm.n_iter_ == 5 and hit.inner_iterations_ == calm.inner_iterations_
+    np.testing.assert_array_equal(hit.labels_, calm.labels_)
+    np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
+    assert hit.objective_ == calm.objective_
+    if mode == "bo":
+        np.testing.assert_array_equal(hit.modes_index_, calm.modes_index_)
+
+
+@pytest.mark.parametrize("method", ["exact", "ivf"])
+def test_knn_graph_is_searched_again_after_a_lost_worker(three_workers, method):
+    """A worker lost while the graph is held: the rebuilt partitions' rows are searched again
+    (``NeighbourGraph.complete`` from ``Engine.rerun``) and the graph is the one before, bit for bit."""
+    import dask
+    import dask.array as da
+
+    from dask_clust.knn import neighbour_graph
+
+    # a dask input in 10 chunks: a lost chunk (and IVF's reordered rows built from it) is recomputed
+    X = da.from_array(blobs(3000, 6, 4, seed=2)[0].astype(np.float32), chunks=(300, 6))
+    three_workers.wait_for_workers(3, timeout=60)
+    with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.chunking": "input"}), \
+            open_engine(as_source(X), three_workers, 0) as eng, \
+            neighbour_graph(eng, 4, normalize=True, method=method, nlist=20, nprobe=4) as graph:
+        before = graph.gather()
+        assert graph.engine.n_workers == 3
+        os.kill(sorted(_worker_pids(three_workers).values())[1], signal.SIGKILL)
+        after = graph.gather()
+        assert graph.engine.describe()["rebuilds"] >= 1
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.fixture(scope="module")

@@ -174,11 +174,10 @@ def engine_slk_z(X, seeds, mode, chunk_rows=None, client="in-process", **kw):
     with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng, \
             neighbour_graph(eng, 4, normalize=True, **graph_kw) as graph:
         g = graph.engine
-        with g.state("slk-nb", s._neighbour_lists), g.halo("slk-nb", s._reads):
-            out = s.bound_loops(g, graph, np.asarray(seeds, np.float64), Loop("slk", 100), mode, 1.3, sigma, 1e-5, 3,
+        with s.neighbour_lists(g):
+            out = s.bound_loops(graph, np.asarray(seeds, np.float64), Loop("slk", 100), mode, 1.3, sigma, 1e-5, 3,
                                 1e-6, 1000, True, store)
             ids, z = g.reduce(_kept_z, None, (Rows(), Rows()))
-            out.labels = g.to_input_order(s.labels_of(g, "slk-labels"))
     placed = np.empty_like(z)
     placed[ids] = z
     return out, placed

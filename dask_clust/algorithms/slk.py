@@ -28,8 +28,13 @@ z of cross-partition neighbours goes partition to partition. ``labels_`` come to
 ``cluster_centers_`` are the modes in that space and ``predict`` gives each new row's nearest mode there.
 ``labels_`` are SLK's labels of the training rows in input order; ``modes_index_`` (BO) the modes' input
 rows; ``seeds_`` the seeds; ``graph_method_`` / ``graph_recall_`` the kNN graph's method and recall@r.
-Not yet here: rebuilding after a lost worker (the fit ends with ``GraphLost``).
+
+A lost worker: its partitions are rebuilt elsewhere (rows and the rows' own state), their graph searched
+again, and the current phase restarts (``Engine.rerun``): an outer iteration from its modes, z =
+softmax(a(modes)), so the fit ends with the undisturbed model's bits. The labels of a lost cluster's run
+(the previous iteration's) come from that iteration's inner loop run again.
 """
+import contextlib
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -43,7 +48,7 @@ from ..engine.data import InputError, l2_rows
 from ..kernels.assign import Prepared, nearest
 from ..kernels.slk import affinities, bound_update
 from ..knn import (BLOCK_VALUES, METHODS, gemm_sqdist, groups_in, keep_halo_ids, keep_input_ids, nearest_centre,
-                   neighbour_graph, rows_float64, rows_of, squared_norms)
+                   neighbour_graph, rows_float64, rows_of, squared_norms, unsearched)
 from ..seeding import SEEDERS, seed
 from . import AlgorithmSpec, final_pass, register
 
@@ -131,16 +136,22 @@ _RECOMPUTE_MAX_FEATURES = 32
 def _neighbour_lists(chunk, params):
     """State ``slk-nb``: the rows the chunk reads (its own and its neighbours, ascending), each row's
     neighbours as indices into them ordered by input id (W z summed in that order under any layout), and
-    its own rows' indices (the previous z of its own rows stays readable in the halo)."""
+    its own rows' indices (the previous z of its own rows stays readable in the halo). Made where it is
+    missing and the graph is not (after a lost worker: once the rebuilt partitions are searched again)."""
+    if "slk-nb" in chunk.state or unsearched(chunk):
+        return ()
     ids, _, in_ids = chunk.state["knn"]
     by_input = np.take_along_axis(ids, np.argsort(in_ids, axis=1, kind="stable"), 1)
     own = np.arange(chunk.start, chunk.stop, dtype=np.int64)
     reads = np.union1d(own, by_input.ravel())
     chunk.state["slk-nb"] = reads, np.searchsorted(reads, by_input), np.searchsorted(reads, own)
+    return ()
 
 
 def _reads(chunk, params):
-    return chunk.state["slk-nb"][0]
+    """The halo plan; none yet on a partition rebuilt after a lost worker (its plan is made again when its
+    lists are)."""
+    return chunk.state["slk-nb"][0] if "slk-nb" in chunk.state else np.empty(0, np.int64)
 
 
 def _first_labels(chunk, seeds):
@@ -231,7 +242,7 @@ def _settle(chunk, lmbda):
     """After the inner loop (the kept z is the previous update's): labels, cluster sizes, BO's argmax rows
     (value, input id, row), and the energy's parts −a·z and −λ (W z)·z."""
     labels, col_max, col_arg, az, bz = chunk.state["slk-kept"]
-    chunk.state["slk-labels-prev"], chunk.state["slk-labels"] = chunk.state["slk-labels"], labels
+    chunk.state["slk-labels"] = labels
     top = (col_max, chunk.input_ids()[col_arg], chunk.state["knn-x"][col_arg])
     return np.bincount(labels, minlength=len(col_max)), top, -az, -lmbda * bz
 
@@ -244,7 +255,7 @@ def _labels(chunk, key):
 
 def first_modes(engine, seeds, sigma, mode, normalize):
     """BO: the densest member of each nearest-seed cluster (input ids, rows; a seed without members stays
-    itself, id −1); MS: mean-shift from the seeds."""
+    itself, id −1); MS: mean-shift from the seeds. Leaves the nearest-seed labels (state ``slk-labels``)."""
     (sizes,) = engine.reduce(_first_labels, seeds, (Sum(),))
     if mode == "ms":
         return None, mean_shift(engine, seeds, sigma, sizes)
@@ -255,12 +266,15 @@ def first_modes(engine, seeds, sigma, mode, normalize):
         starts = np.concatenate([[0], np.cumsum(counts)])
         with by_seed.state("knn-x", rows_float64, lambda: normalize), by_seed.state("knn-in", keep_input_ids), \
                 by_seed.halo("slk-members", _members, starts):
-            by_seed.reduce(keep_halo_ids, "slk-member-in", halo=("slk-members", "knn-in"))
-            ((best, ids, rows),) = by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),),
-                                                  halo=("slk-members", "knn-x"))
+            ((best, ids, rows),) = by_seed.rerun(lambda restarted: densest_members(by_seed, sigma, starts))
     empty = best == -np.inf
     ids[empty], rows[empty] = -1, seeds[empty]
     return ids, rows
+
+
+def densest_members(by_seed, sigma, starts):
+    by_seed.reduce(keep_halo_ids, "slk-member-in", halo=("slk-members", "knn-in"))
+    return by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),), halo=("slk-members", "knn-x"))
 
 
 def mean_shift(engine, modes, sigma, sizes, tol=1e-5, max_iter=1000):
@@ -298,49 +312,109 @@ def slk(engine, seeds, loop, *, mode="bo", lmbda=1.3, n_neighbors=4, sigma="refe
     (labels in input order, BO's mode ids as input ids)."""
     seeds = np.asarray(seeds, dtype=np.float64)
     with neighbour_graph(engine, n_neighbors, normalize=normalize, method=knn_method, nlist=nlist, nprobe=nprobe,
-                         entropy=entropy) as graph:
-        g = graph.engine   # for IVF, the rows in cell order
-        with g.state("slk-nb", _neighbour_lists, build=True), g.halo("slk-nb", _reads):
-            out = bound_loops(g, graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter,
-                              normalize)
-            out.labels = g.to_input_order(labels_of(g, "slk-labels-prev" if out.lost else "slk-labels"))
-        return out
+                         entropy=entropy) as graph, neighbour_lists(graph.engine):
+        return bound_loops(graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter,
+                           normalize)
 
 
-def bound_loops(g, graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter, normalize,
+@contextlib.contextmanager
+def neighbour_lists(g):
+    """The block of the neighbour lists (state ``slk-nb``) and the halo plan of z they make, on the graph's
+    engine ``g``; ``bound_loops`` makes them."""
+    with g.state("slk-nb", _neighbour_lists, build=False), g.halo("slk-nb", _reads):
+        yield
+
+
+class BoundLoops:
+    """Steps 3–5 on the graph's engine for one σ, λ and stopping rule; every phase restartable (``rerun``)."""
+
+    def __init__(self, graph, sigma, lmbda, store, inner_tol, inner_max_iter):
+        self.graph, self.g, self.sigma, self.lmbda, self.store = graph, graph.engine, sigma, lmbda, store
+        self.inner_tol, self.inner_max_iter = inner_tol, inner_max_iter
+
+    def repair(self):
+        """After a lost worker: the rebuilt partitions' graph and neighbour lists (the halo plan follows)."""
+        self.graph.complete()
+        self.g.reduce(_neighbour_lists)
+
+    def run(self, phase):
+        return self.g.rerun(phase, self.repair)
+
+    def start(self, modes):
+        """a from the modes, z = softmax(a); returns −Σ a·z of the z the last inner loop kept."""
+        (last,) = self.g.reduce(_start_inner, (modes, self.sigma, self.store), (Sum(),))
+        return last
+
+    def settle(self, modes, fresh):
+        """The inner loop from the modes (from z = softmax(a) set by the last ``start`` unless ``fresh``), then
+        the labels and ``_settle``'s fields; returns (inner count, fields)."""
+        if fresh:
+            self.start(modes)
+        count = inner_loop(self.g, self.lmbda, self.inner_tol, self.inner_max_iter)
+        return count, self.g.reduce(_settle, self.lmbda, (Sum(), ArgMax(), Sum(), Sum()))
+
+    def labels(self, seeds, modes, fresh):
+        """The labels of the inner loop from ``modes`` (None: of the nearest seed), in input order; made again
+        when ``fresh`` (their state is another iteration's, or a rebuilt partition lost it)."""
+        if fresh:
+            if modes is None:
+                self.g.reduce(_first_labels, seeds, (Sum(),))
+            else:
+                self.settle(modes, True)
+        return self.g.to_input_order(labels_of(self.g, "slk-labels"))
+
+
+def bound_loops(graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter, normalize,
                 store=None):
-    """Steps 2-6 on the graph's engine; ``store``: hold a (N × K) between updates, or recompute it in each
-    (None: recompute when the rows have at most 32 features, where that costs about what the update does)."""
+    """Steps 2-6 on the graph's engine, within ``neighbour_lists``; ``store``: hold a (N × K) between updates,
+    or recompute it in each (None: recompute when the rows have at most 32 features, where that costs about
+    what the update does). A lost worker restarts the phase it hits: the first modes, or the current outer
+    iteration from its modes."""
+    g = graph.engine
     store = g.n_features > _RECOMPUTE_MAX_FEATURES if store is None else store
     sigma = graph.reference_sigma() if sigma == "reference" else float(sigma)
     if not sigma > 0:
         raise InputError(f"sigma from the graph is 0: every row's {graph.n_neighbors} nearest rows are copies of it "
                          "(after L2 normalisation); pass sigma= a positive float or raise n_neighbors")
-    ids, modes = first_modes(g, seeds, sigma, mode, normalize)
-    state = SLKResult(None, modes, ids, sigma, 0, recall=graph.recall, method=graph.method)
-    inner, e_old = [], None
-    g.reduce(_start_inner, (modes, sigma, store), (Sum(),))
-    for it in loop:
-        inner.append(inner_loop(g, lmbda, inner_tol, inner_max_iter))
-        sizes, (_, top_ids, top_rows), neg_az_old, lap = g.reduce(_settle, lmbda, (Sum(), ArgMax(), Sum(), Sum()))
-        if np.any(sizes == 0):   # the previous state, its labels kept on the workers
-            loop.record(np.nan, 0, None, inner_iterations=inner[-1], lost_cluster=True)
-            state.outer, state.inner, state.lost = it + 1, inner, True
-            return state
+    run = BoundLoops(graph, sigma, lmbda, store, inner_tol, inner_max_iter)
+
+    def begin(restarted):
+        g.reduce(_neighbour_lists)
+        ids, modes = first_modes(g, seeds, sigma, mode, normalize)
+        run.start(modes)
+        return ids, modes
+
+    def outer(modes, fresh):
+        """One outer iteration from the modes: (inner count, BO's mode ids, the new modes, the energy), or
+        the count and None for a lost cluster."""
+        count, (sizes, (_, top_ids, top_rows), neg_az_old, lap) = run.settle(modes, fresh)
+        if np.any(sizes == 0):
+            return count, None, None, np.nan
         if mode == "bo":
-            ids, modes = top_ids, top_rows
-            (neg_az,) = g.reduce(_start_inner, (modes, sigma, store), (Sum(),))
-            e = neg_az + lap
-        else:
-            e = neg_az_old + lap
-            modes = mean_shift(g, modes, sigma, sizes)
-            g.reduce(_start_inner, (modes, sigma, store), (Sum(),))
+            return count, top_ids, top_rows, run.start(top_rows) + lap
+        new = mean_shift(g, modes, sigma, sizes)
+        run.start(new)
+        return count, None, new, neg_az_old + lap
+
+    ids, modes = run.run(begin)
+    state = SLKResult(None, modes, ids, sigma, 0, recall=graph.recall, method=graph.method)
+    inner, e_old, labelled = [], None, None   # labelled: the modes whose inner loop gave the labels (None: seeds)
+    for it in loop:
+        count, new_ids, new, e = run.run(lambda restarted: outer(modes, restarted))
+        inner.append(count)
+        if new is None:   # a lost cluster: the previous state and its labels
+            loop.record(np.nan, 0, None, inner_iterations=count, lost_cluster=True)
+            state.outer, state.inner, state.lost = it + 1, inner, True
+            state.labels = run.run(lambda restarted: run.labels(seeds, labelled, True))
+            return state
+        labelled, ids, modes = modes, new_ids, new
         state = SLKResult(None, modes, ids, sigma, it + 1, list(inner), recall=graph.recall, method=graph.method)
-        loop.record(e, g.n_samples * len(modes), None, centers=modes, inner_iterations=inner[-1])
+        loop.record(e, g.n_samples * len(modes), None, centers=modes, inner_iterations=count)
         if it + 1 >= min_iter and e_old is not None and abs(e - e_old) <= tol * abs(e_old):
             loop.converged = True
             break
         e_old = e
+    state.labels = run.run(lambda restarted: run.labels(seeds, labelled, restarted))
     return state
 
 

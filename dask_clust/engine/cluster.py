@@ -46,6 +46,14 @@ class WorkerLost(RuntimeError):
         self.partition_ids = partition_ids
 
 
+class Restarted(RuntimeError):
+    """Partitions whose worker died were rebuilt within ``Engine.rerun``; the call was not repeated."""
+
+    def __init__(self, partition_ids):
+        super().__init__(f"lost the workers holding partitions {sorted(partition_ids)}: rebuilt, the phase restarts")
+        self.partition_ids = partition_ids
+
+
 def _meta(chunk_ids, source, entropy, threads, partition=0, partitions=1):
     return {"chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
             "entropy": entropy, "threads": threads, "partition": partition, "partitions": partitions}
@@ -101,7 +109,7 @@ class InProcessBackend:
         # its split of a dot product would make the model depend on BLAS's thread count (rule 5)
         self._blas = threadpool_limits(1, user_api="blas")
 
-    def call(self, call, builders=None, plans=None, shards=None):
+    def call(self, call, builders=None, plans=None, shards=None, repeat=True):
         part = self.part
         call = part.resolved(call)
         if call.kind == "plan":
@@ -297,12 +305,13 @@ class ActorBackend:
         return self.client.sync(remote_run, self.client.rpc(peers[0][0]), keys[0], call, children, True, peers)
 
     # -- calls with recovery
-    def call(self, call, builders=None, plans=None, shards=None):
+    def call(self, call, builders=None, plans=None, shards=None, repeat=True):
         """Run ``call`` over the tree of partitions; after a lost worker, rebuild its partitions elsewhere
         (reload the rows, replay ``builders()`` = [(step, params)] of the declared state, restore the shards
         of every sharded model in ``shards()`` from the buddy's copy), rebuild every halo plan (``plans()`` =
         [plan Call]) on all partitions, and repeat the call: the survivors answer from the partial they kept
-        (and resend the halo values and scattered rows they sent), so no state changes twice."""
+        (and resend the halo values and scattered rows they sent), so no state changes twice. Unless
+        ``repeat``: then, once the partitions are rebuilt, ``Restarted`` (``Engine.rerun``)."""
         for attempt in range(4):
             try:
                 return self._direct(call)
@@ -312,6 +321,8 @@ class ActorBackend:
                     raise
             for pid in lost:
                 self._recover(pid, builders() if builders else [], call.id, shards() if shards else [])
+            if not repeat:
+                raise Restarted(lost)
             for plan in plans() if plans else []:
                 self._direct(plan)
         raise AssertionError("unreachable")

@@ -11,6 +11,8 @@
     engine.halo(key, need_step)             a fixed gather plan: reduce(..., halo=(key, field)) gives every
                                             chunk the previous values of the rows it reads, partition to
                                             partition
+    engine.rerun(phase, repair)             recovery by restart, for state no builder can rebuild: after a
+                                            lost worker, repair() then the phase again from its start
     engine.reorder(key_step)                an Engine over the rows sorted by a key; to_input_order back
     engine.sample(step, params, counts, e)  an Engine over the rows a step draws from every chunk (a coreset),
                                             left on the workers that drew it unless it is small
@@ -40,7 +42,7 @@ import numpy as np
 
 from ..kernels.stats import chunk_summary, fixed_top_exponent
 from . import config
-from .cluster import IN_PROCESS, backend_for
+from .cluster import IN_PROCESS, Restarted, backend_for
 from .combine import Fold, Max, Min, Rows, Scatter, Sum
 from .data import ArraySource, InputError, as_source
 from .partition import Call, ShardRef, pop_halo, pop_state, routed_rows
@@ -58,6 +60,8 @@ class Summary:
 
 
 NO_ROW = np.iinfo(np.int64).max
+# lost workers one phase of ``rerun`` survives (each restart follows a rebuild; a lost cluster ends sooner)
+RESTARTS = 4
 # log2 of the largest sum a fit may form: float64's range (2^1023) less the fixed-point grid's headroom
 MAX_EXPONENT = 960
 # the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|,
@@ -108,6 +112,8 @@ class Engine:
         self.entropy = entropy
         self._states = {}          # key -> (builder, model, backup fields): replayed on a rebuilt partition
         self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
+        self._unsent = set()       # plans to send before their next use (new, or stale after a restart)
+        self._restarting = 0       # within ``rerun``: a lost worker raises Restarted, the call is not repeated
         self._halo_fields = {}     # key -> the state fields its calls filled in (dropped with the plan)
         self._shards = {}          # sharded model key -> the id of the call that last wrote it
         self._ids = itertools.count()
@@ -128,15 +134,28 @@ class Engine:
     def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None, scatter=None):
         self.round_trips += 1
         backup = tuple((key, fields) for key, (_, _, fields) in self._states.items() if fields)
+        if halo is not None and halo[0] in self._unsent:
+            self._unsent.discard(halo[0])
+            self._call(*self._plan_call(halo[0]), kind="plan")
         call = Call(next(self._ids), step, params, combine, self.top, kind, at_root, halo, backup, scatter)
-        out = self.backend.call(call, self._builders, self._plans, lambda: list(self._shards))
+        try:
+            out = self.backend.call(call, self._builders, self._plans, lambda: list(self._shards),
+                                    repeat=not self._restarting)
+        except Restarted:
+            self._unsent.update(self._halos)
+            raise
         if scatter is not None or kind in ("shards",) or (kind == "shard" and params[1] is not None):
             self._shards[scatter[0] if scatter is not None else params[0]] = call.id
         return out
 
+    def _plan_call(self, key):
+        need_step, params = self._halos[key]
+        return need_step, (key, params, self.source.starts)
+
     def _plans(self):
-        return [Call(next(self._ids), need_step, (key, params, self.source.starts), kind="plan")
-                for key, (need_step, params) in self._halos.items()]
+        """The plans sent so far, for a partition rebuilt before a call is repeated (the others go when used)."""
+        return [Call(next(self._ids), *self._plan_call(key), kind="plan") for key in self._halos
+                if key not in self._unsent]
 
     def _first_pass(self):
         n, sums, sumsq, total_w, max_abs, bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
@@ -231,16 +250,39 @@ class Engine:
         chunk, before any step of that call runs, ``chunk.halo[field]``: those rows' values of the per-chunk
         state ``field`` as the previous call left them (Jacobi: no step sees another's update of the same
         call), in the order ``need_step`` named them. The values go partition to partition, never through
-        the driver; a partition rebuilt after a lost worker gets the plan again."""
+        the driver; a partition rebuilt after a lost worker gets the plan again. The plan is made when the
+        first call uses it (after the steps before it have made the state ``need_step`` may read), and made
+        again after a ``rerun`` restart."""
         self._halos[key] = (need_step, params)
         self._halo_fields[key] = set()
+        self._unsent.add(key)
         try:
-            self._call(need_step, (key, params, self.source.starts), kind="plan")
             yield
             self._call(pop_halo, (key, tuple(self._halo_fields[key])), kind="state")
         finally:
             self._halos.pop(key, None)
             self._halo_fields.pop(key, None)
+            self._unsent.discard(key)
+
+    def rerun(self, phase, repair=None):
+        """``phase(restarted)``, recovered by restarting it: within it, a call that loses a worker rebuilds
+        the lost partitions (their declared states replayed, as always) but is not repeated; ``repair()``
+        runs, then ``phase(True)`` from its start. For state that no builder can rebuild and no repeated
+        step can redo on its own (an iterate: SLK's z, whose next value needs every partition's current
+        one), the phase starts from what can be rebuilt (SLK's modes), so the result is the undisturbed one.
+        Returns what the phase returns; a phase restarted ``RESTARTS`` times ends in ``Restarted``."""
+        for attempt in range(RESTARTS + 1):
+            self._restarting += 1
+            try:
+                if attempt and repair is not None:
+                    repair()
+                return phase(attempt > 0)
+            except Restarted:
+                if attempt == RESTARTS:
+                    raise
+            finally:
+                self._restarting -= 1
+        raise AssertionError("unreachable")
 
     def take(self, ids):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array."""

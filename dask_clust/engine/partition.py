@@ -338,7 +338,7 @@ class Partition:
         parts = [received[q] for q in sorted(received)]   # partitions hold ascending row ranges
         for c in self.chunks:   # the previous call's values go before the new ones are assembled
             c.halo.pop(field, None)
-        rows = np.concatenate([p[0] for p in parts])
+        rows = np.concatenate([p[0] for p in parts] + [np.empty(0, np.int64)])   # none: no chunk reads a row
         like = self.chunks[0].state[field]
         values = np.empty((len(rows),) + like.shape[1:], like.dtype)
         at = 0
