@@ -1,8 +1,6 @@
-"""SLK (issue #18): quality and speed on the authors' data sets, k-means measured alongside in the same run.
+"""SLK (issue #18): speed. Its quality (NMI / ACC of SLK-BO, SLK-MS and k-means on digits, mnist5k and
+segment) is an experiment of the suites: ``dask-clust bench --suite quick`` (``bench.paper.slk_quality``).
 
---parts quality  our seeds (random_state 0..): digits (10 seeds), mnist5k shuffled with σ estimated (5 seeds),
-                 segment (10 seeds), SLK-BO and SLK-MS: mean NMI / ACC and lost-cluster runs, next to our
-                 Lloyd k-means++ on the same normalised rows and the authors' program's figures (issue #18).
 --parts speed    warm numba cache, in-process: digits whole fit (graph + σ + SLK); mnist5k graph alone and
                  whole fits (BO, MS); mnist5k BO on a 2-worker LocalCluster with the normalised rows on the
                  workers, one partition each: wall time, round trips, time per bound update against the
@@ -11,7 +9,6 @@
 import argparse
 import contextlib
 import time
-import warnings
 
 import dask
 import numpy as np
@@ -19,48 +16,11 @@ import numpy as np
 from common import emit, local_cluster
 
 import dask_clust
-from dask_clust.datasets import load_digits, load_image_segments, load_mnist_5k
-from dask_clust.metrics import acc, nmi
-
-# the authors' program on this box (ALGORITHMS.md §5; NMI / ACC means)
-AUTHORS = {("digits", "bo"): (0.809, 0.769), ("digits", "ms"): (0.801, 0.760), ("mnist5k", "bo"): (0.634, 0.606),
-           ("mnist5k", "ms"): (0.744, 0.732), ("segment", "bo"): (0.394, 0.450), ("segment", "ms"): (0.369, 0.457)}
-TARGETS = {("digits", "bo"): (0.77, 0.73), ("digits", "ms"): (0.76, 0.72), ("mnist5k", "bo"): (0.60, 0.57),
-           ("mnist5k", "ms"): (0.71, 0.70), ("segment", "bo"): (0.37, 0.43), ("segment", "ms"): (0.35, 0.43)}
-
+from dask_clust.bench.paper import labelled
+from dask_clust.datasets import load_digits
 
 def data(name):
-    if name == "mnist5k":   # sorted by label in the file
-        X, y = load_mnist_5k()
-        order = np.random.default_rng(0).permutation(len(X))
-        return X[order], y[order]
-    return {"digits": load_digits, "segment": load_image_segments}[name]()
-
-
-def quality():
-    out = []
-    for name, seeds, k in (("digits", 10, 10), ("mnist5k", 5, 10), ("segment", 10, 7)):
-        X, y = data(name)
-        Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
-        km = [dask_clust.fit(Xn, n_clusters=k, init="k-means++", random_state=s, client="in-process")
-              for s in range(seeds)]
-        km_labels = [m.predict(Xn).compute() for m in km]
-        km_score = np.mean([(nmi(y, lab), acc(y, lab)) for lab in km_labels], axis=0)
-        for mode in ("bo", "ms"):
-            scores, lost = [], 0
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                for s in range(seeds):
-                    m = dask_clust.fit(X, algo="slk", n_clusters=k, mode=mode, random_state=s, client="in-process")
-                    scores.append((nmi(y, m.labels_), acc(y, m.labels_)))
-                    lost += m.lost_cluster_
-            mean = np.mean(scores, axis=0)
-            emit("slk_quality", {"data": name, "mode": mode, "seeds": seeds, "nmi": mean[0], "acc": mean[1],
-                                 "lost": lost, "kmeans_nmi": km_score[0], "kmeans_acc": km_score[1]})
-            t, a = TARGETS[(name, mode)], AUTHORS[(name, mode)]
-            out.append(f"{name:8s} {mode.upper()}: NMI {mean[0]:.3f} ACC {mean[1]:.3f}, lost {lost}/{seeds} "
-                       f"(targets >= {t[0]}/{t[1]}; authors {a[0]}/{a[1]}; our k-means {km_score[0]:.3f}/{km_score[1]:.3f})")
-    return out
+    return labelled(name, tiny=False)
 
 
 def timed(fn, repeats=3):
@@ -144,9 +104,9 @@ def speed():
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parts", default="quality,speed")
+    ap.add_argument("--parts", default="speed")
     lines = []
     for part in ap.parse_args().parts.split(","):
-        lines += {"quality": quality, "speed": speed}[part]()
+        lines += {"speed": speed}[part]()
     print()
     print("\n".join(lines))

@@ -79,3 +79,26 @@ def test_nmbatch_section_measures_time_to_within_one_and_two_percent_of_the_best
     assert "| dask_clust | nmbatch | 0.2 | 0.4 | +0.90 % | 0.4 |" in text
     assert "nmbatch reaches 2 % of E* 10.0× sooner than Lloyd" in text  # 2.0 s / 0.2 s
     assert "nmbatch reaches 1 % of E* 10.0× sooner than Lloyd" in text  # 4.0 s / 0.4 s
+
+
+def test_quick_suite_scores_slk_labels_next_to_kmeans(smoke):
+    """Issue #18: SLK-BO, SLK-MS and k-means++ on digits, mnist5k and segment, scored against the sets'
+    labels (the smoke run's one seed on 2,000 rows: far above chance, 0.1 for 10 classes), and the page
+    shows the table."""
+    from dask_clust.bench.paper import SLK_SETS
+
+    rows, page, _ = smoke
+    slk = [r for r in rows if r["kind"] == "slk_quality"]
+    assert {(r["data"], r["algo"]) for r in slk} == {(name, algo) for name, _, _ in SLK_SETS
+                                                      for algo in ("SLK-BO", "SLK-MS", "k-means++ (ours)")}
+    assert all(0.3 < r["nmi"] <= 1 and 0.3 < r["acc"] <= 1 for r in slk if r["data"] != "segment"), slk
+    assert all(0 < r["nmi"] <= 1 and 1 / 7 < r["acc"] <= 1 for r in slk), slk
+    assert "## SLK: NMI and ACC on the authors' sets" in page.read_text()
+
+
+def test_slk_section_reports_mean_scores_and_lost_runs():
+    common = {"kind": "slk_quality", "data": "digits", "n": 1797, "d": 64, "k": 10}
+    rows = [{**common, "seed": s, "algo": "SLK-BO", "nmi": nmi, "acc": a, "lost": lost, "wall_s": w}
+            for s, (nmi, a, lost, w) in enumerate([(0.8, 0.7, False, 0.1), (0.7, 0.6, True, 0.3), (0.9, 0.8, False, 0.2)])]
+    text = "\n".join(report.slk_section(rows))
+    assert "| digits (1,797 × 64, K = 10) | SLK-BO | 3 | 0.800 | 0.700 | 1 | 0.20 | 0.809 / 0.769 |" in text

@@ -7,7 +7,9 @@
   (the paper's protocol: shuffle, first k rows as centres, b0 = 5000, ρ = 100);
 - VRKM, Table 3: time to reach batch k-means' final loss, and final loss, of mini-batch, nested
   mini-batch ("growbatch"), VRKM and VRKM++ from the same centres;
-- SBE: the Iris experiment (final objectives over 100 runs) and the 784-d digit-like table.
+- SBE: the Iris experiment (final objectives over 100 runs) and the 784-d digit-like table;
+- SLK: NMI and ACC of SLK-BO and SLK-MS against the labels of the authors' three sets (digits, mnist5k
+  shuffled, segment), with our k-means++ Lloyd on the same normalised rows (also in ``--suite quick``).
 
 Every ratio is between two measurements of this run. The papers' own figures are in ``report.PAPER``.
 """
@@ -242,10 +244,57 @@ def sbe_digitlike(run, runs=10):
                 run.emit({"kind": "sbe_784", "k": k, "run_index": r, "algo": label, "f": m.objective_ / (2 * n)})
 
 
+# ------------------------------------------------------------------ SLK: the authors' sets, with labels
+
+# (data, K, seeds): the sets of the authors' runs (ALGORITHMS.md §5); mnist5k shuffled (its file is sorted by
+# label, and the fit must not lean on that)
+SLK_SETS = (("digits", 10, 10), ("mnist5k", 10, 5), ("segment", 7, 10))
+
+
+def labelled(name, tiny):
+    """(X, labels) of an SLK set; tiny: its first ``TINY_ROWS`` rows (after mnist5k's shuffle)."""
+    from .. import datasets
+    from .data import TINY_ROWS
+
+    X, y = {"digits": datasets.load_digits, "mnist5k": datasets.load_mnist_5k,
+            "segment": datasets.load_image_segments}[name]()
+    if name == "mnist5k":
+        order = np.random.default_rng(0).permutation(len(X))
+        X, y = X[order], y[order]
+    return (X[:TINY_ROWS], y[:TINY_ROWS]) if tiny else (X, y)
+
+
+def slk_quality(run):
+    """Per set and seed (random_state 0..): NMI and ACC of SLK-BO, SLK-MS (σ from the graph, the authors'
+    λ = 1.3) and our k-means++ Lloyd on the same L2-normalised rows, in-process (the sets are small)."""
+    import warnings
+
+    from ..metrics import acc, nmi
+
+    for name, k, seeds in SLK_SETS:
+        X, y = labelled(name, run.tiny)
+        Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+        common = {"kind": "slk_quality", "data": name, "n": X.shape[0], "d": X.shape[1], "k": k}
+        for seed in range(1 if run.tiny else seeds):
+            fits = {"SLK-BO": lambda: api.fit(X, "slk", k, mode="bo", random_state=seed, client="in-process"),
+                    "SLK-MS": lambda: api.fit(X, "slk", k, mode="ms", random_state=seed, client="in-process"),
+                    "k-means++ (ours)": lambda: api.fit(Xn, "kmeans", k, init="k-means++", random_state=seed,
+                                                        client="in-process")}
+            for label, fit in fits.items():
+                t = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)   # a lost cluster warns; it is in the row
+                    m = fit()
+                labels = m.labels_ if label.startswith("SLK") else np.asarray(m.predict(Xn))
+                run.emit({**common, "seed": seed, "algo": label, "wall_s": time.perf_counter() - t,
+                          "nmi": nmi(y, labels), "acc": acc(y, labels), "lost": bool(getattr(m, "lost_cluster_", False))})
+
+
 def run_all(run):
     vcgmm_table(run)
     nmbatch_curves(run)
     vrkm_table(run)
     sbe_iris(run)
     sbe_digitlike(run)
+    slk_quality(run)
 
