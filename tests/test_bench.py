@@ -9,7 +9,7 @@ import pytest
 
 from dask_clust import algorithms
 from dask_clust.bench import report
-from dask_clust.bench.suites import BASELINE, QUICK_TABLES
+from dask_clust.bench.suites import BASELINE, NOT_QE, QUICK_TABLES
 from dask_clust.cli import main
 
 
@@ -29,7 +29,7 @@ def test_quick_suite_fits_every_algorithm_on_every_set(smoke):
     assert {r["data"] for r in tables} == {name for name, _ in QUICK_TABLES}
     for name, _ in QUICK_TABLES:
         ours = {r["algo"] for r in tables if r["data"] == name and r["tool"] == "dask_clust"}
-        assert set(algorithms.REGISTRY) <= ours, name
+        assert set(algorithms.REGISTRY) - set(NOT_QE) <= ours, name
     failed = [(r["data"], r["algo"], r["status"]) for r in tables if r["tool"] == "dask_clust" and "status" in r]
     assert failed == []
     assert all(r["n"] <= 2000 for r in tables)

@@ -450,7 +450,7 @@ def write(results_dir, page, tiny=False):
     lines += nmbatch_section(paper_rows, plot)
     lines += vrkm_section(paper_rows)
     lines += sbe_section(paper_rows, plot)
-    lines += slk_section(paper_rows or runs.get("quick", []))
+    lines += slk_section(of(paper_rows, "slk_quality") or runs.get("quick", []))
     lines += scaling_section(runs.get("scaling", []), plot)
     with open(page, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
