@@ -218,7 +218,8 @@ def test_fit_over_tls_equals_in_process_fit(tls_cluster, tls_data):
     # without the TLS settings: no TLS context for a tls:// address, and a handshake refused for tcp://
     with pytest.raises(TypeError, match="ssl_context"):
         Client(address, timeout="5s")
-    with pytest.raises(OSError):
+    # the TLS listener drops a plain handshake (a slow host may time out first)
+    with pytest.raises(OSError, match="Connection reset by peer|[Tt]imed out"):
         Client(address.replace("tls://", "tcp://"), timeout="5s")
 
 

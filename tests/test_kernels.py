@@ -167,3 +167,84 @@ def test_chunk_summary_finds_first_bad_row():
     X[2, 1] = np.inf
     X[3, 0] = np.nan
     assert chunk_summary(X, s, s2)[1] == 2
+
+
+# ---------------------------------------------------------------- kernels of the algorithms, on a grid
+# Small integers, step sizes and weights that are powers of two, a few steps: every sum is exact in any
+# order, so the kernels must give the plain-numpy loop's bits, ties (lowest index) included.
+
+grid = st.integers(-8, 8).map(float)
+
+
+@st.composite
+def vr_problem(draw):
+    n, d, k = draw(st.integers(1, 20)), draw(st.integers(1, 4)), draw(st.integers(1, 6))
+    X = draw(arrays(draw(st.sampled_from([np.float32, np.float64])), (n, d), elements=grid))
+    Ct = draw(arrays(np.float64, (k, d), elements=grid))
+    for j, i in enumerate(draw(st.lists(st.integers(0, n - 1), max_size=k))):
+        Ct[j] = X[i]   # rows on a centre: zero distances and ties
+    A = draw(arrays(np.float64, (k, d), elements=grid))
+    idx = draw(arrays(np.int64, draw(st.integers(0, 8)), elements=st.integers(0, n - 1)))
+    return X, Ct, A, idx, draw(st.sampled_from([0.5, 0.25]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(vr_problem())
+def test_variance_reduced_steps_match_the_plain_loop(problem):
+    """ALGORITHMS.md §3's steps with the bounds of the anchor pass (Hamerly's test, then Elkan's per
+    centre) give the steps of a brute-force nearest search: the same centres, bit for bit."""
+    from dask_clust.kernels.variance_reduced import variance_reduced_steps
+
+    X, Ct, A, idx, eta = problem
+    D = sqdist(X, Ct)
+    anchor = D.argmin(1).astype(np.int32)
+    others = D.copy()
+    others[np.arange(len(X)), anchor] = np.inf
+    lower2 = others.min(1)
+    C = A.copy()
+    moved, evals = variance_reduced_steps(X, idx, anchor, lower2, Ct, A, C, eta)
+    want, want_moved = A.copy(), 0
+    for i in idx:
+        x = X[i].astype(np.float64)
+        j, a = int(((x - want) ** 2).sum(1).argmin()), anchor[i]
+        if j == a:
+            want[j] -= eta * (want[j] - A[j])
+        else:
+            want_moved += 1
+            want[j] -= eta * (want[j] - x)
+            want[a] += eta * (A[a] - x)
+    np.testing.assert_array_equal(C, want)
+    assert moved == want_moved and len(idx) <= evals <= len(idx) * len(Ct)
+
+
+@st.composite
+def sbe_problem(draw):
+    d, k = draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    b, steps = draw(st.sampled_from([1, 2, 4, 8])), draw(st.integers(1, 3))
+    batches = draw(arrays(draw(st.sampled_from([np.float32, np.float64])), (steps, b, d), elements=grid))
+    x = draw(arrays(np.float64, (k, d), elements=grid))
+    for j, (m, i) in enumerate(draw(st.lists(st.tuples(st.integers(0, steps - 1), st.integers(0, b - 1)),
+                                             max_size=k))):
+        x[j] = batches[m, i]   # centres on rows: ties
+    return batches, x, draw(st.sampled_from([0.5, 0.25]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(sbe_problem())
+def test_backward_euler_step_matches_the_reference(problem):
+    """The mini-batch gradient (ties to the lowest centre, empty centres 0) and one implicit step (y ← x −
+    γ g_B(y), z ← α z + (1 − α) y over the batches) equal tests/reference/sbe.py's, bit for bit."""
+    from dask_clust.kernels.backward_euler import backward_euler_step, batch_gradient
+    from tests.reference.sbe import grad
+
+    batches, x, gamma = problem
+    g = np.empty_like(x)
+    batch_gradient(batches[0], x, g)
+    np.testing.assert_array_equal(g, grad(batches[0].astype(np.float64), x))
+    z = np.empty_like(x)
+    backward_euler_step(batches, x, gamma, 0.75, z)
+    y, want = x.copy(), x.copy()
+    for B in batches:
+        y = x - gamma * grad(B.astype(np.float64), y)
+        want = 0.75 * want + 0.25 * y
+    np.testing.assert_array_equal(z, want)

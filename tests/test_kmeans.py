@@ -1,4 +1,6 @@
 """Lloyd k-means against the plain-numpy reference, scikit-learn and hand-worked toys."""
+import math
+
 import numpy as np
 import pytest
 
@@ -99,13 +101,16 @@ def test_kmeans_plusplus_seeding_potential_like_scikit_learn():
 
     X, _ = blobs(5000, 4, 20, seed=4)
     ours, theirs = [], []
-    for s in range(5):
+    for s in range(10):
         with open_engine(as_source(X), "in-process", s) as eng:
             C, _ = seed(eng, 20, "k-means++", s)
         ours.append(ref.assign(X, C)[1].sum())
         C2, _ = kmeans_plusplus(X, 20, random_state=s)
         theirs.append(ref.assign(X, C2)[1].sum())
-    assert np.mean(ours) <= 1.15 * np.mean(theirs), (np.mean(ours), np.mean(theirs))
+    # the same distribution (greedy k-means++ with 2 + ln k trials): the means of 10 seeds differ by less
+    # than 4 standard errors of their difference (measured over 40 seeds: within 1.3 SE, one SE ≈ 2.2 %)
+    se = math.sqrt(np.var(ours, ddof=1) / len(ours) + np.var(theirs, ddof=1) / len(theirs))
+    assert abs(np.mean(ours) - np.mean(theirs)) <= 4 * se, (np.mean(ours), np.mean(theirs), se)
 
 
 def test_result_independent_of_chunking_given_init(small_blobs):

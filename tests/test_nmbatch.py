@@ -144,5 +144,6 @@ def test_minibatch_early_stop_and_quality(data):
 
 @pytest.mark.parametrize("bad", [dict(rho=0.0), dict(bounds="yinyang"), dict(rho_mode="x"), dict(batch_size=0)])
 def test_invalid_parameters(data, bad):
-    with pytest.raises(ValueError):
+    (name,) = bad
+    with pytest.raises(ValueError, match=f"The '{name}' parameter of"):
         dask_clust.fit(data, algo="nmbatch", n_clusters=3, client="in-process", **bad)

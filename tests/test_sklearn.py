@@ -69,7 +69,7 @@ def test_results_follow_the_input_kind():
 
 def test_unfitted_and_probabilistic_only():
     X, _ = blobs(300, 2, 3, seed=5)
-    with pytest.raises(NotFittedError):
+    with pytest.raises(NotFittedError, match="is not fitted yet"):
         dask_clust.KMeans(3).predict(X)
     assert not hasattr(dask_clust.KMeans(3), "predict_proba")
     est = dask_clust.VCGMM(3, random_state=0).fit(X)

@@ -79,7 +79,7 @@ def test_learning_rate_and_epoch_defaults(data):
     m = dask_clust.fit(data, algo="vrkm", n_clusters=4, max_epochs=2, epoch_size=0.5, random_state=0,
                        client="in-process")
     assert m.extras_["learning_rate_"] == pytest.approx(4 / len(data)) and m.extras_["epoch_size_"] == len(data) // 2
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="The 'epoch_size' parameter of"):
         dask_clust.fit(data, algo="vrkm", n_clusters=4, epoch_size=1.5, client="in-process")
     with pytest.raises(InputError, match="sample_weight"):
         dask_clust.fit(data, algo="vrkm", n_clusters=4, sample_weight=np.ones(len(data)), client="in-process")
