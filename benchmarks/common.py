@@ -28,8 +28,8 @@ def blobs(n, d, c, seed=0):
 
 @contextlib.contextmanager
 def local_cluster(n_workers=2, threads_per_worker=1):
-    from distributed import Client, LocalCluster
+    """The LocalCluster dask_clust starts for a fit (its worker settings included), sized as asked."""
+    from dask_clust.engine.cluster import connect
 
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                      dashboard_address=":0") as lc, Client(lc) as client:
+    with connect(n_workers=n_workers, threads_per_worker=threads_per_worker) as client:
         yield client

@@ -206,6 +206,26 @@ def test_knn_graph_is_searched_again_after_a_lost_worker(three_workers, method):
         np.testing.assert_array_equal(a, b)
 
 
+def _mmap_threshold():
+    return os.environ.get("MALLOC_MMAP_THRESHOLD_")
+
+
+def test_library_local_cluster_gives_workers_the_mmap_threshold(monkeypatch):
+    """The LocalCluster dask_clust starts gives its worker processes glibc's MALLOC_MMAP_THRESHOLD_ before
+    they start (dask's MALLOC_TRIM_THRESHOLD_ would pin it at 128 KiB), and again when a nanny restarts one;
+    a value the user set wins."""
+    from dask_clust.engine.cluster import MMAP_THRESHOLD, connect
+
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    with connect(n_workers=1, threads_per_worker=1) as client:
+        assert list(client.run(_mmap_threshold).values()) == [str(MMAP_THRESHOLD)]
+        client.restart()
+        assert list(client.run(_mmap_threshold).values()) == [str(MMAP_THRESHOLD)]
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "1048576")
+    with connect(n_workers=1, threads_per_worker=1) as client:
+        assert list(client.run(_mmap_threshold).values()) == ["1048576"]
+
+
 @pytest.fixture(scope="module")
 def loopback_cluster(tmp_path_factory):
     """A scheduler and 2 workers started as separate processes on 127.0.0.1."""
