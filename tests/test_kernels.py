@@ -248,3 +248,56 @@ def test_backward_euler_step_matches_the_reference(problem):
         y = x - gamma * grad(B.astype(np.float64), y)
         want = 0.75 * want + 0.25 * y
     np.testing.assert_array_equal(z, want)
+
+
+@st.composite
+def slk_problem(draw):
+    n, k, r, d = draw(st.integers(1, 12)), draw(st.integers(1, 5)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    m = draw(st.integers(1, 15))
+    unit = st.integers(0, 4).map(float)
+    z = draw(arrays(np.float64, (n, k), elements=unit)) + 1.0   # few distinct values: ties in rows and columns
+    z /= z.sum(1, keepdims=True)
+    H = draw(arrays(np.float64, (m, k), elements=st.floats(0, 1, allow_nan=False)))
+    at = draw(arrays(np.int64, draw(st.integers(1, 10)), elements=st.integers(0, m - 1)))
+    nb = draw(arrays(np.int64, (n, r), elements=st.integers(0, len(at) - 1)))
+    X = draw(arrays(np.float64, (n, d), elements=st.floats(-1, 1, allow_nan=False)))
+    M = draw(arrays(np.float64, (k, d), elements=st.floats(-1, 1, allow_nan=False)))
+    ids = np.asarray(draw(st.permutations(range(3 * n)))[:n], np.int64)
+    return z, H, at, nb, X, M, ids, draw(st.sampled_from([0.0, 0.5, 1.3])), draw(st.sampled_from([0.3, 1.0]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(slk_problem())
+def test_slk_bound_update_matches_numpy(problem):
+    """ALGORITHMS.md §5's update of every row from the previous z: b = Σ_q z_q (neighbours in the given
+    order), z ← softmax(a + λ b); the previous z's energy terms, labels (first on ties) and column maxima
+    (lowest input id on ties); recomputing a from the rows gives the bits of a held a."""
+    from dask_clust.kernels.slk import affinities, bound_update
+
+    z0, H, at, nb, X, M, ids, lmbda, sigma = problem
+    n, k = z0.shape
+    a = np.empty((n, k))
+    affinities(X, M, sigma, a)
+    np.testing.assert_allclose(a, np.exp(-((X[:, None] - M[None]) ** 2).sum(-1) / (2 * sigma ** 2)), rtol=1e-13)
+    outs = []
+    for held in (a, np.empty((0, k))):
+        z, labels, col_max, col_arg = z0.copy(), np.empty(n, np.int64), np.empty(k), np.empty(k, np.int64)
+        terms = bound_update(held, X, M, sigma, z, H, at, nb, lmbda, ids, labels, col_max, col_arg)
+        outs.append((z, labels, col_max, col_arg, terms))
+    for got, want in zip(outs[0][:4], outs[1][:4]):
+        np.testing.assert_array_equal(got, want)
+    assert outs[0][4] == outs[1][4]
+    z, labels, col_max, col_arg, (zlogz, az, bz) = outs[0]
+    b = np.zeros((n, k))
+    for j in range(nb.shape[1]):
+        b += H[at[nb[:, j]]]
+    v = a + lmbda * b
+    e = np.exp(v - v.max(1, keepdims=True))
+    np.testing.assert_allclose(z, e / e.sum(1, keepdims=True), rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose([zlogz, az, bz], [(z0 * np.log(z0)).sum(), (a * z0).sum(), (b * z0).sum()],
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(labels, z0.argmax(1))
+    np.testing.assert_array_equal(col_max, z0.max(0))
+    for l in range(k):
+        top = np.flatnonzero(z0[:, l] == z0[:, l].max())
+        assert col_arg[l] == top[np.argmin(ids[top])]
