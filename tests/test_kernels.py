@@ -2,6 +2,7 @@
 import math
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -301,3 +302,125 @@ def test_slk_bound_update_matches_numpy(problem):
     for l in range(k):
         top = np.flatnonzero(z0[:, l] == z0[:, l].max())
         assert col_arg[l] == top[np.argmin(ids[top])]
+
+
+@given(st.integers(1, 3000), st.integers(0, 2**62), st.lists(st.integers(1, 700), min_size=1, max_size=5))
+@settings(max_examples=60, deadline=None)
+def test_nested_ranks_are_a_permutation_whatever_the_chunking(n, seed, cuts):
+    """The nesting order is a bijection of [0, N) computed row by row: chunk boundaries change nothing."""
+    from dask_clust.kernels.nested import nested_ranks
+
+    whole = np.empty(n, np.int64)
+    nested_ranks(0, n, seed, whole)
+    np.testing.assert_array_equal(np.sort(whole), np.arange(n))
+    bounds = sorted({0, n, *[c % n for c in cuts]})
+    pieces = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        out = np.empty(b - a, np.int64)
+        nested_ranks(a, n, seed, out)
+        pieces.append(out)
+    np.testing.assert_array_equal(np.concatenate(pieces), whole)
+
+
+@st.composite
+def nested_problem(draw):
+    n, d, k = draw(st.integers(1, 25)), draw(st.integers(1, 3)), draw(st.integers(1, 6))
+    X = draw(arrays(draw(st.sampled_from([np.float32, np.float64])), (n, d), elements=grid))
+    C0, C1 = (draw(arrays(np.float64, (k, d), elements=grid)) for _ in range(2))
+    for j, i in enumerate(draw(st.lists(st.integers(0, n - 1), max_size=k))):
+        C1[j] = X[i]
+    w = draw(arrays(np.float64, n, elements=st.sampled_from([0.5, 1.0, 2.0])))
+    order = np.asarray(draw(st.permutations(range(n))), np.int64)
+    n_old = draw(st.integers(0, n))
+    return X, w, order, n_old, draw(st.integers(n_old, n)), C0, C1, draw(st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(nested_problem())
+def test_nested_round_keeps_exact_labels_sums_and_lower_bounds(problem):
+    """A round at centres C0 over the first n_old rows, the centres moved to C1, then a round over n_new
+    rows (the old ones through their bounds, the new ones in full): every active row ends at a nearest
+    centre of C1 (new rows the lowest index; Elkan keeps a label that ties, else the lowest index), the
+    moved sums are Σ w x and Σ w by label, sse is Σ w d², and the bounds stay below the distances.
+    Integer rows and centres: every squared distance is exact, so ties are ties."""
+    from dask_clust.kernels.nested import nested_round
+
+    X, w, order, n_old, n_new, C0, C1, elkan = problem
+    n, k = len(X), len(C0)
+    labels, dist = np.zeros(n, np.int32), np.zeros(n)
+    lower = np.zeros((n, k if elkan else 1), np.float32)
+    S, v = np.zeros((k, X.shape[1])), np.zeros(k)
+    nested_round(X, w, order, 0, n_old, C0, np.zeros(k), labels, dist, lower, S, v, np.zeros(k))
+    before = labels[:n_old].copy()
+    p = np.sqrt(((C1 - C0) ** 2).sum(1))
+    sse = np.zeros(k)
+    nested_round(X, w, order, n_old, n_new, C1, p, labels, dist, lower, S, v, sse)
+    rows = order[:n_new]
+    D = np.sqrt(((X[rows].astype(np.float64)[:, None] - C1[None]) ** 2).sum(-1))
+    best = D.min(1)
+    np.testing.assert_array_equal(dist[:n_new], best)
+    lowest = (D == best[:, None]).argmax(1)
+    np.testing.assert_array_equal(labels[n_old:n_new], lowest[n_old:])   # new rows: the lowest index
+    ties = D[np.arange(n_old), before] == best[:n_old]   # a reused row whose label is still a nearest
+    if elkan:
+        np.testing.assert_array_equal(labels[:n_old], np.where(ties, before, lowest[:n_old]))
+    else:   # Hamerly keeps it while its bound holds, else searches all: the lowest index
+        assert np.all((labels[:n_old] == lowest[:n_old]) | (ties & (labels[:n_old] == before)))
+    lab = labels[:n_new]
+    np.testing.assert_allclose(v, np.bincount(lab, w[rows], k), rtol=1e-12, atol=1e-12)
+    for j in range(k):
+        np.testing.assert_allclose(S[j], (w[rows][lab == j, None] * X[rows][lab == j]).sum(0), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(sse, np.bincount(lab, w[rows] * best ** 2, k), rtol=1e-12, atol=1e-12)
+    if elkan:
+        assert np.all(lower[:n_new] <= D)
+    else:
+        second = np.sort(D, 1)[:, 1] if k > 1 else np.full(n_new, np.inf)
+        assert np.all(lower[:n_new, 0] <= second)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 9), st.integers(0, 2**62), st.integers(0, 10**6), st.data())
+def test_draw_distinct_rows_are_distinct_and_keyed_by_row(n, n_clusters, seed, row0, data):
+    """K^(n)'s draws: distinct clusters per row, the fixed first entry kept, and a row's draw depends only
+    on its global index (a chunk starting elsewhere draws the same rows alike)."""
+    from dask_clust.kernels.truncated import draw_distinct
+
+    m = data.draw(st.integers(1, n_clusters))
+    first = np.asarray(data.draw(st.lists(st.integers(-1, n_clusters - 1), min_size=n, max_size=n)), np.int32)
+    out = np.empty((n, m), np.int32)
+    draw_distinct(first, row0, n_clusters, seed, out)
+    assert np.all((out >= 0) & (out < n_clusters))
+    assert all(len(set(r)) == m for r in out.tolist())
+    np.testing.assert_array_equal(out[first >= 0, 0], first[first >= 0])
+    tail = np.empty((n - n // 2, m), np.int32)
+    draw_distinct(first[n // 2:], row0 + n // 2, n_clusters, seed, tail)
+    np.testing.assert_array_equal(tail, out[n // 2:])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 20), st.integers(1, 3), st.integers(1, 6), st.integers(0, 2**31))
+def test_posterior_stats_match_numpy(n, d, k, seed):
+    """The M-step's statistics from truncated posteriors s = e / Σ e over K^(n): Σ w s x, Σ w s, Σ w s d²
+    per cluster and Σ w logsumexp(−d²/2σ²), against tests/reference/vcgmm.py's posteriors."""
+    from dask_clust.kernels.truncated import posterior_stats
+    from tests.reference.vcgmm import posteriors
+
+    rng = np.random.default_rng(seed)
+    Cp = int(rng.integers(1, k + 1))
+    X, w = rng.normal(size=(n, d)), rng.uniform(0.5, 2, n)
+    K = np.array([rng.permutation(k)[:Cp] for _ in range(n)], np.int32)
+    Kd2 = np.sort(rng.uniform(0, 4, (n, Cp)), 1)
+    sigma2 = float(rng.uniform(0.2, 2))
+    inv = 1 / (2 * sigma2)
+    e = np.exp(-(Kd2 - Kd2[:, :1]) * inv)
+    sums, U, Q = np.zeros((k, d)), np.zeros(k), np.zeros(k)
+    total = posterior_stats(X, w, K, Kd2, e, inv, sums, U, Q)
+    s, lse = posteriors(Kd2, sigma2)
+    want_sums, want_U, want_Q = np.zeros((k, d)), np.zeros(k), np.zeros(k)
+    np.add.at(want_U, K, w[:, None] * s)
+    np.add.at(want_Q, K, w[:, None] * s * Kd2)
+    np.add.at(want_sums, K, (w[:, None] * s)[..., None] * X[:, None, :])
+    np.testing.assert_allclose(U, want_U, rtol=1e-12)
+    np.testing.assert_allclose(Q, want_Q, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(sums, want_sums, rtol=1e-12, atol=1e-12)
+    assert total == pytest.approx((w * lse).sum(), rel=1e-12)
