@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 
 from .distance import sqdist
-from .truncated import _splitmix
+from .streams import GOLDEN, splitmix
 
 # float32 rounding is at most 2^-24 relative: shrinking by 2^-22 first keeps a stored bound below its value
 _SHRINK = 1.0 - 2.0 ** -22
@@ -26,7 +26,7 @@ def _feistel(x, half, mask, seed):
     left = x >> half
     right = x & mask
     for r in range(4):
-        _, z = _splitmix(seed ^ (right * np.uint64(0x9E3779B97F4A7C15) + np.uint64(r)))
+        _, z = splitmix(seed ^ (right * GOLDEN + np.uint64(r)))
         left, right = right, left ^ (z & mask)
     return (left << half) | right
 

@@ -2,30 +2,14 @@
 
 Per row n: the search space S_n = ∪_{c ∈ K^(n)} G_c (+1 random cluster), distances to its members,
 K^(n) ← the C' closest; the winner c_o = argmin over S_n feeds the neighbourhood statistics, the
-truncated posteriors over K^(n) feed the M-step. Random draws use a counter-based generator keyed by
-(seed, global row), so they do not depend on how rows are chunked or which thread runs them.
+truncated posteriors over K^(n) feed the M-step. Random draws use ``streams``' counter-based generator
+keyed by (seed, global row), so they do not depend on how rows are chunked or which thread runs them.
 """
 import numpy as np
 from numba import njit
 
 from .distance import sqdist_row
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _splitmix(state):
-    """One step of SplitMix64: (next state, 64 random bits)."""
-    state = state + _GOLDEN
-    z = state
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return state, z ^ (z >> np.uint64(31))
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _row_state(seed, row):
-    return np.uint64(seed) ^ (np.uint64(row) * _GOLDEN)
+from .streams import row_state, splitmix
 
 
 @njit(nogil=True, cache=True)
@@ -39,13 +23,13 @@ def draw_distinct(first, row0, n_clusters, seed, out):
     """
     C = np.uint64(n_clusters)
     for i in range(out.shape[0]):
-        state = _row_state(seed, row0 + i)
+        state = row_state(seed, row0 + i)
         t = 0
         if first[i] >= 0:
             out[i, 0] = first[i]
             t = 1
         while t < out.shape[1]:
-            state, z = _splitmix(state)
+            state, z = splitmix(state)
             u = np.int32(z % C)
             dup = False
             for s in range(t):
@@ -97,10 +81,10 @@ def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mar
                 space[o + m_] = m
                 m_ += mark[m] != tag
                 mark[m] = tag
-        state = _row_state(seed, tag)
+        state = row_state(seed, tag)
         draws = 1 if extra_random else 0
         while draws > 0 or m_ < Cp:
-            state, z = _splitmix(state)
+            state, z = splitmix(state)
             m = np.int32(z % C)
             draws -= 1
             if mark[m] != tag:
