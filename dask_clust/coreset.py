@@ -95,9 +95,11 @@ def default_size(n_samples, n_clusters):
 
 
 @contextlib.contextmanager
-def working_set(engine, size, entropy, phases, n_clusters):
+def working_set(engine, size, entropy, n_clusters, phases=None):
     """The engine an algorithm iterates on: a lightweight coreset of ``size`` rows (one partition when it
-    fits one worker), or ``engine`` itself when ``size`` is None. Records phases["coreset"] (seconds)."""
+    fits one worker), or ``engine`` itself when ``size`` is None. Records phases["coreset"] (seconds) when
+    given a dict."""
+    phases = {} if phases is None else phases
     if size is not None and n_clusters > size:
         raise InvalidParameterError(f"n_clusters={n_clusters} exceeds coreset_size={size}: a coreset needs "
                                     f"at least one row per cluster (use coreset_size >= n_clusters or None)")

@@ -52,8 +52,7 @@ class KMeansConfig:
 def fit(engine, cfg, entropy, loop):
     """Seed, then Lloyd to convergence; with ``coreset_size`` both run on a lightweight coreset (the
     vc-GMM paper's LWCS baseline) and one exact pass gives the QE on all rows."""
-    phases = {}
-    with working_set(engine, cfg.coreset_size, entropy, phases, cfg.n_clusters) as work:
+    with working_set(engine, cfg.coreset_size, entropy, cfg.n_clusters) as work:
         centers, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy,
                                    n_local_trials=cfg.n_local_trials, oversampling_factor=cfg.oversampling_factor,
                                    init_max_iter=cfg.init_max_iter, chain_length=cfg.chain_length)

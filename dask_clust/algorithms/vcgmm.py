@@ -455,7 +455,7 @@ def fit(engine, cfg, entropy, loop):
         size = default_size(engine.n_samples, cfg.n_clusters)
     _check(engine)
     phases = {}
-    with working_set(engine, size, entropy, phases, cfg.n_clusters) as work:
+    with working_set(engine, size, entropy, cfg.n_clusters, phases) as work:
         t = time.perf_counter()
         seeder = seeding_method(cfg, engine.n_features)
         mu, seed_evals = seed(work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length)

@@ -46,7 +46,8 @@ def stream(entropy, *tag):
 # ---------------------------------------------------------------- sources
 
 class Source:
-    """Row-chunked input: what partitions load, and reload after a lost worker (rule 1)."""
+    """Row-chunked input: what partitions load, and reload after a lost worker (rule 1). Each kind gives
+    ``block(i)``: chunk i as (x, w) numpy arrays, computed in this process."""
 
     def __init__(self, n_samples, n_features, dtype, starts, in_memory):
         self.n_samples = int(n_samples)
@@ -62,10 +63,6 @@ class Source:
     @property
     def nbytes(self):
         return self.n_samples * self.n_features * self.dtype.itemsize
-
-    def block(self, i):
-        """Chunk i as (x, w) numpy arrays, computed here (in-process use and tests)."""
-        raise NotImplementedError
 
 
 class ArraySource(Source):
