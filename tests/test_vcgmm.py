@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dask_clust
-from dask_clust.algorithms.vcgmm import initial_sets
+from dask_clust.algorithms.vcgmm import init_neighbourhoods, kernel_key
 from dask_clust.coreset import lightweight_coreset
 from dask_clust.engine import as_source, open_engine
 from dask_clust.engine.data import check_random_state
@@ -23,6 +23,16 @@ def _coreset(X, size, random_state):
     entropy = check_random_state(random_state)
     with open_engine(as_source(X), "in-process", entropy) as engine:
         return lightweight_coreset(engine, size, entropy)
+
+
+def initial_sets(entropy, n_rows, n_clusters, G, n_truncated, nearest=None):
+    """Step 3's K^(n) for rows 0..n_rows−1 and G_c, exactly as a fit with this entropy draws them (each
+    chunk draws its own rows' K^(n) from the same row-keyed stream); ``nearest``: each row's nearest
+    initial mean, put first (``truncated_init="nearest"``)."""
+    K = np.empty((n_rows, n_truncated), np.int32)
+    first = np.full(n_rows, -1, np.int32) if nearest is None else np.asarray(nearest, np.int32)
+    draw_distinct(first, 0, n_clusters, kernel_key(entropy, "K"), K)
+    return K, init_neighbourhoods(n_clusters, G, kernel_key(entropy, "G"))
 
 
 def _nearest(X, mu):

@@ -245,16 +245,6 @@ def init_neighbourhoods(n_clusters, G, key):
     return Gc
 
 
-def initial_sets(entropy, n_rows, n_clusters, G, n_truncated, nearest=None):
-    """Step 3's K^(n) for rows 0..n_rows−1 and G_c, exactly as a fit with this entropy draws them (each
-    chunk draws its own rows' K^(n) from the same row-keyed stream); ``nearest``: each row's nearest
-    initial mean, put first (``truncated_init="nearest"``)."""
-    K = np.empty((n_rows, n_truncated), np.int32)
-    first = np.full(n_rows, -1, np.int32) if nearest is None else np.asarray(nearest, np.int32)
-    draw_distinct(first, 0, n_clusters, _key(entropy, "K"), K)
-    return K, init_neighbourhoods(n_clusters, G, _key(entropy, "G"))
-
-
 def update_neighbourhoods(keys, count, dsum, Gc, lo=0, n_clusters=None):
     """Step 5 from the summed pair statistics, sorted by key c_o·C + c~ (so grouped by winner), for the
     clusters lo .. lo + len(Gc): all C of them, or one shard (then ``n_clusters`` = C)."""
@@ -391,8 +381,8 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
     Cp = min(cfg.n_truncated or cfg.G, C)
     total_w = engine.summary.total_weight
     floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
-    Gc = init_neighbourhoods(C, G, _key(entropy, "G"))
-    key_K = _key(entropy, "K")
+    Gc = init_neighbourhoods(C, G, kernel_key(entropy, "G"))
+    key_K = kernel_key(entropy, "K")
     t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
     # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
@@ -407,10 +397,11 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
             engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, nearest_to()),
                          backup=("K", "Kd2", "winner")):
         for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
-            e, _, _, Gc, _ = means.search(Gc, _key(entropy, "init", i), cfg.extra_random, None)
+            e, _, _, Gc, _ = means.search(Gc, kernel_key(entropy, "init", i), cfg.extra_random, None)
             evals += e
         for it in loop:
-            e, minsum, changed, Gc, update = means.search(Gc, _key(entropy, "estep", it), cfg.extra_random, sigma2)
+            e, minsum, changed, Gc, update = means.search(Gc, kernel_key(entropy, "estep", it), cfg.extra_random,
+                                                          sigma2)
             if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
                 sigma2 = max(minsum / (D * total_w), floor)
                 update = means.posteriors(sigma2)
@@ -436,7 +427,8 @@ def final_objective(engine, work, mu, kind):
     return final_pass(engine, mu) if kind == "exact" else final_pass(work, mu, "the coreset")
 
 
-def _key(entropy, *tag):
+def kernel_key(entropy, *tag):
+    """The seed of the kernels' row-keyed stream (``kernels.streams``) for ``tag`` ("K": K^(n), "G": G_c)."""
     return int(stream(entropy, "vcgmm", *tag).integers(2 ** 63))
 
 
