@@ -47,6 +47,13 @@ def proposal_masses(s, w, S, W):
     return 0.5 * s / S + 0.5 * w / W if S > 0 else w / W
 
 
+def proposal(w, d2, S, W):
+    """Per row, q = ½ w d²/S + ½ w/W (∝ w when S = Σ w d² is 0): the proposal of the lightweight coreset and
+    of AFK-MC2's chains (Bachem et al., KDD 2018 and NeurIPS 2016), whose chunk shares are
+    ``proposal_masses``."""
+    return 0.5 * w * d2 / S + 0.5 * w / W if S > 0 else w / W
+
+
 def _masses(chunk, u):
     """Pass 2: this chunk's Σ w d² and Σ w (MASSES)."""
     return chunk_masses(float(np.dot(chunk.w, _d2(chunk, u))), float(chunk.w.sum()))
@@ -59,7 +66,7 @@ def _sample(chunk, params):
     m = int(counts[chunk.index])
     if m == 0:
         return chunk.x[:0], np.empty(0)
-    q = 0.5 * chunk.w / W + (0.5 * chunk.w * _d2(chunk, u) / S if S > 0 else 0.5 * chunk.w / W)
+    q = proposal(chunk.w, _d2(chunk, u), S, W)
     idx = np.sort(draw_proportional(q, chunk.rng("coreset"), m))
     return chunk.x[idx], chunk.w[idx] / (size * q[idx])
 

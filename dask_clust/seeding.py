@@ -16,7 +16,7 @@ import numpy as np
 
 from .engine import as_source, open_engine, progress
 from .engine.cluster import IN_PROCESS
-from .coreset import MASSES, chunk_masses, proposal_masses
+from .coreset import MASSES, chunk_masses, proposal, proposal_masses
 from .engine.combine import Rows, Sum
 from .engine.data import stream
 from .kernels.assign import Prepared, candidate_potentials, nearest, update_mind
@@ -122,7 +122,7 @@ def _afk_draw(chunk, plan):
     st = chunk.state["afkmc2"]
     d2 = st.pop("d2")
     m = int(counts[chunk.index])
-    q = 0.5 * chunk.w * d2 / S + 0.5 * chunk.w / W if S > 0 else chunk.w / W
+    q = proposal(chunk.w, d2, S, W)
     idx = draw_proportional(q, chunk.rng("afkmc2"), m) if m else np.empty(0, np.int64)
     first = int(counts[:chunk.index].sum())
     slot = slot_of[first:first + m]
