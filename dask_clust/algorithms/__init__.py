@@ -1,63 +1,12 @@
-"""The algorithm registry: ``algo="name"`` → a config dataclass (with its constraint table) and a fit
-driver. ``fit``, the estimator classes, the CLI and the benchmark harness are all generated from it."""
-from dataclasses import dataclass
+"""The algorithms, each registered in ``registry`` when this package is imported (in this order: the
+README's table, the CLI's help and the estimators follow it)."""
+from .registry import REGISTRY, AlgorithmSpec, final_pass, finish, get, register
+from . import kmeans  # noqa: F401,E402  (registers itself)
+from . import vcgmm  # noqa: F401,E402
+from . import nmbatch  # noqa: F401,E402
+from . import minibatch  # noqa: F401,E402
+from . import vrkm  # noqa: F401,E402
+from . import sbe  # noqa: F401,E402
+from . import slk  # noqa: F401,E402
 
-
-@dataclass(frozen=True)
-class AlgorithmSpec:
-    name: str
-    config: type            # dataclass with a ``constraints`` dict: field → list of constraints
-    fit: object             # fit(engine, config, entropy, loop) -> engine.FitResult
-    estimator: str          # the estimator class name in ``dask_clust``
-    summary: str            # one line for the README table and the CLI help
-    reference: str          # the paper
-    objective: str          # what history_'s per-iteration "objective" is (the model's objective_ is the
-                            # exact QE of the returned centres over all rows unless vc-GMM's
-                            # final_objective says otherwise, engine.FitResult)
-    weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
-
-
-REGISTRY = {}
-
-
-def final_pass(engine, centers, rows="all rows"):
-    """The exact QE of the returned centres over the engine's rows and its distance evaluations (one pass)."""
-    from ..engine import progress
-    from ..lloyd import quantization_error
-
-    with progress.phase(f"final pass (QE of {rows})", 1, "pass") as shown:
-        qe, evals = quantization_error(engine, centers)
-        shown.update()
-    return qe, evals
-
-
-def finish(engine, centers, loop, distance_evals, extras, converged=None):
-    """A fit's ``FitResult``: its objective is the exact QE of the returned centres over all rows (one
-    pass), whatever the algorithm optimised on the way."""
-    from ..engine import FitResult
-
-    qe, qe_evals = final_pass(engine, centers)
-    return FitResult(centers, qe, loop.n_iter, loop.converged if converged is None else converged,
-                     int(distance_evals) + qe_evals, loop.history, extras)
-
-
-def register(spec):
-    REGISTRY[spec.name] = spec
-    return spec
-
-
-def get(name):
-    if name not in REGISTRY:
-        from .._params import InvalidParameterError
-
-        raise InvalidParameterError(f"unknown algorithm {name!r}; valid algorithms are {sorted(REGISTRY)}")
-    return REGISTRY[name]
-
-
-from . import kmeans  # noqa: E402,F401  (registers itself)
-from . import vcgmm  # noqa: E402,F401
-from . import nmbatch  # noqa: E402,F401
-from . import minibatch  # noqa: E402,F401
-from . import vrkm  # noqa: E402,F401
-from . import sbe  # noqa: E402,F401
-from . import slk  # noqa: E402,F401
+__all__ = ["REGISTRY", "AlgorithmSpec", "final_pass", "finish", "get", "register"]

@@ -14,7 +14,7 @@ from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..coreset import working_set
 from ..lloyd import lloyd
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, final_pass, register
+from .registry import AlgorithmSpec, final_pass, register
 
 
 @dataclass

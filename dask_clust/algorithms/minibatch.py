@@ -23,7 +23,7 @@ from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.data import stream
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, finish, register
+from .registry import AlgorithmSpec, finish, register
 
 
 @dataclass

@@ -32,7 +32,7 @@ from ..engine.combine import Rows
 from ..engine.data import stream
 from ..kernels.nested import nested_ranks, nested_round
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, finish, register
+from .registry import AlgorithmSpec, finish, register
 
 logger = logging.getLogger("dask_clust")
 

@@ -29,7 +29,7 @@ from ..engine.data import InputError, stream
 from ..kernels.backward_euler import backward_euler_step
 from ..lloyd import quantization_error
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, final_pass, register
+from .registry import AlgorithmSpec, final_pass, register
 
 # centres beyond this many times the data's largest magnitude have left the data: the iteration diverged
 ESCAPE = 1e3

@@ -50,7 +50,7 @@ from ..kernels.slk import affinities, bound_update
 from ..knn import (BLOCK_VALUES, METHODS, gemm_sqdist, groups_in, keep_halo_ids, keep_input_ids, nearest_centre,
                    neighbour_graph, rows_float64, rows_of, squared_norms, unsearched)
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, final_pass, register
+from .registry import AlgorithmSpec, final_pass, register
 
 
 @dataclass

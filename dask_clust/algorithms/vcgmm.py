@@ -52,7 +52,7 @@ from ..kernels.assign import Prepared, nearest
 from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
                                  truncated_search)
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, final_pass, register
+from .registry import AlgorithmSpec, final_pass, register
 
 # rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB
 BLOCK_ROWS = 1 << 16

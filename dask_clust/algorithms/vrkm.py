@@ -34,7 +34,7 @@ from ..engine.data import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..kernels.variance_reduced import variance_reduced_steps
 from ..seeding import SEEDERS, seed
-from . import AlgorithmSpec, finish, register
+from .registry import AlgorithmSpec, finish, register
 
 
 @dataclass

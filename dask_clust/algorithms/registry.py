@@ -1,0 +1,55 @@
+"""The algorithm registry: ``algo="name"`` → a config dataclass (with its constraint table) and a fit
+driver. ``fit``, the estimator classes, the CLI and the benchmark harness are all generated from it. The
+algorithm modules import it; the package imports them (each registers itself), so nothing imports upward."""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    config: type            # dataclass with a ``constraints`` dict: field → list of constraints
+    fit: object             # fit(engine, config, entropy, loop) -> engine.FitResult
+    estimator: str          # the estimator class name in ``dask_clust``
+    summary: str            # one line for the README table and the CLI help
+    reference: str          # the paper
+    objective: str          # what history_'s per-iteration "objective" is (the model's objective_ is the
+                            # exact QE of the returned centres over all rows unless vc-GMM's
+                            # final_objective says otherwise, engine.FitResult)
+    weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
+
+
+REGISTRY = {}
+
+
+def final_pass(engine, centers, rows="all rows"):
+    """The exact QE of the returned centres over the engine's rows and its distance evaluations (one pass)."""
+    from ..engine import progress
+    from ..lloyd import quantization_error
+
+    with progress.phase(f"final pass (QE of {rows})", 1, "pass") as shown:
+        qe, evals = quantization_error(engine, centers)
+        shown.update()
+    return qe, evals
+
+
+def finish(engine, centers, loop, distance_evals, extras, converged=None):
+    """A fit's ``FitResult``: its objective is the exact QE of the returned centres over all rows (one
+    pass), whatever the algorithm optimised on the way."""
+    from ..engine import FitResult
+
+    qe, qe_evals = final_pass(engine, centers)
+    return FitResult(centers, qe, loop.n_iter, loop.converged if converged is None else converged,
+                     int(distance_evals) + qe_evals, loop.history, extras)
+
+
+def register(spec):
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def get(name):
+    if name not in REGISTRY:
+        from .._params import InvalidParameterError
+
+        raise InvalidParameterError(f"unknown algorithm {name!r}; valid algorithms are {sorted(REGISTRY)}")
+    return REGISTRY[name]
