@@ -206,24 +206,40 @@ def test_knn_graph_is_searched_again_after_a_lost_worker(three_workers, method):
         np.testing.assert_array_equal(a, b)
 
 
-def _mmap_threshold():
+_WORKER_MMAP = """
+import os
+from dask_clust.engine.cluster import connect
+
+
+def threshold():
     return os.environ.get("MALLOC_MMAP_THRESHOLD_")
 
 
-def test_library_local_cluster_gives_workers_the_mmap_threshold(monkeypatch):
+if __name__ == "__main__":
+    with connect(n_workers=1, threads_per_worker=1) as client:
+        first = list(client.run(threshold).values())
+        client.restart()
+        print(first, list(client.run(threshold).values()))
+"""
+
+
+@pytest.mark.parametrize("preset", [None, "1048576"])
+def test_library_local_cluster_gives_workers_the_mmap_threshold(tmp_path, preset):
     """The LocalCluster dask_clust starts gives its worker processes glibc's MALLOC_MMAP_THRESHOLD_ before
     they start (dask's MALLOC_TRIM_THRESHOLD_ would pin it at 128 KiB), and again when a nanny restarts one;
-    a value the user set wins."""
-    from dask_clust.engine.cluster import MMAP_THRESHOLD, connect
+    a value the user set wins. In a process of its own: a nanny writes its settings into the environment of
+    the process that starts it."""
+    from dask_clust.engine.cluster import MMAP_THRESHOLD
 
-    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
-    with connect(n_workers=1, threads_per_worker=1) as client:
-        assert list(client.run(_mmap_threshold).values()) == [str(MMAP_THRESHOLD)]
-        client.restart()
-        assert list(client.run(_mmap_threshold).values()) == [str(MMAP_THRESHOLD)]
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "1048576")
-    with connect(n_workers=1, threads_per_worker=1) as client:
-        assert list(client.run(_mmap_threshold).values()) == ["1048576"]
+    script = tmp_path / "run.py"
+    script.write_text(_WORKER_MMAP)
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    if preset:
+        env["MALLOC_MMAP_THRESHOLD_"] = preset
+    env["PYTHONPATH"] = os.getcwd()
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    want = [preset or str(MMAP_THRESHOLD)]
+    assert out.stdout.strip().splitlines()[-1] == f"{want} {want}", out.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
