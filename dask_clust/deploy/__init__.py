@@ -16,7 +16,7 @@ command line's ``--scheduler tls://...``).
     >>> cluster.scale(jobs=2)
     >>> model = dask_clust.fit(X, n_clusters=100, client=cluster.scheduler_address)
 """
-from .engine.hpc import hpc_cluster, job_script
-from .engine.tls import tls_config
+from .hpc import hpc_cluster, job_script
+from .tls import tls_config
 
 __all__ = ["hpc_cluster", "job_script", "tls_config"]
