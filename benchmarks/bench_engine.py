@@ -13,7 +13,7 @@ import statistics
 
 import numpy as np
 
-from common import emit, local_cluster
+from harness.common import emit, local_cluster
 
 from dask_clust.engine import as_source, open_engine
 

@@ -1,5 +1,5 @@
 """The engine against the number of workers (issue #15's acceptance figures), measured by the scaling
-suite's own functions (``dask_clust.bench.scaling``): loopback LocalClusters of P single-thread worker
+suite's own functions (``harness.scaling``): loopback LocalClusters of P single-thread worker
 processes, one real partition each,
 
 - empty iteration (median wall time) and the driver's CPU per round trip, P = 1, 2, 4, 8, 16;
@@ -15,9 +15,9 @@ processes, one real partition each,
 """
 import argparse
 
-from common import emit
+from harness.common import emit
 
-from dask_clust.bench.scaling import coreset_driver_memory, em_bytes, engine_round, sharded_lloyd
+from harness.scaling import coreset_driver_memory, em_bytes, engine_round, sharded_lloyd
 
 
 def main():

@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
-from common import blobs, emit, local_cluster
+from harness.common import blobs, emit, local_cluster
 
 import dask_clust
-from dask_clust.bench import daskml_iteration_s, ours_iteration_s, sklearn_iteration_s
+from harness.measure import daskml_iteration_s, ours_iteration_s, sklearn_iteration_s
 
 N, D, C_TRUE, K = 1_000_000, 16, 200, 200
 

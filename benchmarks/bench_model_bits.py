@@ -10,7 +10,7 @@ import hashlib
 import dask
 import numpy as np
 
-from common import blobs, emit, local_cluster
+from harness.common import blobs, emit, local_cluster
 
 import dask_clust
 

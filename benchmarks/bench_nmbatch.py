@@ -15,20 +15,17 @@ Times exclude the validation-energy evaluations (measured inside the callbacks a
 import argparse
 import numpy as np
 
-from common import blobs, emit
+from harness.common import blobs, emit
 
 import dask_clust
-from dask_clust.bench.paper import B0, RHO, Clock, energy, sklearn_minibatch_curve
+from harness import paper
+from harness.paper import B0, RHO, Clock, energy, sklearn_minibatch_curve
 
 DATA = {"blobs200k_d32": (200_000, 32, 100), "blobs1m_d16": (1_000_000, 16, 200)}
 
 
 def split(name, shuffle_seed):
-    n, d, c = DATA[name]
-    X, _ = blobs(n, d, c, seed=0)
-    X = X[np.random.default_rng(shuffle_seed).permutation(n)]
-    cut = int(0.9 * n)
-    return X[:cut], X[cut:]
+    return paper.split(blobs(*DATA[name], seed=0)[0], shuffle_seed)
 
 
 def ours(Xtr, Xv, algo, init, **kw):

@@ -1,5 +1,5 @@
 """SLK (issue #18): speed. Its quality (NMI / ACC of SLK-BO, SLK-MS and k-means on digits, mnist5k and
-segment) is an experiment of the suites: ``dask-clust bench --suite quick`` (``bench.paper.slk_quality``).
+segment) is an experiment of the suites: ``python benchmarks/run.py --suite quick`` (``harness.paper.slk_quality``).
 
 --parts speed    warm numba cache, in-process: digits whole fit (graph + σ + SLK); mnist5k graph alone and
                  whole fits (BO, MS); mnist5k BO on a 2-worker LocalCluster with the normalised rows on the
@@ -13,10 +13,10 @@ import time
 import dask
 import numpy as np
 
-from common import emit, local_cluster
+from harness.common import emit, local_cluster
 
 import dask_clust
-from dask_clust.bench.paper import labelled
+from harness.paper import labelled
 from dask_clust.datasets import load_digits
 
 def data(name):

@@ -13,11 +13,11 @@ import warnings
 
 import numpy as np
 
-from common import emit, local_cluster
+from harness.common import emit, local_cluster
 
 import dask_clust
-from dask_clust.bench.measure import Workers
-from dask_clust.bench.scaling import PeakRSS
+from harness.measure import Workers
+from harness.scaling import PeakRSS
 from dask_clust.datasets import make_blobs
 from dask_clust.metrics import nmi
 

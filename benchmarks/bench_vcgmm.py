@@ -15,7 +15,7 @@ import time
 import dask
 import numpy as np
 
-from common import blobs, emit, local_cluster
+from harness.common import blobs, emit, local_cluster
 
 import dask_clust
 from dask_clust.engine import as_source, open_engine

@@ -9,10 +9,10 @@ import time
 import dask
 import numpy as np
 
-from common import emit, local_cluster
+from harness.common import emit, local_cluster
 
 import dask_clust
-from dask_clust.bench.measure import Workers
+from harness.measure import Workers
 from dask_clust.datasets import make_blobs
 from dask_clust.models import ClusteringModel
 

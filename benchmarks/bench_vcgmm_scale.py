@@ -21,10 +21,10 @@ import time
 import dask
 import numpy as np
 
-from common import emit, local_cluster
+from harness.common import emit, local_cluster
 
 import dask_clust
-from dask_clust.bench.scaling import DriverBytes, PeakRSS
+from harness.scaling import DriverBytes, PeakRSS
 from dask_clust.datasets import make_blobs
 from dask_clust.engine import as_source, open_engine
 from dask_clust.engine.data import auto_chunk_rows

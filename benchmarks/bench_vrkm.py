@@ -17,10 +17,10 @@ import dask
 import dask.array as da
 import numpy as np
 
-from common import blobs, emit, local_cluster
+from harness.common import blobs, emit, local_cluster
 
 import dask_clust
-from dask_clust.bench.paper import qe_curve as curve, time_to
+from harness.paper import qe_curve as curve, time_to
 
 DATA = {"blobs200k_d32": ((200_000, 32, 100), 100), "blobs1m_d16": ((1_000_000, 16, 200), 200)}
 

@@ -1,4 +1,5 @@
-"""Command line: ``dask-clust fit | predict | demo | bench``.
+"""Command line: ``dask-clust fit | predict | demo`` (the benchmark suites are ``benchmarks/run.py`` in the
+repository, outside the installed package).
 
 Algorithm flags are generated from the registry's config dataclasses (their help is each parameter's
 meaning and every algorithm's default). Bad input, including an output path that cannot be written or an
@@ -19,7 +20,7 @@ import time
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-COMMANDS = ("fit", "predict", "demo", "bench")
+COMMANDS = ("fit", "predict", "demo")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -159,20 +160,6 @@ def cmd_demo(args):
     }]))
 
 
-def cmd_bench(args):
-    from .bench import report, suites
-    from .engine.cluster import connect
-
-    os.makedirs(args.results, exist_ok=True)
-    if args.suite:
-        out = args.out or os.path.join(args.results, f"suite-{args.suite}{'-tiny' if args.tiny else ''}.jsonl")
-        # a suite's file holds its latest run only: the page is always one run's measurements
-        with open(out, "w") as f, connect(args.scheduler) as client:
-            suites.run_suite(args.suite, f, client, tiny=args.tiny)
-    if args.report or (args.suite and not args.tiny and not args.out):
-        print(f"wrote {report.write(args.results, args.page, tiny=args.tiny)}", file=sys.stderr)
-
-
 def _command(argv):
     """The subcommand named in argv (the first word that is one), so only its flags are built."""
     return next((a for a in argv if a in COMMANDS), None)
@@ -187,7 +174,7 @@ def build_parser(argv=()):
                         help="log on stderr (-v info, -vv debug); accepted before or after the command")
     p = _Parser(prog="dask-clust", description="Clustering for data too large for one machine.", parents=[common])
     p.add_argument("--version", action="version", version=f"dask-clust {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{fit,predict,demo,bench}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{fit,predict,demo}")
 
     def progress_flags(parser):
         parser.add_argument("--progress", action="store_true",
@@ -224,18 +211,6 @@ def build_parser(argv=()):
     progress_flags(d)
     d.set_defaults(func=cmd_demo)
 
-    b = sub.add_parser("bench", parents=[common], help="benchmark suites (JSON lines) and the BENCHMARKS.md page they make")
-    b.add_argument("--suite", choices=["quick", "paper", "scaling"],
-                   help="quick: every algorithm and competitor on 5 data sets (< 10 min); paper: the papers' "
-                        "experiments too (< 60 min); scaling: 1 vs 2 workers and overhead vs workers")
-    b.add_argument("--tiny", action="store_true", help="2,000 rows per data set, one repeat: a smoke run")
-    b.add_argument("--results", default=os.path.join("benchmarks", "results"),
-                   help="directory of the suites' JSON lines and the plots (default: benchmarks/results)")
-    b.add_argument("--out", help="write the JSON lines here instead (the page is then not rewritten)")
-    b.add_argument("--page", default=os.path.join("benchmarks", "BENCHMARKS.md"), help="the page to write")
-    b.add_argument("--report", action="store_true", help="rewrite the page from the results directory")
-    b.add_argument("--scheduler", help="address of a running scheduler (default: a LocalCluster)")
-    b.set_defaults(func=cmd_bench)
     return p
 
 

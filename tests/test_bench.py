@@ -1,4 +1,4 @@
-"""The benchmark suite: a smoke run of ``dask-clust bench --suite quick --tiny`` (every algorithm and
+"""The benchmark harness: a smoke run of ``python benchmarks/run.py --suite quick --tiny`` (every algorithm and
 competitor on 2,000 rows of each set, one repeat: that it runs and reports, not how fast), and the page's
 arithmetic on rows whose answers are known."""
 import json
@@ -8,16 +8,16 @@ import statistics
 import pytest
 
 from dask_clust import algorithms
-from dask_clust.bench import report
-from dask_clust.bench.suites import BASELINE, NOT_QE, QUICK_TABLES
-from dask_clust.cli import main
+from harness import report
+from harness.cli import main
+from harness.suites import BASELINE, NOT_QE, QUICK_TABLES
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     page = results / "BENCHMARKS.md"
-    assert main(["bench", "--suite", "quick", "--tiny", "--results", str(results), "--page", str(page),
+    assert main(["--suite", "quick", "--tiny", "--results", str(results), "--page", str(page),
                  "--report"]) == 0
     rows = [json.loads(line) for line in (results / "suite-quick-tiny.jsonl").read_text().splitlines()]
     return rows, page, results
@@ -52,7 +52,7 @@ def test_smoke_page_has_a_table_and_a_plot_per_set(smoke):
     for name, _ in QUICK_TABLES:
         assert f"### {name} (" in text
     assert (results / "quick_tables.png").stat().st_size > 10_000
-    assert "dask-clust bench --suite quick" in text
+    assert "python benchmarks/run.py --suite quick" in text
 
 
 def _table_row(algo, eta, speedup, evals=None, seed=0, extras=None):
@@ -85,7 +85,7 @@ def test_quick_suite_scores_slk_labels_next_to_kmeans(smoke):
     """Issue #18: SLK-BO, SLK-MS and k-means++ on digits, mnist5k and segment, scored against the sets'
     labels (the smoke run's one seed on 2,000 rows: far above chance, 0.1 for 10 classes), and the page
     shows the table."""
-    from dask_clust.bench.paper import SLK_SETS
+    from harness.paper import SLK_SETS
 
     rows, page, _ = smoke
     slk = [r for r in rows if r["kind"] == "slk_quality"]

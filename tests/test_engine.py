@@ -418,7 +418,7 @@ def _check_v(chunk, n):
 
 def test_halo_rows_go_partition_to_partition(cluster):
     """A halo of 1 M float64 rows between 2 workers: the driver's sockets carry none of its 8 MB."""
-    from dask_clust.bench.scaling import DriverBytes
+    from harness.scaling import DriverBytes
 
     n = 2_000_000
     X = np.zeros((n, 1), np.float32)
@@ -659,7 +659,7 @@ def test_a_sharded_model_never_passes_through_the_driver(cluster):
     import dask
 
     from dask_clust import lloyd as L
-    from dask_clust.bench.scaling import DriverBytes
+    from harness.scaling import DriverBytes
     from dask_clust.engine.combine import Rows
 
     rng = np.random.default_rng(0)

@@ -1,11 +1,12 @@
-"""Shared by the benchmark scripts: output, data, the 2 x 1 LocalCluster."""
+"""Shared by the per-issue scripts: their JSON lines (``results/<name>.jsonl``), in-memory blobs, the LocalCluster."""
 import contextlib
 import json
 import os
 import platform
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# benchmarks/, where results/ is
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def emit(name, row):
@@ -33,3 +34,18 @@ def local_cluster(n_workers=2, threads_per_worker=1):
 
     with connect(n_workers=n_workers, threads_per_worker=threads_per_worker) as client:
         yield client
+
+
+class Rows:
+    """Where a per-issue script sends the rows of a suite's experiment function (``paper.sbe_iris(rows)``, ...),
+    so the experiment exists once: each row goes to ``results/<name>.jsonl`` and stays in ``rows`` for the
+    script's summary. Full size (``tiny`` False); the experiments that need a cluster get ``client``."""
+
+    tiny = False
+
+    def __init__(self, name, client="in-process"):
+        self.name, self.client, self.rows = name, client, []
+
+    def emit(self, row):
+        self.rows.append(row)
+        emit(self.name, row)

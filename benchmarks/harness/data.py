@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import datasets
+from dask_clust import datasets
 
 # rows kept by --tiny (the CI smoke run): enough for every algorithm's minimum, seconds per fit
 TINY_ROWS = 2000

@@ -9,13 +9,13 @@ import time
 import dask
 import numpy as np
 
-from .. import api
-from ..engine import as_source, open_engine
-from ..engine.cluster import connect
-from ..kernels.assign import Prepared
-from ..lloyd import lloyd_step
+from dask_clust import api
+from dask_clust.engine import as_source, open_engine
+from dask_clust.engine.cluster import connect
+from dask_clust.kernels.assign import Prepared
+from dask_clust.lloyd import lloyd_step
 
-logger = logging.getLogger("dask_clust.bench")
+logger = logging.getLogger("harness")
 
 STRONG = (("blobs1m_d16", "kmeans", 200, {"max_iter": 12, "tol": 0.0}),
           ("blobs1m_d16", "vcgmm", 1000, {}))
@@ -148,7 +148,7 @@ def coreset_driver_memory(rows=1_000_000, d=64, n_workers=4, in_process_bytes="6
     """The driver's peak memory while a coreset of ``rows`` x ``d`` float32 is drawn from a dask array of
     4 x ``rows`` rows on ``n_workers`` workers and Lloyd runs on it (``in-process-bytes`` below the
     coreset's size, so it stays on the workers)."""
-    from ..datasets import make_blobs
+    from dask_clust.datasets import make_blobs
 
     X, _ = make_blobs(4 * rows, d, 50, random_state=0)
     with connect(n_workers=n_workers, threads_per_worker=1) as client, \

@@ -1,4 +1,4 @@
-"""The suites of ``dask-clust bench --suite quick|paper|scaling``: JSON lines, one per measurement.
+"""The suites of ``benchmarks/run.py --suite quick|paper|scaling``: JSON lines, one per measurement.
 
 Every row of a table carries ``eta`` (QE relative to scikit-learn's k-means++ Lloyd, minus 1) and
 ``speedup`` (that fit's wall time over this row's), both from measurements of the same run, the same data,
@@ -15,11 +15,11 @@ from dataclasses import fields
 
 import numpy as np
 
-from .. import algorithms
+from dask_clust import algorithms
 from . import measure, paper, scaling
 from .data import materialise, read
 
-logger = logging.getLogger("dask_clust.bench")
+logger = logging.getLogger("harness")
 
 BASELINE = "sklearn-lloyd"
 BASELINE_CAP_S = 900.0
