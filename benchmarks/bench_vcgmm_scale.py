@@ -101,7 +101,7 @@ def chain_cost_on_driver(k, d, m=M, repeats=3):
 
 
 def afkmc2_part(n_workers=4):
-    from dask_clust import seeding
+    from dask_clust.blocks import seeding
 
     on_driver = [0]
     plain = seeding.update_mind
@@ -194,7 +194,7 @@ def budget():
             r = json.loads(line)
             if r.get("kind") == "overhead" and r.get("workers") == 16:
                 trip_s = r["overhead_ms"] / 1000
-    from dask_clust.seeding import CHAINS_PER_ROUND as B
+    from dask_clust.blocks.seeding import CHAINS_PER_ROUND as B
 
     chain_evals = m * C * (C - 1) / 2
     driver_evals = m * (B - 1) / 2 * (C - 1)

@@ -15,9 +15,9 @@ logging.getLogger("dask_clust").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
-_LAZY = {"fit": "api", "load": "api", "ClusteringModel": "models", "InputError": "engine.data",
-         "InvalidParameterError": "_params", "StopFit": "engine.loop", "REGISTRY": "algorithms", "InvalidModelError": "models",
-         "UnguardedScript": "engine.cluster", "kneighbors_graph": "knn"}
+_LAZY = {"fit": "api", "load": "api", "ClusteringModel": "models", "InputError": "errors",
+         "InvalidParameterError": "errors", "StopFit": "engine.loop", "REGISTRY": "algorithms", "InvalidModelError": "errors",
+         "UnguardedScript": "errors", "kneighbors_graph": "blocks.knn"}
 
 
 def _estimators():

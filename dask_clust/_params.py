@@ -6,9 +6,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-
-class InvalidParameterError(ValueError, TypeError):
-    """A parameter outside its declared set; the message names the parameter, the set and the value."""
+from .errors import InvalidParameterError
 
 
 @dataclass(frozen=True)

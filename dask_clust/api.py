@@ -14,10 +14,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import algorithms
 from ._params import build_config, describe
-from .engine import Loop, as_source, check_random_state, open_engine
+from ._random import check_random_state
+from .engine import Loop, as_source, open_engine
 from .engine import progress as progress_
-from .engine.cluster import UnguardedScript
-from .engine.data import InputError
+from .errors import InputError, UnguardedScript
 from .models import ClusteringModel
 
 logger = logging.getLogger("dask_clust")

@@ -141,7 +141,7 @@ def _table(rows):
 def cmd_demo(args):
     from . import api
     from .datasets import make_blobs
-    from .engine.data import InputError
+    from .errors import InputError
 
     if args.k > args.n or args.true_clusters > args.n:
         raise InputError(f"demo: -k ({args.k}) and --true-clusters ({args.true_clusters}) must be <= --n ({args.n})")
@@ -216,10 +216,7 @@ def build_parser(argv=()):
 
 def _bad_input(exc):
     """Whether ``exc`` is the user's input being refused (status 2, one line), not a defect."""
-    from ._params import InvalidParameterError
-    from .engine.cluster import SchedulerUnreachable
-    from .engine.data import InputError
-    from .models import InvalidModelError
+    from .errors import InputError, InvalidModelError, InvalidParameterError, SchedulerUnreachable
 
     return isinstance(exc, (InputError, InvalidParameterError, InvalidModelError, SchedulerUnreachable,
                             FileNotFoundError))

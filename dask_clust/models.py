@@ -12,6 +12,7 @@ import dask
 import dask.array as da
 import numpy as np
 
+from .errors import InvalidModelError
 from .engine.data import as_dask_rows, check_finite_block, l2_rows, map_rows
 from .outputs import check_model_dir, replacing
 from .kernels.assign import Prepared, all_sqdist, nearest
@@ -237,10 +238,6 @@ class ClusteringModel:
                    converged_=meta["converged_"], history_=meta["history_"],
                    n_distance_evals_=meta["n_distance_evals_"], objective_=meta["objective_"], extras_=extras,
                    engine_=meta.get("engine_"))
-
-
-class InvalidModelError(ValueError):
-    """A saved model that cannot be read: the message names the path and the first problem found."""
 
 
 def _read(path):

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import uuid
 
-from .engine.data import InputError
+from .errors import InputError
 
 LABEL_FORMATS = (".npy", ".parquet", ".zarr")
 

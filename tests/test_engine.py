@@ -189,7 +189,7 @@ def test_knn_graph_is_searched_again_after_a_lost_worker(three_workers, method):
     import dask
     import dask.array as da
 
-    from dask_clust.knn import neighbour_graph
+    from dask_clust.blocks.knn import neighbour_graph
 
     # a dask input in 10 chunks: a lost chunk (and IVF's reordered rows built from it) is recomputed
     X = da.from_array(blobs(3000, 6, 4, seed=2)[0].astype(np.float32), chunks=(300, 6))
@@ -624,7 +624,7 @@ def test_afkmc2_chains_run_on_the_workers(cluster, monkeypatch):
     """AFK-MC2's proposals stay on the workers that drew them and are scored there, CHAINS_PER_ROUND
     chains per round trip: on 2 workers the driver evaluates only each chain's distances to the centres
     chosen earlier in its round, and the seeds are the in-process ones, bit for bit."""
-    from dask_clust import seeding
+    from dask_clust.blocks import seeding
 
     X, _ = blobs(6000, 5, 8, seed=4)
     k, m, n = 40, 6, seeding.CHAINS_PER_ROUND
@@ -658,7 +658,7 @@ def test_a_sharded_model_never_passes_through_the_driver(cluster):
     sums; the same iteration with the centres on the driver carries the sums."""
     import dask
 
-    from dask_clust import lloyd as L
+    from dask_clust.blocks import lloyd as L
     from harness.scaling import DriverBytes
     from dask_clust.engine.combine import Rows
 

@@ -207,7 +207,8 @@ def test_npy_chunks_are_read_by_the_workers_that_see_the_file(tmp_path, cluster,
 
 
 def test_a_changed_npy_file_is_refused_where_it_is_read(tmp_path):
-    from dask_clust.engine.data import InputError, file_rows, file_stamp
+    from dask_clust.engine.data import file_rows, file_stamp
+    from dask_clust.errors import InputError
 
     path = str(tmp_path / "x.npy")
     np.save(path, np.arange(12.0).reshape(6, 2))

@@ -6,7 +6,7 @@ import pytest
 
 import dask_clust
 from dask_clust.engine import as_source, open_engine
-from dask_clust.seeding import seed
+from dask_clust.blocks.seeding import seed
 from tests.conftest import rtol_for
 from tests.reference import lloyd as ref
 

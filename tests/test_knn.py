@@ -1,4 +1,4 @@
-"""The kNN graph (dask_clust/knn.py) against brute force, scikit-learn and the SLK authors' graphs, under
+"""The kNN graph (dask_clust/blocks/knn.py) against brute force, scikit-learn and the SLK authors' graphs, under
 every chunking and on a cluster."""
 import pathlib
 
@@ -7,8 +7,8 @@ import pytest
 
 from dask_clust.datasets import load_digits, load_mnist_5k
 from dask_clust.engine import as_source, open_engine
-from dask_clust.engine.data import InputError
-from dask_clust.knn import kneighbors_graph, neighbour_graph
+from dask_clust.errors import InputError
+from dask_clust.blocks.knn import kneighbors_graph, neighbour_graph
 from tests.reference import slk as ref
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "slk"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import dask_clust
-from dask_clust.engine.data import check_random_state, stream
+from dask_clust._random import check_random_state, stream
 from dask_clust.kernels.nested import nested_ranks, nested_round
 from tests.reference import nmbatch as ref
 from tests.reference.make_blobs import blobs

@@ -5,7 +5,7 @@ import pytest
 
 import dask_clust
 from dask_clust.algorithms.sbe import draw_batches
-from dask_clust.engine.data import check_random_state
+from dask_clust._random import check_random_state
 from tests.reference import sbe as ref
 from tests.reference.make_blobs import blobs
 

@@ -166,7 +166,7 @@ def engine_slk_z(X, seeds, mode, chunk_rows=None, client="in-process", **kw):
     from dask_clust.engine import as_source, open_engine
     from dask_clust.engine.combine import Rows
     from dask_clust.engine.loop import Loop
-    from dask_clust.knn import neighbour_graph
+    from dask_clust.blocks.knn import neighbour_graph
 
     graph_kw = {k: kw.pop(k) for k in ("knn_method", "nlist", "nprobe") if k in kw}
     graph_kw["method"] = graph_kw.pop("knn_method", "exact")

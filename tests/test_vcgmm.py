@@ -5,9 +5,9 @@ import pytest
 
 import dask_clust
 from dask_clust.algorithms.vcgmm import init_neighbourhoods, kernel_key
-from dask_clust.coreset import lightweight_coreset
+from dask_clust.blocks.coreset import lightweight_coreset
 from dask_clust.engine import as_source, open_engine
-from dask_clust.engine.data import check_random_state
+from dask_clust._random import check_random_state
 from dask_clust.kernels.truncated import draw_distinct
 from tests.reference import vcgmm as ref
 from tests.reference.make_blobs import blobs

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import dask_clust
-from dask_clust.engine.data import InputError, check_random_state, stream
+from dask_clust._random import check_random_state, stream
+from dask_clust.errors import InputError
 from tests.reference import vrkm as ref
 from tests.reference.make_blobs import blobs
 

@@ -21,7 +21,7 @@ import numpy as np
 from dask_clust import api
 from dask_clust.datasets import make_digitlike
 from dask_clust.engine import as_source, open_engine
-from dask_clust.seeding import seed as seed_centers
+from dask_clust.blocks.seeding import seed as seed_centers
 from . import measure
 
 logger = logging.getLogger("harness")

@@ -2,7 +2,7 @@
 convergence. The baseline users compare with, and the building block of the other algorithms.
 
 S. P. Lloyd, "Least squares quantization in PCM", IEEE Trans. Inf. Theory 28(2), 1982,
-doi:10.1109/TIT.1982.1056489. ALGORITHMS.md §6; the steps are in ``dask_clust/lloyd.py``.
+doi:10.1109/TIT.1982.1056489. ALGORITHMS.md §6; the steps are in ``dask_clust/blocks/lloyd.py``.
 """
 import numbers
 from dataclasses import dataclass
@@ -11,9 +11,9 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
-from ..coreset import working_set
-from ..lloyd import lloyd
-from ..seeding import SEEDERS, seed
+from ..blocks.coreset import working_set
+from ..blocks.lloyd import lloyd
+from ..blocks.seeding import SEEDERS, seed
 from .registry import AlgorithmSpec, final_pass, register
 
 

@@ -20,9 +20,9 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
-from ..engine.data import stream
+from .._random import stream
 from ..kernels.assign import Prepared, accumulate, nearest
-from ..seeding import SEEDERS, seed
+from ..blocks.seeding import SEEDERS, seed
 from .registry import AlgorithmSpec, finish, register
 
 

@@ -29,9 +29,9 @@ import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.combine import Rows
-from ..engine.data import stream
+from .._random import stream
 from ..kernels.nested import nested_ranks, nested_round
-from ..seeding import SEEDERS, seed
+from ..blocks.seeding import SEEDERS, seed
 from .registry import AlgorithmSpec, finish, register
 
 logger = logging.getLogger("dask_clust")

@@ -24,7 +24,7 @@ REGISTRY = {}
 def final_pass(engine, centers, rows="all rows"):
     """The exact QE of the returned centres over the engine's rows and its distance evaluations (one pass)."""
     from ..engine import progress
-    from ..lloyd import quantization_error
+    from ..blocks.lloyd import quantization_error
 
     with progress.phase(f"final pass (QE of {rows})", 1, "pass") as shown:
         qe, evals = quantization_error(engine, centers)
@@ -49,7 +49,7 @@ def register(spec):
 
 def get(name):
     if name not in REGISTRY:
-        from .._params import InvalidParameterError
+        from ..errors import InvalidParameterError
 
         raise InvalidParameterError(f"unknown algorithm {name!r}; valid algorithms are {sorted(REGISTRY)}")
     return REGISTRY[name]

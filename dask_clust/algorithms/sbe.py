@@ -25,10 +25,11 @@ import numpy as np
 
 from .._params import ArrayOf2D, Interval, Options
 from ..engine import FitResult
-from ..engine.data import InputError, stream
+from .._random import stream
+from ..errors import InputError
 from ..kernels.backward_euler import backward_euler_step
-from ..lloyd import quantization_error
-from ..seeding import SEEDERS, seed
+from ..blocks.lloyd import quantization_error
+from ..blocks.seeding import SEEDERS, seed
 from .registry import AlgorithmSpec, final_pass, register
 
 # centres beyond this many times the data's largest magnitude have left the data: the iteration diverged

@@ -44,12 +44,13 @@ import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.combine import ArgMax, Rows, Sum
-from ..engine.data import InputError, l2_rows
+from ..engine.data import l2_rows
+from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
 from ..kernels.slk import affinities, bound_update
-from ..knn import (BLOCK_VALUES, METHODS, gemm_sqdist, groups_in, keep_halo_ids, keep_input_ids, nearest_centre,
+from ..blocks.knn import (BLOCK_VALUES, METHODS, gemm_sqdist, groups_in, keep_halo_ids, keep_input_ids, nearest_centre,
                    neighbour_graph, rows_float64, rows_of, squared_norms, unsearched)
-from ..seeding import SEEDERS, seed
+from ..blocks.seeding import SEEDERS, seed
 from .registry import AlgorithmSpec, final_pass, register
 
 

@@ -44,14 +44,15 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
-from ..coreset import default_size, working_set
+from ..blocks.coreset import default_size, working_set
 from ..engine import FitResult
 from ..engine.combine import KeyedSum, Rows, Scatter, Sum
-from ..engine.data import InputError, stream
+from .._random import stream
+from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
 from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
                                  truncated_search)
-from ..seeding import SEEDERS, seed
+from ..blocks.seeding import SEEDERS, seed
 from .registry import AlgorithmSpec, final_pass, register
 
 # rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB

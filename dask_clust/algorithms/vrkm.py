@@ -30,10 +30,10 @@ import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.combine import Fold, Sum
-from ..engine.data import InputError
+from ..errors import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..kernels.variance_reduced import variance_reduced_steps
-from ..seeding import SEEDERS, seed
+from ..blocks.seeding import SEEDERS, seed
 from .registry import AlgorithmSpec, finish, register
 
 

@@ -26,6 +26,7 @@ from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
 
+from ..errors import SchedulerUnreachable, UnguardedScript
 from . import config, progress
 from .data import ArraySource, FutureSource, file_stamp, row_starts
 from .partition import Call, Chunk, Partition, remote_call, remote_run, routed_rows
@@ -519,14 +520,6 @@ def backend_for(source, client, entropy):
             backend = ActorBackend(client, source, entropy)
         stack.callback(backend.close)
         yield backend
-
-
-class SchedulerUnreachable(OSError):
-    """No scheduler answered at the address given."""
-
-
-class UnguardedScript(RuntimeError):
-    """A script without an ``if __name__ == "__main__":`` guard started a LocalCluster."""
 
 
 UNGUARDED = ("dask_clust started a LocalCluster, whose worker processes re-run this script's top level (Python's "

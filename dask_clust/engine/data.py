@@ -1,46 +1,15 @@
-"""Input normalisation and validation, row chunks, per-chunk random streams.
+"""Input normalisation and validation, row chunks.
 
 Everything the caller passes is read, never modified: conversions (integers to float64, float16 to
 float32, non-contiguous blocks to contiguous ones) make new arrays.
 """
 import os
-import zlib
 
 import dask.array as da
 import numpy as np
 
+from ..errors import InputError
 from . import config
-
-
-class InputError(ValueError):
-    """Bad input found before any work was spent (DESIGN rule 8)."""
-
-
-# ---------------------------------------------------------------- random streams (rule 5)
-
-def check_random_state(random_state):
-    """The root entropy of a fit: an int, a SeedSequence, or None (fresh entropy)."""
-    if random_state is None:
-        return np.random.SeedSequence().entropy
-    if isinstance(random_state, np.random.SeedSequence):
-        return random_state.entropy
-    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise InputError(f"random_state must be a non-negative int, None or a SeedSequence; got {random_state}")
-        return int(random_state)
-    raise InputError(
-        f"random_state must be a non-negative int, None or a numpy SeedSequence; got {type(random_state).__name__}"
-    )
-
-
-def tag_key(tag):
-    """Stable integer spawn-key elements for a tag such as ("kmeans++", 3)."""
-    return tuple(t if isinstance(t, (int, np.integer)) else zlib.crc32(str(t).encode()) for t in tag)
-
-
-def stream(entropy, *tag):
-    """A Generator that depends only on the fit's entropy and the tag (chunk index included by callers)."""
-    return np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=tag_key(tag)))
 
 
 # ---------------------------------------------------------------- sources

@@ -17,6 +17,7 @@
     engine.sample(step, params, counts, e)  an Engine over the rows a step draws from every chunk (a coreset),
                                             left on the workers that drew it unless it is small
     engine.working_set(X, w, entropy)       an Engine over a weighted set this process holds
+    open_local(X, w, entropy)               an in-process Engine over rows this process holds, in their own chunks
     engine.sharded(key, arrays)             a model split by rows over the partitions (rule 1, large models):
                                             model.ref() in params gives steps the whole field (each partition
                                             gathers it from the others), reduce(..., scatter=(model, at_shard,
@@ -40,11 +41,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError
 from ..kernels.stats import chunk_summary, fixed_top_exponent
 from . import config
 from .cluster import IN_PROCESS, Restarted, backend_for
 from .combine import Fold, Max, Min, Rows, Scatter, Sum
-from .data import ArraySource, InputError, as_source
+from .data import ArraySource, as_source
 from .partition import Call, ShardRef, pop_halo, pop_state, routed_rows
 
 
@@ -405,3 +407,9 @@ def open_engine(source, client=None, entropy=0):
     """An Engine over ``source`` for the duration of a fit (see ``cluster.backend_for`` for ``client``)."""
     with backend_for(source, client, entropy) as backend:
         yield Engine(backend, source, entropy)
+
+
+def open_local(X, sample_weight, entropy):
+    """An in-process Engine over rows this process already holds (k-means||'s few candidates to recluster):
+    the same steps as on the cluster, without a round trip; a context manager like ``open_engine``."""
+    return open_engine(as_source(X, sample_weight), IN_PROCESS, entropy)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import combine as combines
-from .data import stream
+from .._random import stream
 
 
 class Chunk:

@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 
 from .distance import sqdist
-from .streams import GOLDEN, splitmix
+from .._random import GOLDEN, splitmix
 
 # float32 rounding is at most 2^-24 relative: shrinking by 2^-22 first keeps a stored bound below its value
 _SHRINK = 1.0 - 2.0 ** -22

@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 
 from .distance import sqdist_row
-from .streams import row_state, splitmix
+from .._random import row_state, splitmix
 
 
 @njit(nogil=True, cache=True)

@@ -30,11 +30,13 @@ import math
 import numpy as np
 
 from .coreset import lightweight_coreset
-from .engine import as_source, config, open_engine
-from .engine.combine import KeyedSum, RowTop, Rows
-from .engine.data import InputError, l2_rows, stream
-from .kernels.assign import Prepared, nearest
-from .kernels.distance import nearest_centres, nearest_neighbours
+from ..engine import as_source, config, open_engine
+from ..engine.combine import KeyedSum, RowTop, Rows
+from .._random import stream
+from ..engine.data import l2_rows
+from ..errors import InputError
+from ..kernels.assign import Prepared, nearest
+from ..kernels.distance import nearest_centres, nearest_neighbours
 from .lloyd import lloyd
 from .seeding import seed
 

@@ -18,9 +18,9 @@ reduce-scattered by cluster, step 3 runs where each cluster range lives, and the
 """
 import numpy as np
 
-from .engine import FitResult, Loop
-from .engine.combine import Rows, Scatter, Sum, Top
-from .kernels.assign import Prepared, accumulate, nearest
+from ..engine import FitResult, Loop
+from ..engine.combine import Rows, Scatter, Sum, Top
+from ..kernels.assign import Prepared, accumulate, nearest
 
 
 def lloyd_step(chunk, centers):

@@ -15,12 +15,12 @@ import time
 
 import numpy as np
 
-from ._params import InvalidParameterError
-from .engine import progress
-from .engine.combine import Fold, Rows
-from .engine.data import stream
-from .kernels.assign import update_mind
-from .kernels.sampling import draw_proportional
+from .._random import stream
+from ..engine import progress
+from ..engine.combine import Fold, Rows
+from ..errors import InvalidParameterError
+from ..kernels.assign import update_mind
+from ..kernels.sampling import draw_proportional
 
 
 def _weighted_sums(chunk, params):

@@ -14,13 +14,12 @@ import math
 
 import numpy as np
 
-from .engine import as_source, open_engine, progress
-from .engine.cluster import IN_PROCESS
+from ..engine import open_local, progress
 from .coreset import MASSES, chunk_masses, proposal, proposal_masses
-from .engine.combine import Rows, Sum
-from .engine.data import stream
-from .kernels.assign import Prepared, candidate_potentials, nearest, update_mind
-from .kernels.sampling import draw_proportional
+from ..engine.combine import Rows, Sum
+from .._random import stream
+from ..kernels.assign import Prepared, candidate_potentials, nearest, update_mind
+from ..kernels.sampling import draw_proportional
 from .lloyd import lloyd
 
 SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
@@ -242,7 +241,7 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
         cands, weights = cands[keep], weights[keep]
     else:
         weights = np.maximum(weights, np.finfo(float).tiny)
-    with open_engine(as_source(cands, weights), client=IN_PROCESS, entropy=entropy) as local, \
+    with open_local(cands, weights, entropy) as local, \
             progress.reporting(False):   # the recluster of a few candidates is quick: no bars of its own
         seeds, e = kmeans_plusplus(local, k, stream(entropy, "k-means||", "recluster").integers(2**63))
         result = lloyd(local, seeds, max_iter=recluster_iter, tol=0.0)

@@ -1,0 +1,22 @@
+"""The errors a user catches, in one place (each is also ``dask_clust.<name>``): every one is raised before
+work is spent on input or settings that cannot succeed, with a message naming what is wrong."""
+
+
+class InputError(ValueError):
+    """Bad input found before any work was spent (DESIGN rule 8)."""
+
+
+class InvalidParameterError(ValueError, TypeError):
+    """A parameter outside its declared set; the message names the parameter, the set and the value."""
+
+
+class InvalidModelError(ValueError):
+    """A saved model that cannot be read: the message names the path and the first problem found."""
+
+
+class SchedulerUnreachable(OSError):
+    """No scheduler answered at the address given."""
+
+
+class UnguardedScript(RuntimeError):
+    """A script without an ``if __name__ == "__main__":`` guard started a LocalCluster."""
