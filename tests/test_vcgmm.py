@@ -113,14 +113,14 @@ def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
 
     monkeypatch.setattr(vcgmm, "update_neighbourhoods", spy)
     states = []
-    original_estep = vcgmm._estep
+    original_search = vcgmm.truncated_search
 
-    def spy_estep(chunk, params):
-        out = original_estep(chunk, params)
-        states.append(chunk.state["vcgmm"]["K"].copy())
+    def spy_search(x, w, start, mu, K, *rest):   # K: a block's K^(n), updated in place by the search
+        out = original_search(x, w, start, mu, K, *rest)
+        states.append(K.copy())
         return out
 
-    monkeypatch.setattr(vcgmm, "_estep", spy_estep)
+    monkeypatch.setattr(vcgmm, "truncated_search", spy_search)
     dask_clust.fit(data, algo="vcgmm", n_clusters=25, G=4, n_truncated=6, extra_random=True, max_iter=8,
                    coreset_size=600, random_state=1, client="in-process")
     assert seen and states
@@ -211,7 +211,7 @@ def test_afkmc2_chain_follows_the_acceptance_rule():
     """Two groups, the far one 1 % of the rows but nearly all of the d² mass. Chain length 1 keeps the
     proposal's draw, which lands in the far group with probability ≈ ½ + ½·1 % (the proposal mixes
     D²-sampling with uniform); a long chain's acceptance rule moves it there almost surely."""
-    from dask_clust.seeding import afkmc2
+    from dask_clust.blocks.seeding import afkmc2
 
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(0, 0.1, (990, 2)), rng.normal(100, 0.1, (10, 2))])

@@ -1,0 +1,114 @@
+"""The package's layers (ARCHITECTURE.md, CONTRIBUTING.md), read from the source with ``ast`` (nothing is
+imported): imports point down only, no import cycle between modules, only ``engine/`` imports
+``distributed``, no module imports another's ``_private`` name, and the benchmark harness is outside the
+package."""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "dask_clust"
+
+# lowest first: a module may import modules of its own layer and of the layers below
+LAYERS = (
+    ("errors",),
+    ("_random", "_params", "outputs", "datasets", "deploy"),
+    ("kernels",),
+    ("engine",),
+    ("blocks",),
+    ("algorithms",),
+    ("models", "metrics"),
+    ("api",),
+    ("cli", "__init__"),
+)
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+
+
+def module_name(path):
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def unit(module):
+    """The layer unit of a module: its top-level file or folder under dask_clust."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports(module):
+    """(imported module, names, at module level) for every import statement of ``module``."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body} | {id(n) for node in tree.body if isinstance(node, (ast.If, ast.Try))
+                                               for n in ast.walk(node)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, (), id(node) in top
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            names = tuple(a.name for a in node.names)
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES]
+            for sub in subs:   # ``from . import kmeans``: the submodule, not the package
+                yield sub, (), id(node) in top
+            rest = tuple(n for n in names if f"{target}.{n}" not in MODULES)
+            if rest:
+                yield target, rest, id(node) in top
+
+
+def own(target):
+    """The dask_clust module an import names (a name imported from a package resolves to the package)."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def test_every_module_sits_in_a_layer():
+    assert {unit(m) for m in MODULES} <= set(RANK), {unit(m) for m in MODULES} - set(RANK)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down_and_name_nothing_private(module):
+    for target, names, _ in imports(module):
+        if not target.startswith("dask_clust"):
+            assert target.split(".")[0] not in ("harness", "benchmarks"), (module, target)
+            if target.split(".")[0] == "distributed":
+                assert unit(module) == "engine", f"{module} imports {target}: only engine/ talks to Dask"
+            continue
+        assert RANK[unit(own(target))] <= RANK[unit(module)], f"{module} imports {target}, a layer above it"
+        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        assert not private, f"{module} imports {private} from {target}"
+
+
+def test_no_import_cycle_between_modules():
+    """Module-level imports only (a function's import runs after every module has loaded)."""
+    graph = {m: {own(t) for t, _, top in imports(m) if top and t.startswith("dask_clust")} - {m, None}
+             for m in MODULES}
+    done, path = set(), []
+
+    def visit(m):
+        if m in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(m):] + [m]))
+        if m in done:
+            return
+        path.append(m)
+        for n in sorted(graph[m]):
+            visit(n)
+        path.pop()
+        done.add(m)
+
+    for m in sorted(graph):
+        visit(m)
+
+
+def test_the_benchmark_harness_is_not_in_the_package():
+    assert not (ROOT / "bench").exists()
+    assert (ROOT.parent / "benchmarks" / "harness" / "suites.py").is_file()
