@@ -16,7 +16,7 @@ logging.getLogger("dask_clust").addHandler(logging.NullHandler())
 __version__ = "0.1.0"
 
 _LAZY = {"fit": "api", "load": "api", "ClusteringModel": "models", "InputError": "errors",
-         "InvalidParameterError": "errors", "StopFit": "engine.loop", "REGISTRY": "algorithms", "InvalidModelError": "errors",
+         "InvalidParameterError": "errors", "StopFit": "loop", "REGISTRY": "algorithms", "InvalidModelError": "errors",
          "UnguardedScript": "errors", "kneighbors_graph": "blocks.knn"}
 
 

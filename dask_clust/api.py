@@ -15,9 +15,10 @@ from sklearn.utils.validation import check_is_fitted
 from . import algorithms
 from ._params import build_config, describe
 from ._random import check_random_state
-from .engine import Loop, as_source, open_engine
-from .engine import progress as progress_
+from . import progress as progress_
+from .engine import as_source, open_engine
 from .errors import InputError, UnguardedScript
+from .loop import Loop
 from .models import ClusteringModel
 
 logger = logging.getLogger("dask_clust")

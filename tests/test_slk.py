@@ -57,7 +57,7 @@ def test_reference_reproduces_the_authors_program(fixtures, data, seeds, sigma, 
 def engine_slk(X, seeds, mode, client="in-process", chunk_rows=None, **kw):
     from dask_clust.algorithms.slk import slk
     from dask_clust.engine import as_source, open_engine
-    from dask_clust.engine.loop import Loop
+    from dask_clust.loop import Loop
 
     with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng:
         return slk(eng, seeds, Loop("slk", 100), mode=mode, **kw)
@@ -165,7 +165,7 @@ def engine_slk_z(X, seeds, mode, chunk_rows=None, client="in-process", **kw):
     from dask_clust.algorithms import slk as s
     from dask_clust.engine import as_source, open_engine
     from dask_clust.engine.combine import Rows
-    from dask_clust.engine.loop import Loop
+    from dask_clust.loop import Loop
     from dask_clust.blocks.knn import neighbour_graph
 
     graph_kw = {k: kw.pop(k) for k in ("knn_method", "nlist", "nprobe") if k in kw}

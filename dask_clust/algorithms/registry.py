@@ -14,7 +14,7 @@ class AlgorithmSpec:
     reference: str          # the paper
     objective: str          # what history_'s per-iteration "objective" is (the model's objective_ is the
                             # exact QE of the returned centres over all rows unless vc-GMM's
-                            # final_objective says otherwise, engine.FitResult)
+                            # final_objective says otherwise, loop.FitResult)
     weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
 
 
@@ -23,7 +23,7 @@ REGISTRY = {}
 
 def final_pass(engine, centers, rows="all rows"):
     """The exact QE of the returned centres over the engine's rows and its distance evaluations (one pass)."""
-    from ..engine import progress
+    from .. import progress
     from ..blocks.lloyd import quantization_error
 
     with progress.phase(f"final pass (QE of {rows})", 1, "pass") as shown:
@@ -35,7 +35,7 @@ def final_pass(engine, centers, rows="all rows"):
 def finish(engine, centers, loop, distance_evals, extras, converged=None):
     """A fit's ``FitResult``: its objective is the exact QE of the returned centres over all rows (one
     pass), whatever the algorithm optimised on the way."""
-    from ..engine import FitResult
+    from ..loop import FitResult
 
     qe, qe_evals = final_pass(engine, centers)
     return FitResult(centers, qe, loop.n_iter, loop.converged if converged is None else converged,

@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, Options
-from ..engine import FitResult
+from ..loop import FitResult
 from .._random import stream
 from ..errors import InputError
 from ..kernels.backward_euler import backward_euler_step

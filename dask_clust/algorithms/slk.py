@@ -449,7 +449,7 @@ def fit(engine, cfg, entropy, loop):
         warnings.warn(f"slk lost a cluster at outer iteration {out.outer} (a cluster kept no row): the model is the "
                       "previous iteration's; try another random_state, fewer clusters or a smaller lmbda",
                       RuntimeWarning, stacklevel=2)
-    from ..engine import FitResult
+    from ..loop import FitResult
 
     extras = {"labels_": out.labels, "seeds_": np.asarray(seeds, np.float64), "sigma_": out.sigma, "lost_cluster_": out.lost,
               "inner_iterations_": list(out.inner), "graph_recall_": out.recall, "graph_method_": out.method,

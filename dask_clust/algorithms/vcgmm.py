@@ -45,7 +45,7 @@ import numpy as np
 
 from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..blocks.coreset import default_size, working_set
-from ..engine import FitResult
+from ..loop import FitResult
 from ..engine.combine import KeyedSum, Rows, Scatter, Sum
 from .._random import stream
 from ..errors import InputError

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from .._random import stream
-from ..engine import progress
+from .. import progress
 from ..engine.combine import Fold, Rows
 from ..errors import InvalidParameterError
 from ..kernels.assign import update_mind

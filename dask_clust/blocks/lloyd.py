@@ -18,7 +18,7 @@ reduce-scattered by cluster, step 3 runs where each cluster range lives, and the
 """
 import numpy as np
 
-from ..engine import FitResult, Loop
+from ..loop import FitResult, Loop
 from ..engine.combine import Rows, Scatter, Sum, Top
 from ..kernels.assign import Prepared, accumulate, nearest
 

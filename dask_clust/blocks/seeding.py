@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from ..engine import open_local, progress
+from .. import progress
+from ..engine import open_local
 from .coreset import MASSES, chunk_masses, proposal, proposal_masses
 from ..engine.combine import Rows, Sum
 from .._random import stream

@@ -1,6 +1,5 @@
 """The only layer that talks to Dask; algorithms see the ``Engine`` verbs of ``ops.py``."""
 from .data import as_source
 from .ops import Engine, open_engine, open_local
-from .loop import FitResult, Loop
 
-__all__ = ["Engine", "FitResult", "Loop", "as_source", "open_engine", "open_local"]
+__all__ = ["Engine", "as_source", "open_engine", "open_local"]

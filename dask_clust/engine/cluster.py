@@ -27,7 +27,8 @@ from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
 
 from ..errors import SchedulerUnreachable, UnguardedScript
-from . import config, progress
+from .. import progress
+from . import config
 from .data import ArraySource, FutureSource, file_stamp, row_starts
 from .partition import Call, Chunk, Partition, remote_call, remote_run, routed_rows
 

@@ -57,7 +57,7 @@ class StopFit(Exception):
 
 class Loop:
     """``for it in Loop(...): ...; loop.record(...)``; ``loop.converged = True`` then break.
-    ``progress``: show the iterations as a phase (``engine.progress``; a fit's own loop, not a seeder's)."""
+    ``progress``: show the iterations as a phase (``progress``; a fit's own loop, not a seeder's)."""
 
     def __init__(self, name, max_iter, *, callback=None, progress=False):
         self.name = name
