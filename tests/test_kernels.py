@@ -158,6 +158,68 @@ def test_sample_proportional_frequencies():
     assert freq[[0, 3, 5]].sum() == 0  # zero weight is never drawn
 
 
+@st.composite
+def grid_queries(draw):
+    """Integer rows (exact distances, so ties are ties), ids shuffled, and some queries among the rows."""
+    m, d = draw(st.integers(1, 25)), draw(st.integers(1, 4))
+    Y = draw(arrays(np.float64, (m, d), elements=st.integers(-3, 3)))
+    y_ids = np.asarray(draw(st.permutations(range(m))), np.int64) * 3
+    n = draw(st.integers(1, 12))
+    Q = draw(arrays(np.float64, (n, d), elements=st.integers(-3, 3)))
+    q_ids = np.asarray(draw(st.lists(st.sampled_from(list(y_ids) + [-1]), min_size=n, max_size=n)), np.int64)
+    return Q, q_ids, Y, y_ids, draw(st.integers(1, 5))
+
+
+@settings(max_examples=150, deadline=None)
+@given(grid_queries(), st.floats(0, 2))
+def test_nearest_neighbours_match_brute_force(problem, noise):
+    """The r nearest rows other than the query's own id, ties to the lower id, -1/inf past the last; an
+    approximate distance off by at most ``slack`` (here: noise) must not change the answer."""
+    from dask_clust.kernels.distance import nearest_neighbours
+
+    Q, q_ids, Y, y_ids, r = problem
+    exact = ((Q[:, None, :] - Y[None]) ** 2).sum(-1)
+    approx = exact + noise * np.cos(np.arange(exact.size)).reshape(exact.shape)
+    out_j, out_d2 = np.empty((len(Q), r), np.int64), np.empty((len(Q), r))
+    nearest_neighbours(Q, q_ids, Y, y_ids, approx, noise, out_j, out_d2)
+    for i in range(len(Q)):
+        others = [j for j in range(len(Y)) if y_ids[j] != q_ids[i]]
+        want = sorted(others, key=lambda j: (exact[i, j], y_ids[j]))[:r]
+        want += [-1] * (r - len(want))
+        assert out_j[i].tolist() == want
+        np.testing.assert_array_equal(out_d2[i], [exact[i, j] if j >= 0 else np.inf for j in want])
+
+
+@settings(max_examples=150, deadline=None)
+@given(grid_queries())
+def test_nearest_centres_match_brute_force(problem):
+    """A row's m nearest centres by exact distance, nearest first, ties to the lower index."""
+    from dask_clust.kernels.distance import nearest_centres
+
+    X, _, C, _, m = problem
+    m = min(m, len(C))
+    out = np.empty((len(X), m), np.int64)
+    nearest_centres(X, C, out)
+    d2 = ((X[:, None, :] - C[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(out, np.lexsort((np.broadcast_to(np.arange(len(C)), d2.shape), d2))[:, :m])
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrays(np.float64, st.integers(1, 30), elements=st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0])),
+       st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=40))
+def test_sample_proportional_is_the_inverse_cdf(p, u):
+    """Each uniform maps to the first index whose cumulative weight exceeds u·Σp (dyadic weights: exact
+    sums), and never to a zero weight."""
+    if not p.sum() > 0:
+        p[0] = 1.0
+    u = np.sort(np.asarray(u))
+    out = np.empty(len(u), np.int64)
+    sample_proportional(p, u, out)
+    want = np.searchsorted(np.cumsum(p), u * p.sum(), side="right")
+    np.testing.assert_array_equal(out, want)
+    assert np.all(p[out] > 0)
+
+
 def test_chunk_summary_finds_first_bad_row():
     X = np.arange(12, dtype=np.float32).reshape(4, 3)
     s, s2 = np.empty(3), np.empty(3)
