@@ -220,16 +220,17 @@ def test_sample_proportional_is_the_inverse_cdf(p, u):
     assert np.all(p[out] > 0)
 
 
-def test_chunk_summary_finds_first_bad_row():
+def test_chunk_summary_finds_first_bad_row_and_the_largest_value():
     X = np.arange(12, dtype=np.float32).reshape(4, 3)
+    X[1, 2] = -11   # ties the largest magnitude first: its row is the one named
     s, s2 = np.empty(3), np.empty(3)
-    m, bad = chunk_summary(X, s, s2)
-    assert bad == -1 and m == 11
+    m, at, bad = chunk_summary(X, s, s2)
+    assert bad == -1 and m == 11 and at == 1
     np.testing.assert_array_equal(s, X.sum(0))
     np.testing.assert_array_equal(s2, (X.astype(float) ** 2).sum(0))
     X[2, 1] = np.inf
     X[3, 0] = np.nan
-    assert chunk_summary(X, s, s2)[1] == 2
+    assert chunk_summary(X, s, s2)[2] == 2
 
 
 # ---------------------------------------------------------------- kernels of the algorithms, on a grid

@@ -49,6 +49,23 @@ def test_nan_inf_reported_with_chunk_and_row(value):
         dask_clust.fit(da.from_array(Xb, chunks=(20, 3)), n_clusters=2, client="in-process")
 
 
+def test_values_whose_squares_overflow_are_named_in_the_first_pass(monkeypatch):
+    """Issue #20: 1e300 squared overflows float64; the first pass names the row and its chunk, and nothing
+    runs after it (one reduce: the summary)."""
+    from dask_clust.engine.ops import Engine
+
+    Xb = np.random.default_rng(0).standard_normal((40_000, 3))
+    Xb[3 * 10_000 + 7_777, 1] = -1e300
+    calls = []
+    reduce = Engine.reduce
+    monkeypatch.setattr(Engine, "reduce", lambda self, step, *a, **k: calls.append(step) or reduce(self, step, *a, **k))
+    with dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", "dask_clust.chunking": "input"}), \
+            pytest.raises(InputError, match=r"reach 1e\+300 in magnitude \(at row 37,777 \(chunk 3, row 7,777 of "
+                                            r"the chunk\)\): sums of squared distances .* would overflow float64"):
+        dask_clust.fit(da.from_array(Xb, chunks=(10_000, 3)), n_clusters=2, client="in-process")
+    assert [c.__name__ for c in calls] == ["_summary_step"]
+
+
 def test_n_clusters_larger_than_n_samples():
     with pytest.raises(InputError, match=r"n_clusters=201 must be <= n_samples=200"):
         dask_clust.fit(X, n_clusters=201)

@@ -428,6 +428,13 @@ class ActorBackend:
             raise
 
     def close(self):
+        """Release the partitions and the rows loaded for them now: the workers drop them at once, whether
+        the fit ended or failed, instead of when the driver's garbage collector reaches these futures. A
+        ``FutureSource``'s rows belong to the engine that drew them, which releases them."""
+        mine = [] if isinstance(self.source, FutureSource) else [f for futs in self.data for f in futs]
+        for f in self._actor_futures + mine:
+            if hasattr(f, "release"):   # streamed chunks are loaders (bytes), not futures
+                f.release()
         self._actor_futures = []
         self.data = []
 

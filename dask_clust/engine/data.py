@@ -115,6 +115,12 @@ class FutureSource(Source):
     def block(self, i):
         return self.futures[i].result()
 
+    def release(self):
+        """Let the cluster forget these rows now (the engine over them has closed), not when the driver's
+        garbage collector gets to the futures."""
+        for f in self.futures:
+            f.release()
+
 
 def _pair(x, w):
     x = np.ascontiguousarray(x)

@@ -45,7 +45,7 @@ from ..errors import InputError
 from ..kernels.stats import chunk_summary, fixed_top_exponent
 from . import config
 from .cluster import IN_PROCESS, Restarted, backend_for
-from .combine import Fold, Max, Min, Rows, Scatter, Sum
+from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
 from .data import ArraySource, as_source
 from .partition import Call, ShardRef, pop_halo, pop_state, routed_rows
 
@@ -66,18 +66,19 @@ NO_ROW = np.iinfo(np.int64).max
 RESTARTS = 4
 # log2 of the largest sum a fit may form: float64's range (2^1023) less the fixed-point grid's headroom
 MAX_EXPONENT = 960
-# the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|,
-# the first non-finite row and the first chunk with a bad weight
-SUMMARY = (Sum(), Fold(), Fold(), Fold(), Max(), Min(), Min())
+# the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|
+# with its first row, the first non-finite row and the first chunk with a bad weight
+SUMMARY = (Sum(), Fold(), Fold(), Fold(), ArgMax(), Min(), Min())
 
 
 def _summary_step(chunk, params):
     d = chunk.x.shape[1]
     sums, sumsq = np.empty(d), np.empty(d)
-    max_abs, bad = chunk_summary(chunk.x, sums, sumsq)
+    max_abs, at, bad = chunk_summary(chunk.x, sums, sumsq)
     w = chunk.w
     w_ok = bool(np.all(np.isfinite(w)) and np.all(w >= 0))
-    return (np.int64(chunk.x.shape[0]), sums, sumsq, float(w.sum()) if w_ok else 0.0, max_abs,
+    return (np.int64(chunk.x.shape[0]), sums, sumsq, float(w.sum()) if w_ok else 0.0,
+            (np.array([max_abs]), np.array([chunk.start + at], np.int64)),
             np.int64(NO_ROW if bad < 0 else chunk.start + bad), np.int64(NO_ROW if w_ok else chunk.index))
 
 
@@ -160,11 +161,10 @@ class Engine:
                 if key not in self._unsent]
 
     def _first_pass(self):
-        n, sums, sumsq, total_w, max_abs, bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
+        n, sums, sumsq, total_w, (max_abs, at), bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
+        max_abs, at = float(max_abs[0]), int(at[0])
         if bad != NO_ROW:
-            i = int(np.searchsorted(self.source.starts, bad, side="right")) - 1
-            raise InputError(f"Input contains NaN or infinity at row {bad} (chunk {i}, row "
-                             f"{bad - int(self.source.starts[i])} of the chunk)")
+            raise InputError(f"Input contains NaN or infinity at {self._where(bad)}")
         if bad_w != NO_ROW:
             raise InputError(f"sample_weight has a negative, NaN or infinite value in chunk {bad_w} "
                              f"(rows {self.source.starts[bad_w]}..{self.source.starts[bad_w + 1] - 1})")
@@ -172,11 +172,17 @@ class Engine:
             raise InputError("sample_weight must have a positive sum; got weights that are all zero")
         # every exact sum is bounded by W·D·(2 max|x| + 1)² (``fixed_top_exponent``): it must be a float64
         if math.log2(max(total_w, 1.0)) + math.log2(self.n_features) + 2 * math.log2(2 * max_abs + 1) > MAX_EXPONENT:
-            raise InputError(f"Input values reach {max_abs:.3g} in magnitude: sums of squared distances over these "
-                             "rows would overflow float64; rescale the data (e.g. scikit-learn's StandardScaler)")
+            raise InputError(f"Input values reach {max_abs:.3g} in magnitude (at {self._where(at)}): sums of "
+                             "squared distances over these rows would overflow float64; rescale the data (e.g. "
+                             "scikit-learn's StandardScaler)")
         mean = sums / n
         var = np.maximum(sumsq / n - mean * mean, 0.0)
         return Summary(n, total_w, mean, var, max_abs)
+
+    def _where(self, row):
+        """A global row as the user finds it: its index, its chunk and its row within the chunk."""
+        i = int(np.searchsorted(self.source.starts, row, side="right")) - 1
+        return f"row {row:,} (chunk {i}, row {row - int(self.source.starts[i]):,} of the chunk)"
 
     # -- verbs
     def reduce(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None):
@@ -322,7 +328,7 @@ class Engine:
             source, client = as_source(X, w, chunk_rows=rows), IN_PROCESS
         else:
             source, client = self.backend.drawn(step, params, counts, rows), self.backend.client
-        with open_engine(source, client, entropy) as engine:
+        with _releasing(source), open_engine(source, client, entropy) as engine:
             yield engine
 
     @contextlib.contextmanager
@@ -347,7 +353,7 @@ class Engine:
             source, client = ArraySource(X, W, self.source.starts, ids=I), IN_PROCESS
         else:
             source, client = self.backend.reordered(plan, counts, first, chunks), self.backend.client
-        with backend_for(source, client, self.entropy) as backend:
+        with _releasing(source), backend_for(source, client, self.entropy) as backend:
             engine = Engine(backend, source, self.entropy, self.summary, self.top)
             engine.key_totals = distinct, totals
             yield engine
@@ -407,6 +413,16 @@ def open_engine(source, client=None, entropy=0):
     """An Engine over ``source`` for the duration of a fit (see ``cluster.backend_for`` for ``client``)."""
     with backend_for(source, client, entropy) as backend:
         yield Engine(backend, source, entropy)
+
+
+@contextlib.contextmanager
+def _releasing(source):
+    """Rows drawn or moved on the cluster for one engine are released when it closes, or fails."""
+    try:
+        yield
+    finally:
+        if hasattr(source, "release"):
+            source.release()
 
 
 def open_local(X, sample_weight, entropy):

@@ -174,24 +174,27 @@ def fixed_top_exponent(total_weight, n_features, max_abs):
 
 @njit(nogil=True, cache=True)
 def chunk_summary(X, sums, sumsq):
-    """One pass over a block: per-feature Σx and Σx² (float64), max |x|, and the first non-finite row.
+    """One pass over a block: per-feature Σx and Σx² (float64), max |x| and its first row, and the first
+    non-finite row.
 
     X     : IN  float32/float64 (n, d)
     sums  : OUT float64 (d,)
     sumsq : OUT float64 (d,)
-    Returns (max_abs, first_bad_row) with first_bad_row = -1 when every value is finite.
+    Returns (max_abs, its row, first_bad_row) with first_bad_row = -1 when every value is finite.
     """
     sums[:] = 0.0
     sumsq[:] = 0.0
     max_abs = 0.0
+    at = 0
     for i in range(X.shape[0]):
         for j in range(X.shape[1]):
             v = np.float64(X[i, j])
             if not math.isfinite(v):
-                return max_abs, i
+                return max_abs, at, i
             sums[j] += v
             sumsq[j] += v * v
             a = abs(v)
             if a > max_abs:
                 max_abs = a
-    return max_abs, -1
+                at = i
+    return max_abs, at, -1
