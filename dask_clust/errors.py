@@ -18,5 +18,9 @@ class SchedulerUnreachable(OSError):
     """No scheduler answered at the address given."""
 
 
+class ClusterLost(RuntimeError):
+    """The fit lost what it cannot rebuild: the scheduler, or every worker that could hold its partitions."""
+
+
 class UnguardedScript(RuntimeError):
     """A script without an ``if __name__ == "__main__":`` guard started a LocalCluster."""

@@ -1,5 +1,6 @@
 """The engine on real clusters: LocalCluster processes, a scheduler + workers as separate processes on
 loopback, a worker killed mid-fit, and reductions that are independent of the tree's shape."""
+import contextlib
 import json
 import os
 import signal
@@ -316,10 +317,10 @@ def test_library_local_cluster_is_loopback_only_and_sets_the_mmap_threshold(tmp_
     assert got["listening"] == ["127.0.0.1"], got
 
 
-@pytest.fixture(scope="module")
-def loopback_cluster(tmp_path_factory):
-    """A scheduler and 2 workers started as separate processes on 127.0.0.1."""
-    d = tmp_path_factory.mktemp("sched")
+@contextlib.contextmanager
+def separate_cluster(d, n_workers=2, nanny=True):
+    """A scheduler and ``n_workers`` workers (each with its nanny unless not ``nanny``) started as separate
+    processes on 127.0.0.1: (client, [scheduler process, worker processes])."""
     sched_file = str(d / "scheduler.json")
     bin_dir = os.path.dirname(sys.executable)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
@@ -329,21 +330,85 @@ def loopback_cluster(tmp_path_factory):
     deadline = time.time() + 60
     while not os.path.exists(sched_file) and time.time() < deadline:
         time.sleep(0.2)
-    for _ in range(2):
+    for _ in range(n_workers):
         procs.append(subprocess.Popen([os.path.join(bin_dir, "dask"), "worker", "--scheduler-file", sched_file,
-                                       "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+                                       "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"]
+                                      + ([] if nanny else ["--no-nanny"]),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
     try:
         from distributed import Client
 
         with Client(scheduler_file=sched_file, set_as_default=False) as client:
-            client.wait_for_workers(2, timeout=60)
-            yield client
+            client.wait_for_workers(n_workers, timeout=60)
+            yield client, procs
     finally:
         for p in procs[::-1]:
-            p.terminate()
+            p.kill() if p.poll() is None and p is procs[0] else p.terminate()
         for p in procs:
             p.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def loopback_cluster(tmp_path_factory):
+    """A scheduler and 2 workers started as separate processes on 127.0.0.1."""
+    with separate_cluster(tmp_path_factory.mktemp("sched")) as (client, _):
+        yield client
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_workers_without_a_nanny_run_blas_on_one_thread(tmp_path):
+    """Issue #20: a worker started without a nanny lacks the nanny's OMP/OPENBLAS_NUM_THREADS = 1, so its BLAS
+    ran on every core and nmbatch's and VRKM's objectives differed from in-process in the last bit; a
+    partition pins it to one thread, as the in-process backend does, and the models are the in-process ones."""
+    X = np.random.default_rng(4).standard_normal((60_000, 24)).astype(np.float32)
+    fits = {"nmbatch": {}, "vrkm": {"max_epochs": 4}}
+
+    def models(client):
+        return {algo: dask_clust.fit(X, algo=algo, n_clusters=40, random_state=2, client=client, **kw)
+                for algo, kw in fits.items()}
+
+    with separate_cluster(tmp_path, nanny=False) as (client, _):
+        remote = models(client)
+        threads = client.run(_blas_threads)
+    local = models("in-process")
+    assert set(threads.values()) == {1}, threads
+    for algo in fits:
+        np.testing.assert_array_equal(remote[algo].cluster_centers_, local[algo].cluster_centers_)
+        assert remote[algo].objective_ == local[algo].objective_, algo
+
+
+@pytest.mark.parametrize("lose", ["scheduler", "every worker"])
+def test_losing_the_scheduler_or_every_worker_ends_the_fit_with_one_line(tmp_path, lose):
+    """Issue #20: SIGKILL the scheduler (before: KeyError 'workers' after the client's 30 s reconnect), or every
+    worker and its nanny, after iteration 3: the fit ends within 30 s with one line naming what was lost."""
+    import psutil
+
+    from dask_clust.errors import ClusterLost
+
+    X = np.random.default_rng(0).standard_normal((100_000, 8)).astype(np.float32)
+    killed = []
+
+    def kill(record):
+        if record["iteration"] == 3:
+            victims = procs[:1] if lose == "scheduler" else procs[1:]
+            for p in victims:
+                for child in psutil.Process(p.pid).children(recursive=True):
+                    child.kill()
+                p.kill()
+            killed.append(time.monotonic())
+
+    message = r"lost the Dask scheduler at tcp://127\.0\.0\.1:\d+ .*the fit cannot continue" if lose == "scheduler" \
+        else r"lost the workers holding partitions \[\d.*\]: the cluster has no worker left \(it had 2\)"
+    with separate_cluster(tmp_path) as (client, procs):
+        with pytest.raises(ClusterLost, match=message) as got:
+            dask_clust.fit(X, n_clusters=10, max_iter=30, tol=0, random_state=0, client=client, callback=kill)
+        took = time.monotonic() - killed[0]
+    assert took < 30 and "\n" not in str(got.value)
 
 
 def test_separate_scheduler_and_workers_on_loopback(loopback_cluster, small_blobs):

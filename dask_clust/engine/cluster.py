@@ -26,7 +26,7 @@ from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
 
-from ..errors import SchedulerUnreachable, UnguardedScript
+from ..errors import ClusterLost, SchedulerUnreachable, UnguardedScript
 from .. import progress
 from . import config
 from .data import ArraySource, FutureSource, file_stamp, row_starts
@@ -47,11 +47,11 @@ IN_PROCESS = "in-process"
 MMAP_THRESHOLD = 16 << 20
 
 
-class WorkerLost(RuntimeError):
-    """Partitions whose worker died; the Engine rebuilds them and repeats their call."""
+class WorkerLost(ClusterLost):
+    """Partitions that could not be rebuilt after their worker died (``why``: what was missing)."""
 
-    def __init__(self, partition_ids):
-        super().__init__(f"lost the workers holding partitions {sorted(partition_ids)}")
+    def __init__(self, partition_ids, why="no worker could rebuild them"):
+        super().__init__(f"lost the workers holding partitions {sorted(partition_ids)}: {why}")
         self.partition_ids = partition_ids
 
 
@@ -63,9 +63,10 @@ class Restarted(RuntimeError):
         self.partition_ids = partition_ids
 
 
-def _meta(chunk_ids, source, entropy, threads, partition=0, partitions=1):
+def _meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker=False):
     return {"chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
-            "entropy": entropy, "threads": threads, "partition": partition, "partitions": partitions}
+            "entropy": entropy, "threads": threads, "partition": partition, "partitions": partitions,
+            "worker": worker}
 
 
 def should_stream(source, memory_bytes):
@@ -203,8 +204,18 @@ class ActorBackend:
                  int(info.get(addr, {}).get("memory_limit") or total)) for addr, ids in self.placement]
 
     def _worker_info(self):
+        self._check_scheduler()
         info = self.client.scheduler_info(n_workers=-1) if _accepts_n_workers() else self.client.scheduler_info()
+        if "workers" not in info:   # the client lost the scheduler while it asked
+            self._check_scheduler(lost=True)
         return info["workers"]
+
+    def _check_scheduler(self, lost=False):
+        """A lost scheduler ends the fit at once: the partitions are its actors, gone with its state, and a
+        client that reconnects would find none of them."""
+        if lost or self.client.status not in ("running", "newly-created"):
+            raise ClusterLost(f"lost the Dask scheduler at {self.client.scheduler.address} (client status "
+                              f"{self.client.status!r}): the fit cannot continue; restart the cluster and fit again")
 
     def _live_workers(self):
         return {addr: w.get("nthreads", 1) for addr, w in self._worker_info().items()}
@@ -240,7 +251,7 @@ class ActorBackend:
         return self._file_seen[addr]
 
     def _spawn(self, pid, ids, addr, futs, threads):
-        meta = _meta(ids, self.source, self.entropy, threads, pid, self.n_parts)
+        meta = _meta(ids, self.source, self.entropy, threads, pid, self.n_parts, worker=True)
         return self.client.submit(Partition, meta, *futs, actor=True, workers=[addr],
                                   allow_other_workers=False, pure=False)
 
@@ -354,7 +365,7 @@ class ActorBackend:
             ids = self.placement[pid][1]
             workers = self._live_workers()
             if not workers:
-                raise WorkerLost([pid])
+                raise WorkerLost([pid], f"the cluster has no worker left (it had {len(set(a for a, _ in self.placement))})")
             load = {a: 0 for a in workers}
             for a, _ in self.placement:
                 if a in load:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from threadpoolctl import threadpool_limits
+
 from . import combine as combines
 from .._random import stream
 
@@ -188,6 +190,19 @@ def pop_halo(chunk, params):
         chunk.halo.pop(field, None)
 
 
+_PINNED = []
+
+
+def pin_blas():
+    """BLAS at one thread in this worker process, once: the partition runs one chunk per worker thread, a
+    multi-threaded BLAS inside each would oversubscribe the cores, and its split of a dot product would make
+    the model depend on the worker's core count (rule 5). Dask's nanny already starts workers with
+    OMP/MKL/OPENBLAS_NUM_THREADS = 1; a worker without a nanny gets the same here. Kept for the life of the
+    process, as the nanny's setting is."""
+    if not _PINNED:
+        _PINNED.append(threadpool_limits(1, user_api="blas"))
+
+
 class Partition:
     """Long-lived holder of row chunks on one worker (a Dask Actor on a cluster, a plain object in-process)."""
 
@@ -196,6 +211,8 @@ class Partition:
         blocks: per chunk, (x, w) rows or a loader (see ``Chunk``)."""
         self.chunks = [Chunk(i, a, b, data, meta["entropy"]) for (i, a, b), data in zip(meta["chunks"], blocks)]
         self.threads = max(1, int(meta.get("threads", 1)))
+        if meta.get("worker"):
+            pin_blas()
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 and len(self.chunks) > 1 else None
         self._runner = None   # the thread that drives this partition's chunks while the event loop serves calls
         self._last = (None, None)
