@@ -202,8 +202,8 @@ class ClusteringModel:
         arrays = {"cluster_centers_": self.cluster_centers_}
         params = {}
         for k, v in self.params.items():
-            if isinstance(v, np.ndarray):
-                arrays[f"param:{k}"] = v
+            if isinstance(v, np.ndarray) or (hasattr(v, "__array__") and np.ndim(v) > 0):
+                arrays[f"param:{k}"] = np.asarray(v)   # an init given as a DataFrame or dask array, as its values
             else:
                 params[k] = v
         extras = {}

@@ -30,6 +30,32 @@ def test_save_load_round_trip(tmp_path, small_blobs):
     np.testing.assert_array_equal(dask_clust.load(tmp_path / "m2").params["init"], X[:2])
 
 
+def test_a_failed_save_leaves_the_model_already_there(tmp_path, small_blobs, monkeypatch):
+    """Issue #20: save writes beside the directory and renames into place; a save that fails part-way
+    leaves the good model and no partial directory. A model fitted from a DataFrame init saves it as values
+    (before: 'cannot store DataFrame', after destroying the model there)."""
+    X, _ = small_blobs
+    good = dask_clust.fit(X, n_clusters=3, random_state=0, client="in-process")
+    good.save(tmp_path / "model")
+    framed = dask_clust.fit(X, n_clusters=3, init=pd.DataFrame(X[:3]), random_state=0, client="in-process")
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(np, "savez", disk_full)
+        with pytest.raises(OSError, match="No space left on device"):
+            framed.save(tmp_path / "model")
+    assert sorted(os.listdir(tmp_path)) == ["model"]
+    kept = dask_clust.load(tmp_path / "model")
+    np.testing.assert_array_equal(kept.cluster_centers_, good.cluster_centers_)
+    assert kept.params == good.params
+    framed.save(tmp_path / "model")
+    back = dask_clust.load(tmp_path / "model")
+    np.testing.assert_array_equal(back.params["init"], X[:3])
+    np.testing.assert_array_equal(back.cluster_centers_, framed.cluster_centers_)
+
+
 def test_load_missing_model(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"not a saved dask_clust model"):
         dask_clust.load(tmp_path)
