@@ -460,6 +460,34 @@ def test_stream_auto_switch_and_small_loaders(input_chunks):
     assert max(sizes) < 4 * min(sizes) and max(sizes) < 20_000
 
 
+def test_streaming_counts_the_fits_state_and_refuses_what_cannot_fit(input_chunks, monkeypatch):
+    """Issue #20: a fit's per-row state (declared by its algorithm) stays in memory while the data streams,
+    so it counts toward ``stream-fraction``; state that alone exceeds it is refused before any work, in one
+    line naming the algorithm (vargmm: 12 C' + 4 = 64 B per row at C' = 5; before, it pushed every worker past
+    95 % and the fit died after 500 s)."""
+    import dask
+
+    from dask_clust.datasets import make_blobs
+    from dask_clust.engine.cluster import should_stream
+    from dask_clust.engine.ops import Engine
+    from dask_clust.errors import InputError
+
+    X, _ = make_blobs(64_000, 4, 3, chunks=8000, random_state=0)   # 16 B of float32 data per row
+    src = as_source(X)
+    memory = 4 * src.nbytes   # half of it holds the data alone: persisted without state
+    assert not should_stream(src, memory, (0, "kmeans"))
+    assert should_stream(src, memory, (24, "nmbatch"))             # 16 + 24 B per row > half
+    with pytest.raises(InputError, match=r"^x keeps 40 B of state per row: 0\.00256 GB for 64,000 rows, over "
+                                         r"stream-fraction = 0\.5 of the 0\.0041 GB of memory it runs in; add"):
+        should_stream(src, memory + 96, (40, "x"))
+    reduces = []
+    monkeypatch.setattr(Engine, "reduce", lambda *a, **k: reduces.append(a) or pytest.fail("work before refusing"))
+    with dask.config.set({"dask_clust.stream-fraction": 1e-6}), \
+            pytest.raises(InputError, match=r"^algo='vargmm' keeps 64 B of state per row: .* GB for 64,000 rows"):
+        dask_clust.fit(X, algo="vargmm", n_clusters=3, client="in-process")
+    assert reduces == []
+
+
 def test_in_process_threads_setting_keeps_the_model():
     """``in-process-threads`` bounds the driver's threads; chunks, not threads, fix the model (rule 5), also
     where a step calls BLAS (the coreset's dot products: a threaded BLAS would split them differently)."""

@@ -22,7 +22,7 @@ import numpy as np
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from .._random import stream
 from ..kernels.assign import Prepared, accumulate, nearest
-from ..blocks.seeding import SEEDERS, seed
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from .registry import AlgorithmSpec, finish, register
 
 
@@ -99,4 +99,5 @@ register(AlgorithmSpec(
     summary="Sculley's mini-batch k-means: uniform batches with replacement, per-centre rate 1/v",
     reference="Sculley, WWW 2010, doi:10.1145/1772690.1772862",
     objective="the batch's mean squared distance to its centres, before the update",
+    state_bytes=lambda cfg: ROW_BYTES,   # the seeder's; the batches keep none
 ))

@@ -31,7 +31,7 @@ from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..engine.combine import Rows
 from .._random import stream
 from ..kernels.nested import nested_ranks, nested_round
-from ..blocks.seeding import SEEDERS, seed
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from .registry import AlgorithmSpec, finish, register
 
 logger = logging.getLogger("dask_clust")
@@ -209,4 +209,7 @@ register(AlgorithmSpec(
     summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
     reference="Newling, Fleuret, NIPS 2016, arXiv:1602.02934",
     objective="mean squared distance over the current nested batch (Σ sse / Σ v)",
+    # order and ranks (int64), label (int32), distance (float64) and one float32 bound ("hamerly"; k bounds
+    # only when they fit the partitions' budget, ``bounds_kind``)
+    state_bytes=lambda cfg: max(ROW_BYTES, 8 + 8 + 4 + 8 + 4),
 ))

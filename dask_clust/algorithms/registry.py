@@ -16,6 +16,13 @@ class AlgorithmSpec:
                             # exact QE of the returned centres over all rows unless vc-GMM's
                             # final_objective says otherwise, loop.FitResult)
     weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
+    state_bytes: object = None   # (config) -> bytes of state the fit keeps per input row through the fit
+                                 # (the engine streams or refuses with them counted); None: none
+
+
+def state_of(spec, cfg):
+    """(bytes of per-row state, who keeps it): what ``open_engine`` counts for the fit of ``spec``."""
+    return (int(spec.state_bytes(cfg)) if spec.state_bytes else 0), f"algo={spec.name!r}"
 
 
 REGISTRY = {}

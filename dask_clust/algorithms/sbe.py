@@ -29,7 +29,7 @@ from .._random import stream
 from ..errors import InputError
 from ..kernels.backward_euler import backward_euler_step
 from ..blocks.lloyd import quantization_error
-from ..blocks.seeding import SEEDERS, seed
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from .registry import AlgorithmSpec, final_pass, register
 
 # centres beyond this many times the data's largest magnitude have left the data: the iteration diverged
@@ -122,4 +122,5 @@ register(AlgorithmSpec(
     reference="Yin, Pham, Oberman, Osher, J. Sci. Comput. 2018, doi:10.1007/s10915-018-0744-4",
     objective="f = QE / (2 Σw) on all rows every eval_every outer steps and at the last, NaN between",
     weighted=False,
+    state_bytes=lambda cfg: ROW_BYTES,   # the seeder's; the batches keep none
 ))

@@ -37,6 +37,7 @@ holds all clusters, i.e. exact EM.
 import contextlib
 import math
 import numbers
+import threading
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -52,7 +53,7 @@ from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
 from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
                                  truncated_search)
-from ..blocks.seeding import SEEDERS, seed
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from .registry import AlgorithmSpec, final_pass, register
 
 # rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB
@@ -139,12 +140,23 @@ def _init_truncated_sets(chunk, params):
     chunk.state["vcgmm"] = {"K": K, "Kd2": np.empty((n, n_truncated)), "winner": np.full(n, -1, np.int32)}
 
 
-def _buffers(st, rows, width):
-    """The chunk's search-space and pair buffers, kept across searches (faulting them in each time costs)."""
-    if st.get("space") is None or len(st["space"][1]) != rows * width:
-        st["space"] = (np.empty(rows + 1, np.int64), np.empty(rows * width, np.int32), np.empty(rows * width))
-        st["pairs"] = (np.empty(rows * width, np.int32), np.empty(rows * width, np.int32), np.empty(rows * width))
-    return st["space"], st["pairs"]
+_SCRATCH = threading.local()
+
+
+def _buffers(rows, width):
+    """Search-space and pair buffers for ``rows`` rows of ``width`` candidates, kept per thread across
+    searches (faulting them in each time costs): a thread searches one chunk at a time, so a worker holds
+    threads × ~40 MB of them, not chunks × 40 MB (issue #20: vargmm on a large input ran its workers out of
+    memory with them)."""
+    m = rows * width
+    have = getattr(_SCRATCH, "buffers", None)
+    if have is None or len(have[0][0]) < rows + 1 or len(have[0][1]) < m:
+        r, c = max(rows + 1, len(have[0][0]) if have else 0), max(m, len(have[0][1]) if have else 0)
+        have = ((np.empty(r, np.int64), np.empty(c, np.int32), np.empty(c)),
+                (np.empty(c, np.int32), np.empty(c, np.int32), np.empty(c)))
+        _SCRATCH.buffers = have
+    space, pairs = have
+    return (space[0][:rows + 1], space[1][:m], space[2][:m]), tuple(p[:m] for p in pairs)
 
 
 def _posteriors(x, w, K, Kd2, sigma2, stats):
@@ -176,7 +188,7 @@ def _estep(chunk, params):
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
     n, n_clusters = K.shape[0], mu.shape[0]
-    space, pairs = _buffers(st, min(n, BLOCK_ROWS), K.shape[1] * Gc.shape[1] + 1)
+    space, pairs = _buffers(min(n, BLOCK_ROWS), K.shape[1] * Gc.shape[1] + 1)
     stats = None if sigma2 is None else _new_stats(n_clusters, mu.shape[1])
     mark = np.full(n_clusters, -1, np.int64)
     evals, minsum, changed, blocks = 0, 0.0, 0, []
@@ -481,4 +493,7 @@ register(AlgorithmSpec(
     summary="var-GMM-S: vc-GMM's truncated variational EM on all rows (weight 1), the paper's baseline",
     reference="Forster, Lücke, AISTATS 2018; Hirschberger, Forster, Lücke, TPAMI 2022",
     objective="the free energy F of the truncated posteriors on all rows (higher is better)",
+    # K^(n) (int32) and its squared distances (float64) for C' clusters, and the winner (int32); the search
+    # buffers are per thread (``_buffers``)
+    state_bytes=lambda cfg: max(ROW_BYTES, 12 * (cfg.n_truncated or cfg.G) + 4),
 ))

@@ -33,7 +33,7 @@ from ..engine.combine import Fold, Sum
 from ..errors import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..kernels.variance_reduced import variance_reduced_steps
-from ..blocks.seeding import SEEDERS, seed
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from .registry import AlgorithmSpec, finish, register
 
 
@@ -178,4 +178,5 @@ register(AlgorithmSpec(
     reference="Zhao et al., Neurocomputing 2018, doi:10.1016/j.neucom.2018.03.059",
     objective="QE of the epoch's anchor pass over all rows",
     weighted=False,
+    state_bytes=lambda cfg: max(ROW_BYTES, 4 + 8),   # the anchor's label (int32) and lower bound (float64)
 ))

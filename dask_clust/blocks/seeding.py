@@ -151,6 +151,9 @@ def _afk_chains(chunk, params):
     return st["slot"][a:b] - (j - 1) * chain_length, d2, st["rows"][a:b], st["w"][a:b], st["q"][a:b], np.int64(evals)
 
 
+# the most state a seeder keeps per row: min d² to the chosen centres (k-means++, k-means||, AFK-MC2's
+# first pass), float64
+ROW_BYTES = 8
 # the round's proposals from every chunk, in chunk order; evaluations summed
 CHAINS = (Rows(),) * 5 + (Sum(),)
 # centres committed to the proposals ahead at once: each proposal row is read once per block

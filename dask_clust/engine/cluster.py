@@ -26,7 +26,7 @@ from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
 
-from ..errors import ClusterLost, SchedulerUnreachable, UnguardedScript
+from ..errors import ClusterLost, InputError, SchedulerUnreachable, UnguardedScript
 from .. import progress
 from . import config
 from .data import ArraySource, FutureSource, file_stamp, row_starts
@@ -69,15 +69,25 @@ def _meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker
             "worker": worker}
 
 
-def should_stream(source, memory_bytes):
-    """Rule 4: stream a dask source from where it lives each pass when it would take more than
-    ``stream-fraction`` of the memory available to hold it (``stream``: "auto", True or False)."""
+def should_stream(source, memory_bytes, state=(0, "the fit")):
+    """Rule 4: stream a dask source from where it lives each pass when it and the fit's per-row state would
+    take more than ``stream-fraction`` of the memory available to hold them (``stream``: "auto", True or
+    False). ``state`` = (bytes per row, who keeps them), declared by the algorithm: the state stays in
+    memory either way, so a fit whose state alone is over that share is refused before it starts."""
+    row_bytes, who = state
+    fraction = float(config.get("stream-fraction"))
+    held = source.n_samples * int(row_bytes)
+    if held > fraction * memory_bytes:
+        raise InputError(f"{who} keeps {int(row_bytes)} B of state per row: {held / 1e9:.3g} GB for "
+                         f"{source.n_samples:,} rows, over stream-fraction = {fraction:g} of the "
+                         f"{memory_bytes / 1e9:.3g} GB of memory it runs in; add workers or memory, or fit on a "
+                         "sample (an algorithm with a coreset: vcgmm, or kmeans with coreset_size)")
     mode = config.get("stream")
     if isinstance(source, (ArraySource, FutureSource)) or mode is False or mode == "never":
         return False
     if mode is True or mode == "always":
         return True
-    return source.nbytes > float(config.get("stream-fraction")) * memory_bytes
+    return source.nbytes + held > fraction * memory_bytes
 
 
 def loaders(source, ids):
@@ -107,10 +117,10 @@ class InProcessBackend:
 
     kind = "in-process"
 
-    def __init__(self, source, entropy):
+    def __init__(self, source, entropy, state=(0, "the fit")):
         self.threads = int(config.get("in-process-threads") or os.cpu_count() or 1)
         ids = range(source.n_chunks)
-        self.streaming = should_stream(source, psutil.virtual_memory().available)
+        self.streaming = should_stream(source, psutil.virtual_memory().available, state)
         blocks = loaders(source, ids) if self.streaming else [source.block(i) for i in ids]
         self.part = Partition(_meta(ids, source, entropy, self.threads), *blocks)
         self.n_workers = 1
@@ -149,7 +159,7 @@ class ActorBackend:
 
     kind = "cluster"
 
-    def __init__(self, client, source, entropy):
+    def __init__(self, client, source, entropy, state=(0, "the fit")):
         self.client = client
         self.source = source
         self.entropy = entropy
@@ -164,7 +174,7 @@ class ActorBackend:
         addrs = sorted(workers)
         self._file_seen = {}   # worker address -> whether it sees the .npy file the source maps
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
-        self.streaming = should_stream(source, memory)
+        self.streaming = should_stream(source, memory, state)
         if self.streaming:
             logger.info("streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
                         source.nbytes / 1e9, memory / 1e9)
@@ -513,17 +523,17 @@ def local_cluster_size():
 
 
 @contextlib.contextmanager
-def backend_for(source, client, entropy):
+def backend_for(source, client, entropy, state=(0, "the fit")):
     """The backend a fit runs on, closed again afterwards along with anything this call started.
 
     client: a ``distributed.Client``, a scheduler address, ``"in-process"``, or None (the current client
     if there is one; else in-process for in-memory data up to ``in-process-bytes``; else a LocalCluster
-    for this fit).
+    for this fit). state: (bytes of per-row state, who keeps it), for ``should_stream``.
     """
     stack = contextlib.ExitStack()
     with stack:
         if client == IN_PROCESS:
-            backend = InProcessBackend(source, entropy)
+            backend = InProcessBackend(source, entropy, state)
             stack.callback(backend.close)
             yield backend
             return
@@ -532,11 +542,11 @@ def backend_for(source, client, entropy):
         if client is None:
             client = _current_client()
         if client is None and source.in_memory and source.nbytes <= config.get_bytes("in-process-bytes"):
-            backend = InProcessBackend(source, entropy)
+            backend = InProcessBackend(source, entropy, state)
         else:
             if client is None:
                 client = stack.enter_context(connect())
-            backend = ActorBackend(client, source, entropy)
+            backend = ActorBackend(client, source, entropy, state)
         stack.callback(backend.close)
         yield backend
 

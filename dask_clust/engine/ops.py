@@ -409,9 +409,10 @@ class ShardedModel:
 
 
 @contextlib.contextmanager
-def open_engine(source, client=None, entropy=0):
-    """An Engine over ``source`` for the duration of a fit (see ``cluster.backend_for`` for ``client``)."""
-    with backend_for(source, client, entropy) as backend:
+def open_engine(source, client=None, entropy=0, state=(0, "the fit")):
+    """An Engine over ``source`` for the duration of a fit (see ``cluster.backend_for`` for ``client`` and
+    ``state``, the per-row state the fit will keep)."""
+    with backend_for(source, client, entropy, state) as backend:
         yield Engine(backend, source, entropy)
 
 
