@@ -208,6 +208,26 @@ def test_knn_graph_is_searched_again_after_a_lost_worker(three_workers, method):
         np.testing.assert_array_equal(a, b)
 
 
+def test_two_fits_at_once_on_one_client_give_the_models_each_gives_alone(cluster, small_blobs):
+    """Issue #20: two threads fitting on one client at the same time (their partitions side by side on the
+    same workers) get the models they get one after the other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    X, _ = small_blobs
+    jobs = [("kmeans", {"init": "k-means++"}), ("vcgmm", {"coreset_size": 1000}), ("nmbatch", {}), ("vrkm", {})]
+
+    def fit(job):
+        algo, kw = job
+        return dask_clust.fit(X, algo=algo, n_clusters=6, random_state=3, client=cluster, **kw)
+
+    alone = [fit(job) for job in jobs]
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(fit, jobs))
+    for job, a, b in zip(jobs, alone, together):
+        np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_, err_msg=job[0])
+        assert a.objective_ == b.objective_ and a.n_iter_ == b.n_iter_, job[0]
+
+
 def _held(dask_worker):
     """A worker's Partition actors, keys in memory and resident bytes."""
     import psutil
@@ -385,7 +405,9 @@ def test_workers_without_a_nanny_run_blas_on_one_thread(tmp_path):
 @pytest.mark.parametrize("lose", ["scheduler", "every worker"])
 def test_losing_the_scheduler_or_every_worker_ends_the_fit_with_one_line(tmp_path, lose):
     """Issue #20: SIGKILL the scheduler (before: KeyError 'workers' after the client's 30 s reconnect), or every
-    worker and its nanny, after iteration 3: the fit ends within 30 s with one line naming what was lost."""
+    worker and its nanny, after iteration 3: the fit ends within 30 s with one line naming what was lost (no
+    worker: after lost-worker-timeout, the time a nanny has to bring one back)."""
+    import dask
     import psutil
 
     from dask_clust.errors import ClusterLost
@@ -403,8 +425,8 @@ def test_losing_the_scheduler_or_every_worker_ends_the_fit_with_one_line(tmp_pat
             killed.append(time.monotonic())
 
     message = r"lost the Dask scheduler at tcp://127\.0\.0\.1:\d+ .*the fit cannot continue" if lose == "scheduler" \
-        else r"lost the workers holding partitions \[\d.*\]: the cluster has no worker left \(it had 2\)"
-    with separate_cluster(tmp_path) as (client, procs):
+        else r"lost the workers holding partitions \[\d.*\]: the cluster has no worker left \(it had 2; none came back"
+    with separate_cluster(tmp_path) as (client, procs), dask.config.set({"dask_clust.lost-worker-timeout": "10s"}):
         with pytest.raises(ClusterLost, match=message) as got:
             dask_clust.fit(X, n_clusters=10, max_iter=30, tol=0, random_state=0, client=client, callback=kill)
         took = time.monotonic() - killed[0]
@@ -486,6 +508,37 @@ def test_streaming_counts_the_fits_state_and_refuses_what_cannot_fit(input_chunk
             pytest.raises(InputError, match=r"^algo='vargmm' keeps 64 B of state per row: .* GB for 64,000 rows"):
         dask_clust.fit(X, algo="vargmm", n_clusters=3, client="in-process")
     assert reduces == []
+
+
+def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeypatch):
+    """Issue #20: a streaming worker thread holds a chunk and the input block(s) it is cut from (a zarr chunk
+    is decoded whole) while it computes it; with its share of the state and the process (``WORKER_BASE``),
+    that must stay under the nanny's terminate fraction of its limit, or the nanny restarts it in every pass.
+    512 MiB workers, 6 GiB of 32-d float32, kmeans (8 B of state per row): refused before any work, naming the
+    worker and what to change, unless both the chunks and the input's blocks are 32 MiB."""
+    from dask_clust.engine.cluster import WORKER_BASE, ActorBackend
+    from dask_clust.engine.data import Source
+    from dask_clust.errors import InputError
+
+    backend = object.__new__(ActorBackend)
+    workers = {f"tcp://w{i}": {"memory_limit": 512 << 20, "nthreads": 1, "metrics": {"memory": 90 << 20}}
+               for i in range(3)}
+    monkeypatch.setattr(backend, "_worker_info", lambda: workers)
+    rows = 50_331_648
+    share = rows * 8 / 3
+    for chunk_mib, block_mib, refused in ((128, 32, True), (32, 128, True), (32, 32, False)):
+        per = (chunk_mib << 20) // 128
+        src = Source(rows, 32, np.float32, np.r_[np.arange(0, rows, per), rows], False)
+        src.input_chunk_bytes = block_mib << 20
+        need = WORKER_BASE + ((chunk_mib + max(chunk_mib, block_mib)) << 20) + share
+        assert (need > 0.95 * (512 << 20)) == refused
+        if refused:
+            with pytest.raises(InputError, match=rf"^algo='kmeans' streams chunks of {chunk_mib} MiB cut from input "
+                                                 rf"blocks of up to {block_mib} MiB: worker tcp://w0 "
+                                                 rf"would need about {need / 2**20:.0f} MiB .* of its 512 MiB limit"):
+                backend._check_streaming_memory(src, (8, "algo='kmeans'"))
+        else:
+            backend._check_streaming_memory(src, (8, "algo='kmeans'"))
 
 
 def test_in_process_threads_setting_keeps_the_model():

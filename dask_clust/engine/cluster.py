@@ -45,6 +45,9 @@ IN_PROCESS = "in-process"
 # update on 2 workers (mnist5k: 7.6-8.7 s -> 4.8-6.5 s with 16 MiB). Arrays below it are reused from the
 # heap; larger ones, which amortise their faults over their work, still go back to the system when freed.
 MMAP_THRESHOLD = 16 << 20
+# a worker process with numpy, numba, distributed and the kernels loaded (190-230 MiB measured on CPython
+# 3.11), for what a streaming worker needs beyond its chunks and state
+WORKER_BASE = 200 << 20
 
 
 class WorkerLost(ClusterLost):
@@ -176,6 +179,7 @@ class ActorBackend:
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
         self.streaming = should_stream(source, memory, state)
         if self.streaming:
+            self._check_streaming_memory(source, state)
             logger.info("streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
                         source.nbytes / 1e9, memory / 1e9)
         n = source.n_chunks
@@ -204,6 +208,29 @@ class ActorBackend:
                            "size, not the cluster, so that the model is the same on any cluster; set "
                            "dask_clust.min-chunks to %d for this cluster", n, cluster_threads, 2 * cluster_threads)
         self.n_rebuilds = 0
+
+    def _check_streaming_memory(self, source, state):
+        """A streamed chunk is computed from its source on every pass: a worker thread holds it and the input
+        block(s) it is cut from meanwhile (a zarr chunk decoded whole). With the worker's share of the fit's
+        state and the process itself, that must stay under the memory its nanny allows, or the nanny
+        restarts the worker in every pass: refused before any work instead, in one line."""
+        chunk = int(np.diff(source.starts).max()) * source.n_features * source.dtype.itemsize
+        block = getattr(source, "input_chunk_bytes", 0)
+        per_thread = chunk + max(chunk, block)   # the chunk, and the input it is cut from (at least as much)
+        row_bytes, who = state
+        info = self._worker_info()
+        share = source.n_samples * int(row_bytes) / max(1, len(info))
+        terminate = float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
+        for addr, w in sorted(info.items()):
+            limit = w.get("memory_limit") or 0
+            need = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + w.get("nthreads", 1) * per_thread + share
+            if limit and need > terminate * limit:
+                raise InputError(f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
+                                 f"{block / 2**20:.0f} MiB: worker {addr} would need about "
+                                 f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both, "
+                                 f"{share / 2**20:.0f} MiB of state, the process) of its {limit / 2**20:.0f} MiB limit; "
+                                 "store the input in smaller chunks, set dask_clust.chunk-bytes lower, or give "
+                                 "workers more memory")
 
     # -- placement
     def partitions(self, source):
@@ -357,6 +384,15 @@ class ActorBackend:
                 self._direct(plan)
         raise AssertionError("unreachable")
 
+    def _await_worker(self):
+        """Live workers once one is back (a nanny restarting the workers it killed), waiting up to
+        ``lost-worker-timeout``; {} when none comes."""
+        try:
+            self.client.wait_for_workers(1, timeout=parse_timedelta(config.get("lost-worker-timeout")))
+        except (TimeoutError, asyncio.TimeoutError):
+            return {}
+        return self._live_workers()
+
     def _lost(self, exc):
         """The partitions whose worker the scheduler has dropped, after a communication error (waits up
         to ``lost-worker-timeout`` for the scheduler to confirm)."""
@@ -373,9 +409,10 @@ class ActorBackend:
     def _recover(self, pid, builders, call_id, shards=(), attempts=3):
         for attempt in range(attempts):
             ids = self.placement[pid][1]
-            workers = self._live_workers()
+            workers = self._live_workers() or self._await_worker()
             if not workers:
-                raise WorkerLost([pid], f"the cluster has no worker left (it had {len(set(a for a, _ in self.placement))})")
+                raise WorkerLost([pid], f"the cluster has no worker left (it had {len(set(a for a, _ in self.placement))}; "
+                                        f"none came back within lost-worker-timeout)")
             load = {a: 0 for a in workers}
             for a, _ in self.placement:
                 if a in load:

@@ -83,11 +83,14 @@ def _rows(X, a, b, dtype, w):
 class DaskSource(Source):
     """A dask array (from dask, zarr or parquet): chunks are computed where they are loaded."""
 
-    def __init__(self, X, weights):
+    def __init__(self, X, weights, input_chunk_bytes=0):
         starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
         super().__init__(X.shape[0], X.shape[1], X.dtype, starts, False)
         self.X = X
         self.weights = weights
+        # the largest block of the input as given, before any rechunk: computing one of our chunks decodes
+        # whole input blocks (a zarr chunk), which a streaming worker holds too
+        self.input_chunk_bytes = int(input_chunk_bytes)
 
     def delayed_block(self, i):
         """Chunk i as a Delayed (x, w), its graph culled to that chunk (it travels to workers)."""
@@ -275,6 +278,7 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
     rows = chunk_rows or auto_chunk_rows(n, d, dtype.itemsize)
     weights = _check_weights(sample_weight, n)
     if isinstance(X, da.Array):
+        given = max(X.chunks[0]) * max(X.chunks[1]) * X.dtype.itemsize
         X = X.astype(dtype) if X.dtype != dtype else X
         if chunk_rows is not None or config.get("chunking") != "input" or not _chunks_ok(X):
             X = X.rechunk({0: rows, 1: -1})
@@ -283,7 +287,7 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
         if weights is not None:
             weights = (da.from_array(weights, chunks=(X.chunks[0],)) if isinstance(weights, np.ndarray)
                        else weights.rechunk((X.chunks[0],)))
-        return DaskSource(X, weights)
+        return DaskSource(X, weights, given)
     if isinstance(weights, da.Array):
         weights = weights.compute()
     return ArraySource(X, weights, row_starts(n, rows), path=path)
