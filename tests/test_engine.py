@@ -143,6 +143,60 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypatch, 
     assert hit.objective_ == calm.objective_
 
 
+SEEDING_KILLS = {   # phase: (fit parameters, the step before whose nth call the worker dies, n)
+    "k-means|| round 0": (dict(algo="kmeans", init="k-means||"), "seeding._oversample", 1),
+    "k-means++ centre 3": (dict(algo="kmeans", init="k-means++"), "seeding._propose", 3),
+    "afkmc2 chains": (dict(algo="kmeans", init="afkmc2"), "seeding._afk_chains", 2),
+    "vc-GMM coreset": (dict(algo="vcgmm", coreset_size=20_000), "coreset._masses", 1),
+}
+
+
+@pytest.mark.parametrize("data", ["dask", "numpy"])
+@pytest.mark.parametrize("phase", sorted(SEEDING_KILLS))
+def test_worker_killed_during_seeding_or_coreset_gives_the_same_model(three_workers, monkeypatch, data, phase):
+    """Issue #20 (kill matrix, seeding and coreset slice): SIGKILL a worker just before the nth call of a
+    seeding or coreset step (k-means|| round 0: before, a rebuilt partition proposed every row as a
+    candidate and the fit ran away), the rows lazy (recomputed) or numpy scattered by the driver (sent
+    again), vc-GMM's coreset drawn on the workers: the fit completes with the undisturbed model's bits."""
+    import dask
+
+    from dask_clust import blocks
+    from dask_clust.datasets import make_blobs
+    from dask_clust.engine.cluster import ActorBackend
+    from dask_clust.engine.ops import Engine
+
+    params, where, nth = SEEDING_KILLS[phase]
+    module, step = where.split(".")
+    assert hasattr(getattr(blocks, module), step)
+    X, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)
+    X = X.compute() if data == "numpy" else X
+    kw = dict(n_clusters=20, random_state=0, max_iter=5, tol=0, **params)
+    three_workers.wait_for_workers(3, timeout=60)
+    # vc-GMM's coreset stays on the workers, where the lost partition's rows are drawn again
+    with dask.config.set({"dask_clust.in-process-bytes": "1KiB"}):
+        calm = dask_clust.fit(X, client=three_workers, **kw)
+        victim = sorted(_worker_pids(three_workers).values())[nth % 3]
+        seen = []
+        reduce = Engine.reduce
+
+        def killing(self, fn, *args, **kwargs):
+            if getattr(fn, "__name__", "") == step:
+                seen.append(fn)
+                if len(seen) == nth:
+                    os.kill(victim, signal.SIGKILL)
+            return reduce(self, fn, *args, **kwargs)
+
+        monkeypatch.setattr(Engine, "reduce", killing)
+        rebuilt = []   # every engine's rebuilds (a coreset engine's are not in engine_)
+        recover = ActorBackend._recover
+        monkeypatch.setattr(ActorBackend, "_recover", lambda self, *a, **k: rebuilt.append(a[0]) or recover(self, *a, **k))
+        t = time.monotonic()
+        hit = dask_clust.fit(X, client=three_workers, **kw)
+    assert len(seen) >= nth and rebuilt, len(seen)
+    np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
+    assert hit.objective_ == calm.objective_ and time.monotonic() - t < 60
+
+
 @pytest.mark.parametrize("mode,method", [("bo", "exact"), ("ms", "ivf")])
 def test_slk_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypatch, mode, method):
     """Issue #18: SIGKILL one of 3 workers after outer iteration 2 of SLK. Its partitions are rebuilt
