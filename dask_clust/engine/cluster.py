@@ -45,9 +45,12 @@ IN_PROCESS = "in-process"
 # update on 2 workers (mnist5k: 7.6-8.7 s -> 4.8-6.5 s with 16 MiB). Arrays below it are reused from the
 # heap; larger ones, which amortise their faults over their work, still go back to the system when freed.
 MMAP_THRESHOLD = 16 << 20
-# a worker process with numpy, numba, distributed and the kernels loaded (190-230 MiB measured on CPython
-# 3.11), for what a streaming worker needs beyond its chunks and state
-WORKER_BASE = 200 << 20
+# what a streaming worker needs beyond its chunks and state, measured on CPython 3.11 (one worker, a 1 GiB
+# zarr store in 32 MiB chunks, Lloyd): the process after its first fit (numpy, numba's compiled kernels,
+# distributed; 332-344 MiB), and what a streamed pass holds besides its chunks (the loader's compute, the
+# codec's buffers: peaks 212 and 313 MiB above the process with 32 and 128 MiB chunks, 178 MiB + a chunk)
+WORKER_BASE = 340 << 20
+STREAM_PASS = 180 << 20
 
 
 class WorkerLost(ClusterLost):
@@ -223,7 +226,8 @@ class ActorBackend:
         terminate = float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
         for addr, w in sorted(info.items()):
             limit = w.get("memory_limit") or 0
-            need = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + w.get("nthreads", 1) * per_thread + share
+            process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
+            need = process + w.get("nthreads", 1) * per_thread + share
             if limit and need > terminate * limit:
                 raise InputError(f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
                                  f"{block / 2**20:.0f} MiB: worker {addr} would need about "
