@@ -293,7 +293,7 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
     """Issue #20: 18 fits in a row (6 algorithms; one fit fails in its callback, and its traceback is kept)
     each leave no Partition actor and no rows on the workers once they return (within the scheduler's
     release round trip), with the driver's cyclic garbage collector off, so nothing waits for it; worker
-    memory ends within 10 % of where it was after a first fit of each (numba's compiled kernels and the first
+    memory ends near where it was after a first fit of each (numba's compiled kernels and the first
     allocations are in the start)."""
     import gc
 
@@ -336,8 +336,11 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
                 assert {w: h[:2] for w, h in held.items()} == {w: (0, s[1]) for w, s in start.items()}, (i, algo)
     finally:
         gc.enable()
+    # the leak check is the exact one above (no actor, no key). Resident memory is a coarse one: glibc keeps
+    # freed heap below its 16 MiB mmap threshold for reuse, which grew these 224 MB workers by up to 11 %
+    # over the 18 fits (measured twice); 18 fits' leaked rows would be 6.4 MB each, +51 %
     for w, (_, _, rss) in held.items():
-        assert rss <= 1.1 * start[w][2], (w, rss / start[w][2])
+        assert rss <= 1.25 * start[w][2], (w, rss / start[w][2])
     assert failed.traceback
 
 
