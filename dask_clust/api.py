@@ -2,6 +2,7 @@
 algorithm registry. Parameters and data are validated here, once (STYLE example 2)."""
 import contextlib
 import logging
+import numbers
 import os
 import textwrap
 import time
@@ -13,11 +14,12 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.utils.validation import check_is_fitted
 
 from . import algorithms
+from . import checkpoint as checkpoint_
 from ._params import build_config, describe
 from ._random import check_random_state
 from . import progress as progress_
 from .engine import as_source, open_engine
-from .errors import InputError, UnguardedScript
+from .errors import InputError, InvalidParameterError, UnguardedScript
 from .loop import Loop
 from .models import ClusteringModel
 
@@ -53,7 +55,8 @@ def _loop_length(cfg):
 
 
 def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_iter=DEFAULT, tol=DEFAULT,
-        client=None, sample_weight=None, progress=None, callback=None, **params):
+        client=None, sample_weight=None, progress=None, callback=None, checkpoint=None, resume=None,
+        checkpoint_every=10, checkpoint_seconds=300.0, **params):
     """Fit a clustering model to X and return a ``ClusteringModel``.
 
     X: numpy or dask array, pandas or dask DataFrame (numeric columns), or a path to a .npy file, a zarr
@@ -70,14 +73,31 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     elsewhere (logs); False: nothing.
     callback(record) is called after every iteration with the history record plus "centers", the centres
     after that iteration (raise ``dask_clust.StopFit`` to stop early).
+    checkpoint: a directory the fit's state is written to after every ``checkpoint_every`` iterations,
+    whenever ``checkpoint_seconds`` have passed since the last write, and when the loop ends (npz and JSON,
+    replaced atomically: a fit killed at any moment leaves the last one whole). When the directory already
+    holds a checkpoint of this fit (same algorithm, parameters and data), the fit continues from it; one of
+    another fit is refused, never replaced. On a cluster, per-row state is written by the workers that hold
+    the rows: the directory must be on a filesystem they share with this process.
+    resume: a checkpoint directory to continue from (it must hold one of this fit). A resumed fit ends with
+    the model an uninterrupted one gives, bit for bit; with random_state=None it takes the checkpoint's.
+    Algorithms that can resume: ``dask_clust.algorithms.resumable()``.
     """
     spec = algorithms.get(algo)
     given = {"n_clusters": n_clusters, "init": init, "max_iter": max_iter, "tol": tol, **params}
     given = {k: v for k, v in given.items() if v is not DEFAULT}
     cfg = build_config(spec.config, f"algo={algo!r}", given)
-    entropy = check_random_state(random_state)
+    _check_checkpointing(spec, checkpoint, resume, checkpoint_every, checkpoint_seconds)
+    stored = checkpoint_.stored_entropy(resume if resume is not None else checkpoint)
+    entropy = stored if random_state is None and stored is not None else check_random_state(random_state)
     source = as_source(X, sample_weight)
     _check_against_data(cfg, source)
+    params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    params_out["random_state"] = entropy
+    saved = None
+    if checkpoint is not None or resume is not None:
+        saved = checkpoint_.Checkpoint(checkpoint, resume, checkpoint_.identity(algo, params_out, source),
+                                       checkpoint_every, checkpoint_seconds)
     t0 = time.perf_counter()
     with progress_.reporting(progress), contextlib.ExitStack() as stack:
         with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks,
@@ -89,18 +109,29 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
             shown.update(source.n_chunks - shown.n)
         logger.info("fitting %s (k=%s) on %d x %d %s in %d chunks (%s)", algo, getattr(cfg, "n_clusters", "-"),
                     source.n_samples, source.n_features, source.dtype, source.n_chunks, engine.backend.kind)
-        loop = Loop(algo, _loop_length(cfg), callback=callback, progress=True)
+        if saved is not None:
+            saved.check_summary(engine.summary)
+            stack.callback(saved.close)
+        loop = Loop(algo, _loop_length(cfg), callback=callback, progress=True, checkpoint=saved)
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0
     logger.info("%s finished: %d iterations, objective %s, %.2f s", algo, result.n_iter,
                 "not computed" if result.objective is None else f"{result.objective:.6g}", info["wall_s"])
-    params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
-    params_out["random_state"] = entropy
     return ClusteringModel(algo, params_out, result.centers, n_iter_=result.n_iter,
                            converged_=result.converged, history_=result.history,
                            n_distance_evals_=result.distance_evals, objective_=result.objective,
                            extras_=result.extras, engine_=info)
+
+
+def _check_checkpointing(spec, checkpoint, resume, every, seconds):
+    if (checkpoint is not None or resume is not None) and not spec.resumable:
+        raise InvalidParameterError(f"algo={spec.name!r} cannot be checkpointed or resumed yet; the algorithms "
+                                    f"that can are {algorithms.resumable()}")
+    if not (isinstance(every, numbers.Integral) and not isinstance(every, bool) and every >= 1):
+        raise InvalidParameterError(f"checkpoint_every must be an int >= 1 (iterations); got {every!r}")
+    if not (isinstance(seconds, numbers.Real) and not isinstance(seconds, bool) and seconds > 0):
+        raise InvalidParameterError(f"checkpoint_seconds must be a number > 0; got {seconds!r}")
 
 
 def load(path):
@@ -124,6 +155,9 @@ def _feature_names(X):
     return np.asarray(list(columns), dtype=object)
 
 
+CHECKPOINTING = {"checkpoint", "resume", "checkpoint_every", "checkpoint_seconds"}
+
+
 class _PackedLabels:
     """``labels_`` in a pickle: stored in the smallest unsigned type that holds them."""
 
@@ -140,16 +174,20 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
 
     _algo = None
 
-    def fit(self, X, y=None, sample_weight=None, *, client=None, progress=None, callback=None):
-        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback``: as ``fit``."""
-        return self._fit(X, sample_weight, client, progress, callback)
+    def fit(self, X, y=None, sample_weight=None, *, client=None, progress=None, callback=None, **checkpointing):
+        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback`` and
+        ``checkpointing`` (checkpoint, resume, checkpoint_every, checkpoint_seconds): as ``fit``."""
+        return self._fit(X, sample_weight, client, progress, callback, checkpointing)
 
-    def _fit(self, X, sample_weight, client, progress, callback):
+    def _fit(self, X, sample_weight, client, progress, callback, checkpointing):
+        unknown = set(checkpointing) - CHECKPOINTING
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.fit() got an unexpected keyword argument {sorted(unknown)[0]!r}")
         params = self.get_params()
         random_state = params.pop("random_state")
         names = _feature_names(X)
         model = fit(X, self._algo, random_state=random_state, client=client, sample_weight=sample_weight,
-                    progress=progress, callback=callback, **params)
+                    progress=progress, callback=callback, **checkpointing, **params)
         for attr in ("feature_names_in_", "labels_"):
             self.__dict__.pop(attr, None)
         if names is not None:
@@ -236,9 +274,10 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
 class UnweightedEstimator(ClusteringEstimator):
     """A clustering estimator whose algorithm draws rows uniformly and takes no sample_weight (VRKM, SBE)."""
 
-    def fit(self, X, y=None, *, client=None, progress=None, callback=None):
-        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback``: as ``fit``."""
-        return self._fit(X, None, client, progress, callback)
+    def fit(self, X, y=None, *, client=None, progress=None, callback=None, **checkpointing):
+        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback`` and
+        ``checkpointing``: as ``ClusteringEstimator.fit``."""
+        return self._fit(X, None, client, progress, callback, checkpointing)
 
 
 class ProbabilisticEstimator(ClusteringEstimator):

@@ -109,7 +109,7 @@ def cmd_fit(args):
     with _client(args.scheduler) as client:
         t = time.perf_counter()
         model = api.fit(args.input, args.algo, random_state=args.seed, client=client, progress=_progress(args),
-                        **params)
+                        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, **params)
         wall = time.perf_counter() - t
         if args.out:
             model.save(args.out)
@@ -188,6 +188,11 @@ def build_parser(argv=()):
     f.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
     f.add_argument("--out", help="directory to save the model to (checked before the fit)")
     f.add_argument("--labels-out", help="write the training labels here: .npy, .parquet or .zarr (by suffix)")
+    f.add_argument("--checkpoint", metavar="DIR",
+                   help="write the fit's state here as it runs; run the same command again to continue from it "
+                        "(on a cluster: a directory the workers share)")
+    f.add_argument("--checkpoint-every", type=_positive_int, default=10, metavar="N",
+                   help="iterations between checkpoints (one is also written every 5 minutes and at the end)")
     progress_flags(f)
     if _command(argv) == "fit":
         algorithms = _algorithm_flags(f)

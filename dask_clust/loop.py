@@ -59,7 +59,7 @@ class Loop:
     """``for it in Loop(...): ...; loop.record(...)``; ``loop.converged = True`` then break.
     ``progress``: show the iterations as a phase (``progress``; a fit's own loop, not a seeder's)."""
 
-    def __init__(self, name, max_iter, *, callback=None, progress=False):
+    def __init__(self, name, max_iter, *, callback=None, progress=False, checkpoint=None):
         self.name = name
         self.max_iter = int(max_iter)
         self.callback = callback
@@ -69,11 +69,45 @@ class Loop:
         self.stopped = False
         self._t = None
         self._shown = progress_.SILENT
+        self.checkpoint = checkpoint
+        self._kept = {}
+        if checkpoint is not None and checkpoint.restored is not None:
+            self.history = list(checkpoint.meta["history"])
+            self.converged = checkpoint.meta["converged"]
+
+    @property
+    def restored(self):
+        """The state ``save`` wrote at the checkpoint this fit resumes from (scalars and arrays by name), or
+        None: the algorithm continues from it instead of starting (``__iter__`` starts after its iteration)."""
+        return None if self.checkpoint is None else self.checkpoint.restored
+
+    @property
+    def restored_rows(self):
+        """The directory of the per-row state the checkpoint holds (``Engine.load_rows``), or None."""
+        return None if self.checkpoint is None else self.checkpoint.restored_rows
+
+    def keep(self, **state):
+        """State from before the iterations (the seeding's evaluations, ...) that every checkpoint carries."""
+        self._kept.update(state)
+
+    def save(self, state, rows=None):
+        """After an iteration's record and its convergence decision: write a checkpoint of ``state`` (plus
+        what ``keep`` holds) when one is due, and always when the loop ends here. ``state()`` maps names to
+        arrays, numbers or None (called only when a checkpoint is written: it may gather); ``rows(directory)``
+        writes the per-row state there."""
+        final = self.converged or self.stopped or self.n_iter >= self.max_iter
+        if self.checkpoint is None or not self.checkpoint.due(self.n_iter, final):
+            return
+        with progress_.phase(f"checkpoint after iteration {self.n_iter}", 1, "write") as shown:
+            self.checkpoint.write(self.n_iter, self.history, self.converged, {**self._kept, **state()}, rows)
+            shown.update()
 
     def __iter__(self):
         with (progress_.phase(f"{self.name} iterations", self.max_iter, "it") if self.progress
               else contextlib.nullcontext(progress_.SILENT)) as self._shown:
-            for it in range(self.max_iter):
+            if self.history:
+                self._shown.update(len(self.history))
+            for it in range(len(self.history) if not self.converged else self.max_iter, self.max_iter):
                 self._t = time.perf_counter()
                 yield it
                 if self.converged or self.stopped:

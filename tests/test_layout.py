@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "dask_clust"
 # lowest first: a module may import modules of its own layer and of the layers below
 LAYERS = (
     ("errors",),
-    ("_random", "_params", "outputs", "datasets", "deploy", "progress", "loop"),
+    ("_random", "_params", "outputs", "datasets", "deploy", "progress", "loop", "checkpoint"),
     ("kernels",),
     ("engine",),
     ("blocks",),

@@ -1,6 +1,6 @@
 """The algorithms, each registered in ``registry`` when this package is imported (in this order: the
 README's table, the CLI's help and the estimators follow it)."""
-from .registry import REGISTRY, AlgorithmSpec, final_pass, finish, get, register, state_of
+from .registry import REGISTRY, AlgorithmSpec, final_pass, finish, get, register, resumable, state_of
 from . import kmeans  # noqa: F401,E402  (registers itself)
 from . import vcgmm  # noqa: F401,E402
 from . import nmbatch  # noqa: F401,E402
@@ -9,4 +9,4 @@ from . import vrkm  # noqa: F401,E402
 from . import sbe  # noqa: F401,E402
 from . import slk  # noqa: F401,E402
 
-__all__ = ["REGISTRY", "AlgorithmSpec", "final_pass", "finish", "get", "register", "state_of"]
+__all__ = ["REGISTRY", "AlgorithmSpec", "final_pass", "finish", "get", "register", "resumable", "state_of"]

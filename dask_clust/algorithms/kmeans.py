@@ -51,11 +51,17 @@ class KMeansConfig:
 
 def fit(engine, cfg, entropy, loop):
     """Seed, then Lloyd to convergence; with ``coreset_size`` both run on a lightweight coreset (the
-    vc-GMM paper's LWCS baseline) and one exact pass gives the QE on all rows."""
+    vc-GMM paper's LWCS baseline) and one exact pass gives the QE on all rows. Resumable: a checkpoint
+    holds the centres, the counters and every row's label (4 bytes a row, written where the rows live)."""
     with working_set(engine, cfg.coreset_size, entropy, cfg.n_clusters) as work:
-        centers, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy,
-                                   n_local_trials=cfg.n_local_trials, oversampling_factor=cfg.oversampling_factor,
-                                   init_max_iter=cfg.init_max_iter, chain_length=cfg.chain_length)
+        if loop.restored is None:
+            centers, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy,
+                                       n_local_trials=cfg.n_local_trials,
+                                       oversampling_factor=cfg.oversampling_factor,
+                                       init_max_iter=cfg.init_max_iter, chain_length=cfg.chain_length)
+        else:   # a resumed fit: the centres come from the checkpoint
+            centers, seed_evals = None, loop.restored["seed_evals"]
+        loop.keep(seed_evals=int(seed_evals))
         tol = cfg.tol * float(np.mean(work.summary.var))
         result = lloyd(work, centers, max_iter=cfg.max_iter, tol=tol, loop=loop)
     result.distance_evals += seed_evals
@@ -74,4 +80,5 @@ register(AlgorithmSpec(
     reference="Lloyd 1982, doi:10.1109/TIT.1982.1056489",
     objective="QE of the iteration's assignment, Σ w ||x − c_label||², before the centres move",
     state_bytes=lambda cfg: 0 if cfg.coreset_size else ROW_BYTES,   # Lloyd keeps none; a coreset holds the seeder's
+    resumable=True,
 ))

@@ -68,13 +68,20 @@ def _batch_step(chunk, params):
 
 def fit(engine, cfg, entropy, loop):
     N = engine.n_samples
-    centers, seed_evals = seed(engine, cfg.n_clusters, cfg.init, entropy)
-    S, v = centers.copy(), np.ones(cfg.n_clusters)
     rng = stream(entropy, "minibatch", "batches")
+    restored = loop.restored
+    if restored is None:
+        centers, seed_evals = seed(engine, cfg.n_clusters, cfg.init, entropy)
+        S, v = centers.copy(), np.ones(cfg.n_clusters)
+        ewa, best, stale, evals_total = None, np.inf, 0, seed_evals
+    else:   # a resumed fit: the centres, the sums and the batch stream where the checkpoint left them
+        centers, S, v, seed_evals = (restored[name] for name in ("centers", "S", "v", "seed_evals"))
+        ewa, best, stale, evals_total = (restored[name] for name in ("ewa", "best", "stale", "evals"))
+        rng.bit_generator.state = restored["rng"]
+    loop.keep(seed_evals=int(seed_evals))
     b = min(cfg.batch_size, N)
     alpha = min(1.0, 2.0 * b / (N + 1))  # scikit-learn's smoothing of the batch inertia
     tol = cfg.tol * float(np.mean(engine.summary.var))
-    ewa, best, stale, evals_total = None, np.inf, 0, seed_evals
     for _ in loop:
         ids = np.sort(rng.integers(0, N, b))
         dS, dv, inertia, evals = engine.reduce(_batch_step, (Prepared(centers, engine.dtype), ids))
@@ -91,6 +98,8 @@ def fit(engine, cfg, entropy, loop):
         loop.record(batch, evals, None, centers=centers, smoothed=ewa)
         if (cfg.max_no_improvement is not None and stale >= cfg.max_no_improvement) or (tol > 0 and shift <= tol):
             loop.converged = True
+        loop.save(lambda: {"centers": centers, "S": S, "v": v, "ewa": ewa, "best": best, "stale": stale,
+                           "evals": int(evals_total), "rng": rng.bit_generator.state})
     return finish(engine, centers, loop, evals_total, {"seeding_distance_evals": int(seed_evals)})
 
 
@@ -100,4 +109,5 @@ register(AlgorithmSpec(
     reference="Sculley, WWW 2010, doi:10.1145/1772690.1772862",
     objective="the batch's mean squared distance to its centres, before the update",
     state_bytes=lambda cfg: ROW_BYTES,   # the seeder's; the batches keep none
+    resumable=True,
 ))

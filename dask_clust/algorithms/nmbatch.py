@@ -174,18 +174,29 @@ def doubling_test(sse, v, p, rho, mode="paper"):
 def fit(engine, cfg, entropy, loop):
     N, k = engine.n_samples, cfg.n_clusters
     b0 = min(cfg.batch_size, N)
-    kind = bounds_kind(engine, cfg)
+    # a resumed fit keeps the bounds its checkpoint holds (its evaluations are then the uninterrupted fit's)
+    kind = bounds_kind(engine, cfg) if loop.restored is None else loop.restored["bounds"]
     key = int(stream(entropy, "nmbatch", "nesting").integers(2 ** 63))
     width = k if kind == "elkan" else 1
     # a rebuilt partition assigns its rows of rank < b afresh to the centres the last round assigned them
     # to: the labels and distances it lost, so its votes in the sums S, v stay valid
     model = {"centers": None, "b": 0}
+    restored = loop.restored
     with engine.state("nmbatch", _nesting, lambda: (key, N, width, model["centers"], model["b"])):
-        centers, seed_evals = initial_centers(engine, cfg, b0, entropy)
-        S, v = np.zeros_like(centers), np.zeros(k)
-        p = np.zeros(k)
-        b_old, b = 0, b0
-        evals_total, prev = seed_evals, None
+        if restored is None:
+            centers, seed_evals = initial_centers(engine, cfg, b0, entropy)
+            S, v = np.zeros_like(centers), np.zeros(k)
+            p = np.zeros(k)
+            b_old, b = 0, b0
+            evals_total, prev = seed_evals, None
+        else:
+            centers, S, v, p = (restored[name] for name in ("centers", "S", "v", "p"))
+            b_old, b, seed_evals, evals_total, prev = (restored[name] for name in ("b_old", "b", "seed_evals",
+                                                                                   "evals", "prev"))
+            # the rows' labels, distances and bounds as the checkpoint left them
+            engine.load_rows(loop.restored_rows, "nmbatch")
+            model.update(centers=restored["model_centers"], b=b_old)
+        loop.keep(seed_evals=int(seed_evals), bounds=kind)
         for _ in loop:
             dS, dv, sse, changed, evals, joined = engine.reduce(_round_step, (centers, p, b_old, b))
             model.update(centers=centers, b=b)
@@ -200,6 +211,9 @@ def fit(engine, cfg, entropy, loop):
                 loop.converged = True
             prev = energy
             b_old, b = b, (min(2 * b, N) if grow else b)
+            loop.save(lambda: {"centers": centers, "S": S, "v": v, "p": p, "b_old": b_old, "b": b,
+                               "evals": int(evals_total), "prev": prev, "model_centers": model["centers"]},
+                      rows=lambda directory: engine.dump_rows(directory, "nmbatch", ("labels", "dist", "lower")))
     return finish(engine, centers, loop, evals_total,
                   {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)})
 
@@ -212,4 +226,5 @@ register(AlgorithmSpec(
     # order and ranks (int64), label (int32), distance (float64) and one float32 bound ("hamerly"; k bounds
     # only when they fit the partitions' budget, ``bounds_kind``)
     state_bytes=lambda cfg: max(ROW_BYTES, 8 + 8 + 4 + 8 + 4),
+    resumable=True,
 ))

@@ -18,6 +18,8 @@ class AlgorithmSpec:
     weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
     state_bytes: object = None   # (config) -> bytes of state the fit keeps per input row through the fit
                                  # (the engine streams or refuses with them counted); None: none
+    resumable: bool = False      # fit(checkpoint=, resume=) continues it to the same bits (its fit saves
+                                 # through loop.save and starts from loop.restored)
 
 
 def state_of(spec, cfg):
@@ -47,6 +49,10 @@ def finish(engine, centers, loop, distance_evals, extras, converged=None):
     qe, qe_evals = final_pass(engine, centers)
     return FitResult(centers, qe, loop.n_iter, loop.converged if converged is None else converged,
                      int(distance_evals) + qe_evals, loop.history, extras)
+
+
+def resumable():
+    return sorted(name for name, spec in REGISTRY.items() if spec.resumable)
 
 
 def register(spec):

@@ -84,11 +84,17 @@ def fit(engine, cfg, entropy, loop):
     if getattr(engine.source, "weights", None) is not None:
         raise InputError("algo='sbe' draws uniform mini-batches and does not take sample_weight")
     N, k, D = engine.n_samples, cfg.n_clusters, engine.n_features
-    x, seed_evals = seed(engine, k, cfg.init, entropy)
-    gamma = cfg.step_size * k
+    restored = loop.restored
+    if restored is None:
+        x, seed_evals = seed(engine, k, cfg.init, entropy)
+        gamma = cfg.step_size * k
+        evals_total, qe, qe_of_x = seed_evals, None, False
+    else:   # a resumed fit: the batches are keyed by the outer step, so the centres and γ are the state
+        x, seed_evals, gamma = restored["x"], restored["seed_evals"], restored["gamma"]
+        evals_total, qe, qe_of_x = restored["evals"], restored["qe"], restored["qe_of_x"]
+    loop.keep(seed_evals=int(seed_evals))
     z = np.empty_like(x)
     limit = ESCAPE * (engine.summary.max_abs + 1.0)
-    evals_total, qe, qe_of_x = seed_evals, None, False
     for outer in loop:
         ids = draw_batches(entropy, outer, N, cfg.batch_size, cfg.imaxit)
         batches = engine.take(ids.ravel()).reshape(ids.shape + (D,))
@@ -108,6 +114,7 @@ def fit(engine, cfg, entropy, loop):
         evals_total += evals
         loop.record(f, evals, None, centers=x, gamma=gamma)
         gamma *= cfg.decay
+        loop.save(lambda: {"x": x, "gamma": gamma, "evals": int(evals_total), "qe": qe, "qe_of_x": qe_of_x})
     if not qe_of_x:  # stopped between evaluations
         qe, e = final_pass(engine, x)
         evals_total += e
@@ -123,4 +130,5 @@ register(AlgorithmSpec(
     objective="f = QE / (2 Σw) on all rows every eval_every outer steps and at the last, NaN between",
     weighted=False,
     state_bytes=lambda cfg: ROW_BYTES,   # the seeder's; the batches keep none
+    resumable=True,
 ))

@@ -47,6 +47,7 @@ import numpy as np
 from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..blocks.coreset import default_size, working_set
 from ..loop import FitResult
+from ..engine import restored_rows
 from ..engine.combine import KeyedSum, Rows, Scatter, Sum
 from .._random import stream
 from ..errors import InputError
@@ -398,6 +399,10 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
     key_K = kernel_key(entropy, "K")
     t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
+    restored = loop.restored
+    if restored is not None:   # a resumed fit: K^(n) from the checkpoint's rows, the rest from its state
+        Gc, sigma2, f, evals = restored["Gc"], restored["sigma2"], restored["f"], restored["evals"]
+        prev_f = f
     # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
     # where that copy is lost too, from the nearest mean (the driver's; the seeds when the means are sharded)
     # plus random others
@@ -406,10 +411,12 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
             return None
         return mu if means.means() is None else means.means()
 
+    builder, model = _init_truncated_sets, lambda: (Cp, C, key_K, nearest_to())
+    if restored is not None:
+        builder, model = restored_rows, lambda: (loop.restored_rows, "vcgmm")
     with means_for(engine, mu) as means, \
-            engine.state("vcgmm", _init_truncated_sets, lambda: (Cp, C, key_K, nearest_to()),
-                         backup=("K", "Kd2", "winner")):
-        for i in range(cfg.n_init_esteps):  # Suppl. F: optimise K^(n) and G_c before the first M-step
+            engine.state("vcgmm", builder, model, backup=("K", "Kd2", "winner")):
+        for i in range(cfg.n_init_esteps if restored is None else 0):  # Suppl. F: optimise K^(n) and G_c
             e, _, _, Gc, _ = means.search(Gc, kernel_key(entropy, "init", i), cfg.extra_random, None)
             evals += e
         for it in loop:
@@ -426,6 +433,8 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
             if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
                 loop.converged = True
             prev_f = f
+            loop.save(lambda: {"mu": means.result(), "Gc": Gc, "sigma2": sigma2, "f": f, "evals": int(evals)},
+                      rows=lambda directory: engine.dump_rows(directory, "vcgmm"))
         mu = means.result()
     phases["em"] = time.perf_counter() - t0
     phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
@@ -463,7 +472,11 @@ def fit(engine, cfg, entropy, loop):
     with working_set(engine, size, entropy, cfg.n_clusters, phases) as work:
         t = time.perf_counter()
         seeder = seeding_method(cfg, engine.n_features)
-        mu, seed_evals = seed(work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length)
+        if loop.restored is None:
+            mu, seed_evals = seed(work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length)
+        else:   # a resumed fit: the means come from the checkpoint
+            mu, seed_evals = loop.restored["mu"], loop.restored["seed_evals"]
+        loop.keep(seed_evals=int(seed_evals))
         phases["seeding"] = time.perf_counter() - t
         sets = truncated_init(cfg, seeder)
         mu, sigma2, f, em_evals = truncated_em(work, mu, cfg, entropy, loop, phases, sets)
@@ -486,6 +499,7 @@ register(AlgorithmSpec(
     summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset (k-means|| or AFK-MC2 seeding)",
     reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
     objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
+    resumable=True,
 ))
 
 register(AlgorithmSpec(
@@ -496,4 +510,5 @@ register(AlgorithmSpec(
     # K^(n) (int32) and its squared distances (float64) for C' clusters, and the winner (int32); the search
     # buffers are per thread (``_buffers``)
     state_bytes=lambda cfg: max(ROW_BYTES, 12 * (cfg.n_truncated or cfg.G) + 4),
+    resumable=True,
 ))

@@ -140,8 +140,14 @@ def fit(engine, cfg, entropy, loop):
     eta = cfg.learning_rate if cfg.learning_rate is not None else k / N
     T = epoch_steps(cfg, N)
     shares = chunk_shares(T, engine.source.starts)
-    C, seed_evals = seed(engine, k, cfg.init, entropy)
-    evals_total, prev, warned = seed_evals, None, False
+    restored = loop.restored   # a resumed fit: the state is the centres (the anchor pass rebuilds the rows')
+    if restored is None:
+        C, seed_evals = seed(engine, k, cfg.init, entropy)
+        evals_total, prev, warned = seed_evals, None, False
+    else:
+        C, seed_evals = restored["C"], restored["seed_evals"]
+        evals_total, prev, warned = restored["evals"], restored["prev"], restored["warned"]
+    loop.keep(seed_evals=int(seed_evals))
     anchor = [None]
     with engine.state("vrkm", _anchor_pass, lambda: Prepared(anchor[0], engine.dtype), build=False):
         for epoch in loop:
@@ -168,6 +174,7 @@ def fit(engine, cfg, entropy, loop):
                               f"{T / len(shares) / k:.3g} steps per centre). Lower learning_rate or use fewer, larger "
                               "chunks.", RuntimeWarning, stacklevel=2)
             prev = qe
+            loop.save(lambda: {"C": C, "evals": int(evals_total), "prev": prev, "warned": warned})
     return finish(engine, C, loop, evals_total,
                   {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)})
 
@@ -179,4 +186,5 @@ register(AlgorithmSpec(
     objective="QE of the epoch's anchor pass over all rows",
     weighted=False,
     state_bytes=lambda cfg: max(ROW_BYTES, 4 + 8),   # the anchor's label (int32) and lower bound (float64)
+    resumable=True,
 ))

@@ -136,17 +136,34 @@ def quantization_error(engine, centers):
     return float(qe), int(evals)
 
 
+def _restored(engine, centers, loop):
+    """(centres, evaluations, QE, whether no label moved) to start from: the checkpoint's, with every
+    chunk's labels of its last iteration (so ``changed`` counts as it would have), or ``centers``."""
+    state = loop.restored
+    if state is None:
+        return centers, 0, None, False
+    if loop.restored_rows is not None:
+        engine.load_rows(loop.restored_rows, "lloyd_labels")
+    return state["centers"], state["evals"], state["objective"], state["strict"]
+
+
+def _save(engine, loop, centers, evals, objective, strict):
+    """A checkpoint when one is due: the centres (``centers`` may be a callable that gathers them), the
+    counters and every chunk's labels."""
+    get = centers if callable(centers) else (lambda: centers)
+    loop.save(lambda: {"centers": get(), "evals": int(evals), "objective": objective, "strict": strict},
+              rows=lambda directory: engine.dump_rows(directory, "lloyd_labels"))
+
+
 def lloyd(engine, centers, *, max_iter, tol, loop=None):
     """Lloyd iterations from ``centers`` (float64, validated); ``tol`` is absolute (already scaled).
 
     Returns a ``FitResult`` whose objective is the QE of the returned centres on ``engine``'s rows.
     """
     loop = loop or Loop("lloyd", max_iter)
+    centers, evals, objective, strict = _restored(engine, centers, loop)
     if engine.shards_model(centers.nbytes):
-        return _sharded_lloyd(engine, centers, max_iter, tol, loop)
-    evals = 0
-    objective = None
-    strict = False
+        return _sharded_lloyd(engine, centers, evals, objective, strict, tol, loop)
     for _ in loop:
         sums, weights, qe, changed, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
         evals += e
@@ -162,18 +179,17 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
         objective = qe
         if strict or shift <= tol:
             loop.converged = True
+        _save(engine, loop, centers, evals, objective, strict)
     if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
         _, _, objective, _, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
         evals += e
     return FitResult(centers, float(objective), loop.n_iter, loop.converged, int(evals), loop.history)
 
 
-def _sharded_lloyd(engine, centers, max_iter, tol, loop):
+def _sharded_lloyd(engine, centers, evals, objective, strict, tol, loop):
     """``lloyd`` with the centres sharded on the workers by cluster range. What the driver receives per
-    iteration: Σ w and ||Δc||² per cluster (16·k bytes) and three counters; the callback gets no centres."""
-    evals = 0
-    objective = None
-    strict = False
+    iteration: Σ w and ||Δc||² per cluster (16·k bytes) and three counters; the callback gets no centres
+    (a checkpoint gathers them: k × d once per checkpoint)."""
     with engine.sharded("lloyd", (centers,)) as model:
         for _ in loop:
             qe, changed, e, weights, shift = engine.reduce(lloyd_step, model.ref(), SHARDED_STEP,
@@ -189,6 +205,7 @@ def _sharded_lloyd(engine, centers, max_iter, tol, loop):
             objective = qe
             if strict or shift <= tol:
                 loop.converged = True
+            _save(engine, loop, model.gather, evals, objective, strict)
         if not strict:
             objective, e = engine.reduce(_assigned_qe, model.ref())
             evals += e

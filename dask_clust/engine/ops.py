@@ -25,6 +25,8 @@
                                             each shard lives, model.apply(fn) runs a step there,
                                             model.gather() brings it to the driver at the end
     engine.take(ids)                        rows by global id
+    engine.dump_rows(dir, key)              every chunk's state ``key`` written to a checkpoint where it lives;
+    engine.load_rows(dir, key)              read back (``restored_rows``: the same as a state's builder)
     engine.overhead_ms()                    the cost of one empty iteration
 
 A step is a module-level function ``step(chunk, params)`` (see ``partition.Chunk``). Every call is one
@@ -35,6 +37,8 @@ whatever the number of chunks or workers (a ``Rows`` field excepted: its size is
 import contextlib
 import itertools
 import math
+import os
+import socket
 import statistics
 import time
 from dataclasses import dataclass
@@ -100,6 +104,64 @@ def _key_counts(chunk, params):
 
 def _input_ids(chunk, params):
     return (chunk.input_ids(),)
+
+
+def _rows_file(directory, key, start, stop):
+    return os.path.join(directory, f"{key}-{start:012d}-{stop:012d}.npz")
+
+
+def _dump_rows(chunk, params):
+    """Write the chunk's state ``key`` (a dict of per-row arrays, or one array; of a dict only ``fields``
+    when given) beside its rows' range."""
+    directory, key, fields = params
+    if not os.path.isdir(directory):
+        raise InputError(f"the checkpoint directory {directory} is not visible on the worker "
+                         f"{socket.gethostname()}: per-row state is written where the rows live, so a checkpoint "
+                         "on a cluster needs a directory on a filesystem every worker shares")
+    state = chunk.state[key]
+    if fields:
+        state = {f: state[f] for f in fields}
+    np.savez(_rows_file(directory, key, chunk.start, chunk.stop), **(state if isinstance(state, dict) else {"": state}))
+    return (np.int64(1),)
+
+
+def restored_rows(chunk, params):
+    """A state builder: the chunk's state ``key`` as ``_dump_rows`` wrote it in ``directory``, from the
+    files that cover the chunk's rows (they need not be cut as this engine's chunks are)."""
+    directory, key = params
+    pieces = []
+    for name in sorted(os.listdir(directory)):   # zero-padded starts: sorted names are in row order
+        parts = name[:-len(".npz")].rsplit("-", 2)
+        if len(parts) != 3 or parts[0] != key:
+            continue
+        lo, hi = int(parts[1]), int(parts[2])
+        if hi > chunk.start and lo < chunk.stop:
+            pieces.append((lo, hi, name))
+    covered = chunk.start
+    fields = {}
+    for lo, hi, name in pieces:
+        if lo > covered:
+            break
+        with np.load(os.path.join(directory, name), allow_pickle=False) as z:
+            a, b = covered - lo, min(hi, chunk.stop) - lo
+            for f in z.files:
+                fields.setdefault(f, []).append(z[f][a:b])
+        covered = min(hi, chunk.stop)
+    if covered < chunk.stop:
+        raise InputError(f"the checkpoint's per-row state {key!r} in {directory} lacks rows {covered}.."
+                         f"{chunk.stop - 1}")
+    state = {f: np.concatenate(v) for f, v in fields.items()}
+    chunk.state[key] = state[""] if "" in state else state
+
+
+def _load_rows(chunk, params):
+    """The chunk's state ``key`` from the files; fields of a dict already there are replaced, the rest kept."""
+    directory, key = params
+    had = chunk.state.get(key)
+    restored_rows(chunk, params)
+    if isinstance(had, dict):
+        chunk.state[key] = {**had, **chunk.state[key]}
+    return (np.int64(1),)
 
 
 class Engine:
@@ -291,6 +353,18 @@ class Engine:
             finally:
                 self._restarting -= 1
         raise AssertionError("unreachable")
+
+    def dump_rows(self, directory, key, fields=None):
+        """Write every chunk's state ``key`` (of a dict-valued state, ``fields`` when given) into
+        ``directory`` (a checkpoint), each chunk by the partition that holds it: on a cluster the directory
+        must be on a filesystem every worker shares. The driver receives one count."""
+        self.reduce(_dump_rows, (os.fspath(directory), key, tuple(fields or ())))
+
+    def load_rows(self, directory, key):
+        """Every chunk's state ``key`` read back from ``dump_rows``'s files, its fields replacing those of a
+        dict-valued state already there (a registered state whose builder rebuilds a lost partition from
+        the model; one whose only source is the checkpoint takes ``restored_rows`` as its builder)."""
+        self.reduce(_load_rows, (os.fspath(directory), key))
 
     def take(self, ids):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array."""

@@ -1,0 +1,248 @@
+"""Checkpoints of a fit in progress, and resuming from one (``fit(..., checkpoint=, resume=)``).
+
+A checkpoint directory holds
+
+    checkpoint.json     what fit this is (algorithm, parameters, the data's fingerprint) and its newest
+                        complete generation: the iteration, the history, the algorithm's scalars and the
+                        names of its arrays
+    it-<n>/arrays.npz   the algorithm's driver-side arrays at iteration n (the centres, ...)
+    it-<n>/rows/        per-row state, written by the partitions that hold the rows, one
+                        ``<key>-<first row>-<end row>.npz`` per chunk (``Engine.dump_rows``)
+
+JSON and npz as ``ClusteringModel.save`` writes them, never pickle. A generation is written completely
+before ``checkpoint.json`` is replaced (``os.replace``, atomic) to name it, and older generations are
+removed only then: a process killed at any moment leaves the previous checkpoint readable.
+
+The fingerprint is the data's shape, dtype, weighting and chunk boundaries (checked before any work) and a
+hash of the first pass's exact summary (n, Σw, per-feature mean and variance, max |x|: a hash of every
+value, at no extra cost), checked once that pass has run. A checkpoint of other data or other parameters
+is never resumed from, nor overwritten.
+"""
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+
+import numpy as np
+
+from .errors import InputError, InvalidModelError
+
+logger = logging.getLogger("dask_clust")
+
+FORMAT_VERSION = 1
+INDEX = "checkpoint.json"
+
+
+def _digest(*parts):
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(np.ascontiguousarray(p).tobytes() if isinstance(p, np.ndarray) else repr(p).encode())
+    return h.hexdigest()[:32]
+
+
+def _plain(value):
+    """A parameter as JSON holds it; an array (an ``init``) as its shape, dtype and a hash of its values."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and np.ndim(value) > 0):
+        a = np.asarray(value)
+        return {"array": list(a.shape), "dtype": str(a.dtype), "sha256": _digest(a)}
+    return value
+
+
+def identity(algo, params, source):
+    """What a checkpoint must match to be resumed: the algorithm, its parameters (random_state included)
+    and the data's shape, dtype, weighting and chunk boundaries."""
+    ident = {"algo": algo, "params": {k: _plain(v) for k, v in sorted(params.items())},
+            "data": {"shape": [int(source.n_samples), int(source.n_features)], "dtype": str(np.dtype(source.dtype)),
+                     "weighted": getattr(source, "weights", None) is not None, "n_chunks": int(source.n_chunks),
+                     "chunks": _digest(np.asarray(source.starts, np.int64))}}
+    return json.loads(json.dumps(ident))   # as a checkpoint holds it: lists, not tuples
+
+
+def summary_digest(summary):
+    """The hash of the first pass's exact summary: equal for equal data on any layout (exact sums)."""
+    return _digest(np.int64(summary.n_samples), np.float64(summary.total_weight), np.asarray(summary.mean, np.float64),
+                   np.asarray(summary.var, np.float64), np.float64(summary.max_abs))
+
+
+def _difference(there, here):
+    """The first difference between a checkpoint's identity and this fit's, as a phrase."""
+    if there["algo"] != here["algo"]:
+        return f"algo={there['algo']!r} there, {here['algo']!r} here"
+    for what in ("data", "params"):
+        a, b = there[what], here[what]
+        for k in list(b) + [k for k in a if k not in b]:   # the data's shape before its chunks
+            if a.get(k) == b.get(k):   # by value: tol=0 is tol=0.0
+                continue
+            if k == "chunks":
+                return "the data's chunk boundaries differ"
+            return f"{'the data' if what == 'data' else 'parameter'} {k}={a.get(k)!r} there, {b.get(k)!r} here"
+    return None
+
+
+def read(path):
+    """The index of the checkpoint at ``path``, or None when there is none (no ``checkpoint.json``)."""
+    index = os.path.join(path, INDEX)
+    if not os.path.isfile(index):
+        return None
+    try:
+        with open(index) as f:
+            meta = json.load(f)
+        if not isinstance(meta, dict) or not isinstance(meta.get("identity"), dict):
+            raise ValueError("checkpoint.json holds no fit identity")
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"format_version {meta.get('format_version')!r} is not {FORMAT_VERSION}")
+        for key, kind in (("generation", str), ("iteration", int), ("history", list), ("scalars", dict),
+                          ("converged", bool)):
+            if not isinstance(meta.get(key), kind):
+                raise ValueError(f"{key} is missing or has the wrong type")
+    except (OSError, ValueError) as exc:
+        raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
+    return meta
+
+
+def stored_entropy(path):
+    """The random_state a checkpoint at ``path`` was fitted with, or None (a fit with random_state=None
+    resumes with it)."""
+    meta = read(path) if path is not None else None
+    return None if meta is None else meta["identity"]["params"].get("random_state")
+
+
+class Checkpoint:
+    """Where a fit writes its checkpoints (``path``, or None: nowhere) and what it resumes from.
+
+    ``every``: write after every ``every`` iterations, and whenever ``seconds`` have passed since the
+    last one, and when the loop ends. ``restored``: the algorithm's state to continue from (scalars and
+    arrays by name), ``restored_rows``: the directory of its per-row state; both None for a fresh fit."""
+
+    def __init__(self, path, resume, ident, every=10, seconds=300.0):
+        self.path = None if path is None else os.fspath(path)
+        self.ident = ident
+        self.every, self.seconds = every, seconds
+        self.restored = self.restored_rows = None
+        self.meta = self.digest = None
+        self._keep = set()   # generations still read by this fit (the one it resumed from)
+        self._last = time.monotonic()
+        self._written = 0
+        if self.path is not None:
+            _check_dir(self.path)
+        source = resume if resume is not None else self.path
+        if source is not None:
+            self._open(os.fspath(source), resume is not None)
+
+    def _open(self, path, required):
+        what = "resume" if required else "checkpoint"
+        if required and not os.path.isdir(path):
+            raise InputError(f"resume={path}: no such directory")
+        meta = read(path)
+        if meta is None:
+            if required:
+                raise InputError(f"resume={path}: holds no dask_clust checkpoint (no {INDEX})")
+            return
+        diff = _difference(meta["identity"], self.ident)
+        if diff is not None:
+            raise InputError(f"{what}={path} holds a checkpoint of another fit ({diff}); refusing to "
+                             f"{'resume from' if required else 'resume from or replace'} it")
+        generation = os.path.join(path, meta["generation"])
+        try:
+            with np.load(os.path.join(generation, "arrays.npz"), allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as exc:
+            raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
+        self.meta = meta
+        self.restored = {**meta["scalars"], **arrays}
+        rows = os.path.join(generation, "rows")
+        self.restored_rows = rows if os.path.isdir(rows) else None
+        if os.path.abspath(path) == os.path.abspath(self.path or ""):
+            self._keep.add(meta["generation"])
+        self._written = meta["iteration"]
+        logger.info("resuming %s from the checkpoint at %s after iteration %d", self.ident["algo"], path,
+                    meta["iteration"])
+
+    def check_summary(self, summary):
+        """After the first pass: the data's values are those the checkpoint was written from."""
+        digest = summary_digest(summary)
+        if self.meta is not None and self.meta["summary"] != digest:
+            raise InputError("the checkpoint was written from other data (same shape, dtype and chunks, but "
+                             "the exact sums of the values differ); refusing to resume from it")
+        self.digest = digest
+
+    def due(self, n_iter, final):
+        return self.path is not None and (final or n_iter - self._written >= self.every
+                                          or time.monotonic() - self._last >= self.seconds)
+
+    def write(self, n_iter, history, converged, state, rows=None):
+        """Write generation ``n_iter``: ``state``'s arrays to npz and its scalars to the index, ``rows(dir)``
+        to write the per-row state into ``dir``; then make it the checkpoint, atomically."""
+        t = time.perf_counter()
+        gen = f"it-{n_iter:06d}-{uuid.uuid4().hex[:6]}"
+        gdir = os.path.join(self.path, gen)
+        os.makedirs(gdir)
+        try:
+            arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
+            scalars = {k: _plain(v) for k, v in state.items() if k not in arrays}
+            if rows is not None:
+                os.makedirs(os.path.join(gdir, "rows"))
+                rows(os.path.join(gdir, "rows"))
+            with open(os.path.join(gdir, "arrays.npz"), "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            meta = {"format_version": FORMAT_VERSION, "identity": self.ident, "summary": self.digest,
+                    "generation": gen, "iteration": int(n_iter), "converged": bool(converged),
+                    "history": history, "scalars": scalars}
+            text = json.dumps(meta, indent=1, default=_plain)
+            tmp = os.path.join(self.path, f".{INDEX}.{gen}")
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(self.path, INDEX))
+        except BaseException:
+            shutil.rmtree(gdir, ignore_errors=True)
+            raise
+        self._written, self._last = n_iter, time.monotonic()
+        self._prune(keep={gen} | self._keep)
+        logger.info("checkpoint after iteration %d written to %s (%.2f s)", n_iter, self.path,
+                    time.perf_counter() - t)
+
+    def _prune(self, keep):
+        """Remove the generations (and index files) a crash or an older checkpoint left, but ``keep``."""
+        for name in os.listdir(self.path):
+            where = os.path.join(self.path, name)
+            if name in keep or not name.startswith(("it-", f".{INDEX}.")):
+                continue
+            if os.path.isdir(where):
+                shutil.rmtree(where, ignore_errors=True)
+            else:
+                os.remove(where)
+
+    def close(self):
+        """The fit is over: the generation it resumed from is no longer read."""
+        if self.path is not None and self._keep and self.meta is not None:
+            current = read(self.path)
+            self._keep = set()
+            self._prune(keep={current["generation"]} if current else set())
+
+
+def _check_dir(path):
+    """A checkpoint directory: created when missing; refused when it holds anything but checkpoints."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError(f"checkpoint={path}: exists and is not a directory")
+    if os.path.isdir(path):
+        other = [n for n in os.listdir(path) if n != INDEX and not n.startswith(("it-", f".{INDEX}."))]
+        if other:
+            raise InputError(f"checkpoint={path}: holds files that are not a dask_clust checkpoint ({other[0]!r}, "
+                             "...); give an empty or new directory")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputError(f"checkpoint={path}: the directory {parent} does not exist")
+    try:
+        os.makedirs(path)
+    except OSError as exc:
+        raise InputError(f"checkpoint={path}: cannot create it ({exc.strerror or exc})") from None

@@ -1,0 +1,203 @@
+"""Checkpoint and resume (issue #20): a fit killed at any moment continues from its last checkpoint to the
+bits of the uninterrupted fit; a checkpoint of other data or parameters is refused, never replaced."""
+import json
+import os
+import subprocess
+import sys
+
+import dask
+import numpy as np
+import pytest
+
+import dask_clust
+from dask_clust import InputError, StopFit
+from dask_clust.checkpoint import INDEX
+from dask_clust.errors import InvalidParameterError
+
+# 30 iterations each (tol=0: no early stop); vc-GMM on a coreset, var-GMM-S on every row
+FITS = {"kmeans": {"init": "random", "tol": 0.0}, "vcgmm": {"tol": 0.0, "coreset_size": 3000},
+        "vargmm": {"tol": 0.0}, "nmbatch": {"tol": 0.0, "batch_size": 500}, "vrkm": {"tol": 0.0, "epoch_size": 0.05},
+        "minibatch": {"tol": 0.0, "max_no_improvement": None, "batch_size": 500},
+        "sbe": {"batch_size": 200, "eval_every": 4}}
+LENGTH = {"vrkm": "max_epochs", "sbe": "omaxit"}
+
+_DRIVER = """
+import os, signal, sys
+import dask, numpy as np
+import dask_clust
+dask.config.set({"dask_clust.min-chunk-bytes": "1KiB"})
+X, algo, path, kill_at, kw = np.load(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), eval(sys.argv[5])
+
+def die(record):
+    if record["iteration"] == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+dask_clust.fit(X, algo, 24, random_state=3, max_iter=30, client="in-process", checkpoint=path, checkpoint_every=4,
+               callback=die, **kw)
+"""
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(0).random((12_000, 5)).astype(np.float32)
+
+
+def _fit(X, algo, **kw):
+    return dask_clust.fit(X, algo, 24, **{"random_state": 3, LENGTH.get(algo, "max_iter"): 30, **FITS[algo], **kw})
+
+
+def assert_same_model(a, b, iterations=30):
+    assert a.n_iter_ == b.n_iter_ == iterations
+    assert np.array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert a.objective_ == b.objective_ and a.n_distance_evals_ == b.n_distance_evals_
+    strip = lambda h: json.dumps([{k: v for k, v in r.items() if k != "wall_s"} for r in h])   # noqa: E731  (NaN)
+    assert strip(a.history_) == strip(b.history_)
+    assert a.extras_.get("sigma2_") == b.extras_.get("sigma2_")
+
+
+@pytest.mark.parametrize("algo", ["kmeans", "vcgmm"])
+def test_a_killed_driver_resumes_to_the_uninterrupted_bits(tmp_path, data, algo):
+    """The driver is SIGKILLed in iteration 14 of 30 (checkpoints every 4: the last is after 12); the same call
+    with resume= ends with the uninterrupted model: centres, objective, evaluations and every history record."""
+    np.save(tmp_path / "X.npy", data)
+    path = tmp_path / "ck"
+    run = subprocess.run([sys.executable, "-c", _DRIVER, str(tmp_path / "X.npy"), algo, str(path), "14",
+                          repr(FITS[algo])], capture_output=True, text=True, timeout=300)
+    assert run.returncode == -9, run.stderr[-2000:]
+    with open(path / INDEX) as f:
+        assert json.load(f)["iteration"] == 12
+    calls = []
+    resumed = _fit(data, algo, client="in-process", resume=path, callback=calls.append)
+    assert [c["iteration"] for c in calls] == list(range(13, 31))   # only the iterations the kill lost ran again
+    assert_same_model(resumed, _fit(data, algo, client="in-process"))
+
+
+def test_every_resumable_algorithm_is_tested():
+    assert set(dask_clust.algorithms.resumable()) == set(FITS)
+
+
+@pytest.mark.parametrize("algo,sharded", [("kmeans", False), ("kmeans", True), ("vargmm", False), ("vargmm", True),
+                                          ("nmbatch", False), ("vrkm", False), ("minibatch", False),
+                                          ("sbe", False)])
+def test_a_checkpoint_written_by_workers_resumes_anywhere(tmp_path, data, cluster, algo, sharded):
+    """On a cluster the per-row state (Lloyd's labels, var-GMM-S's K^(n), nmbatch's labels, distances and
+    bounds) is written by the workers holding the rows, and sharded centres are gathered; a fit stopped
+    after iteration 9 there continues in this process, or on the cluster with the model sharded, to the
+    uninterrupted bits."""
+    path = tmp_path / "ck"
+
+    def stop(record):
+        if record["iteration"] == 9:
+            raise StopFit
+
+    with dask.config.set({"dask_clust.model-bytes": "256B" if sharded else "64MiB"}):
+        _fit(data, algo, client=cluster, checkpoint=path, checkpoint_every=100, callback=stop)
+    generation = path / json.load(open(path / INDEX))["generation"]
+    if algo in ("kmeans", "vargmm", "nmbatch"):   # the others keep no per-row state across iterations
+        assert len(os.listdir(generation / "rows")) > 4   # one file per chunk
+    with dask.config.set({"dask_clust.model-bytes": "256B"}):
+        resumed = _fit(data, algo, client=cluster if not sharded else "in-process", checkpoint=path)
+    whole = _fit(data, algo, client="in-process")
+    assert_same_model(resumed, whole, whole.n_iter_)
+    assert whole.n_iter_ > 12
+
+
+def test_a_finished_checkpoint_gives_the_model_without_iterating(tmp_path, data):
+    path = tmp_path / "ck"
+    first = _fit(data, "kmeans", client="in-process", checkpoint=path)
+    calls = []
+    again = _fit(data, "kmeans", client="in-process", checkpoint=path, callback=calls.append)
+    assert calls == [] and [n for n in os.listdir(path) if n.startswith("it-")] == [json.load(open(path / INDEX))["generation"]]
+    assert_same_model(first, again)
+
+
+def test_a_failed_write_keeps_the_last_checkpoint(tmp_path, data, monkeypatch):
+    """A checkpoint write that fails part-way (the disk full) leaves the previous one whole and nothing else."""
+    path = tmp_path / "ck"
+    real, writes = np.savez, []
+
+    def savez(f, **arrays):   # the second checkpoint fails after its rows are written, at its arrays
+        writes.extend([1] if getattr(f, "name", "").endswith("arrays.npz") else [])
+        if len(writes) == 2:
+            raise OSError(28, "No space left on device")
+        real(f, **arrays)
+
+    monkeypatch.setattr(np, "savez", savez)
+    with pytest.raises(OSError, match="No space left"):
+        _fit(data, "vcgmm", client="in-process", checkpoint=path, checkpoint_every=5)
+    monkeypatch.setattr(np, "savez", real)
+    index = json.load(open(path / INDEX))
+    assert index["iteration"] == 5 and sorted(os.listdir(path)) == sorted([INDEX, index["generation"]])
+    assert_same_model(_fit(data, "vcgmm", client="in-process", resume=path), _fit(data, "vcgmm", client="in-process"))
+
+
+def test_checkpoints_of_another_fit_are_refused(tmp_path, data):
+    path = tmp_path / "ck"
+    _fit(data, "kmeans", client="in-process", checkpoint=path, max_iter=3)
+    before = sorted(os.listdir(path))
+    with pytest.raises(InputError, match=r"another fit \(parameter n_clusters=24 there, 25 here\)"):
+        dask_clust.fit(data, "kmeans", 25, random_state=3, max_iter=3, client="in-process", checkpoint=path,
+                       **FITS["kmeans"])
+    with pytest.raises(InputError, match=r"another fit \(parameter random_state=3 there, 4 here\)"):
+        _fit(data, "kmeans", client="in-process", resume=path, max_iter=3, random_state=4)
+    with pytest.raises(InputError, match=r"another fit \(the data shape=\[12000, 5\] there, \[11999, 5\] here\)"):
+        _fit(data[1:], "kmeans", client="in-process", resume=path, max_iter=3)
+    changed = data.copy()
+    changed[7_777, 2] += 1
+    with pytest.raises(InputError, match="written from other data"):
+        _fit(changed, "kmeans", client="in-process", resume=path, max_iter=3)
+    assert sorted(os.listdir(path)) == before   # nothing replaced
+    # random_state=None takes the checkpoint's
+    assert _fit(data, "kmeans", client="in-process", resume=path, max_iter=3, random_state=None).params[
+        "random_state"] == 3
+
+
+def test_a_checkpoint_of_other_chunks_is_refused(tmp_path, data, input_chunks):
+    """The model's bits depend on the chunk boundaries: a checkpoint cut otherwise is not resumed."""
+    import dask.array as da
+
+    path = tmp_path / "ck"
+    _fit(da.from_array(data, chunks=(3_000, 5)), "kmeans", client="in-process", checkpoint=path, max_iter=3)
+    with pytest.raises(InputError, match=r"another fit \(the data n_chunks=4 there, 3 here\)"):
+        _fit(da.from_array(data, chunks=(4_000, 5)), "kmeans", client="in-process", resume=path, max_iter=3)
+    with pytest.raises(InputError, match=r"another fit \(the data's chunk boundaries differ\)"):
+        _fit(da.from_array(data, chunks=((2_000, 4_000, 3_000, 3_000), (5,))), "kmeans", client="in-process",
+             resume=path, max_iter=3)
+
+
+def test_bad_checkpoint_arguments_are_refused_before_work(tmp_path, data):
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="holds files that are not a dask_clust checkpoint"):
+        _fit(data, "kmeans", client="in-process", checkpoint=tmp_path / "other")
+    with pytest.raises(InputError, match="holds no dask_clust checkpoint"):
+        _fit(data, "kmeans", client="in-process", resume=tmp_path / "other")
+    with pytest.raises(InputError, match="no such directory"):
+        _fit(data, "kmeans", client="in-process", resume=tmp_path / "missing")
+    with pytest.raises(InvalidParameterError, match=r"algo='slk' cannot be checkpointed or resumed yet; .*'kmeans'"):
+        dask_clust.fit(data, "slk", 4, checkpoint=tmp_path / "new")
+    with pytest.raises(InvalidParameterError, match="checkpoint_every must be an int >= 1"):
+        _fit(data, "kmeans", checkpoint=tmp_path / "new", checkpoint_every=0)
+    with pytest.raises(InvalidParameterError, match="checkpoint_seconds must be a number > 0"):
+        _fit(data, "kmeans", checkpoint=tmp_path / "new", checkpoint_seconds=-1)
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_estimator_and_the_command_line_continue_a_checkpoint(tmp_path, data, capsys):
+    """A KMeans estimator's fit stopped after iteration 6, then ``dask-clust fit --checkpoint`` on the same
+    data saved as .npy: the command continues it to the uninterrupted model."""
+    from dask_clust import KMeans
+    from dask_clust.cli import main
+
+    path = tmp_path / "ck"
+
+    def stop(record):
+        if record["iteration"] == 6:
+            raise StopFit
+
+    KMeans(24, init="random", tol=0.0, max_iter=30, random_state=3).fit(data, checkpoint=path, callback=stop)
+    assert json.load(open(path / INDEX))["iteration"] == 6
+    np.save(tmp_path / "X.npy", data)
+    assert main(["fit", str(tmp_path / "X.npy"), "-k", "24", "--init", "random", "--tol", "0", "--max-iter", "30",
+                 "--seed", "3", "--checkpoint", str(path), "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    assert_same_model(dask_clust.load(tmp_path / "m"), _fit(data, "kmeans", client="in-process"))
