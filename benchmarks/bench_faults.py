@@ -1,4 +1,15 @@
 """Faults (issue #20), measured on this machine:
+--parts checkpoint  the cost of checkpoints: kmeans (Lloyd, 20 iterations) and vargmm (10) on 2M x 32 lazy
+                 blobs on a LocalCluster of 2 workers, without checkpoints and with one after every
+                 iteration (per-row state written by the workers); reported: wall time and its ratio, the
+                 checkpoint's size on disk, and that the models are the same bits.
+--parts kill     the kill matrix: each of 7 algorithms x {persisted dask, zarr on disk, numpy scattered by the
+                 library} x {workers under nannies, workers without one} x {placement,
+                 seeding/coreset, during a call, between calls}: one of 3 single-thread worker processes is
+                 SIGKILLed (placement: before the first pass, seeding: before the fit's second call, during a
+                 call: a timer half an undisturbed iteration into iteration 3, between calls: in the callback
+                 after iteration 2); reported per case: the same model bits as the undisturbed fit or not,
+                 partitions rebuilt, and the wall time the kill added. --algos, --forms narrow it.
 --parts memory   vargmm on a zarr store (32-d float32 blobs in 32 MiB zarr chunks) 4x the memory of a
                  LocalCluster (3 workers x 1 thread, --worker-mib each): refused before any work with one
                  line, or streamed within the limits; reported: the outcome, the time to it, each worker's peak
@@ -7,13 +18,20 @@
                  input blocks) and with --chunk-mib chunks.
 """
 import argparse
+import contextlib
+import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 
 import dask
 import dask.array as da
+import numpy as np
 from distributed import Client, LocalCluster
 
 import dask_clust
@@ -70,6 +88,207 @@ def memory(args):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+KILL_FITS = {"kmeans": dict(tol=0, max_iter=8), "nmbatch": dict(batch_size=4000, rho=10.0, max_iter=12),
+             "minibatch": dict(batch_size=500, max_iter=12), "sbe": dict(omaxit=8, eval_every=2),
+             "vrkm": dict(max_epochs=6), "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=8),
+             "vargmm": dict(tol=0, max_iter=8)}
+WHEN = ("placement", "seeding", "call", "between")
+
+
+def inputs(scratch):
+    """The same 60,000 x 8 blobs as a dask array persisted on the client, a zarr store and numpy (chunks of
+    6,000 rows): form -> (client -> input)."""
+    X, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)
+    da.to_zarr(X.astype("float32"), os.path.join(scratch, "x.zarr"))
+    local = X.astype("float32").compute()
+    return {"persisted": lambda client: client.persist(da.from_array(local, chunks=6000)),
+            "zarr": lambda client: da.from_zarr(os.path.join(scratch, "x.zarr")), "numpy": lambda client: local}
+
+
+class Killer:
+    """SIGKILLs ``victim`` (a pid) at the moment ``when`` names, during one fit."""
+
+    def __init__(self, when, victim, iteration_s):
+        self.when, self.victim, self.iteration_s = when, victim, iteration_s
+        self.calls, self.fired, self.timer = 0, False, None
+
+    def fire(self):
+        if not self.fired:
+            self.fired = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.victim, signal.SIGKILL)
+
+    def before_call(self):
+        self.calls += 1
+        if (self.when, self.calls) in (("placement", 1), ("seeding", 2)):
+            self.fire()
+
+    def callback(self, record):
+        if self.when == "between" and record["iteration"] == 2:
+            self.fire()
+        if self.when == "call" and record["iteration"] == 2:   # lands in iteration 3's calls
+            self.timer = threading.Timer(self.iteration_s / 2, self.fire)
+            self.timer.start()
+
+
+@contextlib.contextmanager
+def killing(killer):
+    from dask_clust.engine.ops import Engine
+
+    reduce = Engine.reduce
+
+    def counted(self, *args, **kwargs):
+        killer.before_call()
+        return reduce(self, *args, **kwargs)
+
+    Engine.reduce = counted
+    try:
+        yield
+    finally:
+        Engine.reduce = reduce
+        if killer.timer is not None:
+            killer.timer.cancel()
+
+
+class ProcessCluster:
+    """A scheduler and 3 single-thread workers started as separate processes on 127.0.0.1 (as dask-jobqueue
+    or a Helm chart starts them), each under a nanny or not. Between cases a worker no nanny brought back is
+    started again (the processes of one a nanny did not bring back within 30 s, too)."""
+
+    def __init__(self, scratch, nanny):
+        self.nanny = nanny
+        self.scheduler_file = os.path.join(scratch, f"scheduler-{'nanny' if nanny else 'bare'}.json")
+        self.bin = os.path.dirname(sys.executable)
+        self.procs = [subprocess.Popen([os.path.join(self.bin, "dask"), "scheduler", "--host", "127.0.0.1",
+                                        "--port", "0", "--no-dashboard", "--scheduler-file", self.scheduler_file],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        while not os.path.exists(self.scheduler_file):
+            time.sleep(0.2)
+        self.client = Client(scheduler_file=self.scheduler_file)
+        self.workers = []
+        self.refill()
+
+    def _start(self):
+        env = {**os.environ, **{k: str(v) for k, v in worker_environ().items()}}
+        return subprocess.Popen([os.path.join(self.bin, "dask"), "worker", "--scheduler-file", self.scheduler_file,
+                                 "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"]
+                                + ([] if self.nanny else ["--no-nanny"]),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+    def refill(self):
+        """The worker pids, once 3 workers are there."""
+        for _ in range(3):
+            self.workers = [p for p in self.workers if p.poll() is None]
+            while len(self.workers) < 3:
+                self.workers.append(self._start())
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if len(self.client.scheduler_info()["workers"]) == 3:
+                        time.sleep(0.5)   # a nanny that has just restarted its worker settles
+                        return sorted(self.client.run(os.getpid).values())
+                except OSError:   # a worker left while asked
+                    pass
+                time.sleep(0.2)
+            print("3 workers did not come back within 30 s: starting them again", flush=True)
+            for p in self.workers:
+                p.kill()
+            self.workers = []
+        raise RuntimeError("could not get 3 workers")
+
+    def close(self):
+        self.client.close()
+        for p in self.workers + self.procs:
+            p.kill()
+
+
+def kill_case(client, algo, form, X, when, victim, calm, calm_s, iteration_s, setup):
+    killer = Killer(when, victim, iteration_s)
+    t = time.perf_counter()
+    try:
+        with killing(killer):
+            hit = dask_clust.fit(X, callback=killer.callback, algo=algo, n_clusters=20, random_state=0, client=client,
+                                 **KILL_FITS[algo])
+        same = bool(np.array_equal(hit.cluster_centers_, calm.cluster_centers_) and hit.objective_ == calm.objective_)
+        outcome, rebuilds = ("same bits" if same else "DIFFERENT MODEL"), hit.engine_["rebuilds"]
+    except Exception as exc:   # reported, never hidden: the case failed
+        outcome, rebuilds = f"FAILED: {type(exc).__name__}: {str(exc)[:160]}", None
+    wall = time.perf_counter() - t
+    row = {"algo": algo, "form": form, "setup": setup, "when": when, "killed": killer.fired, "outcome": outcome,
+           "rebuilds": rebuilds, "calm_s": calm_s, "hit_s": wall, "extra_s": wall - calm_s}
+    emit("faults_kill", row)
+    print(f"{setup:8} {form:9} {algo:9} {when:9} {outcome:10} killed={killer.fired} rebuilds={rebuilds} "
+          f"+{wall - calm_s:.1f} s", flush=True)
+    return row
+
+
+def kill(args):
+    scratch = tempfile.mkdtemp(prefix="bench-kill-")
+    algos = args.algos.split(",") if args.algos else list(KILL_FITS)
+    forms = args.forms.split(",") if args.forms else ["persisted", "zarr", "numpy"]
+    # every worker holds partitions (about 30 chunks), and vc-GMM's coreset stays on the workers
+    settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000,
+                "dask_clust.min-chunk-bytes": "64KiB", "dask_clust.lost-worker-timeout": "30s"}
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    summary = []
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ(), **settings}):
+            data = inputs(scratch)
+            for setup, nanny in (("nanny", True), ("no nanny", False)):
+                workers = ProcessCluster(scratch, nanny)
+                try:
+                    for form in forms:
+                        for algo in algos:
+                            workers.refill()
+                            for _ in range(2):   # the second run's time: the first compiles and warms up
+                                t = time.perf_counter()
+                                calm = dask_clust.fit(data[form](workers.client), algo=algo, n_clusters=20,
+                                                      random_state=0, client=workers.client, **KILL_FITS[algo])
+                                calm_s = time.perf_counter() - t
+                            iteration_s = float(np.median([h["wall_s"] for h in calm.history_]))
+                            for when in WHEN:
+                                pids = workers.refill()
+                                summary.append(kill_case(workers.client, algo, form, data[form](workers.client), when,
+                                                         pids[len(summary) % 3], calm, calm_s, iteration_s, setup))
+                finally:
+                    workers.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    same = sum(r["outcome"] == "same bits" for r in summary)
+    extra = sorted(r["extra_s"] for r in summary if r["outcome"] == "same bits")
+    print(f"{same} of {len(summary)} cases ended with the undisturbed model's bits; extra wall time median "
+          f"{np.median(extra) if extra else float('nan'):.1f} s, max {max(extra) if extra else float('nan'):.1f} s")
+
+
+def checkpoint_cost(args):
+    X, _ = make_blobs(2_000_000, 32, 100, random_state=0)
+    scratch = tempfile.mkdtemp(prefix="bench-ckpt-")
+    try:
+        with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as cluster, \
+                Client(cluster) as client:
+            X = X.persist()
+            for algo, kw in (("kmeans", {"init": "random", "max_iter": 20, "tol": 0}), ("vargmm", {"max_iter": 10, "tol": 0})):
+                dask_clust.fit(X, algo=algo, n_clusters=100, random_state=0, client=client, max_iter=1)   # warm-up
+                times, models = {}, {}
+                for every in (None, 1):
+                    path = os.path.join(scratch, f"{algo}-{every}")
+                    t = time.perf_counter()
+                    models[every] = dask_clust.fit(X, algo=algo, n_clusters=100, random_state=0, client=client,
+                                                   checkpoint=path if every else None, checkpoint_every=every or 1,
+                                                   **kw)
+                    times[every] = time.perf_counter() - t
+                size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+                same = bool(np.array_equal(models[None].cluster_centers_, models[1].cluster_centers_))
+                row = {"algo": algo, "iterations": models[1].n_iter_, "plain_s": times[None],
+                       "checkpointed_s": times[1], "ratio": times[1] / times[None], "checkpoint_bytes": size,
+                       "same_bits": same}
+                emit("faults_checkpoint", row)
+                print(f"{algo}: {times[None]:.1f} s plain, {times[1]:.1f} s with a checkpoint every iteration "
+                      f"(x{times[1] / times[None]:.2f}); checkpoint {size / 2**20:.1f} MiB; same bits: {same}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--parts", default="memory")
@@ -77,9 +296,15 @@ def main():
     p.add_argument("--worker-mib", type=int, default=1024)
     p.add_argument("--kmeans", action="store_true")
     p.add_argument("--chunk-mib", type=int, default=32, help="chunk-bytes of the second kmeans fit")
+    p.add_argument("--algos", help="kill: comma-separated algorithms (default: all 7)")
+    p.add_argument("--forms", help="kill: comma-separated of persisted, zarr, numpy (default: all)")
     args = p.parse_args()
     if "memory" in args.parts.split(","):
         memory(args)
+    if "kill" in args.parts.split(","):
+        kill(args)
+    if "checkpoint" in args.parts.split(","):
+        checkpoint_cost(args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ JSON and npz as ``ClusteringModel.save`` writes them, never pickle. A generation
 before ``checkpoint.json`` is replaced (``os.replace``, atomic) to name it, and older generations are
 removed only then: a process killed at any moment leaves the previous checkpoint readable.
 
+What the driver holds per checkpoint: the algorithm's driver-side state (the centres, k x D, gathered
+once when they are sharded; vc-GMM's G_c, k x G; a few scalars) and the history. Per-row state never
+passes through it: each partition writes its own chunks' rows, and the driver receives one count.
+
 The fingerprint is the data's shape, dtype, weighting and chunk boundaries (checked before any work) and a
 hash of the first pass's exact summary (n, Σw, per-feature mean and variance, max |x|: a hash of every
 value, at no extra cost), checked once that pass has run. A checkpoint of other data or other parameters
@@ -130,6 +134,11 @@ class Checkpoint:
         self._written = 0
         if self.path is not None:
             _check_dir(self.path)
+            other = read(self.path) if resume is not None else None
+            diff = other and _difference(other["identity"], ident)
+            if diff:
+                raise InputError(f"checkpoint={self.path} holds a checkpoint of another fit ({diff}); refusing to "
+                                 "replace it")
         source = resume if resume is not None else self.path
         if source is not None:
             self._open(os.fspath(source), resume is not None)

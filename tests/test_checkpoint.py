@@ -142,6 +142,10 @@ def test_checkpoints_of_another_fit_are_refused(tmp_path, data):
         _fit(data, "kmeans", client="in-process", resume=path, max_iter=3, random_state=4)
     with pytest.raises(InputError, match=r"another fit \(the data shape=\[12000, 5\] there, \[11999, 5\] here\)"):
         _fit(data[1:], "kmeans", client="in-process", resume=path, max_iter=3)
+    with pytest.raises(InputError, match=r"checkpoint=\S*ck holds a checkpoint of another fit \(parameter "
+                                         r"n_clusters=24 there, 25 here\); refusing to replace it"):
+        dask_clust.fit(data, "kmeans", 25, random_state=3, max_iter=3, client="in-process", resume=tmp_path / "x",
+                       checkpoint=path, **FITS["kmeans"])
     changed = data.copy()
     changed[7_777, 2] += 1
     with pytest.raises(InputError, match="written from other data"):

@@ -111,9 +111,12 @@ class FutureSource(Source):
     """Rows already on the cluster, one future of (x, w) or (x, w, input ids) per chunk: a working set drawn
     there, or a reordering."""
 
-    def __init__(self, futures, starts, n_features, dtype):
+    def __init__(self, futures, starts, n_features, dtype, remake=None):
+        """``remake(ids)``: the chunks' futures made again from the rows they came from (after a lost
+        worker took them and what they were computed from: scattered rows Dask cannot recompute)."""
         super().__init__(starts[-1], n_features, dtype, starts, False)
         self.futures = futures
+        self.remake = remake
 
     def block(self, i):
         return self.futures[i].result()
