@@ -489,7 +489,8 @@ class ActorBackend:
                     self.client.sync(remote_run, rpc, actor_future.key, build, [], True)
                 self._restore_shards(pid, addr, actor_future.key, shards)
             except Exception as exc:
-                if attempt + 1 < attempts and isinstance(exc, _COMM_ERRORS):
+                # KeyError: the scheduler dropped the chosen worker while rows were sent to it (all were lost)
+                if attempt + 1 < attempts and isinstance(exc, (*_COMM_ERRORS, KeyError)):
                     continue   # (a cancelled future of drawn rows is made again by the next _load)
                 raise
             self.placement[pid] = (addr, ids)
