@@ -129,8 +129,11 @@ def restored_rows(chunk, params):
     """A state builder: the chunk's state ``key`` as ``_dump_rows`` wrote it in ``directory``, from the
     files that cover the chunk's rows (they need not be cut as this engine's chunks are)."""
     directory, key = params
+    exact = _rows_file(directory, key, chunk.start, chunk.stop)
+    # the same chunks as the checkpoint's (the usual case): the chunk's own file, without listing every chunk's
+    names = [os.path.basename(exact)] if os.path.exists(exact) else sorted(os.listdir(directory))
     pieces = []
-    for name in sorted(os.listdir(directory)):   # zero-padded starts: sorted names are in row order
+    for name in names:   # zero-padded starts: sorted names are in row order
         parts = name[:-len(".npz")].rsplit("-", 2)
         if len(parts) != 3 or parts[0] != key:
             continue
