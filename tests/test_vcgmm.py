@@ -132,6 +132,33 @@ def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
         assert K.min() >= 0 and K.max() < 25
 
 
+def test_search_buffers_are_released_with_the_fit(data, monkeypatch):
+    """The search's per-thread buffers (~40 MB a thread at scale) live as long as the fit's partition:
+    none is left behind in the threads that ran the search, the caller's own thread included."""
+    import weakref
+
+    import dask
+
+    from dask_clust.algorithms import vcgmm
+
+    made = []
+    original = vcgmm._buffers
+
+    def spy(*args):
+        out = original(*args)
+        made.extend(weakref.ref(a.base) for group in out for a in group)
+        return out
+
+    monkeypatch.setattr(vcgmm, "_buffers", spy)
+    for threads in (1, 2):   # the caller's thread runs the coreset's 4 chunks, or a pool of 2 does
+        made.clear()
+        with dask.config.set({"dask_clust.working-set-chunk-rows": 200, "dask_clust.in-process-threads": threads}):
+            dask_clust.fit(data, algo="vcgmm", n_clusters=25, G=4, coreset_size=800, max_iter=3, random_state=1,
+                           client="in-process")
+        assert made
+        assert [r for r in made if r() is not None] == []
+
+
 def test_draw_distinct_is_uniform_and_keyed_by_row():
     out = np.empty((20000, 3), np.int32)
     draw_distinct(np.full(20000, -1, np.int32), 100, 10, 12345, out)

@@ -37,7 +37,6 @@ holds all clusters, i.e. exact EM.
 import contextlib
 import math
 import numbers
-import threading
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -141,21 +140,18 @@ def _init_truncated_sets(chunk, params):
     chunk.state["vcgmm"] = {"K": K, "Kd2": np.empty((n, n_truncated)), "winner": np.full(n, -1, np.int32)}
 
 
-_SCRATCH = threading.local()
-
-
-def _buffers(rows, width):
-    """Search-space and pair buffers for ``rows`` rows of ``width`` candidates, kept per thread across
-    searches (faulting them in each time costs): a thread searches one chunk at a time, so a worker holds
-    threads × ~40 MB of them, not chunks × 40 MB (issue #20: vargmm on a large input ran its workers out of
-    memory with them)."""
+def _buffers(scratch, rows, width):
+    """Search-space and pair buffers for ``rows`` rows of ``width`` candidates, kept in the thread's
+    ``scratch`` (``Chunk.scratch``) across searches (faulting them in each time costs): a thread searches
+    one chunk at a time, so a worker holds threads × ~40 MB of them, not chunks × 40 MB (issue #20: vargmm
+    on a large input ran its workers out of memory with them), and only while the fit's partition lives."""
     m = rows * width
-    have = getattr(_SCRATCH, "buffers", None)
+    have = getattr(scratch, "buffers", None)
     if have is None or len(have[0][0]) < rows + 1 or len(have[0][1]) < m:
         r, c = max(rows + 1, len(have[0][0]) if have else 0), max(m, len(have[0][1]) if have else 0)
         have = ((np.empty(r, np.int64), np.empty(c, np.int32), np.empty(c)),
                 (np.empty(c, np.int32), np.empty(c, np.int32), np.empty(c)))
-        _SCRATCH.buffers = have
+        scratch.buffers = have
     space, pairs = have
     return (space[0][:rows + 1], space[1][:m], space[2][:m]), tuple(p[:m] for p in pairs)
 
@@ -189,7 +185,7 @@ def _estep(chunk, params):
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
     n, n_clusters = K.shape[0], mu.shape[0]
-    space, pairs = _buffers(min(n, BLOCK_ROWS), K.shape[1] * Gc.shape[1] + 1)
+    space, pairs = _buffers(chunk.scratch, min(n, BLOCK_ROWS), K.shape[1] * Gc.shape[1] + 1)
     stats = None if sigma2 is None else _new_stats(n_clusters, mu.shape[1])
     mark = np.full(n_clusters, -1, np.int64)
     evals, minsum, changed, blocks = 0, 0.0, 0, []
