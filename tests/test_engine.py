@@ -377,13 +377,14 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("preset", [None, "1048576"])
-def test_library_local_cluster_is_loopback_only_and_sets_the_mmap_threshold(tmp_path, preset):
+@pytest.mark.parametrize("preset,dashboard", [(None, None), ("1048576", None), (None, ":0")])
+def test_library_local_cluster_is_loopback_only_and_sets_the_mmap_threshold(tmp_path, preset, dashboard):
     """The LocalCluster dask_clust starts listens on 127.0.0.1 only: scheduler, dashboard pages, nannies and
-    workers (issue #20: the dashboard answered on every interface). It gives its worker processes glibc's
-    MALLOC_MMAP_THRESHOLD_ before they start (dask's MALLOC_TRIM_THRESHOLD_ would pin it at 128 KiB), and
-    again when a nanny restarts one; a value the user set wins. In a process of its own: a nanny writes its
-    settings into the environment of the process that starts it."""
+    workers (issue #20: the dashboard answered on every interface), unless the user opens the dashboard with
+    dask_clust.dashboard-address. It gives its worker processes glibc's MALLOC_MMAP_THRESHOLD_ before they
+    start (dask's MALLOC_TRIM_THRESHOLD_ would pin it at 128 KiB), and again when a nanny restarts one; a
+    value the user set wins. In a process of its own: a nanny writes its settings into the environment of
+    the process that starts it."""
     from dask_clust.engine.cluster import MMAP_THRESHOLD
 
     script = tmp_path / "run.py"
@@ -391,12 +392,17 @@ def test_library_local_cluster_is_loopback_only_and_sets_the_mmap_threshold(tmp_
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     if preset:
         env["MALLOC_MMAP_THRESHOLD_"] = preset
+    if dashboard:
+        env["DASK_DASK_CLUST__DASHBOARD_ADDRESS"] = dashboard
     env["PYTHONPATH"] = os.getcwd()
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     got = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else out.stderr[-2000:]
     want = [preset or str(MMAP_THRESHOLD)]
     assert got["mmap"] == [want, want], got
-    assert got["listening"] == ["127.0.0.1"], got
+    if dashboard:   # the dashboard on every interface, the rest still on loopback
+        assert "127.0.0.1" in got["listening"] and set(got["listening"]) & {"0.0.0.0", "::"}, got
+    else:
+        assert got["listening"] == ["127.0.0.1"], got
 
 
 @contextlib.contextmanager

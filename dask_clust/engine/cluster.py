@@ -715,7 +715,7 @@ def _local_cluster(n_workers, threads_per_worker):
                 with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
                     cluster = distributed.LocalCluster(
                         n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                        dashboard_address="127.0.0.1:0")
+                        dashboard_address=config.get("dashboard-address"))
             finally:
                 quiet.setLevel(level)
                 if main:

@@ -38,6 +38,9 @@ DEFAULTS = {
     "knn-exact-budget": 1e12,
     # how long to wait for the scheduler to confirm a lost worker after a communication error
     "lost-worker-timeout": "10s",
+    # where the LocalCluster a fit starts serves its dashboard pages (logs, workers, metrics): this host
+    # only by default; e.g. ":8787" serves them on every interface
+    "dashboard-address": "127.0.0.1:0",
     # how long to wait for a scheduler given by address (``client="tcp://..."``, ``--scheduler``)
     "connect-timeout": "10s",
 }
