@@ -542,6 +542,33 @@ def test_losing_the_scheduler_or_every_worker_ends_the_fit_with_one_line(tmp_pat
     assert took < 30 and "\n" not in str(got.value)
 
 
+def test_a_call_waiting_on_a_lost_worker_is_abandoned_at_once(cluster):
+    """Issue #20: a partition sending to a worker killed between two calls retries connecting to it for
+    comm.timeouts.connect (30 s; once in 168 kills). The driver watches the scheduler meanwhile: a call that
+    has not returned while a worker of the fit has left the cluster fails within about ``WATCH_S`` as a
+    communication error (which the caller recovers from); a call on live workers runs to its end."""
+    import asyncio
+
+    from distributed.comm.core import CommClosedError
+
+    from dask_clust.engine.cluster import WATCH_S, ActorBackend
+
+    async def answer(seconds):
+        await asyncio.sleep(seconds)
+        return 42
+
+    backend = object.__new__(ActorBackend)
+    backend.client = cluster
+    live = sorted(cluster.scheduler_info()["workers"])
+    backend.placement = [(addr, [i]) for i, addr in enumerate(live)]
+    assert cluster.sync(backend._watched, answer(4 * WATCH_S)) == 42
+    backend.placement.append(("tcp://127.0.0.1:9", [2]))   # a worker the scheduler no longer has
+    t = time.perf_counter()
+    with pytest.raises(CommClosedError, match=r"tcp://127\.0\.0\.1:9.* left the cluster during a call"):
+        cluster.sync(backend._watched, answer(60))
+    assert time.perf_counter() - t < 4 * WATCH_S
+
+
 def test_separate_scheduler_and_workers_on_loopback(loopback_cluster, small_blobs):
     X, _ = small_blobs
     addr = loopback_cluster.scheduler.address

@@ -45,6 +45,8 @@ IN_PROCESS = "in-process"
 # update on 2 workers (mnist5k: 7.6-8.7 s -> 4.8-6.5 s with 16 MiB). Arrays below it are reused from the
 # heap; larger ones, which amortise their faults over their work, still go back to the system when freed.
 MMAP_THRESHOLD = 16 << 20
+# how often a call that has not returned asks the scheduler whether one of the fit's workers has gone
+WATCH_S = 0.5
 # what a streaming worker needs beyond its chunks and state, measured on CPython 3.11 (one worker, a 1 GiB
 # zarr store in 32 MiB chunks, Lloyd): the process after its first fit (numpy, numba's compiled kernels,
 # distributed; 332-344 MiB), and what a streamed pass holds besides its chunks (the loader's compute, the
@@ -409,7 +411,32 @@ class ActorBackend:
 
         peers = [(addr, k, ids) for (addr, ids), k in zip(self.placement, keys)]
         children = spell(tree(keys, config.get("split-every")))
-        return self.client.sync(remote_run, self.client.rpc(peers[0][0]), keys[0], call, children, True, peers)
+        return self.client.sync(self._watched, remote_run(self.client.rpc(peers[0][0]), keys[0], call, children,
+                                                          True, peers))
+
+    async def _watched(self, running):
+        """Await a call while ``_watch`` asks the scheduler whether a worker of the fit has gone. A partition
+        that sends to a killed worker retries connecting to it for comm.timeouts.connect (30 s) before it fails
+        (issue #20: a worker killed between two calls cost a vargmm fit 31 s once in 168 kills); the scheduler
+        knows at once, so the call is abandoned as lost and the caller rebuilds and repeats it."""
+        task = asyncio.ensure_future(running)
+        watch = asyncio.ensure_future(self._watch({addr for addr, _ in self.placement}))
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            return task.result() if task.done() else watch.result()
+        finally:
+            task.cancel()
+            watch.cancel()
+
+    async def _watch(self, placed):
+        """Raises a comm error once a worker in ``placed`` has left the cluster; asks every ``WATCH_S``."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            gone = ()
+            with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):   # a lost scheduler: the
+                gone = placed - set(await self.client.scheduler.ncores())               # caller reports it
+            if gone:
+                raise CommClosedError(f"worker(s) {sorted(gone)} of the fit left the cluster during a call")
 
     # -- calls with recovery
     def call(self, call, builders=None, plans=None, shards=None, repeat=True):
