@@ -10,6 +10,8 @@
                  call: a timer half an undisturbed iteration into iteration 3, between calls: in the callback
                  after iteration 2); reported per case: the same model bits as the undisturbed fit or not,
                  partitions rebuilt, and the wall time the kill added. --algos, --forms narrow it.
+--parts stream   what a streamed fit holds on a worker (kmeans and vargmm; one worker, zarr stores of 1 and
+                 2 GiB): the per-row state and the per-pass bytes it measures, against the engine's estimate.
 --parts memory   vargmm on a zarr store (32-d float32 blobs in 32 MiB zarr chunks) 4x the memory of a
                  LocalCluster (3 workers x 1 thread, --worker-mib each): refused before any work with one
                  line, or streamed within the limits; reported: the outcome, the time to it, each worker's peak
@@ -51,13 +53,16 @@ def fit(X, client, algo, settings, **kw):
     workers = Workers(client)
     workers.reset()
     t = time.perf_counter()
+    estimate = None
     try:
         with dask.config.set(settings):
             m = dask_clust.fit(X, algo=algo, n_clusters=20, random_state=0, client=client, **kw)
         outcome = f"fitted ({'streamed' if m.engine_.get('streaming') else 'persisted'}, {m.n_iter_} iterations)"
+        estimate = m.engine_.get("stream_estimate_bytes")
     except dask_clust.InputError as exc:
         outcome = f"refused: {exc}"
-    return {"algo": algo, "outcome": outcome, "s": time.perf_counter() - t, "peak_worker_bytes": workers.peak()}
+    return {"algo": algo, "outcome": outcome, "s": time.perf_counter() - t, "peak_worker_bytes": workers.peak(),
+            "estimate_bytes": estimate}
 
 
 def memory(args):
@@ -83,7 +88,51 @@ def memory(args):
                 emit("faults_memory", row)
                 peak = row["peak_worker_bytes"]
                 print(f"{algo} {settings or ''}: {row['outcome']} after {row['s']:.1f} s; worker peak "
-                      f"{'?' if peak is None else f'{peak / 2**20:.0f}'} MiB of {args.worker_mib} MiB")
+                      f"{'?' if peak is None else f'{peak / 2**20:.0f}'} MiB of {args.worker_mib} MiB"
+                      + (f" (estimated {row['estimate_bytes'] / 2**20:.0f} MiB)" if row["estimate_bytes"] else ""))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def rss():
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def calibrate(args):
+    """What a streamed fit holds on a worker, measured: one worker of one thread, zarr stores of 1 and 2 GiB
+    (32-d float32 in 32 MiB zarr chunks), every pass streamed from the store in 32 MiB chunks; per algorithm,
+    the worker's peak above its resident size before the fit, against the rows it holds. The slope is the
+    fit's per-row state in bytes, the intercept what a pass holds beyond it (chunks, codec, partials)."""
+    d = 32
+    scratch = tempfile.mkdtemp(prefix="bench-stream-")
+    settings = {"dask_clust.stream": True, "dask_clust.chunk-bytes": "32MiB", "dask_clust.min-chunk-bytes": "1MiB"}
+    fits = {"kmeans": dict(init="random", max_iter=3, tol=0), "vargmm": dict(max_iter=2, tol=0)}
+    try:
+        stores = {gib: store(os.path.join(scratch, f"x{gib}.zarr"), int(gib * 2**30) // (4 * d), d) for gib in (1, 2)}
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}), \
+                LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=0, dashboard_address="127.0.0.1:0") \
+                as cluster, Client(cluster) as client, dask.config.set(settings):
+            for algo, kw in fits.items():
+                dask_clust.fit(stores[1][:200_000], algo=algo, n_clusters=20, random_state=0, client=client, **kw)
+                points = []
+                for gib, X in stores.items():
+                    time.sleep(2)   # the last fit's heap is given back once its keys are gone
+                    base = max(client.run(rss).values())
+                    row = fit(X, client, algo, {}, **kw)
+                    above = row["peak_worker_bytes"] - base
+                    points.append((X.shape[0], above))
+                    emit("faults_stream", {**row, "rows": X.shape[0], "base_bytes": base, "above_bytes": above,
+                                           "declared": dask_clust.algorithms.state_of(
+                                               dask_clust.REGISTRY[algo], dask_clust.REGISTRY[algo].config(
+                                                   n_clusters=20, **kw))})
+                    print(f"{algo} {X.nbytes / 2**30:.0f} GiB: {row['outcome']}; worker {base / 2**20:.0f} MiB before, "
+                          f"peak {row['peak_worker_bytes'] / 2**20:.0f} MiB ({above / 2**20:.0f} above it), "
+                          f"estimated {row['estimate_bytes'] / 2**20:.0f} MiB")
+                (n1, a1), (n2, a2) = points
+                slope = (a2 - a1) / (n2 - n1)
+                print(f"{algo}: {slope:.1f} B per row of state; {(a1 - slope * n1) / 2**20:.0f} MiB per pass beyond it")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -305,6 +354,8 @@ def main():
         kill(args)
     if "checkpoint" in args.parts.split(","):
         checkpoint_cost(args)
+    if "stream" in args.parts.split(","):
+        calibrate(args)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,59 @@ def test_every_registered_algorithm_is_worker_count_invariant(cluster, small_blo
     assert one.objective_ == two.objective_
 
 
+def _held_bytes(value):
+    """Bytes of the numpy arrays in a chunk's state (dicts, tuples and lists of them)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_held_bytes(v) for v in value)
+    return 0
+
+
+DECLARED = [(algo, {}) for algo in sorted(dask_clust.REGISTRY) if algo != "nmbatch"] + [
+    ("nmbatch", {"bounds": "elkan"}), ("nmbatch", {"bounds": "hamerly"})]   # "auto" is one of the two
+
+
+@pytest.mark.parametrize("algo,params", DECLARED)
+def test_every_registered_algorithm_keeps_what_it_declares(small_blobs, monkeypatch, algo, params):
+    """Issue #20: the engine streams or refuses a fit by the state its algorithm declares per input row
+    (``state_bytes``) and the buffers per thread (``thread_bytes``). Measured after every call of a fit, on
+    the partition of the input's rows: the arrays its chunks keep never exceed the declaration (kmeans
+    declared 8 B per row and kept Lloyd's 16; nmbatch with Elkan's bounds 32 and kept 28 + 4 k), and the
+    buffers of the thread that ran them neither."""
+    import dask
+
+    from dask_clust.algorithms import state_of
+    from dask_clust.engine.partition import Partition
+
+    X, _ = small_blobs
+    spec = dask_clust.REGISTRY[algo]
+    row_bytes, _, thread_bytes = state_of(spec, spec.config(n_clusters=6, **params))
+    seen = {"input": None, "state": 0, "buffers": 0}
+    init, local = Partition.__init__, Partition.local
+
+    def first(self, *args):
+        init(self, *args)
+        seen["input"] = seen["input"] or self
+
+    def measured(self, call):
+        out = local(self, call)
+        if self is seen["input"]:
+            seen["state"] = max(seen["state"], sum(_held_bytes(c.state) for c in self.chunks))
+            seen["buffers"] = max(seen["buffers"], _held_bytes(vars(self.chunks[0].scratch)))
+        return out
+
+    monkeypatch.setattr(Partition, "__init__", first)
+    monkeypatch.setattr(Partition, "local", measured)
+    with dask.config.set({"dask_clust.in-process-threads": 1, "dask_clust.min-chunk-bytes": "1KiB"}):
+        dask_clust.fit(X, algo=algo, n_clusters=6, random_state=5, client="in-process", **params)
+    assert len(seen["input"].chunks) > 1
+    assert seen["state"] <= row_bytes * len(X), (seen["state"] / len(X), row_bytes)
+    assert seen["buffers"] <= thread_bytes, (seen["buffers"], thread_bytes)
+
+
 def test_dask_input_on_cluster_matches_reference(cluster, input_chunks):
     from dask_clust.datasets import make_blobs
 
@@ -651,8 +704,9 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeyp
     is decoded whole) while it computes it; with its share of the state, the process (``WORKER_BASE``) and a
     streamed pass's own buffers (``STREAM_PASS``), that must stay under the nanny's terminate fraction of its
     limit, or the nanny restarts it in every pass (measured: 32 MiB chunks on 512 MiB workers, 3 restarts).
-    768 MiB workers, 6 GiB of 32-d float32, kmeans (8 B of state per row): refused before any work, naming the
-    worker and what to change, unless both the chunks and the input's blocks are 32 MiB."""
+    768 MiB workers, 6 GiB of 32-d float32, kmeans (Lloyd's 16 B of state per row): refused before any work,
+    naming the worker and what to change, unless both the chunks and the input's blocks are 32 MiB and the fit
+    keeps no 48 MiB of buffers per thread (vc-GMM's search buffers are about that)."""
     from dask_clust.engine.cluster import STREAM_PASS, WORKER_BASE, ActorBackend
     from dask_clust.engine.data import Source
     from dask_clust.errors import InputError
@@ -663,20 +717,24 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeyp
                for i in range(3)}
     monkeypatch.setattr(backend, "_worker_info", lambda: workers)
     rows = 50_331_648
-    share = rows * 8 / 3
-    for chunk_mib, block_mib, refused in ((128, 32, True), (32, 128, True), (32, 32, False)):
+    share = rows * 16 / 3
+    for chunk_mib, block_mib, buffer_mib, refused in ((128, 32, 0, True), (32, 128, 0, True), (32, 32, 48, True),
+                                                      (32, 32, 0, False)):
         per = (chunk_mib << 20) // 128
         src = Source(rows, 32, np.float32, np.r_[np.arange(0, rows, per), rows], False)
         src.input_chunk_bytes = block_mib << 20
-        need = WORKER_BASE + STREAM_PASS + ((chunk_mib + max(chunk_mib, block_mib)) << 20) + share
+        need = WORKER_BASE + STREAM_PASS + ((chunk_mib + max(chunk_mib, block_mib) + buffer_mib) << 20) + share
         assert (need > 0.95 * limit) == refused
+        state = (16, "algo='kmeans'", buffer_mib << 20)
         if refused:
+            buffers = rf" \+ {buffer_mib} MiB of buffers" if buffer_mib else ""
             with pytest.raises(InputError, match=rf"^algo='kmeans' streams chunks of {chunk_mib} MiB cut from input "
                                                  rf"blocks of up to {block_mib} MiB: worker tcp://w0 "
-                                                 rf"would need about {need / 2**20:.0f} MiB .* of its 768 MiB limit"):
-                backend._check_streaming_memory(src, (8, "algo='kmeans'"))
+                                                 rf"would need about {need / 2**20:.0f} MiB \(1 thread\(s\) x both"
+                                                 rf"{buffers}, .* of its 768 MiB limit"):
+                backend._check_streaming_memory(src, state)
         else:
-            backend._check_streaming_memory(src, (8, "algo='kmeans'"))
+            assert backend._check_streaming_memory(src, state) == int(need)
 
 
 def test_in_process_threads_setting_keeps_the_model():

@@ -134,19 +134,21 @@ def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
 
 def test_search_buffers_are_released_with_the_fit(data, monkeypatch):
     """The search's per-thread buffers (~40 MB a thread at scale) live as long as the fit's partition:
-    none is left behind in the threads that ran the search, the caller's own thread included."""
+    none is left behind in the threads that ran the search, the caller's own thread included; and they are
+    the size ``buffer_bytes`` declares (the engine counts it when the input streams)."""
     import weakref
 
     import dask
 
     from dask_clust.algorithms import vcgmm
 
-    made = []
+    made, sizes = [], []
     original = vcgmm._buffers
 
-    def spy(*args):
-        out = original(*args)
+    def spy(scratch, rows, width):
+        out = original(scratch, rows, width)
         made.extend(weakref.ref(a.base) for group in out for a in group)
+        sizes.append((sum(a.nbytes for group in out for a in group), vcgmm.buffer_bytes(rows, width)))
         return out
 
     monkeypatch.setattr(vcgmm, "_buffers", spy)
@@ -157,6 +159,7 @@ def test_search_buffers_are_released_with_the_fit(data, monkeypatch):
                            client="in-process")
         assert made
         assert [r for r in made if r() is not None] == []
+    assert sizes and all(held == declared for held, declared in sizes), sizes
 
 
 def test_draw_distinct_is_uniform_and_keyed_by_row():

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..blocks.coreset import working_set
-from ..blocks.lloyd import lloyd
+from ..blocks.lloyd import LLOYD_ROW_BYTES, lloyd
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from .registry import AlgorithmSpec, final_pass, register
 
@@ -79,6 +79,7 @@ register(AlgorithmSpec(
     summary="Lloyd k-means with k-means||, greedy k-means++, AFK-MC2 or random seeding; sample weights",
     reference="Lloyd 1982, doi:10.1109/TIT.1982.1056489",
     objective="QE of the iteration's assignment, Σ w ||x − c_label||², before the centres move",
-    state_bytes=lambda cfg: 0 if cfg.coreset_size else ROW_BYTES,   # Lloyd keeps none; a coreset holds the seeder's
+    # the seeder's state, then Lloyd's; on a coreset both are the working set's, none of the input rows'
+    state_bytes=lambda cfg: 0 if cfg.coreset_size else max(ROW_BYTES, LLOYD_ROW_BYTES),
     resumable=True,
 ))

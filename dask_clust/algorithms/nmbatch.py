@@ -223,8 +223,8 @@ register(AlgorithmSpec(
     summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
     reference="Newling, Fleuret, NIPS 2016, arXiv:1602.02934",
     objective="mean squared distance over the current nested batch (Σ sse / Σ v)",
-    # order and ranks (int64), label (int32), distance (float64) and one float32 bound ("hamerly"; k bounds
-    # only when they fit the partitions' budget, ``bounds_kind``)
-    state_bytes=lambda cfg: max(ROW_BYTES, 8 + 8 + 4 + 8 + 4),
+    # order and ranks (int64), label (int32), distance (float64) and the float32 bounds: k ("elkan") or one
+    # ("hamerly"; "auto" takes k only when they fit the partitions' budget, ``bounds_kind``)
+    state_bytes=lambda cfg: max(ROW_BYTES, 8 + 8 + 4 + 8 + 4 * (cfg.n_clusters if cfg.bounds == "elkan" else 1)),
     resumable=True,
 ))

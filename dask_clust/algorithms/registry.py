@@ -18,13 +18,17 @@ class AlgorithmSpec:
     weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
     state_bytes: object = None   # (config) -> bytes of state the fit keeps per input row through the fit
                                  # (the engine streams or refuses with them counted); None: none
+    thread_bytes: object = None  # (config) -> bytes of buffers each worker thread keeps through the fit
+                                 # (``Chunk.scratch``), counted when the input streams; None: none
     resumable: bool = False      # fit(checkpoint=, resume=) continues it to the same bits (its fit saves
                                  # through loop.save and starts from loop.restored)
 
 
 def state_of(spec, cfg):
-    """(bytes of per-row state, who keeps it): what ``open_engine`` counts for the fit of ``spec``."""
-    return (int(spec.state_bytes(cfg)) if spec.state_bytes else 0), f"algo={spec.name!r}"
+    """(bytes of per-row state, who keeps it, bytes of buffers per worker thread): what ``open_engine``
+    counts for the fit of ``spec``."""
+    return ((int(spec.state_bytes(cfg)) if spec.state_bytes else 0), f"algo={spec.name!r}",
+            (int(spec.thread_bytes(cfg)) if spec.thread_bytes else 0))
 
 
 REGISTRY = {}

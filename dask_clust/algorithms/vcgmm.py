@@ -156,6 +156,12 @@ def _buffers(scratch, rows, width):
     return (space[0][:rows + 1], space[1][:m], space[2][:m]), tuple(p[:m] for p in pairs)
 
 
+def buffer_bytes(rows, width):
+    """What ``_buffers(scratch, rows, width)`` holds: an int64 offset per row, and per candidate an int32 and
+    a float64 (the search space), two int32 and a float64 (the pairs)."""
+    return 8 * (rows + 1) + (4 + 8 + 4 + 4 + 8) * rows * width
+
+
 def _posteriors(x, w, K, Kd2, sigma2, stats):
     """Adds a block's posterior statistics to stats = [Σ w s x, U, Q, F's data part]."""
     inv = 0.5 / sigma2
@@ -504,7 +510,8 @@ register(AlgorithmSpec(
     reference="Forster, Lücke, AISTATS 2018; Hirschberger, Forster, Lücke, TPAMI 2022",
     objective="the free energy F of the truncated posteriors on all rows (higher is better)",
     # K^(n) (int32) and its squared distances (float64) for C' clusters, and the winner (int32); the search
-    # buffers are per thread (``_buffers``)
+    # buffers are per thread (``_buffers``), for blocks of up to BLOCK_ROWS rows of C'·G + 1 candidates
     state_bytes=lambda cfg: max(ROW_BYTES, 12 * (cfg.n_truncated or cfg.G) + 4),
+    thread_bytes=lambda cfg: buffer_bytes(BLOCK_ROWS, (cfg.n_truncated or cfg.G) * cfg.G + 1),
     resumable=True,
 ))

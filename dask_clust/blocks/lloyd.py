@@ -22,6 +22,10 @@ from ..loop import FitResult, Loop
 from ..engine.combine import Rows, Scatter, Sum, Top
 from ..kernels.assign import Prepared, accumulate, nearest
 
+# what ``lloyd_step`` keeps per row through the fit: the labels, the previous iteration's (int32 each) and
+# the min d² (float64)
+LLOYD_ROW_BYTES = 4 + 4 + 8
+
 
 def lloyd_step(chunk, centers):
     """Assign the chunk's rows and return the partial (Σ w x, Σ w, QE, changed labels, evaluations).

@@ -47,12 +47,13 @@ IN_PROCESS = "in-process"
 MMAP_THRESHOLD = 16 << 20
 # how often a call that has not returned asks the scheduler whether one of the fit's workers has gone
 WATCH_S = 0.5
-# what a streaming worker needs beyond its chunks and state, measured on CPython 3.11 (one worker, a 1 GiB
-# zarr store in 32 MiB chunks, Lloyd): the process after its first fit (numpy, numba's compiled kernels,
-# distributed; 332-344 MiB), and what a streamed pass holds besides its chunks (the loader's compute, the
-# codec's buffers: peaks 212 and 313 MiB above the process with 32 and 128 MiB chunks, 178 MiB + a chunk)
+# what a streaming worker needs beyond its chunks, state and buffers, measured on CPython 3.11 (one worker of
+# one thread, zarr stores of 1 and 2 GiB in 32 MiB chunks, Lloyd; ``benchmarks/bench_faults.py --parts
+# stream``): the process after its first fit (numpy, numba's compiled kernels, distributed; 315-344 MiB),
+# and what a streamed pass holds besides its chunk, the input block and the fit's state (the loader's
+# compute, the codec's buffers, the partials: 33-34 MiB over 16.1 B of state per row, Lloyd's 16)
 WORKER_BASE = 340 << 20
-STREAM_PASS = 180 << 20
+STREAM_PASS = 48 << 20
 
 
 class WorkerLost(ClusterLost):
@@ -77,12 +78,20 @@ def _meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker
             "worker": worker}
 
 
+def fit_state(state):
+    """(bytes of state per row, who keeps them, bytes of buffers per worker thread) of the ``state`` a fit
+    declares (``algorithms.state_of``); the last may be left out (none)."""
+    row_bytes, who, *buffers = state
+    return int(row_bytes), who, int(buffers[0]) if buffers else 0
+
+
 def should_stream(source, memory_bytes, state=(0, "the fit")):
     """Rule 4: stream a dask source from where it lives each pass when it and the fit's per-row state would
     take more than ``stream-fraction`` of the memory available to hold them (``stream``: "auto", True or
-    False). ``state`` = (bytes per row, who keeps them), declared by the algorithm: the state stays in
-    memory either way, so a fit whose state alone is over that share is refused before it starts."""
-    row_bytes, who = state
+    False). ``state`` = (bytes per row, who keeps them[, bytes per thread]), declared by the algorithm: the
+    state stays in memory either way, so a fit whose state alone is over that share is refused before it
+    starts."""
+    row_bytes, who, _ = fit_state(state)
     fraction = float(config.get("stream-fraction"))
     held = source.n_samples * int(row_bytes)
     if held > fraction * memory_bytes:
@@ -183,8 +192,9 @@ class ActorBackend:
         self._file_seen = {}   # worker address -> whether it sees the .npy file the source maps
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
         self.streaming = should_stream(source, memory, state)
+        self.stream_estimate = None   # bytes the most loaded worker is estimated to need while streaming
         if self.streaming:
-            self._check_streaming_memory(source, state)
+            self.stream_estimate = self._check_streaming_memory(source, state)
             logger.info("streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
                         source.nbytes / 1e9, memory / 1e9)
         n = source.n_chunks
@@ -237,27 +247,32 @@ class ActorBackend:
 
     def _check_streaming_memory(self, source, state):
         """A streamed chunk is computed from its source on every pass: a worker thread holds it and the input
-        block(s) it is cut from meanwhile (a zarr chunk decoded whole). With the worker's share of the fit's
-        state and the process itself, that must stay under the memory its nanny allows, or the nanny
-        restarts the worker in every pass: refused before any work instead, in one line."""
+        block(s) it is cut from meanwhile (a zarr chunk decoded whole), and the fit's buffers. With the
+        worker's share of the fit's state and the process itself, that must stay under the memory its nanny
+        allows, or the nanny restarts the worker in every pass: refused before any work instead, in one line.
+        Returns the largest worker's estimate in bytes."""
         chunk = int(np.diff(source.starts).max()) * source.n_features * source.dtype.itemsize
         block = getattr(source, "input_chunk_bytes", 0)
-        per_thread = chunk + max(chunk, block)   # the chunk, and the input it is cut from (at least as much)
-        row_bytes, who = state
+        row_bytes, who, buffers = fit_state(state)
+        per_thread = chunk + max(chunk, block) + buffers   # the chunk, the input it is cut from, the fit's buffers
         info = self._worker_info()
-        share = source.n_samples * int(row_bytes) / max(1, len(info))
+        share = source.n_samples * row_bytes / max(1, len(info))
         terminate = float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
+        largest = 0
         for addr, w in sorted(info.items()):
             limit = w.get("memory_limit") or 0
             process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
             need = process + w.get("nthreads", 1) * per_thread + share
+            largest = max(largest, need)
             if limit and need > terminate * limit:
                 raise InputError(f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
                                  f"{block / 2**20:.0f} MiB: worker {addr} would need about "
-                                 f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both, "
+                                 f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both"
+                                 f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, "
                                  f"{share / 2**20:.0f} MiB of state, the process) of its {limit / 2**20:.0f} MiB limit; "
                                  "store the input in smaller chunks, set dask_clust.chunk-bytes lower, or give "
                                  "workers more memory")
+        return int(largest)
 
     # -- placement
     def partitions(self, source):

@@ -460,6 +460,7 @@ class Engine:
     def describe(self):
         return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
                 "chunks": self.n_chunks, "streaming": self.backend.streaming,
+                "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
                 "rebuilds": self.backend.n_rebuilds, "round_trips": self.round_trips}
 
 
