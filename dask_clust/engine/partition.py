@@ -217,7 +217,8 @@ class Partition:
         # module-level threading.local kept vc-GMM's ~40 MB per thread in the driver's and workers' threads
         # after every fit)
         scratch = threading.local()
-        self.chunks = [Chunk(i, a, b, data, meta["entropy"], scratch) for (i, a, b), data in zip(meta["chunks"], blocks)]
+        self.chunks = [Chunk(i, a, b, data, meta["entropy"], scratch)
+                       for (i, a, b), data in zip(meta["chunks"], blocks)]
         self.threads = max(1, int(meta.get("threads", 1)))
         if meta.get("worker"):
             pin_blas()
