@@ -6,6 +6,10 @@ from tests.reference.make_blobs import blobs
 
 # small test data still gets many chunks, so every multi-chunk path runs
 dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", "dask_clust.lost-worker-timeout": "20s"})
+# A LocalCluster closes a worker's nanny for good when, deploy.lost-worker-timeout (15 s) after the worker's
+# removal, no worker of the same name is registered: a worker the kill tests kill again within 15 s, caught
+# while its nanny restarts it, never came back, and every later test waited 60 s for it (CI, 21 failures)
+dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"})
 
 
 @pytest.fixture(scope="session")

@@ -123,13 +123,20 @@ def _worker_pids(client):
 
 
 @pytest.fixture(scope="module")
-def three_workers():
-    """3 single-thread worker processes under nannies (a killed worker is restarted at a new address)."""
+def _three_worker_client():
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc, set_as_default=False) as client:
         yield client
+
+
+@pytest.fixture
+def three_workers(_three_worker_client):
+    """3 single-thread worker processes under nannies (a killed worker is restarted at a new address), all
+    three back from the last test's kills."""
+    _three_worker_client.wait_for_workers(3, timeout=60)
+    return _three_worker_client
 
 
 @pytest.mark.parametrize("split_every", [1, 2, 3, 16])
@@ -176,7 +183,6 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypatch, 
     X, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)   # lazy: a lost chunk is recomputed
     name = algo.split("-")[0]
     kw = dict(algo=name, n_clusters=20, random_state=0, **KILL_PARAMS[name])
-    three_workers.wait_for_workers(3, timeout=60)
     # vc-GMM's 20k-row coreset in 5 chunks, so its partitions have buddies to keep their K^(n)
     settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}
     if algo.endswith("-sharded"):
@@ -227,7 +233,6 @@ def test_worker_killed_during_seeding_or_coreset_gives_the_same_model(three_work
     X, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)
     X = X.compute() if data == "numpy" else X
     kw = dict(n_clusters=20, random_state=0, max_iter=5, tol=0, **params)
-    three_workers.wait_for_workers(3, timeout=60)
     # vc-GMM's coreset stays on the workers, where the lost partition's rows are drawn again
     with dask.config.set({"dask_clust.in-process-bytes": "1KiB"}):
         calm = dask_clust.fit(X, client=three_workers, **kw)
@@ -274,7 +279,6 @@ def test_slk_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypat
     monkeypatch.setattr(slk.BoundLoops, "repair", counted)
     X, _ = make_blobs(6000, 8, 5, chunks=600, random_state=5)
     kw = dict(algo="slk", mode=mode, knn_method=method, n_clusters=5, random_state=0, tol=0, min_iter=5, max_iter=5)
-    three_workers.wait_for_workers(3, timeout=60)
     with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 600}):
         calm = dask_clust.fit(X, client=three_workers, **kw)
         assert not repairs
@@ -305,7 +309,6 @@ def test_knn_graph_is_searched_again_after_a_lost_worker(three_workers, method):
 
     # a dask input in 10 chunks: a lost chunk (and IVF's reordered rows built from it) is recomputed
     X = da.from_array(blobs(3000, 6, 4, seed=2)[0].astype(np.float32), chunks=(300, 6))
-    three_workers.wait_for_workers(3, timeout=60)
     with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.chunking": "input"}), \
             open_engine(as_source(X), three_workers, 0) as eng, \
             neighbour_graph(eng, 4, normalize=True, method=method, nlist=20, nprobe=4) as graph:
@@ -548,7 +551,6 @@ def test_a_worker_killed_while_vcgmm_iterates_on_a_coreset_of_numpy_rows(three_w
     X = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)[0].compute()
     kw = dict(algo="vcgmm", n_clusters=20, random_state=0, coreset_size=20_000, tol=0, max_iter=6,
               client=three_workers)
-    three_workers.wait_for_workers(3, timeout=60)
     with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}):
         calm = dask_clust.fit(X, **kw)
         victim = sorted(_worker_pids(three_workers).values())[1]
@@ -897,7 +899,7 @@ def test_halo_survives_a_lost_worker(three_workers):
 
     def run(kill_after):
         z_now["z"] = np.arange(n, dtype=np.float64)
-        three_workers.wait_for_workers(3, timeout=60)
+        three_workers.wait_for_workers(3, timeout=60)   # back from the run before
         with open_engine(as_source(X, chunk_rows=500), three_workers, 0) as eng:
             assert eng.n_workers == 3
             with eng.state("z", _set_z, lambda: z_now["z"]), eng.halo("ring", _ring, n):
@@ -963,8 +965,6 @@ def test_reduce_scatter_leaves_the_sums_sharded_on_the_workers(three_workers, wh
     k = 7
     start = np.arange(k * 3, dtype=np.float64).reshape(k, 3)
     client = "in-process" if where == "in-process" else three_workers
-    if where == "cluster":
-        three_workers.wait_for_workers(3, timeout=60)
     with open_engine(as_source(X, chunk_rows=500), client, 0) as eng:
         assert eng.n_workers == (1 if where == "in-process" else 3)
         sums, counts, n = eng.reduce(_sums_per_label, (k, 1.0))
@@ -998,7 +998,6 @@ def test_sharded_lloyd_gives_the_model_of_the_driver(three_workers, case):
     X, cases = _sharded_kmeans_cases()
     kw = cases[case]
     driver = dask_clust.fit(X, client="in-process", **kw)
-    three_workers.wait_for_workers(3, timeout=60)
     with dask.config.set({"dask_clust.model-bytes": "1"}):
         for client in ("in-process", three_workers):
             sharded = dask_clust.fit(X, client=client, **kw)
@@ -1023,7 +1022,6 @@ def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo):
         kw["coreset_size"] = 2000
     with dask.config.set({"dask_clust.working-set-chunk-rows": 400}):   # several chunks per partition
         driver = dask_clust.fit(X, client="in-process", **kw)
-    three_workers.wait_for_workers(3, timeout=60)
     with dask.config.set({"dask_clust.model-bytes": "1", "dask_clust.in-process-bytes": "1",
                           "dask_clust.working-set-chunk-rows": 400}):
         for client in ("in-process", three_workers):
