@@ -624,6 +624,23 @@ def test_a_call_waiting_on_a_lost_worker_is_abandoned_at_once(cluster):
     assert time.perf_counter() - t < 4 * WATCH_S
 
 
+def test_a_worker_closing_under_a_call_counts_as_lost(cluster):
+    """A worker closes itself when its scheduler is lost; a call it was relaying to a peer then fails with its
+    connection pool closed, and that came back to the driver before its client saw the scheduler go (2 of 6
+    scheduler kills under load ended in that RuntimeError, not ``ClusterLost``). Such a failure counts as a
+    lost worker, confirmed with the scheduler; a step's own error is raised at once, whatever the cluster."""
+    from dask_clust.engine.cluster import ActorBackend
+
+    backend = object.__new__(ActorBackend)
+    backend.client = cluster
+    live = sorted(cluster.scheduler_info()["workers"])
+    backend.placement = [(addr, [i]) for i, addr in enumerate(live)] + [("tcp://127.0.0.1:9", [2])]
+    assert backend._lost(RuntimeError("ConnectionPool is closed")) == [2]
+    t = time.perf_counter()
+    assert backend._lost(RuntimeError("a step's own error")) == []
+    assert time.perf_counter() - t < 0.1
+
+
 def test_separate_scheduler_and_workers_on_loopback(loopback_cluster, small_blobs):
     X, _ = small_blobs
     addr = loopback_cluster.scheduler.address
