@@ -569,8 +569,9 @@ def test_a_worker_killed_while_vcgmm_iterates_on_a_coreset_of_numpy_rows(three_w
 @pytest.mark.parametrize("lose", ["scheduler", "every worker"])
 def test_losing_the_scheduler_or_every_worker_ends_the_fit_with_one_line(tmp_path, lose):
     """Issue #20: SIGKILL the scheduler (before: KeyError 'workers' after the client's 30 s reconnect), or every
-    worker and its nanny, after iteration 3: the fit ends within 30 s with one line naming what was lost (no
-    worker: after lost-worker-timeout, the time a nanny has to bring one back)."""
+    worker and its nanny, after iteration 3: the fit ends with one line naming what was lost, within
+    lost-worker-timeout (no scheduler) or 30 s (no worker: after lost-worker-timeout, the time a nanny has to
+    bring one back)."""
     import dask
     import psutil
 
@@ -594,7 +595,8 @@ def test_losing_the_scheduler_or_every_worker_ends_the_fit_with_one_line(tmp_pat
         with pytest.raises(ClusterLost, match=message) as got:
             dask_clust.fit(X, n_clusters=10, max_iter=30, tol=0, random_state=0, client=client, callback=kill)
         took = time.monotonic() - killed[0]
-    assert took < 30 and "\n" not in str(got.value)
+    # a lost scheduler within lost-worker-timeout (0.03-0.04 s measured; before, once in a loaded run, 30.05 s)
+    assert took < (10 if lose == "scheduler" else 30) and "\n" not in str(got.value)
 
 
 def test_a_call_waiting_on_a_lost_worker_is_abandoned_at_once(cluster):
@@ -639,6 +641,38 @@ def test_a_worker_closing_under_a_call_counts_as_lost(cluster):
     t = time.perf_counter()
     assert backend._lost(RuntimeError("a step's own error")) == []
     assert time.perf_counter() - t < 0.1
+
+
+def test_a_question_to_a_lost_scheduler_is_given_up_once_the_client_sees_it_go():
+    """A question sent to the scheduler just before its connection broke retries connecting for
+    comm.timeouts.connect (30 s): a killed scheduler once ended a fit only with the client, 30.05 s after
+    the kill. The question is given up, as ``ClusterLost``, as soon as the client has seen the scheduler go."""
+    import asyncio
+    import threading
+
+    from dask_clust.engine.cluster import ActorBackend
+    from dask_clust.errors import ClusterLost
+
+    class Scheduler:   # a scheduler that no longer answers
+        address = "tcp://127.0.0.1:9"
+
+        async def identity(self, **kwargs):
+            await asyncio.sleep(60)
+
+    class Client:
+        status = "running"
+        scheduler = Scheduler()
+
+        def sync(self, fn):
+            return asyncio.run(fn())
+
+    backend = object.__new__(ActorBackend)
+    backend.client = Client()
+    threading.Timer(0.3, setattr, (backend.client, "status", "connecting")).start()
+    t = time.perf_counter()
+    with pytest.raises(ClusterLost, match="lost the Dask scheduler at tcp://127.0.0.1:9 .*'connecting'"):
+        backend._worker_info()
+    assert 0.3 < time.perf_counter() - t < 1
 
 
 def test_separate_scheduler_and_workers_on_loopback(loopback_cluster, small_blobs):
