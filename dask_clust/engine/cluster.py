@@ -294,12 +294,9 @@ class ActorBackend:
     def _worker_info(self):
         self._check_scheduler()
         try:
-            info = self.client.sync(self._identity)
+            return self.client.sync(self._identity)["workers"]
         except OSError:
             self._check_scheduler(lost=True)
-        if "workers" not in info:   # (an old scheduler's answer once it has lost its state)
-            self._check_scheduler(lost=True)
-        return info["workers"]
 
     async def _identity(self):
         """The scheduler's identity, given up once the client has seen the scheduler go: a question sent just
