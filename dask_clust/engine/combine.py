@@ -27,7 +27,7 @@ import threading
 
 import numpy as np
 
-from ..kernels.stats import N_WORDS, fixed_accumulate, fixed_add, fixed_add_at, from_fixed, to_fixed
+from ..kernels.stats import N_WORDS, fixed_accumulate, fixed_add, fixed_add_at, from_fixed, merge_keyed, to_fixed
 
 
 class Sum:
@@ -224,45 +224,70 @@ class RowTop:
 class KeyedSum:
     """A sparse exact sum: (keys, *values), equal keys added. Its size is the number of distinct keys, so a
     partition's many blocks (or a worker's many partitions) send each key once up the tree. ``rows`` = R
-    declares keys as row·R + column (row, column < R), so that a ``Scatter`` can split it by row."""
+    declares keys as row·R + column (row, column < R), so that a ``Scatter`` can split it by row.
+
+    Lifted, it is (sorted distinct keys, the values' kinds, one int64 table): an integer value takes a column,
+    a float value the N_WORDS columns of its fixed-point words, so two lifted sums add in one merge pass."""
 
     def __init__(self, rows=None):
         self.n_rows = rows
 
     def lift(self, value, chunk, top):
         keys, *values = (np.asarray(v) for v in value)
-        uniq, inverse = np.unique(keys.astype(np.int64), return_inverse=True)
-        return uniq, tuple(self._scatter(Sum().lift(v, chunk, top), inverse, len(uniq)) for v in values)
-
-    @staticmethod
-    def _scatter(lifted, index, n):
-        """A lifted 1-D Sum field's entries added into n slots at ``index``."""
-        kind, _, data = lifted
-        if kind == "i":
-            out = np.zeros(n, np.int64)
-            np.add.at(out, index, data)
-        else:
-            out = np.zeros((n, N_WORDS), np.int64)
-            fixed_add_at(out, index.astype(np.int64), data)
-        return kind, (n,), out
+        keys = keys.astype(np.int64)
+        kinds = tuple("f" if v.dtype.kind == "f" else "i" for v in values)
+        index = None
+        if not np.all(keys[1:] > keys[:-1]):   # a step that grouped its entries gives sorted distinct keys
+            keys, index = np.unique(keys, return_inverse=True)
+        table = np.zeros((len(keys), sum(N_WORDS if k == "f" else 1 for k in kinds)), np.int64)
+        col = 0
+        for kind, v in zip(kinds, values):
+            if kind == "i":
+                if index is None:
+                    table[:, col] = v
+                else:
+                    np.add.at(table[:, col], index, v.astype(np.int64))
+                col += 1
+                continue
+            words = Sum().lift(v, chunk, top)[2]
+            if index is None:
+                table[:, col:col + N_WORDS] = words
+            else:
+                fixed_add_at(table[:, col:col + N_WORDS], index.astype(np.int64), words)
+            col += N_WORDS
+        return keys, kinds, table
 
     def add(self, a, b):
-        keys = np.union1d(a[0], b[0])
-        ia, ib = np.searchsorted(keys, a[0]), np.searchsorted(keys, b[0])
-        return keys, tuple(Sum().add(self._scatter(x, ia, len(keys)), self._scatter(y, ib, len(keys)))
-                           for x, y in zip(a[1], b[1]))
+        keys, table = merge_keyed(a[0], a[2], b[0], b[2], self._fixed_columns(a[1]))
+        return keys, a[1], table
+
+    @staticmethod
+    def _fixed_columns(kinds):
+        starts = np.cumsum([0] + [N_WORDS if k == "f" else 1 for k in kinds])[:-1]
+        return np.array([s for s, k in zip(starts, kinds) if k == "f"], np.int64)
 
     def finish(self, a, top):
-        return (a[0],) + tuple(Sum().finish(v, top) for v in a[1])
+        keys, kinds, table = a
+        out, col = [keys], 0
+        for kind in kinds:
+            if kind == "i":
+                out.append(table[:, col].copy())
+                col += 1
+                continue
+            flat = np.empty(len(keys))
+            from_fixed(np.ascontiguousarray(table[:, col:col + N_WORDS]), top, flat)
+            out.append(flat)
+            col += N_WORDS
+        return tuple(out)
 
     def rows(self, a):
         return self.n_rows
 
     def slice(self, a, lo, hi):
         """The entries of rows lo..hi (keys lo·R .. hi·R; sorted, so one contiguous range)."""
-        keys, values = a
+        keys, kinds, table = a
         i, j = np.searchsorted(keys, np.array([lo, hi], np.int64) * self.n_rows)
-        return keys[i:j].copy(), tuple(Sum().slice(v, i, j) for v in values)
+        return keys[i:j].copy(), kinds, table[i:j].copy()
 
 
 class Scatter:

@@ -138,6 +138,43 @@ def fixed_add_at(acc, index, other):
 
 
 @njit(nogil=True, cache=True)
+def merge_keyed(ka, ta, kb, tb, fixed):
+    """Two sparse exact sums added in one linear pass: the union of their strictly increasing keys, rows of
+    equal keys added (np.union1d and scattered adds took ten times as long on vc-GMM's pair statistics).
+
+    ka, kb : IN int64 (n,), (m,) strictly increasing keys
+    ta, tb : IN int64 (n, W), (m, W) the entries' values: integers, and fixed-point numbers in 3 columns each
+    fixed  : IN int64 (F,) the first column of each fixed-point number (its carries are propagated)
+    Returns keys int64 (k,) and their values int64 (k, W).
+    """
+    keys = np.empty(ka.shape[0] + kb.shape[0], np.int64)
+    out = np.empty((keys.shape[0], ta.shape[1]), np.int64)
+    i = j = k = 0
+    while i < ka.shape[0] or j < kb.shape[0]:
+        if j == kb.shape[0] or (i < ka.shape[0] and ka[i] < kb[j]):
+            keys[k] = ka[i]
+            out[k] = ta[i]
+            i += 1
+        elif i == ka.shape[0] or kb[j] < ka[i]:
+            keys[k] = kb[j]
+            out[k] = tb[j]
+            j += 1
+        else:
+            keys[k] = ka[i]
+            for c in range(ta.shape[1]):
+                out[k, c] = ta[i, c] + tb[j, c]
+            for f in range(fixed.shape[0]):
+                for c in range(fixed[f] + N_WORDS - 1, fixed[f], -1):
+                    carry = out[k, c] >> WORD_BITS
+                    out[k, c] -= carry << WORD_BITS
+                    out[k, c - 1] += carry
+            i += 1
+            j += 1
+        k += 1
+    return keys[:k], out[:k]
+
+
+@njit(nogil=True, cache=True)
 def from_fixed(words, top, out):
     """Fixed point back to float64 (deterministic: the same words give the same floats).
 

@@ -137,8 +137,10 @@ def _accumulate(c, p, n, d2sum, owner, slot, who, cnt, tot, k):
 def pair_statistics(winner, pos, space, space_d2, start, partner, count, dsum):
     """Step 5's sufficient statistics of a block: for every winner c_o and every other member c~ of the
     search spaces of the rows c_o won, (count, Σ d²(x_n, μ_c~)). Rows are visited grouped by winner (a
-    counting sort), so one winner's partners accumulate in a dense scratch that stays in cache; the
-    summation order (rows ascending, then S_n's order) depends on the block, not on the thread.
+    counting sort); one winner's partners accumulate in dense per-cluster sums and a bitset of the partners
+    seen, which hands them back in ascending order in O(C/64 + partners): a block's keys c_o·C + c~ come
+    out sorted and distinct, so a ``KeyedSum`` takes them without sorting. Each pair's Σ d² adds its rows
+    in ascending order, whatever the thread.
 
     winner : IN int32 (n,);  pos, space, space_d2 : IN truncated_search's packed S_n and distances
     start  : OUT int64 (C + 1,) winner c's partners are entries start[c]..start[c+1]
@@ -157,21 +159,44 @@ def pair_statistics(winner, pos, space, space_d2, start, partner, count, dsum):
     for i in range(n):
         order[nxt[winner[i]]] = i
         nxt[winner[i]] += 1
-    owner = np.full(C, -1, np.int32)
-    slot = np.empty(C, np.int64)
+    seen = np.zeros((C + 63) >> 6, np.uint64)
+    cnt = np.zeros(C, np.int32)
+    tot = np.zeros(C)
+    one, low6, byte = np.uint64(1), np.uint64(63), np.uint64(0xFF)
     k = 0
     start[0] = 0
     for c in range(C):
         for r in range(first[c], first[c + 1]):
             i = order[r]
             for s in range(pos[i], pos[i + 1]):  # the winner itself too (no branch), dropped below
-                k = _accumulate(c, space[s], 1, space_d2[s], owner, slot, partner, count, dsum, k)
-        if owner[c] == c:  # c won rows: its own entry is replaced by the last one
-            k -= 1
-            j = slot[c]
-            partner[j] = partner[k]
-            count[j] = count[k]
-            dsum[j] = dsum[k]
+                p = space[s]
+                cnt[p] += 1
+                tot[p] += space_d2[s]
+                seen[p >> 6] |= one << (np.uint64(p) & low6)
+        if first[c + 1] > first[c]:
+            seen[c >> 6] &= ~(one << (np.uint64(c) & low6))
+            cnt[c] = 0
+            tot[c] = 0.0
+            for wi in range(seen.shape[0]):
+                word = seen[wi]
+                if word == 0:
+                    continue
+                seen[wi] = 0
+                p = wi << 6
+                while word != 0:
+                    if word & byte == 0:
+                        word >>= np.uint64(8)
+                        p += 8
+                        continue
+                    if word & one:
+                        partner[k] = p
+                        count[k] = cnt[p]
+                        dsum[k] = tot[p]
+                        cnt[p] = 0
+                        tot[p] = 0.0
+                        k += 1
+                    word >>= one
+                    p += 1
         start[c + 1] = k
     return k
 
