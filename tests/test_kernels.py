@@ -7,7 +7,8 @@ from hypothesis import example, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dask_clust.kernels.assign import Prepared, accumulate, all_sqdist, candidate_potentials, nearest, update_mind
-from dask_clust.kernels.sampling import sample_proportional
+from dask_clust.kernels.distance import gemm_tolerance
+from dask_clust.kernels.sampling import greedy_plusplus, sample_proportional
 from dask_clust.kernels.stats import N_WORDS, chunk_summary, fixed_add, fixed_top_exponent, from_fixed, to_fixed
 from tests.reference.lloyd import sqdist
 
@@ -112,6 +113,47 @@ def test_candidate_potentials_and_update_mind(xc, seed):
     out = np.empty((len(X), len(C)))
     all_sqdist(X, C, out)
     np.testing.assert_allclose(out, sqdist(X, C), rtol=1e-12, atol=1e-12)
+
+
+def _greedy_plusplus_reference(X, w, first, u):
+    """Greedy weighted k-means++ step by step in plain numpy: draws by the inverse CDF of w·D², the trial
+    leaving the lowest potential kept (the first on ties)."""
+    chosen = [first]
+    mind = sqdist(X, X[[first]])[:, 0]
+    for uj in u:
+        p = w * mind
+        cum = np.cumsum(p)
+        if not cum[-1] > 0:
+            chosen.append(min(len(X) - 1, int(uj[0] * len(X))))
+            continue
+        cands = np.minimum(np.searchsorted(cum, uj * cum[-1], side="right"), len(X) - 1)
+        d2 = sqdist(X, X[cands])
+        pots = (w[:, None] * np.minimum(mind[:, None], d2)).sum(0)
+        best = int(np.argmin(pots))
+        chosen.append(int(cands[best]))
+        mind = np.minimum(mind, d2[:, best])
+    return np.array(chosen)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_plusplus_matches_the_step_by_step_reference(seed):
+    """The one-call greedy k-means++ picks the rows the plain-numpy loop picks from the same uniforms, on
+    weighted rows with duplicates (ties) and on a set with fewer distinct rows than centres."""
+    rng = np.random.default_rng(seed)
+    n, d, k = int(rng.integers(20, 300)), int(rng.integers(1, 9)), int(rng.integers(2, 15))
+    X = rng.standard_normal((n, d)) * rng.uniform(0.1, 100)
+    X[rng.integers(0, n, n // 5)] = X[0]
+    if seed == 5:  # three distinct rows, more centres than that: the draws run out of mass
+        X = X[:3][rng.integers(0, 3, n)]
+        k = 6
+    w = rng.uniform(0.5, 3.0, n)
+    u = rng.random((k - 1, 2 + int(np.log(k))))
+    first = int(rng.integers(0, n))
+    chosen = np.empty(k, np.int64)
+    evals = greedy_plusplus(X, w, first, u, gemm_tolerance(np.float64, d), chosen)
+    ref = _greedy_plusplus_reference(X, w, first, u)
+    np.testing.assert_array_equal(chosen, ref)
+    assert evals == n * (k - 1) * u.shape[1] + n
 
 
 @settings(max_examples=150, deadline=None)

@@ -20,7 +20,8 @@ from .coreset import MASSES, chunk_masses, proposal, proposal_masses
 from ..engine.combine import Rows, Sum
 from .._random import stream
 from ..kernels.assign import Prepared, candidate_potentials, nearest, update_mind
-from ..kernels.sampling import draw_proportional
+from ..kernels.distance import gemm_tolerance
+from ..kernels.sampling import draw_proportional, greedy_plusplus
 from .lloyd import lloyd
 
 SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
@@ -28,9 +29,13 @@ SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
 
 # ---------------------------------------------------------------- per-chunk steps
 
-def _lower_mind(x, centers, mind):
-    """mind ← min(mind, distance² to the nearest of ``centers``) by the GEMM kernel; returns evaluations."""
-    _, d2, evals = nearest(x, Prepared(centers, x.dtype))
+def _lower_mind(x, centers, mind, near=None, offset=0):
+    """mind ← min(mind, distance² to the nearest of ``centers``) by the GEMM kernel; where it falls, ``near``
+    (when given) ← that centre's index + ``offset`` (an earlier centre keeps a tie); returns evaluations."""
+    labels, d2, evals = nearest(x, Prepared(centers, x.dtype))
+    if near is not None:
+        closer = d2 < mind
+        near[closer] = labels[closer] + offset
     np.minimum(mind, d2, out=mind)
     return evals
 
@@ -73,23 +78,40 @@ def _potentials(chunk, centers):
     return pot, np.int64(evals)
 
 
-def _update_potential(chunk, new_centers):
-    """Add new centres to mind; return Σ w·mind (φ)."""
-    mind = chunk.state["mind"]
-    evals = _lower_mind(chunk.x, new_centers, mind) if len(new_centers) else 0
-    return float(np.dot(chunk.w, mind)), np.int64(evals)
+def _init_candidates(chunk, cands):
+    """State of k-means||: each row's min d² to the candidates so far and the index of the nearest (the
+    lowest on ties), rebuildable from the candidates."""
+    n = chunk.x.shape[0]
+    st = {"mind": np.full(n, np.inf), "near": np.full(n, -1, np.int32)}
+    if cands is not None and len(cands):
+        _lower_mind(chunk.x, cands, st["mind"], st["near"])
+    chunk.state["k-means||"] = st
+
+
+def _update_potential(chunk, params):
+    """Add a round's candidates (numbered from ``offset``) to mind and near; return Σ w·mind (φ)."""
+    new_centers, offset = params
+    st = chunk.state["k-means||"]
+    evals = _lower_mind(chunk.x, new_centers, st["mind"], st["near"], offset) if len(new_centers) else 0
+    return float(np.dot(chunk.w, st["mind"])), np.int64(evals)
 
 
 def _oversample(chunk, params):
     """k-means|| round: keep each row independently with probability min(1, ℓ w mind / φ)."""
     ell, phi, rnd = params
-    prob = np.minimum(1.0, ell * chunk.w * chunk.state["mind"] / phi)
+    prob = np.minimum(1.0, ell * chunk.w * chunk.state["k-means||"]["mind"] / phi)
     keep = np.flatnonzero(chunk.rng("k-means||", rnd).random(chunk.x.shape[0]) < prob)
     return keep + chunk.start, chunk.x[keep]
 
 
-def _candidate_weights(chunk, centers):
-    """Σ w of the rows closest to each candidate."""
+def _candidate_weights(chunk, n_cands):
+    """Σ w of the rows nearest each candidate, from the rounds' own record of it (no pass over the
+    candidates)."""
+    return np.bincount(chunk.state["k-means||"]["near"], weights=chunk.w, minlength=n_cands),
+
+
+def _nearest_weights(chunk, centers):
+    """Σ w of the rows nearest each of ``centers`` (a Prepared), by a pass over them."""
     labels, _, evals = nearest(chunk.x, centers)
     return np.bincount(labels, weights=chunk.w, minlength=centers.C.shape[0]), np.int64(evals)
 
@@ -151,9 +173,9 @@ def _afk_chains(chunk, params):
     return st["slot"][a:b] - (j - 1) * chain_length, d2, st["rows"][a:b], st["w"][a:b], st["q"][a:b], np.int64(evals)
 
 
-# the most state a seeder keeps per row: min d² to the chosen centres (k-means++, k-means||, AFK-MC2's
-# first pass), float64
-ROW_BYTES = 8
+# the most state a seeder keeps per row: k-means||'s min d² to the candidates (float64) and its nearest
+# candidate (int32); k-means++ and AFK-MC2's first pass keep the min d² alone
+ROW_BYTES = 8 + 4
 # the round's proposals from every chunk, in chunk order; evaluations summed
 CHAINS = (Rows(),) * 5 + (Sum(),)
 # centres committed to the proposals ahead at once: each proposal row is read once per block
@@ -213,15 +235,15 @@ def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
 
 def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=30, max_rounds=5):
     """k-means||: ⌈ln φ⌉ ≤ 5 rounds of independent sampling with ℓ = factor·k, then the candidates,
-    weighted by the mass of rows closest to them, reduced to k by weighted k-means++ and Lloyd
-    (run in-process: the candidate set is small)."""
+    weighted by the mass of rows closest to them (recorded by the rounds themselves), reduced to k by
+    weighted greedy k-means++ (one kernel call) and Lloyd (in-process: the candidate set is small)."""
 
     ell = oversampling_factor * k
     cands = []
-    with engine.state("mind", _init_mind, lambda: np.concatenate(cands) if cands else None), \
+    with engine.state("k-means||", _init_candidates, lambda: np.concatenate(cands) if cands else None), \
             progress.phase("seeding k-means||", None, "round") as shown:
         cands.append(first_center(engine, "k-means||", entropy).astype(np.float64))
-        phi, evals = engine.reduce(_update_potential, cands[0])
+        phi, evals = engine.reduce(_update_potential, (cands[0], 0))
         evals = int(evals)
         rounds = max(1, min(max_rounds, math.ceil(math.log(phi)))) if phi > 1 else 1
         for r in range(rounds):
@@ -230,26 +252,41 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
             _, new = engine.reduce(_oversample, (ell, phi, r), (Rows(), Rows()))
             if not len(new):
                 continue
+            offset = sum(map(len, cands))
             cands.append(new.astype(np.float64))
-            phi, e = engine.reduce(_update_potential, cands[-1])
+            phi, e = engine.reduce(_update_potential, (cands[-1], offset))
             evals += int(e)
-            shown.update(candidates=sum(map(len, cands)))
-    cands = np.concatenate(cands)
-    if len(cands) < k:  # too few distinct candidates: top up with uniformly random rows
-        extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - len(cands), replace=False)
-        cands = np.concatenate([cands, engine.take(extra).astype(np.float64)])
-    weights, e = engine.reduce(_candidate_weights, Prepared(cands, engine.dtype))
-    evals += int(e)
+            shown.update(candidates=offset + len(new))
+        cands = np.concatenate(cands)
+        if len(cands) < k:  # too few distinct candidates: top up with uniformly random rows
+            extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - len(cands), replace=False)
+            cands = np.concatenate([cands, engine.take(extra).astype(np.float64)])
+            weights, e = engine.reduce(_nearest_weights, Prepared(cands, engine.dtype))
+            evals += int(e)
+        else:
+            weights, = engine.reduce(_candidate_weights, len(cands))
     keep = weights > 0
     if keep.sum() >= k:
         cands, weights = cands[keep], weights[keep]
     else:
         weights = np.maximum(weights, np.finfo(float).tiny)
+    seeds, e = plusplus_in_memory(cands, weights, k, stream(entropy, "k-means||", "recluster"))
     with open_local(cands, weights, entropy) as local, \
             progress.reporting(False):   # the recluster of a few candidates is quick: no bars of its own
-        seeds, e = kmeans_plusplus(local, k, stream(entropy, "k-means||", "recluster").integers(2**63))
         result = lloyd(local, seeds, max_iter=recluster_iter, tol=0.0)
     return result.centers, evals + e + result.distance_evals
+
+
+def plusplus_in_memory(X, w, k, rng, n_local_trials=None):
+    """Greedy weighted k-means++ over rows the driver holds (float64 (M, D), weights > 0), in one kernel call:
+    the first centre ∝ w, then 2 + ⌊ln k⌋ trials per centre. Returns the centres and the evaluations."""
+    trials = n_local_trials or 2 + int(np.log(k))
+    first = int(np.searchsorted(np.cumsum(w), rng.random() * w.sum(), side="right"))
+    chosen = np.empty(k, np.int64)
+    evals = greedy_plusplus(np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64),
+                            min(first, len(w) - 1), rng.random((k - 1, trials)),
+                            gemm_tolerance(np.float64, X.shape[1]), chosen)
+    return X[chosen].astype(np.float64), int(evals)
 
 
 def afkmc2(engine, k, entropy, chain_length=20):

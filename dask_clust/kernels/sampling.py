@@ -1,6 +1,9 @@
-"""Sampling inside one block: draws proportional to a non-negative weight vector."""
+"""Sampling inside one block: draws proportional to a non-negative weight vector, and greedy k-means++ over
+a weighted set held in memory."""
 import numpy as np
 from numba import njit
+
+from .distance import sqdist
 
 
 @njit(nogil=True, cache=True)
@@ -34,3 +37,78 @@ def draw_proportional(p, rng, m):
     idx = np.empty(m, np.int64)
     sample_proportional(p, u, idx)
     return rng.permutation(idx)
+
+
+@njit(nogil=True, cache=True)
+def greedy_plusplus(X, w, first, u, tol, chosen):
+    """Greedy k-means++ (Arthur & Vassilvitskii 2007; the greedy trials as scikit-learn) over a weighted set
+    held in memory, all k steps in one call: step j draws ``trials`` rows ∝ w·D² (D² = squared distance to
+    the nearest chosen row), scores each by the potential Σ w·min(D², d²(·, trial)) it would leave and keeps
+    the lowest (the first on ties). k-means|| reclusters its few thousand candidates with it: as engine
+    calls, one round trip per centre cost more than the arithmetic.
+
+    X      : IN  float64 (M, D) the rows;   w : IN float64 (M,) their weights, > 0
+    first  : IN  int the first centre's row
+    u      : IN  float64 (k − 1, trials) uniforms in [0, 1): step j's draws are u[j − 1]
+    tol    : IN  float relative rounding bound of the GEMM form (``distance.gemm_tolerance``)
+    chosen : OUT int64 (k,) the rows chosen, in order
+    Returns the distance evaluations.
+    Distances use the GEMM form ||x||² − 2 x·y + ||y||² in float64, and the direct form where that is within
+    its rounding error (``tol``, relative to ||x||² + ||y||²) of 0, so a chosen row's duplicates carry no mass.
+    """
+    M, D = X.shape
+    trials = u.shape[1]
+    xx = np.empty(M)
+    mind = np.empty(M)
+    for i in range(M):
+        s = 0.0
+        for t in range(D):
+            s += X[i, t] * X[i, t]
+        xx[i] = s
+        mind[i] = sqdist(X, i, X, first)
+    chosen[0] = first
+    cum = np.empty(M)
+    cand = np.empty(trials, np.int64)
+    Y = np.empty((trials, D))
+    yy = np.empty(trials)
+    G = np.empty((trials, M))
+    for j in range(1, chosen.shape[0]):
+        total = 0.0
+        for i in range(M):
+            total += w[i] * mind[i]
+            cum[i] = total
+        if not total > 0.0:   # every row coincides with a chosen one: only duplicates are left
+            chosen[j] = min(M - 1, int(u[j - 1, 0] * M))
+            continue
+        for t in range(trials):   # the first row whose cumulative mass passes the target has mass > 0
+            c = np.searchsorted(cum, u[j - 1, t] * total, side="right")
+            cand[t] = min(c, M - 1)
+            s = 0.0
+            for q in range(D):
+                Y[t, q] = X[cand[t], q]
+                s += Y[t, q] * Y[t, q]
+            yy[t] = s
+        np.dot(Y, X.T, G)
+        for t in range(trials):   # G[t] ← the trial's d² to every row; direct where rounding could hide a 0
+            for i in range(M):
+                d = xx[i] - 2.0 * G[t, i] + yy[t]
+                G[t, i] = d if d > tol * (xx[i] + yy[t]) else sqdist(X, i, X, cand[t])
+        best = _lowest_potential(w, mind, G)
+        chosen[j] = cand[best]
+        for i in range(M):
+            mind[i] = min(mind[i], G[best, i])
+    return M * (chosen.shape[0] - 1) * trials + M
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc"})
+def _lowest_potential(w, mind, d2):
+    """The row t of d2 (trials × M) whose potential Σ w·min(mind, d2[t]) is the lowest (the first on ties).
+    Reassociation lets each sum run in SIMD lanes."""
+    best, best_pot = 0, np.inf
+    for t in range(d2.shape[0]):
+        pot = 0.0
+        for i in range(w.shape[0]):
+            pot += w[i] * min(mind[i], d2[t, i])
+        if pot < best_pot:
+            best, best_pot = t, pot
+    return best
