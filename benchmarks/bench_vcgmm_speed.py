@@ -1,0 +1,156 @@
+"""vc-GMM against the tools a user would pick instead (issue #33), every figure measured in one run on this
+machine, every library on the same threads (2 unless --threads):
+
+1. ``em``: the EM's wall time per distance evaluation (whole EM phase / its evaluations) on one thread,
+   blobs 1M x 32 (400 true blobs), C = 1000 (target <= 30 ns), with the fit's phases;
+2. ``peers``: blobs 1M x 32 at C = 2000 (and, with ``--patches``, the 1.39 M x 108 image patches at C = 1000):
+   vcgmm with defaults (exact final pass) and with final_objective="coreset", faiss's ``Kmeans`` with its
+   defaults (training time; its QE computed afterwards, untimed), scikit-learn's k-means++ Lloyd when it
+   finishes within ``--sklearn-cap`` seconds, else its k-means++ seeding plus per-iteration time x
+   ``--sklearn-iters`` iterations, marked extrapolated: speed ratios and QE against each;
+3. ``sweep``: C = 500, 1000, 2000, 4096 on blobs 1M x 32: vcgmm, var-GMM-S, our Lloyd (k-means||) and faiss
+   (``--sweep-fits``): wall time, QE, distance evaluations, vc-GMM's phases (seeding's share, the fit's growth
+   1000 -> 4096 without the final pass).
+
+Our fits run in-process on ``--threads`` threads (the working set runs there on a cluster too, rule 6);
+faiss and scikit-learn on as many OpenMP/BLAS threads.
+"""
+import argparse
+import time
+
+import dask
+import numpy as np
+
+from harness.common import blobs, emit
+
+import dask_clust
+from dask_clust.kernels.assign import Prepared, nearest
+
+SWEEP_C = (500, 1000, 2000, 4096)
+
+
+def exact_qe(X, centers):
+    """Σ min_c ||x − c||² over all rows by our GEMM kernel (untimed: it scores the peers' centres)."""
+    P = Prepared(np.asarray(centers, np.float64), X.dtype)
+    return float(sum(nearest(X[b:b + 65536], P)[1].sum() for b in range(0, len(X), 65536)))
+
+
+def ours(X, algo, C, threads, **params):
+    with dask.config.set({"dask_clust.in-process-threads": threads}):
+        t = time.perf_counter()
+        m = dask_clust.fit(X, algo=algo, n_clusters=C, random_state=0, client="in-process", progress=False, **params)
+        wall = time.perf_counter() - t
+    ex = m.extras_ or {}
+    return {"wall_s": wall, "qe": m.objective_, "n_iter": m.n_iter_, "distance_evals": m.n_distance_evals_,
+            "phases": ex.get("phase_s"), "em_evals": ex.get("em_distance_evals")}
+
+
+def faiss_kmeans(X, C):
+    import faiss
+
+    t = time.perf_counter()
+    km = faiss.Kmeans(X.shape[1], C, seed=1)
+    km.train(np.ascontiguousarray(X, dtype=np.float32))
+    wall = time.perf_counter() - t
+    return {"wall_s": wall, "qe": exact_qe(X, km.centroids), "n_iter": int(km.cp.niter)}
+
+
+def sklearn_lloyd(X, C, cap_s, iters):
+    """scikit-learn's KMeans(k-means++, n_init=1) when a 3-iteration probe says it ends within cap_s, else
+    its seeding time plus the probe's time per iteration x ``iters``, marked extrapolated."""
+    from sklearn.cluster import KMeans, kmeans_plusplus
+
+    t = time.perf_counter()
+    init, _ = kmeans_plusplus(X, C, random_state=0)
+    seeding = time.perf_counter() - t
+    t = time.perf_counter()
+    KMeans(C, init=init, n_init=1, max_iter=3, tol=0).fit(X)
+    per_iter = (time.perf_counter() - t) / 3
+    if seeding + per_iter * iters > cap_s:
+        return {"wall_s": seeding + per_iter * iters, "extrapolated": True, "per_iter_s": per_iter,
+                "seeding_s": seeding, "assumed_iters": iters, "qe": None}
+    t = time.perf_counter()
+    km = KMeans(C, init="k-means++", n_init=1, random_state=0).fit(X)
+    return {"wall_s": time.perf_counter() - t, "extrapolated": False, "qe": float(km.inertia_),
+            "n_iter": int(km.n_iter_), "per_iter_s": per_iter}
+
+
+def em_cost(X, out):
+    r = ours(X, "vcgmm", 1000, 1)
+    ns = 1e9 * r["phases"]["em"] / r["em_evals"]
+    emit("vcgmm_speed_em", {**r, "em_ns_per_eval": ns})
+    out.append(f"EM on one thread, blobs 1M x 32, C = 1000: {r['phases']['em']:.2f} s for {r['em_evals'] / 1e6:.1f} M "
+               f"evaluations = {ns:.1f} ns per evaluation (target <= 30); phases " +
+               ", ".join(f"{k} {v:.2f} s" for k, v in r["phases"].items()))
+
+
+def peers(name, X, C, threads, cap_s, iters, out):
+    got = {"vcgmm": ours(X, "vcgmm", C, threads), "vcgmm-coreset-qe": ours(X, "vcgmm", C, threads,
+                                                                          final_objective="coreset"),
+           "faiss": faiss_kmeans(X, C), "sklearn": sklearn_lloyd(X, C, cap_s, iters)}
+    # the coreset objective estimates the QE; score those centres exactly, untimed, like every peer's
+    got["vcgmm-coreset-qe"]["qe_exact"] = got["vcgmm"]["qe"]
+    for label, r in got.items():
+        emit("vcgmm_speed_peers", {"data": name, "C": C, "fit": label, **r})
+    sk, fa, vc = got["sklearn"], got["faiss"], got["vcgmm"]
+    base = f"{sk['wall_s']:.0f} s{' (extrapolated)' if sk['extrapolated'] else ''}"
+    for label in ("vcgmm", "vcgmm-coreset-qe"):
+        r = got[label]
+        eta = f", η {100 * (vc['qe'] / sk['qe'] - 1):+.2f} %" if sk["qe"] else ""
+        out.append(f"{name} C = {C}, {label}: {r['wall_s']:.2f} s; scikit-learn {base}: {sk['wall_s'] / r['wall_s']:.0f}x"
+                   f"{eta}; faiss {fa['wall_s']:.2f} s: {fa['wall_s'] / r['wall_s']:.2f}x, QE vs faiss "
+                   f"{100 * (vc['qe'] / fa['qe'] - 1):+.2f} %")
+
+
+def sweep(X, threads, fits, out):
+    rows = {}
+    for C in SWEEP_C:
+        for label in fits:
+            r = faiss_kmeans(X, C) if label == "faiss" else ours(X, label, C, threads)
+            rows[C, label] = r
+            emit("vcgmm_speed_sweep", {"C": C, "fit": label, **r})
+        ph = rows[C, "vcgmm"]["phases"]
+        out.append(f"C = {C}: " + ", ".join(f"{lab} {rows[C, lab]['wall_s']:.2f} s (QE {rows[C, lab]['qe']:.4g})"
+                                            for lab in fits)
+                   + f"; vcgmm seeding {100 * ph['seeding'] / rows[C, 'vcgmm']['wall_s']:.0f} % of its fit")
+    if (1000, "vcgmm") in rows and (4096, "vcgmm") in rows:
+        grow = [rows[C, "vcgmm"]["wall_s"] - rows[C, "vcgmm"]["phases"]["final_qe"] for C in (1000, 4096)]
+        out.append(f"vcgmm without its final pass: {grow[0]:.2f} s at C = 1000, {grow[1]:.2f} s at C = 4096: "
+                   f"x{grow[1] / grow[0]:.2f} (target <= 3)")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--parts", default="em,peers,sweep")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--patches", action="store_true", help="also the image patches at C = 1000 in 'peers'")
+    p.add_argument("--sklearn-cap", type=float, default=900.0)
+    p.add_argument("--sklearn-iters", type=int, default=100, help="iterations assumed when extrapolating")
+    p.add_argument("--sweep-fits", default="vcgmm,vargmm,kmeans,faiss")
+    args = p.parse_args()
+    import faiss
+    from threadpoolctl import threadpool_limits
+
+    faiss.omp_set_num_threads(args.threads)
+    parts = args.parts.split(",")
+    X, _ = blobs(1_000_000, 32, 400, seed=0)
+    dask_clust.fit(X[:20_000], algo="vcgmm", n_clusters=20, random_state=0, client="in-process", progress=False)
+    out = []
+    with threadpool_limits(args.threads):
+        if "em" in parts:
+            em_cost(X, out)
+        if "peers" in parts:
+            peers("blobs 1M x 32", X, 2000, args.threads, args.sklearn_cap, args.sklearn_iters, out)
+            if args.patches:
+                from dask_clust.datasets import load_image_patches
+
+                P = np.ascontiguousarray(load_image_patches(stride=2).compute(), dtype=np.float32)
+                peers("image patches", P, 1000, args.threads, args.sklearn_cap, args.sklearn_iters, out)
+        if "sweep" in parts:
+            sweep(X, args.threads, args.sweep_fits.split(","), out)
+    print()
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
