@@ -5,9 +5,9 @@ machine, every library on the same threads (2 unless --threads):
    blobs 1M x 32 (400 true blobs), C = 1000 (target <= 30 ns), with the fit's phases;
 2. ``peers``: blobs 1M x 32 at C = 2000 (and, with ``--patches``, the 1.39 M x 108 image patches at C = 1000):
    vcgmm with defaults (exact final pass) and with final_objective="coreset", faiss's ``Kmeans`` with its
-   defaults (training time; its QE computed afterwards, untimed), scikit-learn's k-means++ Lloyd when it
-   finishes within ``--sklearn-cap`` seconds, else its k-means++ seeding plus per-iteration time x
-   ``--sklearn-iters`` iterations, marked extrapolated: speed ratios and QE against each;
+   defaults (training time; its QE computed afterwards, untimed), scikit-learn's k-means++ Lloyd in a fresh
+   process stopped at ``--sklearn-cap`` seconds (then its k-means++ seeding plus its time per iteration x
+   ``--sklearn-iters`` iterations, marked extrapolated): speed ratios and QE against each;
 3. ``sweep``: C = 500, 1000, 2000, 4096 on blobs 1M x 32: vcgmm, var-GMM-S, our Lloyd (k-means||) and faiss
    (``--sweep-fits``): wall time, QE, distance evaluations, vc-GMM's phases (seeding's share, the fit's growth
    1000 -> 4096 without the final pass).
@@ -16,11 +16,14 @@ Our fits run in-process on ``--threads`` threads (the working set runs there on 
 faiss and scikit-learn on as many OpenMP/BLAS threads.
 """
 import argparse
+import os
+import tempfile
 import time
 
 import dask
 import numpy as np
 
+from harness import measure
 from harness.common import blobs, emit
 
 import dask_clust
@@ -55,24 +58,25 @@ def faiss_kmeans(X, C):
     return {"wall_s": wall, "qe": exact_qe(X, km.centroids), "n_iter": int(km.cp.niter)}
 
 
-def sklearn_lloyd(X, C, cap_s, iters):
-    """scikit-learn's KMeans(k-means++, n_init=1) when a 3-iteration probe says it ends within cap_s, else
-    its seeding time plus the probe's time per iteration x ``iters``, marked extrapolated."""
+def sklearn_lloyd(X, C, cap_s, iters, scratch):
+    """scikit-learn's KMeans(k-means++, n_init=1) in a fresh process stopped at cap_s (the harness's
+    ``measure.competitor``); when it is stopped, its k-means++ seeding time plus its time per iteration
+    (3 iterations from those seeds) x ``iters``, marked extrapolated."""
     from sklearn.cluster import KMeans, kmeans_plusplus
 
+    path = os.path.join(scratch, f"X{C}.npy")
+    np.save(path, X)
+    got = measure.competitor("sklearn-lloyd", path, X, C, 0, 1, cap_s)
+    if got.get("status") is None:
+        return {**got, "extrapolated": False}
     t = time.perf_counter()
     init, _ = kmeans_plusplus(X, C, random_state=0)
     seeding = time.perf_counter() - t
     t = time.perf_counter()
     KMeans(C, init=init, n_init=1, max_iter=3, tol=0).fit(X)
     per_iter = (time.perf_counter() - t) / 3
-    if seeding + per_iter * iters > cap_s:
-        return {"wall_s": seeding + per_iter * iters, "extrapolated": True, "per_iter_s": per_iter,
-                "seeding_s": seeding, "assumed_iters": iters, "qe": None}
-    t = time.perf_counter()
-    km = KMeans(C, init="k-means++", n_init=1, random_state=0).fit(X)
-    return {"wall_s": time.perf_counter() - t, "extrapolated": False, "qe": float(km.inertia_),
-            "n_iter": int(km.n_iter_), "per_iter_s": per_iter}
+    return {"wall_s": seeding + per_iter * iters, "extrapolated": True, "per_iter_s": per_iter, "seeding_s": seeding,
+            "assumed_iters": iters, "qe": None, "status": got["status"]}
 
 
 def em_cost(X, out):
@@ -84,16 +88,17 @@ def em_cost(X, out):
                ", ".join(f"{k} {v:.2f} s" for k, v in r["phases"].items()))
 
 
-def peers(name, X, C, threads, cap_s, iters, out):
-    got = {"vcgmm": ours(X, "vcgmm", C, threads), "vcgmm-coreset-qe": ours(X, "vcgmm", C, threads,
-                                                                          final_objective="coreset"),
-           "faiss": faiss_kmeans(X, C), "sklearn": sklearn_lloyd(X, C, cap_s, iters)}
-    # the coreset objective estimates the QE; score those centres exactly, untimed, like every peer's
-    got["vcgmm-coreset-qe"]["qe_exact"] = got["vcgmm"]["qe"]
-    for label, r in got.items():
-        emit("vcgmm_speed_peers", {"data": name, "C": C, "fit": label, **r})
+def peers(name, X, C, threads, cap_s, iters, scratch, out):
+    got = {}
+    for label, run in (("vcgmm", lambda: ours(X, "vcgmm", C, threads)),
+                       ("vcgmm-coreset-qe", lambda: ours(X, "vcgmm", C, threads, final_objective="coreset")),
+                       ("faiss", lambda: faiss_kmeans(X, C)),
+                       ("sklearn", lambda: sklearn_lloyd(X, C, cap_s, iters, scratch))):
+        got[label] = run()
+        emit("vcgmm_speed_peers", {"data": name, "C": C, "fit": label, **got[label]})
     sk, fa, vc = got["sklearn"], got["faiss"], got["vcgmm"]
     base = f"{sk['wall_s']:.0f} s{' (extrapolated)' if sk['extrapolated'] else ''}"
+    # the coreset objective only estimates the QE: its centres are the default fit's, scored exactly by it
     for label in ("vcgmm", "vcgmm-coreset-qe"):
         r = got[label]
         eta = f", η {100 * (vc['qe'] / sk['qe'] - 1):+.2f} %" if sk["qe"] else ""
@@ -136,16 +141,17 @@ def main():
     X, _ = blobs(1_000_000, 32, 400, seed=0)
     dask_clust.fit(X[:20_000], algo="vcgmm", n_clusters=20, random_state=0, client="in-process", progress=False)
     out = []
+    scratch = tempfile.mkdtemp(prefix="dask-clust-bench-")
     with threadpool_limits(args.threads):
         if "em" in parts:
             em_cost(X, out)
         if "peers" in parts:
-            peers("blobs 1M x 32", X, 2000, args.threads, args.sklearn_cap, args.sklearn_iters, out)
+            peers("blobs 1M x 32", X, 2000, args.threads, args.sklearn_cap, args.sklearn_iters, scratch, out)
             if args.patches:
                 from dask_clust.datasets import load_image_patches
 
                 P = np.ascontiguousarray(load_image_patches(stride=2).compute(), dtype=np.float32)
-                peers("image patches", P, 1000, args.threads, args.sklearn_cap, args.sklearn_iters, out)
+                peers("image patches", P, 1000, args.threads, args.sklearn_cap, args.sklearn_iters, scratch, out)
         if "sweep" in parts:
             sweep(X, args.threads, args.sweep_fits.split(","), out)
     print()
