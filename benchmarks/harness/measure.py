@@ -159,34 +159,37 @@ def ours_iteration_s(X, init, client, iters=10):
 
 # ------------------------------------------------------------------ competitors, each in its own process
 
-def _sklearn(X, k, seed, kind, batch_size):
+def _sklearn(X, k, seed, kind, batch_size, max_iter):
     from sklearn.cluster import KMeans, MiniBatchKMeans
 
+    cut = {} if max_iter is None else {"max_iter": max_iter}
     if kind == "minibatch":
-        est = MiniBatchKMeans(k, batch_size=min(batch_size, len(X)), n_init=1, random_state=seed)
+        est = MiniBatchKMeans(k, batch_size=min(batch_size, len(X)), n_init=1, random_state=seed, **cut)
     else:
-        est = KMeans(k, init="k-means++", n_init=1, algorithm=kind, random_state=seed)
+        est = KMeans(k, init="k-means++", n_init=1, algorithm=kind, random_state=seed, **cut)
     est.fit(X)
     return est.cluster_centers_, int(getattr(est, "n_iter_", 0) or getattr(est, "n_steps_", 0))
 
 
-def _daskml(X, k, seed, kind, batch_size):
+def _daskml(X, k, seed, kind, batch_size, max_iter):
     import dask
     import dask.array as da
     from dask_ml.cluster import KMeans
 
     Xd = da.from_array(X, chunks=(max(1, -(-len(X) // 16)), -1))
+    # its k-means|| rounds are Lloyd-like iterations too: a cut run cuts both
+    cut = {} if max_iter is None else {"max_iter": max_iter, "init_max_iter": max_iter}
     with dask.config.set(scheduler="threads"):
-        est = KMeans(n_clusters=k, init="k-means||", random_state=seed).fit(Xd)
+        est = KMeans(n_clusters=k, init="k-means||", random_state=seed, **cut).fit(Xd)
     return np.asarray(est.cluster_centers_), int(est.n_iter_)
 
 
-def _faiss(X, k, seed, kind, batch_size):
+def _faiss(X, k, seed, kind, batch_size, max_iter):
     """faiss's k-means with its defaults (random rows as seeds, 25 Lloyd iterations on at most 256 rows per
     centre), on every core as the other libraries; its time is training only (no labels of all rows)."""
     import faiss
 
-    km = faiss.Kmeans(X.shape[1], k, seed=seed + 1)
+    km = faiss.Kmeans(X.shape[1], k, seed=seed + 1, **({} if max_iter is None else {"niter": max_iter}))
     km.train(np.ascontiguousarray(X, dtype=np.float32))
     return km.centroids.astype(np.float64), int(km.cp.niter)
 
@@ -200,15 +203,15 @@ COMPETITORS = {  # name -> (runner, kind, the library it needs)
 }
 
 
-def _competitor_fits(name, path, k, seed, repeats, batch_size):
+def _competitor_fits(name, path, k, seed, repeats, batch_size, max_iter=None, warm=True):
     runner, kind, _ = COMPETITORS[name]
     X = read(path)
-    # a first fit in a fresh process pays for imports and thread pools; our workers are warm, so warm it too
-    runner(X[:max(4 * k, 200)], k, seed, kind, batch_size)
+    if warm:  # a first fit in a fresh process pays for imports and thread pools; our workers are warm, so warm it too
+        runner(X[:max(4 * k, 200)], k, seed, kind, batch_size, max_iter)
     walls = []
     while len(walls) < repeats and sum(walls) < LONG_FIT_S:
         t = time.perf_counter()
-        centers, n_iter = runner(X, k, seed, kind, batch_size)
+        centers, n_iter = runner(X, k, seed, kind, batch_size, max_iter)
         walls.append(time.perf_counter() - t)
     return {"walls": walls, "centers": centers, "n_iter": n_iter, "peak": peak_memory()}
 
@@ -220,20 +223,21 @@ def _child(out, args):
         out.put(("error", f"{type(exc).__name__}: {exc}"[:300]))
 
 
-def competitor(name, path, X, k, seed, repeats, cap_s, batch_size=5000, isolated=True):
+def competitor(name, path, X, k, seed, repeats, cap_s, batch_size=5000, isolated=True, max_iter=None):
     """Row fields of a competitor's ``repeats`` fits in a fresh process, or {"status": "cap" | "error: ..."}.
-    isolated=False runs them in this process, without the cap (the smoke run, where a process costs more
-    than the fits)."""
+    isolated=False runs them in this process, without the cap or the warm-up fit (the smoke run, where a
+    process costs more than the fits); ``max_iter`` cuts the library's iterations (the smoke run too)."""
     import importlib.util
 
     library = COMPETITORS[name][2]
     if importlib.util.find_spec(library) is None:
         return {"status": f"not installed ({library})"}
     if not isolated:
-        return _row(_competitor_fits(name, path, k, seed, repeats, batch_size), X)
+        return _row(_competitor_fits(name, path, k, seed, repeats, batch_size, max_iter, warm=False), X)
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(out, (name, path, k, seed, repeats, batch_size)), daemon=True)
+    proc = ctx.Process(target=_child, args=(out, (name, path, k, seed, repeats, batch_size, max_iter)),
+                       daemon=True)
     proc.start()
     try:
         status, got = out.get(timeout=cap_s)

@@ -96,7 +96,7 @@ class Run:
 
     def competitor(self, name, path, X, k, seed, repeats=None, cap_s=None):
         return measure.competitor(name, path, X, k, seed, repeats or self.repeats, cap_s or self.cap_s,
-                                  isolated=not self.tiny)
+                                  isolated=not self.tiny, max_iter=TINY_LOOP["max_iter"] if self.tiny else None)
 
     def baseline(self, data, path, X, k, seed):
         """scikit-learn's k-means++ Lloyd on (data, k, seed), measured once per run and shared by every
