@@ -21,7 +21,7 @@ _LAZY = {"fit": "api", "load": "api", "ClusteringModel": "models", "InputError":
 
 
 def _estimators():
-    return importlib.import_module(".api", __name__).ESTIMATORS
+    return importlib.import_module(".estimators", __name__).ESTIMATORS
 
 
 def __getattr__(name):

@@ -161,6 +161,16 @@ def test_help_and_version_do_not_import_the_engine():
     version = subprocess.run([sys.executable, "-m", "dask_clust.cli", "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.strip() == "dask-clust 0.1.0"
 
+def test_fit_and_predict_do_not_import_scikit_learn(work):
+    """scikit-learn is the estimators' base (1.5 s to import): a command that fits or predicts never needs it."""
+    code = ("import sys, numpy as np; from dask_clust import api; m = api.load('model'); "
+            "m.predict(np.load('x.npy')); api.fit(np.load('x.npy'), 'kmeans', 3, max_iter=2); "
+            "print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=work, env=ENV)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
 
 def test_global_flags_after_the_command():
     args = build_parser(["fit"]).parse_args(["fit", "x.npy", "-k", "3", "-v"])

@@ -18,7 +18,7 @@ LAYERS = (
     ("blocks",),
     ("algorithms",),
     ("models", "metrics"),
-    ("api",),
+    ("api", "estimators"),
     ("cli", "__init__"),
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}

@@ -15,7 +15,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dask_clust
-from dask_clust.api import ESTIMATORS
+from dask_clust.estimators import ESTIMATORS
 from tests.reference.make_blobs import blobs
 
 # Checks that cannot apply, with the reason (the same list scikit-learn keeps for its own KMeans)

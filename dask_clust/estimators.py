@@ -1,0 +1,223 @@
+"""scikit-learn-compatible estimators generated from the algorithm registry, over ``api.fit``. Apart from
+``api`` so that ``fit``, ``load`` and the command line do not import scikit-learn (1.5 s a process)."""
+import os
+import textwrap
+import warnings
+from dataclasses import MISSING, fields
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from . import algorithms
+from . import progress as progress_
+from ._params import describe
+from .api import fit
+
+
+def _is_lazy(X):
+    """Whether an input gives lazy (dask) results: a dask array or DataFrame, or a path to data on disk."""
+    mod = type(X).__module__
+    return isinstance(X, (str, os.PathLike)) or mod.startswith(("dask.", "dask_expr"))
+
+
+def _feature_names(X):
+    """The column names of a DataFrame whose columns are all strings (scikit-learn's rule), else None."""
+    columns = getattr(X, "columns", None)
+    if columns is None or not len(columns) or not all(isinstance(c, str) for c in columns):
+        return None
+    return np.asarray(list(columns), dtype=object)
+
+
+CHECKPOINTING = {"checkpoint", "resume", "checkpoint_every", "checkpoint_seconds"}
+
+
+class _PackedLabels:
+    """``labels_`` in a pickle: stored in the smallest unsigned type that holds them."""
+
+    def __init__(self, values):
+        self.values = values
+
+
+class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+    """scikit-learn estimator over ``fit``: hyper-parameters in ``__init__`` only (validated by ``fit``),
+    fitted attributes end in ``_``, ``fit`` returns self. Results follow the input: numpy (or pandas) in,
+    numpy out; a dask array or DataFrame or a path in, a lazy dask array out (known chunks). ``labels_`` is
+    computed once at the end of the fit (numpy, or a persisted dask array for dask input); the training
+    data is never kept."""
+
+    _algo = None
+
+    def fit(self, X, y=None, sample_weight=None, *, client=None, progress=None, callback=None, **checkpointing):
+        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback`` and
+        ``checkpointing`` (checkpoint, resume, checkpoint_every, checkpoint_seconds): as ``fit``."""
+        return self._fit(X, sample_weight, client, progress, callback, checkpointing)
+
+    def _fit(self, X, sample_weight, client, progress, callback, checkpointing):
+        unknown = set(checkpointing) - CHECKPOINTING
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.fit() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        params = self.get_params()
+        random_state = params.pop("random_state")
+        names = _feature_names(X)
+        model = fit(X, self._algo, random_state=random_state, client=client, sample_weight=sample_weight,
+                    progress=progress, callback=callback, **checkpointing, **params)
+        for attr in ("feature_names_in_", "labels_"):
+            self.__dict__.pop(attr, None)
+        if names is not None:
+            self.feature_names_in_ = names
+        self.model_ = model
+        self.cluster_centers_ = model.cluster_centers_
+        self.n_iter_ = model.n_iter_
+        self.history_ = model.history_
+        self.n_features_in_ = model.n_features_in_
+        self.inertia_ = model.objective_
+        fitted = model.extras_.get("labels_")   # a transductive fit's own labels (SLK), in row order
+        if fitted is not None:
+            import dask.array as da
+
+            self.labels_ = da.from_array(fitted, chunks=model.predict(X).chunks).persist() if _is_lazy(X) else fitted
+            return self
+        with progress_.reporting(progress), progress_.phase("labels of the training rows", 1, "pass") as shown:
+            labels = model.predict(X)
+            self.labels_ = labels.persist() if _is_lazy(X) else labels.compute()
+            shown.update()
+        return self
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        labels = state.get("labels_")
+        if isinstance(labels, np.ndarray) and labels.dtype == np.int32:
+            # labels are < n_clusters: the smallest unsigned type holds them (int32 again when unpickled)
+            state["labels_"] = _PackedLabels(labels.astype(np.min_scalar_type(max(0, self._n_features_out - 1))))
+        return state
+
+    def __setstate__(self, state):
+        if isinstance(state.get("labels_"), _PackedLabels):
+            state = {**state, "labels_": state["labels_"].values.astype(np.int32)}
+        super().__setstate__(state)
+
+    @property
+    def _n_features_out(self):
+        return self.cluster_centers_.shape[0]
+
+    def _checked(self, X):
+        """The fitted model, after scikit-learn's fitted and feature-name checks on X."""
+        check_is_fitted(self, "model_")
+        shape = getattr(X, "shape", None)
+        if shape is not None and len(shape) == 2 and shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
+        names = _feature_names(X)
+        fitted = getattr(self, "feature_names_in_", None)
+        if fitted is not None and names is not None and not np.array_equal(names, fitted):
+            raise ValueError(f"The feature names should match those that were passed during fit: fitted with "
+                             f"{list(fitted)}, got {list(names)}")
+        if fitted is not None and names is None:
+            warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with "
+                          "feature names", UserWarning)
+        if fitted is None and names is not None:
+            warnings.warn(f"X has feature names, but {type(self).__name__} was fitted without feature names",
+                          UserWarning)
+        return self.model_
+
+    @staticmethod
+    def _out(X, result):
+        """numpy for in-memory input, the lazy dask array for dask input or a path."""
+        return result if _is_lazy(X) else result.compute()
+
+    def predict(self, X):
+        """Index of the nearest centre of each row (int32)."""
+        return self._out(X, self._checked(X).predict(X))
+
+    def fit_predict(self, X, y=None, **fit_params):
+        return self.fit(X, **fit_params).labels_
+
+    def transform(self, X):
+        """Euclidean distance of each row to every centre, (n, k) float64."""
+        return self._out(X, self._checked(X).transform(X))
+
+    def fit_transform(self, X, y=None, **fit_params):
+        return self.fit(X, **fit_params).transform(X)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Negative quantization error of X (scikit-learn's ``KMeans.score``)."""
+        return self._checked(X).score(X, sample_weight)
+
+
+class UnweightedEstimator(ClusteringEstimator):
+    """A clustering estimator whose algorithm draws rows uniformly and takes no sample_weight (VRKM, SBE)."""
+
+    def fit(self, X, y=None, *, client=None, progress=None, callback=None, **checkpointing):
+        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback`` and
+        ``checkpointing``: as ``ClusteringEstimator.fit``."""
+        return self._fit(X, None, client, progress, callback, checkpointing)
+
+
+class ProbabilisticEstimator(ClusteringEstimator):
+    """A clustering estimator whose model gives posteriors (vc-GMM, var-GMM-S)."""
+
+    def predict_proba(self, X, output="sparse"):
+        """Truncated posteriors (see ``ClusteringModel.predict_proba``): by default scikit-learn's (n, k)
+        shape as a scipy CSR matrix holding the n·C' non-zeros; output="truncated" gives (ids,
+        probabilities), (n, C') each, output="dense" an (n, k) float64 array (8·k bytes per row)."""
+        result = self._checked(X).predict_proba(X, output)
+        if output == "truncated":
+            return tuple(self._out(X, r) for r in result)
+        return result if output == "sparse" else self._out(X, result)
+
+
+PROBABILISTIC = ("vcgmm", "vargmm")
+
+
+def _init_source(names, defaults):
+    """An ``__init__`` that only stores its parameters (scikit-learn's rule; ``fit`` validates them), with
+    n_clusters positional and every other parameter keyword-only."""
+    args = ", ".join([f"{names[0]}=_defaults[{names[0]!r}]", "*"] +
+                     [f"{n}=_defaults[{n!r}]" for n in names[1:]])
+    body = "\n".join(f"    self.{n} = {n}" for n in names)
+    return f"def __init__(self, {args}):\n{body}\n"
+
+
+def _param_doc(spec, defaults):
+    """numpydoc Parameters from the config dataclass: type, default, meaning and the constraint each must meet."""
+    constraints = {**spec.config.constraints, "random_state": None}
+    lines = ["Parameters", "----------"]
+    for name, default in defaults.items():
+        if name == "random_state":
+            lines += ["random_state : int, numpy.random.SeedSequence or None, default=None",
+                      "    Seed of every random draw; the same value and chunking give the same model on any",
+                      "    number of workers."]
+            continue
+        allowed = " or ".join(str(c) for c in constraints[name])
+        kind = type(default).__name__ if default is not None else "object"
+        lines += [f"{name} : {kind}, default={default!r}",
+                  textwrap.fill(f"{describe(spec.config, name)} Must be {allowed}.", 100,
+                                initial_indent="    ", subsequent_indent="    ")]
+    return "\n".join(lines)
+
+
+def _make_estimator(spec):
+    defaults = _defaults_of(spec)
+    names = tuple(defaults)
+    namespace = {"_defaults": defaults}
+    exec(_init_source(names, defaults), namespace)
+    base = ProbabilisticEstimator if spec.name in PROBABILISTIC else \
+        ClusteringEstimator if spec.weighted else UnweightedEstimator
+    doc = (f"{spec.summary}.\n\nReference: {spec.reference}.\n\n{_param_doc(spec, defaults)}\n\n"
+           f"Attributes\n----------\ncluster_centers_ : ndarray (n_clusters, n_features)\nlabels_ : labels of the "
+           f"training rows\ninertia_ : float or None\n    The exact QE of the centres on the training rows (vc-GMM: as final_objective says).\nn_iter_ : int\n"
+           f"history_ : list of dict\n    history_[i]['objective'] is {spec.objective}.\n")
+    cls = type(spec.estimator, (base,), {"_algo": spec.name, "__init__": namespace["__init__"], "__doc__": doc,
+                                         "__module__": "dask_clust"})
+    cls.__init__.__qualname__ = f"{spec.estimator}.__init__"
+    return cls
+
+
+def _defaults_of(spec):
+    d = {f.name: (f.default if f.default is not MISSING else f.default_factory()) for f in fields(spec.config)}
+    d["random_state"] = None
+    return d
+
+
+ESTIMATORS = {spec.estimator: _make_estimator(spec) for spec in algorithms.REGISTRY.values()}
