@@ -11,7 +11,8 @@ Suppl. D-F); D. Forster, J. Lücke, "Can clustering scale sublinearly with its c
   2. afkmc2_seed                         ``seeding.seed``: any seeder; by default k-means|| up to C²·D = 2^32,
                                          the paper's AFK-MC2 above (``seeding_method``)
   3. init_truncated_sets, init_neighbourhoods: K^(n) = C' random clusters (the paper's; after a greedy
-     seeder by default the nearest initial mean + C'−1 random, ``truncated_init``), G_c = {c} + G−1 random
+     seeder by default the nearest initial mean + C'−1 random, ``truncated_init``, the coreset's rows then
+     sorted by it, ``by_nearest_seed``), G_c = {c} + G−1 random
   repeat
   4. truncated_estep: S_n = ∪_{c ∈ K^(n)} G_c (+1); K^(n) ← its C' closest; σ² from eq. 8 the first
      time; posteriors over K^(n); free energy F
@@ -45,6 +46,7 @@ import numpy as np
 
 from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from ..blocks.coreset import default_size, working_set
+from ..blocks.knn import nearest_centre
 from ..loop import FitResult
 from ..engine import restored_rows
 from ..engine.combine import KeyedSum, Rows, Scatter, Sum
@@ -130,12 +132,16 @@ class VCGMMConfig(VarGMMConfig):
 # ---------------------------------------------------------------- per-chunk steps
 
 def _init_truncated_sets(chunk, params):
-    """State: K^(n) (C' distinct random clusters per row, the paper's init), or, when rebuilding a lost
-    partition from the model, the nearest mean plus random others."""
-    n_truncated, n_clusters, key, means = params
+    """State: K^(n) = C' distinct random clusters per row (the paper's init), or its first entry fixed: each
+    row's seed from the working set's order (``cells``: rows sorted by nearest seed, so a row's cell follows
+    from its position), or, for var-GMM-S's rows, the nearest of ``means`` (one assignment pass)."""
+    n_truncated, n_clusters, key, means, cells = params
     n = chunk.x.shape[0]
     first = np.full(n, -1, np.int32)
-    if means is not None:
+    if cells is not None:
+        starts, seeds = cells
+        first = seeds[np.searchsorted(starts, np.arange(chunk.start, chunk.stop), side="right") - 1]
+    elif means is not None:
         first = nearest(chunk.x, Prepared(means, chunk.x.dtype))[0]
     K = np.empty((n, n_truncated), np.int32)
     draw_distinct(first, chunk.start, n_clusters, key, K)
@@ -396,9 +402,10 @@ def means_for(engine, mu):
         yield ShardedMeans(engine, model, mu.shape[0])
 
 
-def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
+def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=None):
     """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``; ``sets``: how K^(n) starts
-    (``truncated_init``). Returns the means, σ², F and the distance evaluations."""
+    (``truncated_init``), ``cells``: the engine's rows sorted by nearest seed (``by_nearest_seed``). Returns
+    the means, σ², F and the distance evaluations."""
     C, D = mu.shape
     G = min(cfg.G, C)
     Cp = min(cfg.n_truncated or cfg.G, C)
@@ -413,14 +420,14 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
         Gc, sigma2, f, evals = restored["Gc"], restored["sigma2"], restored["f"], restored["evals"]
         prev_f = f
     # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
-    # where that copy is lost too, from the nearest mean (the driver's; the seeds when the means are sharded)
-    # plus random others
+    # where that copy is lost too, from the nearest seed (``cells``) or the nearest mean (the driver's; the
+    # seeds when the means are sharded) plus random others
     def nearest_to():
-        if sets != "nearest":
+        if sets != "nearest" or cells is not None:
             return None
         return mu if means.means() is None else means.means()
 
-    builder, model = _init_truncated_sets, lambda: (Cp, C, key_K, nearest_to())
+    builder, model = _init_truncated_sets, lambda: (Cp, C, key_K, nearest_to(), cells)
     if restored is not None:
         builder, model = restored_rows, lambda: (loop.restored_rows, "vcgmm")
     with means_for(engine, mu) as means, \
@@ -448,6 +455,23 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random"):
     phases["em"] = time.perf_counter() - t0
     phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
     return mu, sigma2, f, evals
+
+
+@contextlib.contextmanager
+def by_nearest_seed(work, seeds, sets, phases):
+    """The working set with its rows sorted by nearest seed (``engine.reorder``), and its cells (the first
+    row of each seed's rows, the seeds) from which each row's first K^(n) entry follows: the E-step's rows
+    then meet the clusters they share (means, G_c, the pair statistics of a winner) one after another,
+    not at random, and the sort's key pass is the only assignment pass (``truncated_init="nearest"``).
+    Other inits: the rows as they are, no cells."""
+    if sets != "nearest":
+        yield work, None
+        return
+    t = time.perf_counter()
+    with work.reorder(nearest_centre, (seeds, False)) as rows:
+        keys, totals = rows.key_totals
+        phases["reorder"] = time.perf_counter() - t
+        yield rows, (np.concatenate([[0], np.cumsum(totals)]).astype(np.int64), keys.astype(np.int32))
 
 
 def final_objective(engine, work, mu, kind):
@@ -482,15 +506,18 @@ def fit(engine, cfg, entropy, loop):
         t = time.perf_counter()
         seeder = seeding_method(cfg, engine.n_features)
         if loop.restored is None:
-            mu, seed_evals = seed(work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length,
-                                  oversampling_factor=OVERSAMPLING)
-        else:   # a resumed fit: the means come from the checkpoint
-            mu, seed_evals = loop.restored["mu"], loop.restored["seed_evals"]
-        loop.keep(seed_evals=int(seed_evals))
+            seeds, seed_evals = seed(work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length,
+                                     oversampling_factor=OVERSAMPLING)
+            mu = seeds
+        else:   # a resumed fit: the means come from the checkpoint, the seeds order the rows as before
+            mu, seeds, seed_evals = loop.restored["mu"], loop.restored["seeds"], loop.restored["seed_evals"]
+        loop.keep(seed_evals=int(seed_evals), seeds=seeds)
         phases["seeding"] = time.perf_counter() - t
         sets = truncated_init(cfg, seeder)
-        mu, sigma2, f, em_evals = truncated_em(work, mu, cfg, entropy, loop, phases, sets)
-        if sets == "nearest":  # the builder's assignment pass over the working set
+        # vc-GMM's coreset is sorted by nearest seed; var-GMM-S's rows (all of them, perhaps streamed) stay put
+        with by_nearest_seed(work, seeds, sets if size is not None else "random", phases) as (rows, cells):
+            mu, sigma2, f, em_evals = truncated_em(rows, mu, cfg, entropy, loop, phases, sets, cells)
+        if sets == "nearest":  # the assignment pass over the working set: the sort's key or the builder's
             seed_evals += work.n_samples * cfg.n_clusters
         t = time.perf_counter()
         qe, qe_evals = final_objective(engine, work, mu, getattr(cfg, "final_objective", "exact"))
