@@ -158,7 +158,7 @@ def _buffers(scratch, rows, width):
     if have is None or len(have[0][0]) < rows + 1 or len(have[0][1]) < m:
         r, c = max(rows + 1, len(have[0][0]) if have else 0), max(m, len(have[0][1]) if have else 0)
         have = ((np.empty(r, np.int64), np.empty(c, np.int32), np.empty(c)),
-                (np.empty(c, np.int32), np.empty(c, np.int32), np.empty(c)))
+                (np.empty(c, np.int64), np.empty(c, np.int32), np.empty(c)))
         scratch.buffers = have
     space, pairs = have
     return (space[0][:rows + 1], space[1][:m], space[2][:m]), tuple(p[:m] for p in pairs)
@@ -166,8 +166,8 @@ def _buffers(scratch, rows, width):
 
 def buffer_bytes(rows, width):
     """What ``_buffers(scratch, rows, width)`` holds: an int64 offset per row, and per candidate an int32 and
-    a float64 (the search space), two int32 and a float64 (the pairs)."""
-    return 8 * (rows + 1) + (4 + 8 + 4 + 4 + 8) * rows * width
+    a float64 (the search space), an int64, an int32 and a float64 (the pairs)."""
+    return 8 * (rows + 1) + (4 + 8 + 8 + 4 + 8) * rows * width
 
 
 def _posteriors(x, w, K, Kd2, sigma2, stats):
@@ -203,13 +203,11 @@ def _estep(chunk, params):
     stats = None if sigma2 is None else _new_stats(n_clusters, mu.shape[1])
     mark = np.full(n_clusters, -1, np.int64)
     evals, minsum, changed, blocks = 0, 0.0, 0, []
-    start = np.empty(n_clusters + 1, np.int64)
     for b in _row_blocks(n):
         e, s, ch = truncated_search(chunk.x[b], chunk.w[b], chunk.start + b.start, mu, K[b], Kd2[b], winner[b], Gc,
                                     key, extra_random, mark, *space)
-        k = pair_statistics(winner[b], *space, start, *pairs)
-        owner = np.repeat(np.arange(n_clusters, dtype=np.int64), np.diff(start))
-        blocks.append((owner * n_clusters + pairs[0][:k], pairs[1][:k].copy(), pairs[2][:k].copy()))
+        k = pair_statistics(winner[b], *space, n_clusters, *pairs)
+        blocks.append(tuple(p[:k].copy() for p in pairs))
         if stats is not None:
             _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], sigma2, stats)
         evals, minsum, changed = evals + e, minsum + s, changed + ch

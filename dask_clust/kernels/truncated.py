@@ -134,7 +134,7 @@ def _accumulate(c, p, n, d2sum, owner, slot, who, cnt, tot, k):
 
 
 @njit(nogil=True, cache=True)
-def pair_statistics(winner, pos, space, space_d2, start, partner, count, dsum):
+def pair_statistics(winner, pos, space, space_d2, n_clusters, key, count, dsum):
     """Step 5's sufficient statistics of a block: for every winner c_o and every other member c~ of the
     search spaces of the rows c_o won, (count, Σ d²(x_n, μ_c~)). Rows are visited grouped by winner (a
     counting sort); one winner's partners accumulate in dense per-cluster sums and a bitset of the partners
@@ -143,12 +143,11 @@ def pair_statistics(winner, pos, space, space_d2, start, partner, count, dsum):
     in ascending order, whatever the thread.
 
     winner : IN int32 (n,);  pos, space, space_d2 : IN truncated_search's packed S_n and distances
-    start  : OUT int64 (C + 1,) winner c's partners are entries start[c]..start[c+1]
-    partner, count, dsum : OUT int32 / int32 / float64 (>= pos[n]) the entries
+    key, count, dsum : OUT int64 / int32 / float64 (>= pos[n]) the entries, key = c_o·C + c~
     Returns the number of entries.
     """
     n = winner.shape[0]
-    C = start.shape[0] - 1
+    C = n_clusters
     first = np.zeros(C + 1, np.int64)
     for i in range(n):
         first[winner[i] + 1] += 1
@@ -164,7 +163,6 @@ def pair_statistics(winner, pos, space, space_d2, start, partner, count, dsum):
     tot = np.zeros(C)
     one, low6, byte = np.uint64(1), np.uint64(63), np.uint64(0xFF)
     k = 0
-    start[0] = 0
     for c in range(C):
         for r in range(first[c], first[c + 1]):
             i = order[r]
@@ -189,7 +187,7 @@ def pair_statistics(winner, pos, space, space_d2, start, partner, count, dsum):
                         p += 8
                         continue
                     if word & one:
-                        partner[k] = p
+                        key[k] = c * C + p
                         count[k] = cnt[p]
                         dsum[k] = tot[p]
                         cnt[p] = 0
@@ -197,7 +195,6 @@ def pair_statistics(winner, pos, space, space_d2, start, partner, count, dsum):
                         k += 1
                     word >>= one
                     p += 1
-        start[c + 1] = k
     return k
 
 
