@@ -243,7 +243,7 @@ class KeyedSum:
         index = None
         if not np.all(keys[1:] > keys[:-1]):   # a step that grouped its entries gives sorted distinct keys
             keys, index = np.unique(keys, return_inverse=True)
-        width = sum(N_WORDS if k == "f" else 1 for k in kinds)
+        width = sum(self._widths(kinds))
         # every column is written when the keys came distinct; scattered adds need zeros
         table = (np.empty if index is None else np.zeros)((len(keys), width), np.int64)
         col = 0
@@ -269,8 +269,13 @@ class KeyedSum:
         return keys, a[1], table
 
     @staticmethod
-    def _fixed_columns(kinds):
-        starts = np.cumsum([0] + [N_WORDS if k == "f" else 1 for k in kinds])[:-1]
+    def _widths(kinds):
+        """Columns of each value in the lifted table: 1 for an integer, N_WORDS for a float."""
+        return [N_WORDS if k == "f" else 1 for k in kinds]
+
+    @classmethod
+    def _fixed_columns(cls, kinds):
+        starts = np.cumsum([0] + cls._widths(kinds))[:-1]
         return np.array([s for s, k in zip(starts, kinds) if k == "f"], np.int64)
 
     def finish(self, a, top):
