@@ -23,8 +23,9 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
 # papermill-style overrides injected after a notebook's parameters cell: the same cells on less work
 OVERRIDES = {"03_algorithms": "n_repeats = 1  # injected by tests/test_notebooks.py"}
 
-# files that running Python, numba or pytest may legitimately (re)write inside the repository
-SKIP_DIRS = {".git", "__pycache__", ".pytest_cache"}
+# files that running Python, numba or pytest may legitimately (re)write inside the repository; with
+# pytest-xdist, hypothesis tests in the other process write their example database while a notebook runs
+SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".hypothesis"}
 SKIP_SUFFIXES = (".nbi", ".nbc")
 
 
