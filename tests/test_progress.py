@@ -16,7 +16,7 @@ FIT = ("import numpy as np, dask_clust\n"
        "dask_clust.fit(X, algo='vcgmm', n_clusters=5, random_state=0{progress})\n"
        "dask_clust.KMeans(5, init='k-means++', random_state=0).fit(X{progress})\n")
 # the phases of those two fits, in order
-PHASES = ["loading 20,000 x 4", "coreset of 20,000 rows", "seeding k-means||", "vcgmm iterations",
+PHASES = ["loading 20,000 x 4", "coreset of 20,000 rows", "seeding k-means||", "vcgmm iterations", "refit on 20,000 rows",
           "final pass", "loading 20,000 x 4", "seeding k-means++", "kmeans iterations", "labels of the training rows"]
 
 

@@ -5,7 +5,7 @@ import pytest
 
 import dask_clust
 from dask_clust.algorithms.vcgmm import init_neighbourhoods, kernel_key
-from dask_clust.blocks.coreset import lightweight_coreset
+from dask_clust.blocks.coreset import lightweight_coreset, uniform_sample
 from dask_clust.engine import as_source, open_engine
 from dask_clust._random import check_random_state
 from dask_clust.kernels.truncated import draw_distinct
@@ -47,7 +47,7 @@ def test_free_energy_trajectory_matches_reference(data, G, n_truncated, sets):
     C, size, rs = 30, 800, 7
     init = data[np.linspace(0, len(data) - 1, C).astype(int)].astype(np.float64)
     m = dask_clust.fit(data, algo="vcgmm", n_clusters=C, coreset_size=size, G=G, n_truncated=n_truncated,
-                       init=init, random_state=rs, client="in-process", truncated_init=sets)
+                       init=init, random_state=rs, client="in-process", truncated_init=sets, refit_size=None)
     Xc, wc = _coreset(data, size, rs)
     first = None
     if sets == "nearest":
@@ -76,7 +76,7 @@ def test_several_blocks_and_chunks_change_nothing(data, monkeypatch):
     init = data[np.linspace(0, len(data) - 1, C).astype(int)].astype(np.float64)
     with dask.config.set({"dask_clust.working-set-chunk-rows": 256}):
         m = dask_clust.fit(data, algo="vcgmm", n_clusters=C, coreset_size=size, init=init, random_state=rs,
-                           client="in-process", truncated_init="random")
+                           client="in-process", truncated_init="random", refit_size=None)
     Xc, wc = _coreset(data, size, rs)
     K0, G0 = initial_sets(check_random_state(rs), size, C, 5, 5)
     mu, sigma2, F = ref.vcgmm(Xc, wc, init, K0, G0)
@@ -213,6 +213,48 @@ def test_coreset_with_sample_weights_is_unbiased():
         rows, w = lightweight_coreset(engine, 40000, entropy)
     assert w.sum() == pytest.approx(sw.sum(), rel=0.01)
     np.testing.assert_allclose(w @ rows / w.sum(), sw @ X / sw.sum(), atol=0.02)
+
+
+def test_uniform_sample_follows_the_weights():
+    """Rows drawn ∝ w with replacement, each weighing Σw/size: the sample's weighted mean is the data's."""
+    rng = np.random.default_rng(2)
+    X = np.concatenate([rng.normal(0, 1, (9000, 2)), rng.normal(20, 1, (1000, 2))]).astype(np.float32)
+    sw = np.where(np.arange(10000) < 9000, 1.0, 9.0)   # the far 10 % of rows carry half the mass
+    entropy = 4
+    with open_engine(as_source(X, sw), "in-process", entropy) as engine, \
+            uniform_sample(engine, 20000, entropy) as rows:
+        assert rows.n_samples == 20000 and rows.dtype == np.float32
+        drawn = rows.take(np.arange(20000))
+        assert rows.summary.total_weight == pytest.approx(sw.sum())
+    assert (drawn[:, 0] > 10).mean() == pytest.approx(0.5, abs=0.02)
+    assert len(np.unique(drawn, axis=0)) < len(drawn)   # with replacement
+
+
+def test_refit_is_one_lloyd_step_on_a_fresh_sample(data):
+    """The returned centres are one Lloyd step (brute force here) from the EM's means (the same fit with
+    refit_size=None) on the sample ``uniform_sample`` draws; a cluster no sampled row chooses keeps its mean."""
+    C, size, rs, n = 30, 300, 6, 45
+    kw = dict(algo="vcgmm", n_clusters=C, coreset_size=size, random_state=rs, client="in-process")
+    em = dask_clust.fit(data, refit_size=None, **kw)
+    m = dask_clust.fit(data, refit_size=n, **kw)
+    assert m.refit_size_ == n and em.refit_size_ is None
+    entropy = check_random_state(rs)
+    with open_engine(as_source(data), "in-process", entropy) as engine, \
+            uniform_sample(engine, n, entropy) as rows:
+        sample = rows.take(np.arange(n)).astype(np.float64)
+    mu = em.cluster_centers_
+    label = _nearest(sample, mu)
+    expect = mu.copy()
+    for c in np.unique(label):
+        expect[c] = sample[label == c].mean(0)
+    assert len(np.unique(label)) < C   # some cluster keeps its mean
+    np.testing.assert_allclose(m.cluster_centers_, expect, rtol=1e-9, atol=1e-12)
+    assert m.objective_ == pytest.approx(((data[:, None, :].astype(np.float64) - expect[None]) ** 2).sum(-1).min(1).sum(),
+                                         rel=1e-9)
+    assert m.extras_["refit_distance_evals"] >= n * C
+    assert dask_clust.fit(data, **kw).refit_size_ == 2 * size   # 'auto'
+    every = dask_clust.fit(data, algo="vcgmm", n_clusters=C, coreset_size=800, random_state=rs, client="in-process")
+    assert every.refit_size_ == len(data)
 
 
 def test_coreset_of_identical_rows_is_uniform():

@@ -9,6 +9,9 @@ doi:10.1145/3219819.3219973.
                                                                     then local sampling per chunk
 Duplicates stay separate rows; Σ weights ≈ Σw (unbiased). All rows equal (Σ w d² = 0): q = w/Σw.
 Input sample weights generalise the paper's unit weights (w_n = 1 gives its q and 1/(N' q)).
+
+``uniform_sample`` draws the same way with q = w/Σw (every row weighing Σw/size): vc-GMM re-estimates its
+means on such a sample (``algorithms/vcgmm.py: refit_means``).
 """
 import contextlib
 import time
@@ -60,14 +63,14 @@ def _masses(chunk, u):
 
 
 def _sample(chunk, params):
-    """Draw this chunk's count of coreset rows ∝ q; return (rows, their weights). Needs no state (d² is
+    """Draw this chunk's count of rows ∝ q (S = 0: ∝ w); return (rows, their weights). Needs no state (d² is
     computed again), so it also runs as a one-shot task where the chunk's rows live."""
-    u, counts, S, W, size = params
+    u, counts, S, W, size, tag = params
     m = int(counts[chunk.index])
     if m == 0:
         return chunk.x[:0], np.empty(0)
-    q = proposal(chunk.w, _d2(chunk, u), S, W)
-    idx = np.sort(draw_proportional(q, chunk.rng("coreset"), m))
+    q = proposal(chunk.w, _d2(chunk, u) if S > 0 else None, S, W)
+    idx = np.sort(draw_proportional(q, chunk.rng(tag), m))
     return chunk.x[idx], chunk.w[idx] / (size * q[idx])
 
 
@@ -86,7 +89,22 @@ def coreset_draw(engine, size, entropy):
     s, w, S, W = engine.reduce(_masses, u, MASSES)
     masses = proposal_masses(s, w, S, W)
     counts = stream(entropy, "coreset", "counts").multinomial(size, masses / masses.sum())
-    return (u, counts, S, W, size), counts
+    return (u, counts, S, W, size, "coreset"), counts
+
+
+def _chunk_weight(chunk, _):
+    return np.array([float(chunk.w.sum())]),
+
+
+@contextlib.contextmanager
+def uniform_sample(engine, size, entropy):
+    """An engine over ``size`` rows drawn ∝ w with replacement, each weighing Σw/size (an unbiased sample
+    of the rows' mass, like the coreset with q = w/Σw). The driver handles per-chunk Σw and counts."""
+    w, = engine.reduce(_chunk_weight, None, (Rows(),))
+    counts = stream(entropy, "uniform", "counts").multinomial(size, w / w.sum())
+    sub_entropy = int(stream(entropy, "uniform", "engine").integers(2 ** 63))
+    with engine.sample(_sample, (None, counts, 0.0, float(w.sum()), size, "uniform"), counts, sub_entropy) as rows:
+        yield rows
 
 
 def lightweight_coreset(engine, size, entropy):

@@ -34,21 +34,32 @@ def lloyd_step(chunk, centers):
     State: the labels of the previous iteration (to count changes; a rebuilt chunk counts all rows as
     changed, which can only delay convergence) and the distances (for empty-cluster relocation).
     """
+    st = chunk.state
+    prev = st.get("lloyd_labels")
+    labels, mind, sums, weights, qe, evals = _assigned_sums(chunk, centers, st.get("lloyd_spare"),
+                                                            st.get("lloyd_mind"))
+    changed = chunk.x.shape[0] if prev is None else int(np.count_nonzero(prev != labels))
+    st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"] = labels, prev, mind
+    return sums, weights, qe, np.int64(changed), np.int64(evals)
+
+
+def _assigned_sums(chunk, centers, labels=None, mind=None):
+    """The chunk's rows assigned to their nearest centre (into ``labels`` and ``mind`` when given): (labels,
+    min d², Σ w x and Σ w per centre, QE, evaluations)."""
     if not isinstance(centers, Prepared):
         centers = Prepared(centers, chunk.x.dtype)
-    st = chunk.state
-    n = chunk.x.shape[0]
-    prev = st.get("lloyd_labels")
-    labels = st.get("lloyd_spare")
-    labels, mind, evals = nearest(chunk.x, centers, labels if labels is not None else None,
-                                  st.get("lloyd_mind"))
+    labels, mind, evals = nearest(chunk.x, centers, labels, mind)
     k, d = centers.C.shape
     sums = np.zeros((k, d))
     weights = np.zeros(k)
     qe = accumulate(chunk.x, chunk.w, labels, mind, sums, weights)
-    changed = n if prev is None else int(np.count_nonzero(prev != labels))
-    st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"] = labels, prev, mind
-    return sums, weights, qe, np.int64(changed), np.int64(evals)
+    return labels, mind, sums, weights, qe, evals
+
+
+def _update_step(chunk, centers):
+    """``lloyd_step``'s partial without its state (nothing is kept per row; no label counts as changed)."""
+    _, _, sums, weights, qe, evals = _assigned_sums(chunk, centers)
+    return sums, weights, qe, np.int64(0), np.int64(evals)
 
 
 def _assigned_qe(chunk, centers):
@@ -138,6 +149,19 @@ def quantization_error(engine, centers):
     """Σ w min_c ||x − c||² over the engine's rows (exact nearest centre) and the evaluations spent."""
     qe, evals = engine.reduce(_qe_step, Prepared(centers, engine.dtype))
     return float(qe), int(evals)
+
+
+def lloyd_update(engine, centers):
+    """One Lloyd step from ``centers`` without relocation (a cluster no row chose keeps its centre) and no
+    state kept on the rows: the new centres and the evaluations. Sharded like ``lloyd`` when the centres
+    are over ``model-bytes``."""
+    if engine.shards_model(centers.nbytes):
+        with engine.sharded("lloyd update", (centers,)) as model:
+            _, _, e, _, _ = engine.reduce(_update_step, model.ref(), SHARDED_STEP,
+                                          scatter=(model, sharded_m_step, (Rows(), Rows())))
+            return model.gather(), int(e)
+    sums, weights, _, _, e = engine.reduce(_update_step, Prepared(centers, engine.dtype))
+    return m_step(sums, weights, centers), int(e)
 
 
 def _restored(engine, centers, loop):
