@@ -169,7 +169,7 @@ def _buffers(scratch, rows, width):
     if have is None or len(have[0][0]) < rows + 1 or len(have[0][1]) < m:
         r, c = max(rows + 1, len(have[0][0]) if have else 0), max(m, len(have[0][1]) if have else 0)
         have = ((np.empty(r, np.int64), np.empty(c, np.int32), np.empty(c)),
-                (np.empty(c, np.int64), np.empty(c, np.int32), np.empty(c)))
+                (np.empty(c, np.int64), np.empty(c, np.int32), np.empty(c, np.int64)))
         scratch.buffers = have
     space, pairs = have
     return (space[0][:rows + 1], space[1][:m], space[2][:m]), tuple(p[:m] for p in pairs)
@@ -177,7 +177,7 @@ def _buffers(scratch, rows, width):
 
 def buffer_bytes(rows, width):
     """What ``_buffers(scratch, rows, width)`` holds: an int64 offset per row, and per candidate an int32 and
-    a float64 (the search space), an int64, an int32 and a float64 (the pairs)."""
+    a float64 (the search space), an int64, an int32 and an int64 (the pairs)."""
     return 8 * (rows + 1) + (4 + 8 + 8 + 4 + 8) * rows * width
 
 
@@ -206,7 +206,7 @@ def _estep(chunk, params):
     in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
     (evaluations, Σ w min d², changed winners, the blocks' pair statistics keyed by c_o·C + c~, then the
     posterior statistics when σ² is known), combined by ESTEP (+ STATS)."""
-    mu, Gc, key, extra_random, sigma2 = params
+    mu, Gc, key, extra_random, sigma2, inv_unit = params
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
     n, n_clusters = K.shape[0], mu.shape[0]
@@ -217,7 +217,7 @@ def _estep(chunk, params):
     for b in _row_blocks(n):
         e, s, ch = truncated_search(chunk.x[b], chunk.w[b], chunk.start + b.start, mu, K[b], Kd2[b], winner[b], Gc,
                                     key, extra_random, mark, *space)
-        k = pair_statistics(winner[b], *space, n_clusters, *pairs)
+        k = pair_statistics(winner[b], *space, n_clusters, inv_unit, *pairs)
         blocks.append(tuple(p[:k].copy() for p in pairs))
         if stats is not None:
             _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], sigma2, stats)
@@ -283,12 +283,20 @@ def init_neighbourhoods(n_clusters, G, key):
     return Gc
 
 
+def pair_grid(engine):
+    """1/unit of the pair statistics' integer Σ d² (``pair_statistics``): a power of two such that a pair's
+    sum over all rows, at most n·D·(2 max|x| + 1)² (the means stay in the rows' bounding box), is < 2^62."""
+    s = engine.summary
+    bound = max(1.0, engine.n_samples * engine.n_features * (2.0 * float(s.max_abs) + 1.0) ** 2)
+    return math.ldexp(1.0, 62 - math.ceil(math.log2(bound)))
+
+
 def update_neighbourhoods(keys, count, dsum, Gc, lo=0, n_clusters=None):
     """Step 5 from the summed pair statistics, sorted by key c_o·C + c~ (so grouped by winner), for the
     clusters lo .. lo + len(Gc): all C of them, or one shard (then ``n_clusters`` = C)."""
     C = n_clusters or Gc.shape[0]
     start = np.searchsorted(keys, (lo + np.arange(Gc.shape[0] + 1, dtype=np.int64)) * C)
-    select_neighbours(start[None, :], (keys % C).astype(np.int32), count, dsum, Gc, C)
+    select_neighbours(start[None, :], keys, lo, count, dsum, Gc, C)
 
 
 def m_step(mu, sums, U, Q):
@@ -318,14 +326,14 @@ class DriverMeans:
     Σ w s x (C·D·8 bytes), U, Q (C·8 each) and G_c (C·G·4)."""
 
     def __init__(self, engine, mu):
-        self.engine, self.mu = engine, mu
+        self.engine, self.mu, self.grid = engine, mu, pair_grid(engine)
 
     def search(self, Gc, key, extra_random, sigma2):
         """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: (evaluations,
         Σ w min d², changed winners, G_c, the M-step's (F's data part, residuals, active clusters) or None)."""
         combine = ESTEP if sigma2 is None else ESTEP + STATS
-        e, minsum, changed, Gc, *stats = self.engine.reduce(_estep, (self.mu, Gc, key, extra_random, sigma2),
-                                                            combine, _neighbourhoods_at_root)
+        e, minsum, changed, Gc, *stats = self.engine.reduce(
+            _estep, (self.mu, Gc, key, extra_random, sigma2, self.grid), combine, _neighbourhoods_at_root)
         return e, minsum, changed, Gc, self._m_step(*stats) if stats else None
 
     def posteriors(self, sigma2):
@@ -351,13 +359,13 @@ class ShardedMeans:
     driver receives G_c (C·G·4 bytes), each cluster's residual (C·8) and five scalars, never C·D."""
 
     def __init__(self, engine, model, n_clusters):
-        self.engine, self.model, self.n_clusters = engine, model, n_clusters
+        self.engine, self.model, self.n_clusters, self.grid = engine, model, n_clusters, pair_grid(engine)
         pairs = Scatter(KeyedSum(rows=n_clusters))
         self.estep = ESTEP[:3] + (pairs,)
         self.stats = (Scatter(), Scatter(), Scatter(), Sum())
 
     def search(self, Gc, key, extra_random, sigma2):
-        params = (self.model.ref(), Gc, key, extra_random, sigma2)
+        params = (self.model.ref(), Gc, key, extra_random, sigma2, self.grid)
         if sigma2 is None:
             e, minsum, changed, Gc = self.engine.reduce(_estep, params, self.estep,
                                                         scatter=(self.model, _shard_neighbourhoods, (Rows(),)))

@@ -134,16 +134,19 @@ def _accumulate(c, p, n, d2sum, owner, slot, who, cnt, tot, k):
 
 
 @njit(nogil=True, cache=True)
-def pair_statistics(winner, pos, space, space_d2, n_clusters, key, count, dsum):
+def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, key, count, dsum):
     """Step 5's sufficient statistics of a block: for every winner c_o and every other member c~ of the
     search spaces of the rows c_o won, (count, Σ d²(x_n, μ_c~)). Rows are visited grouped by winner (a
     counting sort); one winner's partners accumulate in dense per-cluster sums and a bitset of the partners
     seen, which hands them back in ascending order in O(C/64 + partners): a block's keys c_o·C + c~ come
     out sorted and distinct, so a ``KeyedSum`` takes them without sorting. Each pair's Σ d² adds its rows
-    in ascending order, whatever the thread.
+    in ascending order, whatever the thread, and leaves as an integer count of 1/inv_unit (rounded), so
+    the blocks' sums add exactly as int64, one word instead of a float's fixed-point three: the partners
+    are only ranked by mean d², for which a grid 2^-62 of the largest possible sum is ample.
 
     winner : IN int32 (n,);  pos, space, space_d2 : IN truncated_search's packed S_n and distances
-    key, count, dsum : OUT int64 / int32 / float64 (>= pos[n]) the entries, key = c_o·C + c~
+    inv_unit : IN float64 a power of two: Σ d² · inv_unit < 2^62 for any pair (``pair_grid``)
+    key, count, dsum : OUT int64 / int32 / int64 (>= pos[n]) the entries, key = c_o·C + c~
     Returns the number of entries.
     """
     n = winner.shape[0]
@@ -189,7 +192,7 @@ def pair_statistics(winner, pos, space, space_d2, n_clusters, key, count, dsum):
                     if word & one:
                         key[k] = c * C + p
                         count[k] = cnt[p]
-                        dsum[k] = tot[p]
+                        dsum[k] = np.int64(tot[p] * inv_unit + 0.5)
                         cnt[p] = 0
                         tot[p] = 0.0
                         k += 1
@@ -227,14 +230,16 @@ def posterior_stats(X, w, K, Kd2, e, inv, sums, U, Q):
 
 
 @njit(nogil=True, cache=True)
-def select_neighbours(start, partner, count, dsum, Gc, n_clusters):
+def select_neighbours(start, keys, lo, count, dsum, Gc, n_clusters):
     """G_c ← {c} + the G−1 partners with the smallest mean d² (ties: lower index), from every block's
     ``pair_statistics``, summed in block order (so they depend on the chunks, not on the workers);
     clusters that won no row keep their G_c. Gc may be a range of the C clusters (a shard): partners are
     any of the ``n_clusters``.
 
     start : IN int64 (B, R + 1) block b's winner, row c of Gc, has entries start[b, c]..start[b, c + 1] of
-    partner, count, dsum : IN int32 / int32 / float64, every block's entries
+    keys, count, dsum : IN int64 / int32 / int64 every block's entries, key = (lo + c)·n_clusters + partner
+    (``pair_statistics``; its Σ d² on its integer grid)
+    lo : IN int the cluster of Gc's row 0
     Gc : INOUT int32 (R, G)
     """
     R, G = Gc.shape
@@ -242,14 +247,14 @@ def select_neighbours(start, partner, count, dsum, Gc, n_clusters):
     slot = np.empty(n_clusters, np.int64)
     who = np.empty(n_clusters, np.int32)
     cnt = np.empty(n_clusters, np.int64)
-    tot = np.empty(n_clusters)
+    tot = np.empty(n_clusters, np.int64)
     best = np.empty(max(G - 1, 1))
     bestp = np.empty(max(G - 1, 1), np.int32)
     for c in range(R):
         k = 0
         for b in range(start.shape[0]):
             for r in range(start[b, c], start[b, c + 1]):
-                k = _accumulate(c, partner[r], count[r], dsum[r], owner, slot, who, cnt, tot, k)
+                k = _accumulate(c, keys[r] - (lo + c) * n_clusters, count[r], dsum[r], owner, slot, who, cnt, tot, k)
         chosen = 0
         for r in range(k if G > 1 else 0):  # insertion into the G−1 smallest (mean, index)
             mean = tot[r] / cnt[r]
