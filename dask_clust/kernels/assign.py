@@ -21,10 +21,12 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
     best = np.empty(block, dtype=X.dtype)
     second = np.empty(block, dtype=X.dtype)
     jb = np.zeros(block, dtype=np.int32)
+    top = np.empty(block)
+    band = np.empty(block)
     evals = 0
     for b0 in range(0, n, block):
-        evals += nearest_rows(X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, labels, mind,
-                              mind2)
+        evals += nearest_rows(X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, top, band,
+                              labels, mind, mind2)
     return evals
 
 

@@ -81,7 +81,7 @@ def cross_products(X, b0, b1, Cd, G):
 
 
 @njit(nogil=True, cache=True)
-def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind, mind2):
+def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, top, band, labels, mind, mind2):
     """Nearest centre for rows b0..b1 of X; returns the number of distance evaluations.
 
     X      : IN  float32/float64 (n, d)        the data block
@@ -95,6 +95,7 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
                                                allocations: distinct arrays let LLVM vectorise the scan;
                                                in X's dtype because the GEMM's rounding, which the
                                                re-search tolerance covers, dominates the scan's)
+    top, band : OUT float64 (block,)           scratch: each row's best GEMM value and rounding band
     labels : OUT int32 (n,)                    nearest centre (lowest index on ties)
     mind   : OUT float64 (n,)                  exact squared distance to it
     mind2  : OUT float64 (n,) or (0,)          a lower bound of the squared distance to every other
@@ -120,6 +121,7 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
             jb[r] = j if lt else jb[r]
             best[r] = v if lt else b
     evals = m * k
+    researched = 0
     for r in range(m):
         i = b0 + r
         labels[i] = jb[r]
@@ -127,27 +129,65 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, labels, mind
         for t in range(X.shape[1]):
             xv = np.float64(X[i, t])
             xx += xv * xv
-        band = tol * (xx + cmax)
-        top = np.float64(best[r])
-        researched = k > 1 and np.float64(second[r]) - top <= band
+        band[r] = tol * (xx + cmax)
+        top[r] = np.float64(best[r])
+        near_tie = k > 1 and np.float64(second[r]) - top[r] <= band[r]
         if mind2.shape[0]:  # after a re-search the label may be the scan's second: only the best bounds the rest
-            mind2[i] = max(0.0, (top if researched else np.float64(second[r])) + xx - band - _UNDERFLOW)
-        if researched:
-            # only centres whose GEMM value is within the rounding band of the best can win: near-equal
-            # centres (common in GMM fits) would otherwise cost a full float64 pass per row
-            exact = np.inf
-            for j in range(k):
-                v = best.dtype.type(cnorm[j]) - two * Gv[j, r]  # as the scan computed it: the best passes
-                if np.float64(v) - top <= band:
-                    dj = sqdist(X, i, C, j)
-                    evals += 1
-                    if dj < exact:
-                        exact = dj
-                        labels[i] = j
-            mind[i] = exact
+            mind2[i] = max(0.0, (top[r] if near_tie else np.float64(second[r])) + xx - band[r] - _UNDERFLOW)
+        if near_tie:
+            mind[i] = np.inf
+            researched += 1
         else:
+            band[r] = -1.0   # no centre passes: every GEMM value is >= the row's best
             mind[i] = sqdist(X, i, C, labels[i])
             evals += 1
+    if researched:
+        evals += _research(X, b0, m, C, cnorm, Gv, top, band, labels, mind, researched)
+    return evals
+
+
+@njit(nogil=True, cache=True)
+def _research(X, b0, m, C, cnorm, Gv, top, band, labels, mind, researched):
+    """The float64 re-search of the rows whose best and second GEMM values lie within the rounding band:
+    only centres whose GEMM value is within the band of the row's best can win, and they are measured
+    directly, in ascending order (ties to the lower index). Rows outside it have band −1 (no centre passes)
+    and their mind already set. Returns the evaluations.
+
+    A few rows are re-searched row by row, down G's strided columns. Near-equal centres are common in GMM
+    fits and in 32-D blobs with many centres per blob (vc-GMM's means at C = 4096: 39 % of the rows), and
+    then centre by centre over G's contiguous rows, a vectorised count first skipping the centres within no
+    row's band, is 2x faster than the row walks; the result is the same either way."""
+    evals = 0
+    two = Gv.dtype.type(2.0)
+    k = C.shape[0]
+    if 8 * researched < m:
+        for r in range(m):
+            if band[r] < 0.0:
+                continue
+            i = b0 + r
+            for j in range(k):
+                if np.float64(Gv.dtype.type(cnorm[j]) - two * Gv[j, r]) - top[r] <= band[r]:
+                    dj = sqdist(X, i, C, j)
+                    evals += 1
+                    if dj < mind[i]:
+                        mind[i] = dj
+                        labels[i] = j
+        return evals
+    for j in range(k):
+        cj = Gv.dtype.type(cnorm[j])
+        hits = 0
+        for r in range(m):
+            hits += np.float64(cj - two * Gv[j, r]) - top[r] <= band[r]
+        if hits == 0:
+            continue
+        for r in range(m):
+            if np.float64(cj - two * Gv[j, r]) - top[r] <= band[r]:
+                i = b0 + r
+                dj = sqdist(X, i, C, j)
+                evals += 1
+                if dj < mind[i]:
+                    mind[i] = dj
+                    labels[i] = j
     return evals
 
 
