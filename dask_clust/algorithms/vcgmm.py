@@ -505,7 +505,7 @@ def refit_means(engine, mu, size, entropy):
     """Step 7: one Lloyd step from the EM's means on ``size`` fresh rows drawn ∝ w (all rows when ``size`` is
     N). Each mean comes from ≈ N'/C coreset rows (64 by default), importance-weighted, so it carries their
     sampling noise: blobs 1 M × 32, C = 2000, the EM's means end 3.5 % above faiss's QE; re-estimated from
-    2 N' uniform rows, 1.1 % (all N rows: 0.0 %). A cluster no sampled row chooses keeps its mean."""
+    2 N' uniform rows, 1.5 % (one step on all N rows: 0.0 %). A cluster no sampled row chooses keeps its mean."""
     with progress.phase(f"refit on {size:,} rows", 1, "pass") as shown:
         if size >= engine.n_samples:
             new, evals = lloyd_update(engine, mu)
