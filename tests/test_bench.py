@@ -102,3 +102,39 @@ def test_slk_section_reports_mean_scores_and_lost_runs():
             for s, (nmi, a, lost, w) in enumerate([(0.8, 0.7, False, 0.1), (0.7, 0.6, True, 0.3), (0.9, 0.8, False, 0.2)])]
     text = "\n".join(report.slk_section(rows))
     assert "| digits (1,797 × 64, K = 10) | SLK-BO | 3 | 0.800 | 0.700 | 1 | 0.20 | 0.809 / 0.769 |" in text
+
+
+def test_sweep_suite_runs_every_fit_at_every_c(tmp_path):
+    """``--suite sweep --tiny``: every fit at both of the smoke run's C, each ratio against scikit-learn's row
+    of the same C, and the page's section with its plot."""
+    from harness.sweep import FITS, TINY_C
+
+    page = tmp_path / "BENCHMARKS.md"
+    assert main(["--suite", "sweep", "--tiny", "--results", str(tmp_path), "--page", str(page), "--report"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "suite-sweep-tiny.jsonl").read_text().splitlines()]
+    sweep = [r for r in rows if r["kind"] == "sweep"]
+    assert {(r["k"], r["algo"]) for r in sweep} == {(C, a) for C in TINY_C for a in FITS + (BASELINE, "faiss")}
+    assert [r for r in sweep if "status" in r] == []
+    for r in sweep:
+        (base,) = [b for b in sweep if (b["k"], b["algo"]) == (r["k"], BASELINE)]
+        assert r["speedup"] == pytest.approx(base["wall_s"] / r["wall_s"], rel=1e-12)
+        assert r["eta"] == pytest.approx(r["qe"] / base["qe"] - 1, rel=1e-12, abs=1e-15)
+    assert "## Time against the number of clusters" in page.read_text()
+    assert (tmp_path / "sweep_time.png").stat().st_size > 10_000
+
+
+def test_sweep_section_extrapolated_baseline_gives_speedup_only():
+    common = {"kind": "sweep", "data": "d", "n": 1000, "d": 2, "seed": 0}
+    rows = [{**common, "k": 10, "algo": BASELINE, "wall_s": 100.0, "qe": 50.0, "speedup": 1.0, "eta": 0.0},
+            {**common, "k": 10, "algo": "vcgmm", "wall_s": 2.0, "qe": 55.0, "speedup": 50.0, "eta": 0.1,
+             "extras": {"phase_s": {"seeding": 0.5, "final_qe": 1.0}}},
+            {**common, "k": 10, "algo": "faiss", "wall_s": 4.0, "qe": 50.0, "speedup": 25.0, "eta": 0.0},
+            {**common, "k": 40, "algo": BASELINE, "wall_s": 400.0, "extrapolated": True, "n_iter": 30},
+            {**common, "k": 40, "algo": "vcgmm", "wall_s": 4.0, "qe": 44.0, "speedup": 100.0, "eta": None,
+             "extras": {"phase_s": {"seeding": 1.0, "final_qe": 1.0}}},
+            {**common, "k": 40, "algo": "faiss", "wall_s": 8.0, "qe": 40.0, "speedup": 50.0, "eta": None}]
+    text = "\n".join(report.sweep_section(rows, lambda *a: "x.png"))
+    assert "| 10 | vcgmm | 2 | 50.0× | +10.00 % | +10.00 % | – | 25 % |" in text
+    assert "| 40 | sklearn-lloyd | 400 (extrapolated) | – | – | – | – | – |" in text
+    assert "| 40 | vcgmm | 4 | 100.0× | – | +10.00 % | – | 25 % |" in text
+    assert "vc-GMM without its final pass: 1 s at C = 10, 3 s at C = 40 (3.00× for 4.00× the clusters)." in text

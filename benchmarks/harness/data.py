@@ -38,6 +38,8 @@ SETS = {s.name: s for s in (
             _blobs(200_000, 32, 100)),
     DataSet("blobs1m_d16", "blobs1m_d16: 1,000,000 x 16, 200 blobs + 10 % background", False,
             _blobs(1_000_000, 16, 200)),
+    DataSet("blobs1m_d32", "blobs1m_d32: 1,000,000 x 32, 400 blobs + 10 % background", False,
+            _blobs(1_000_000, 32, 400)),
 )}
 
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 from . import paper
 
-SUITES = ("quick", "paper", "scaling")
+SUITES = ("quick", "paper", "scaling", "sweep")
 COMMAND = "python benchmarks/run.py --suite {suite}"
 
 # The papers' own figures (see the docstrings of ``paper``); quoted as printed, never computed with.
@@ -331,6 +331,47 @@ def scaling_section(rows, plot):
     return lines
 
 
+def sweep_section(rows, plot):
+    """Time against C (``--suite sweep``): every fit's wall time, its speedup and eta against scikit-learn's
+    k-means++ Lloyd of the same C (speedup only where scikit-learn's time is extrapolated) and its QE against
+    faiss's; vc-GMM's seeding share and the growth of its fit, final pass aside, over the C range."""
+    rows = of(rows, "sweep")
+    if not rows:
+        return []
+    by_c = defaultdict(dict)
+    for r in rows:
+        by_c[r["k"]][r["algo"]] = r
+    out = []
+    for C in sorted(by_c):
+        faiss = by_c[C].get("faiss", {})
+        for algo, r in by_c[C].items():
+            wall = r.get("wall_s")
+            shown = "–" if wall is None else f"{wall:.3g}" + (" (extrapolated)" if r.get("extrapolated") else "")
+            vs_faiss = r["qe"] / faiss["qe"] - 1 if r.get("qe") and faiss.get("qe") else None
+            phases = (r.get("extras") or {}).get("phase_s") or {}
+            seeding = phases.get("seeding") / wall if wall and "seeding" in phases else None
+            out.append([C, algo, shown if "status" not in r else r["status"], times(r.get("speedup")),
+                        pct(r.get("eta")), pct(vs_faiss), fmt(r.get("distance_evals")),
+                        "–" if seeding is None else f"{100 * seeding:.0f} %"])
+    first = rows[0]
+    lines = [f"## Time against the number of clusters (`{COMMAND.format(suite='sweep')}`)", "",
+             f"{first['data']} ({first['n']:,} × {first['d']}), one seed, every library on this machine's cores. "
+             "Speedup and η against scikit-learn's k-means++ Lloyd of the same C; where it does not finish within "
+             "its cap, its time is its time per iteration at that C times its iteration count at the largest C it "
+             "finished (its seeding left out: a lower bound), and there is no η. QE against faiss: our QE over "
+             "faiss's, minus 1.", "",
+             table(["C", "fit", "wall s", "speedup", "η", "QE vs faiss", "distance evaluations", "seeding"], out), ""]
+    vc = {C: by_c[C]["vcgmm"] for C in by_c if by_c[C].get("vcgmm", {}).get("wall_s")}
+    if len(vc) > 1:
+        lo, hi = min(vc), max(vc)
+        net = {C: vc[C]["wall_s"] - ((vc[C].get("extras") or {}).get("phase_s") or {}).get("final_qe", 0.0)
+               for C in (lo, hi)}
+        lines += [f"vc-GMM without its final pass: {net[lo]:.3g} s at C = {lo:,}, {net[hi]:.3g} s at C = {hi:,} "
+                  f"({times(net[hi] / net[lo])} for {times(hi / lo)} the clusters).", ""]
+    lines += [f"![wall time against C]({plot(_plot_sweep, by_c, 'sweep_time.png')})", ""]
+    return lines
+
+
 def headline(runs):
     """The ratios the README quotes, from the paper suite's table rows of the largest real data set."""
     rows = of(runs.get("paper", []) or runs.get("quick", []), "table")
@@ -434,6 +475,25 @@ def _plot_iris(fig, iris):
     ax.legend()
 
 
+def _plot_sweep(fig, by_c):
+    ax = fig.subplots()
+    for algo in sorted({a for fits in by_c.values() for a in fits}):
+        pts = sorted((C, fits[algo]["wall_s"], bool(fits[algo].get("extrapolated")))
+                     for C, fits in by_c.items() if fits.get(algo, {}).get("wall_s"))
+        if not pts:
+            continue
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
+        gone = [p for p in pts if p[2]]
+        if gone:   # extrapolated points: hollow
+            ax.plot([p[0] for p in gone], [p[1] for p in gone], "o", mfc="white", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("clusters C")
+    ax.set_ylabel("wall time, s")
+    ax.set_title("time against C (hollow: extrapolated)")
+    ax.legend(fontsize=8)
+
+
 def _plot_overhead(fig, over):
     ax = fig.subplots()
     ax.plot([r["workers"] for r in over], [r["overhead_ms"] for r in over], marker="o")
@@ -485,6 +545,7 @@ def write(results_dir, page, tiny=False):
     lines += vrkm_section(paper_rows)
     lines += sbe_section(paper_rows, plot)
     lines += slk_section(of(paper_rows, "slk_quality") or runs.get("quick", []))
+    lines += sweep_section(runs.get("sweep", []), plot)
     lines += scaling_section(runs.get("scaling", []), plot)
     with open(page, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")

@@ -1,4 +1,4 @@
-"""The suites of ``benchmarks/run.py --suite quick|paper|scaling``: JSON lines, one per measurement.
+"""The suites of ``benchmarks/run.py --suite quick|paper|scaling|sweep``: JSON lines, one per measurement.
 
 Every row of a table carries ``eta`` (QE relative to scikit-learn's k-means++ Lloyd, minus 1) and
 ``speedup`` (that fit's wall time over this row's), both from measurements of the same run, the same data,
@@ -16,7 +16,7 @@ from dataclasses import fields
 import numpy as np
 
 from dask_clust import algorithms
-from . import measure, paper, scaling
+from . import measure, paper, scaling, sweep
 from .data import materialise, read
 
 logger = logging.getLogger("harness")
@@ -155,7 +155,9 @@ def run_suite(suite, out, client, tiny=False):
             paper.run_all(run)
         elif suite == "scaling":
             scaling.run_all(run)
+        elif suite == "sweep":
+            sweep.run_all(run)
         else:
-            raise ValueError(f"suite={suite!r}: expected 'quick', 'paper' or 'scaling'")
+            raise ValueError(f"suite={suite!r}: expected 'quick', 'paper', 'scaling' or 'sweep'")
     finally:
         run.close()
