@@ -114,8 +114,12 @@ def test_sweep_suite_runs_every_fit_at_every_c(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "suite-sweep-tiny.jsonl").read_text().splitlines()]
     sweep = [r for r in rows if r["kind"] == "sweep"]
     assert {(r["k"], r["algo"]) for r in sweep} == {(C, a) for C in TINY_C for a in FITS + (BASELINE, "faiss")}
-    assert [r for r in sweep if "status" in r] == []
-    for r in sweep:
+    # faiss is in the bench extra, not the test extra: without it its rows say so, and only its rows
+    import importlib.util
+
+    absent = [] if importlib.util.find_spec("faiss") else ["not installed (faiss)"] * len(TINY_C)
+    assert [r["status"] for r in sweep if "status" in r] == absent
+    for r in (r for r in sweep if "status" not in r):
         (base,) = [b for b in sweep if (b["k"], b["algo"]) == (r["k"], BASELINE)]
         assert r["speedup"] == pytest.approx(base["wall_s"] / r["wall_s"], rel=1e-12)
         assert r["eta"] == pytest.approx(r["qe"] / base["qe"] - 1, rel=1e-12, abs=1e-15)
