@@ -146,6 +146,16 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, top, band, l
     return evals
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _keep_closer(X, i, C, j, labels, mind):
+    """Row i's label becomes centre j when j is strictly closer, measured directly (centres come in
+    ascending order: ties keep the lower index)."""
+    dj = sqdist(X, i, C, j)
+    if dj < mind[i]:
+        mind[i] = dj
+        labels[i] = j
+
+
 @njit(nogil=True, cache=True)
 def _research(X, b0, m, C, cnorm, Gv, top, band, labels, mind, researched):
     """The float64 re-search of the rows whose best and second GEMM values lie within the rounding band:
@@ -167,11 +177,8 @@ def _research(X, b0, m, C, cnorm, Gv, top, band, labels, mind, researched):
             i = b0 + r
             for j in range(k):
                 if np.float64(Gv.dtype.type(cnorm[j]) - two * Gv[j, r]) - top[r] <= band[r]:
-                    dj = sqdist(X, i, C, j)
+                    _keep_closer(X, i, C, j, labels, mind)
                     evals += 1
-                    if dj < mind[i]:
-                        mind[i] = dj
-                        labels[i] = j
         return evals
     for j in range(k):
         cj = Gv.dtype.type(cnorm[j])
@@ -182,12 +189,8 @@ def _research(X, b0, m, C, cnorm, Gv, top, band, labels, mind, researched):
             continue
         for r in range(m):
             if np.float64(cj - two * Gv[j, r]) - top[r] <= band[r]:
-                i = b0 + r
-                dj = sqdist(X, i, C, j)
+                _keep_closer(X, b0 + r, C, j, labels, mind)
                 evals += 1
-                if dj < mind[i]:
-                    mind[i] = dj
-                    labels[i] = j
     return evals
 
 
