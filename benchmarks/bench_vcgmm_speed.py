@@ -3,14 +3,17 @@ machine, every library on the same threads (2 unless --threads):
 
 1. ``em``: the EM's wall time per distance evaluation (whole EM phase / its evaluations) on one thread,
    blobs 1M x 32 (400 true blobs), C = 1000 (target <= 30 ns), with the fit's phases;
-2. ``peers``: blobs 1M x 32 at C = 2000 (and, with ``--patches``, the 1.39 M x 108 image patches at C = 1000):
+2. ``peers``: blobs 1M x 32 at C = 2000 (and, with ``--peers-data blobs,patches``, the 1.39 M x 108 image patches at C = 1000):
    vcgmm with defaults (exact final pass) and with final_objective="coreset", faiss's ``Kmeans`` with its
    defaults (training time; its QE computed afterwards, untimed), scikit-learn's k-means++ Lloyd in a fresh
    process stopped at ``--sklearn-cap`` seconds (then its k-means++ seeding plus its time per iteration x
    ``--sklearn-iters`` iterations, marked extrapolated): speed ratios and QE against each;
 3. ``sweep``: C = 500, 1000, 2000, 4096 on blobs 1M x 32: vcgmm, var-GMM-S, our Lloyd (k-means||) and faiss
    (``--sweep-fits``): wall time, QE, distance evaluations, vc-GMM's phases (seeding's share, the fit's growth
-   1000 -> 4096 without the final pass).
+   1000 -> 4096 without the final pass);
+4. ``growth``: the same growth with the coreset size held at ``GROWTH_CORESET`` rows (the default's size at
+   C = 4096) for both C, the protocol of the paper's Table 2 (N' fixed while C doubles): with the default
+   N' = 64 C the EM's work alone grows with C, so this separates what C costs from what N' costs.
 
 Our fits run in-process on ``--threads`` threads (the working set runs there on a cluster too, rule 6);
 faiss and scikit-learn on as many OpenMP/BLAS threads.
@@ -30,6 +33,7 @@ import dask_clust
 from dask_clust.kernels.assign import Prepared, nearest
 
 SWEEP_C = (500, 1000, 2000, 4096)
+GROWTH_CORESET = 64 * 4096
 
 
 def exact_qe(X, centers):
@@ -127,11 +131,22 @@ def sweep(X, threads, fits, out):
                    f"x{grow[1] / grow[0]:.2f} (target <= 3)")
 
 
+def growth(X, threads, out):
+    walls = {}
+    for C in (1000, 4096):
+        r = ours(X, "vcgmm", C, threads, coreset_size=GROWTH_CORESET)
+        emit("vcgmm_speed_growth", {"C": C, "coreset_size": GROWTH_CORESET, **r})
+        walls[C] = r["wall_s"] - r["phases"]["final_qe"]
+        out.append(f"vcgmm, N' = {GROWTH_CORESET}, C = {C}: {r['wall_s']:.2f} s, {walls[C]:.2f} s without its final "
+                   f"pass (QE {r['qe']:.4g}); phases " + ", ".join(f"{k} {v:.2f} s" for k, v in r["phases"].items()))
+    out.append(f"growth 1000 -> 4096 at fixed N': x{walls[4096] / walls[1000]:.2f} (target <= 3)")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--parts", default="em,peers,sweep")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--patches", action="store_true", help="also the image patches at C = 1000 in 'peers'")
+    p.add_argument("--peers-data", default="blobs", help="'peers' on blobs (C = 2000), patches (C = 1000) or both")
     p.add_argument("--sklearn-cap", type=float, default=900.0, help="seconds; 0 skips scikit-learn")
     p.add_argument("--sklearn-iters", type=int, default=100, help="iterations assumed when extrapolating")
     p.add_argument("--sweep-fits", default="vcgmm,vargmm,kmeans,faiss")
@@ -149,14 +164,17 @@ def main():
         if "em" in parts:
             em_cost(X, out)
         if "peers" in parts:
-            peers("blobs 1M x 32", X, 2000, args.threads, args.sklearn_cap, args.sklearn_iters, scratch, out)
-            if args.patches:
+            if "blobs" in args.peers_data:
+                peers("blobs 1M x 32", X, 2000, args.threads, args.sklearn_cap, args.sklearn_iters, scratch, out)
+            if "patches" in args.peers_data:
                 from dask_clust.datasets import load_image_patches
 
                 P = np.ascontiguousarray(load_image_patches(stride=2).compute(), dtype=np.float32)
                 peers("image patches", P, 1000, args.threads, args.sklearn_cap, args.sklearn_iters, scratch, out)
         if "sweep" in parts:
             sweep(X, args.threads, args.sweep_fits.split(","), out)
+        if "growth" in parts:
+            growth(X, args.threads, out)
     print()
     print("\n".join(out))
 
