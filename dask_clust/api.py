@@ -4,6 +4,7 @@ import contextlib
 import logging
 import numbers
 import time
+import warnings
 from dataclasses import fields
 
 import numpy as np
@@ -14,7 +15,8 @@ from ._params import build_config
 from ._random import check_random_state
 from . import progress as progress_
 from .engine import as_source, open_engine
-from .errors import InputError, InvalidParameterError, UnguardedScript
+from .engine.data import feature_names, select_columns
+from .errors import ConvergenceWarning, InputError, InvalidParameterError, UnguardedScript
 from .loop import Loop
 from .models import ClusteringModel
 
@@ -41,21 +43,37 @@ def _check_against_data(cfg, source):
                              f"({k}, {source.n_features})")
 
 
+LOOP_LIMITS = ("max_iter", "max_epochs", "omaxit")
+
+
 def _loop_length(cfg):
     """The most iterations an algorithm's loop runs: its max_iter, max_epochs (VRKM) or omaxit (SBE)."""
-    for name in ("max_iter", "max_epochs", "omaxit"):
+    for name in LOOP_LIMITS:
         if hasattr(cfg, name):
             return getattr(cfg, name)
     return 1
 
 
+def _warn_unconverged(algo, cfg, result, loop):
+    """A ConvergenceWarning when the loop ran out before the stopping rule held; an algorithm without one
+    (``tol`` 0 or none: SBE, mini-batch by default) and a fit the callback stopped do not warn."""
+    limit = next((name for name in LOOP_LIMITS if hasattr(cfg, name)), None)
+    if (limit is None or result.converged or loop.stopped or not getattr(cfg, "tol", 0)
+            or result.n_iter < getattr(cfg, limit)):
+        return
+    warnings.warn(f"{algo} ended at {limit}={getattr(cfg, limit)} before its stopping rule (tol={cfg.tol}) held: "
+                  f"raise {limit} or tol", ConvergenceWarning, stacklevel=3)
+
+
 def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_iter=DEFAULT, tol=DEFAULT,
         client=None, sample_weight=None, progress=None, callback=None, checkpoint=None, resume=None,
-        checkpoint_every=10, checkpoint_seconds=300.0, **params):
+        checkpoint_every=10, checkpoint_seconds=300.0, columns=None, **params):
     """Fit a clustering model to X and return a ``ClusteringModel``.
 
     X: numpy or dask array, pandas or dask DataFrame (numeric columns), or a path to a .npy file, a zarr
     array/group or a parquet dataset; rows are samples. Nothing passed in is modified.
+    columns: the feature columns of a table (a DataFrame or a parquet dataset), leaving keys and labels
+    out; the model records them as ``feature_names_in_`` (every column of a table when None).
     algo: one of ``dask_clust.algorithms.REGISTRY`` (an unknown name raises, listing the valid ones).
     init, max_iter, tol and ``**params``: the algorithm's parameters (defaults: its config dataclass).
     random_state: int, SeedSequence or None. The same value and chunking give the same model on any
@@ -85,6 +103,8 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     _check_checkpointing(spec, checkpoint, resume, checkpoint_every, checkpoint_seconds)
     stored = checkpoint_.stored_entropy(resume if resume is not None else checkpoint)
     entropy = stored if random_state is None and stored is not None else check_random_state(random_state)
+    X = select_columns(X, columns)
+    names = feature_names(X)
     source = as_source(X, sample_weight)
     _check_against_data(cfg, source)
     params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
@@ -111,12 +131,13 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0
+    _warn_unconverged(algo, cfg, result, loop)
     logger.info("%s finished: %d iterations, objective %s, %.2f s", algo, result.n_iter,
                 "not computed" if result.objective is None else f"{result.objective:.6g}", info["wall_s"])
     return ClusteringModel(algo, params_out, result.centers, n_iter_=result.n_iter,
                            converged_=result.converged, history_=result.history,
                            n_distance_evals_=result.distance_evals, objective_=result.objective,
-                           extras_=result.extras, engine_=info)
+                           extras_=result.extras, engine_=info, feature_names_in_=names)
 
 
 def _check_checkpointing(spec, checkpoint, resume, every, seconds):

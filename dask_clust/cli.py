@@ -97,8 +97,14 @@ def _client(address):
     return connect(address) if address else contextlib.nullcontext()
 
 
+def _names(text):
+    """A comma-separated list of column names (None when the flag is not given)."""
+    return None if text is None else [c.strip() for c in text.split(",")]
+
+
 def cmd_fit(args):
     from . import api
+    from .engine.data import select_columns
     from .outputs import check_labels_path, check_model_dir, write_labels
 
     if args.out:
@@ -106,26 +112,48 @@ def cmd_fit(args):
     if args.labels_out:
         check_labels_path(args.labels_out, "--labels-out")
     params = _params(args)
+    X = select_columns(args.input, _names(args.columns))
     with _client(args.scheduler) as client:
         t = time.perf_counter()
-        model = api.fit(args.input, args.algo, random_state=args.seed, client=client, progress=_progress(args),
+        model = api.fit(X, args.algo, random_state=args.seed, client=client, progress=_progress(args),
                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, **params)
         wall = time.perf_counter() - t
         if args.out:
             model.save(args.out)
         if args.labels_out:
-            write_labels(model.predict(args.input), args.labels_out)
+            write_labels(model.predict(X if args.columns else args.input), args.labels_out)
     print(json.dumps(_summary(model, wall)))
+
+
+def _labels_of_table(model, path, columns, keep):
+    """``predict`` of a table's feature columns (by default those the model was fitted on), with the
+    ``keep`` columns beside the labels."""
+    from .engine.data import open_path, select_columns
+
+    table = open_path(path)
+    if columns is None and hasattr(model, "feature_names_in_"):
+        columns = list(model.feature_names_in_)
+    labels = model.predict(select_columns(table, columns) if columns else table)
+    return select_columns(table, keep).assign(label=labels) if keep else labels
 
 
 def cmd_predict(args):
     from . import api
+    from .engine.data import feature_names
+    from .errors import InputError
     from .outputs import check_labels_path, write_labels
 
-    check_labels_path(args.out, "--out")
+    suffix = check_labels_path(args.out, "--out")
+    columns, keep = _names(args.columns), _names(args.keep)
+    if keep and suffix != ".parquet":
+        raise InputError(f"--keep writes columns beside the labels: --out must be a .parquet path; got {args.out}")
+    table = feature_names(args.input) is not None
+    if (columns or keep) and not table:
+        raise InputError(f"--columns and --keep name columns of a table (a parquet dataset); {args.input} is not one")
     model = api.load(args.model)
     with _client(args.scheduler):
-        write_labels(model.predict(args.input), args.out)
+        labels = _labels_of_table(model, args.input, columns, keep) if table else model.predict(args.input)
+        write_labels(labels, args.out)
     print(json.dumps({"model": args.model, "labels": args.out}))
 
 
@@ -184,6 +212,7 @@ def build_parser(argv=()):
     f = sub.add_parser("fit", parents=[common], help="fit a model to a .npy file, a zarr array/group or a parquet dataset",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     f.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
+    f.add_argument("--columns", metavar="A,B,...", help="the feature columns of a parquet input (default: all)")
     f.add_argument("--seed", type=int, default=None, help="random_state")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
     f.add_argument("--out", help="directory to save the model to (checked before the fit)")
@@ -203,6 +232,10 @@ def build_parser(argv=()):
     pr.add_argument("model", help="a directory written by fit --out")
     pr.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset")
     pr.add_argument("--out", required=True, help="where to write the labels: .npy, .parquet or .zarr (by suffix)")
+    pr.add_argument("--columns", metavar="A,B,...",
+                    help="the feature columns of a parquet input (default: those the model was fitted on)")
+    pr.add_argument("--keep", metavar="A,B,...",
+                    help="columns of a parquet input written beside the labels (keys, say); needs a .parquet --out")
     pr.add_argument("--scheduler", help="address of a running Dask scheduler (default: in-process or a LocalCluster)")
     pr.set_defaults(func=cmd_predict)
 
@@ -255,6 +288,11 @@ def main(argv=None):
         signal.signal(signal.SIGINT, _interrupted)
     args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(getattr(args, "verbose", 0), logging.DEBUG)
+    if level > logging.INFO and argv is None:
+        # distributed sets its loggers from dask's config when first imported, after the level below, and
+        # a LocalCluster's processes inherit the environment: without -v, its INFO lines stay out (only
+        # in the command's own process: main(argv) called in a program leaves its environment alone)
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("distributed").setLevel(max(level, logging.WARNING))
     try:

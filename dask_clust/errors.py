@@ -24,3 +24,8 @@ class ClusterLost(RuntimeError):
 
 class UnguardedScript(RuntimeError):
     """A script without an ``if __name__ == "__main__":`` guard started a LocalCluster."""
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit ended at its iteration limit before its stopping rule held (scikit-learn's warning of the same
+    name, without importing scikit-learn)."""

@@ -13,6 +13,7 @@ from . import algorithms
 from . import progress as progress_
 from ._params import describe
 from .api import fit
+from .engine.cluster import persisted
 
 
 def _is_lazy(X):
@@ -76,11 +77,12 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         if fitted is not None:
             import dask.array as da
 
-            self.labels_ = da.from_array(fitted, chunks=model.predict(X).chunks).persist() if _is_lazy(X) else fitted
+            self.labels_ = (persisted(da.from_array(fitted, chunks=model.predict_array(X).chunks))
+                            if _is_lazy(X) else fitted)
             return self
         with progress_.reporting(progress), progress_.phase("labels of the training rows", 1, "pass") as shown:
-            labels = model.predict(X)
-            self.labels_ = labels.persist() if _is_lazy(X) else labels.compute()
+            labels = model.predict_array(X)
+            self.labels_ = persisted(labels) if _is_lazy(X) else labels.compute()
             shown.update()
         return self
 
@@ -128,7 +130,7 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
 
     def predict(self, X):
         """Index of the nearest centre of each row (int32)."""
-        return self._out(X, self._checked(X).predict(X))
+        return self._out(X, self._checked(X).predict_array(X))
 
     def fit_predict(self, X, y=None, **fit_params):
         return self.fit(X, **fit_params).labels_

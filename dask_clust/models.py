@@ -12,8 +12,8 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .errors import InvalidModelError
-from .engine.data import as_dask_rows, check_finite_block, l2_rows, map_rows
+from .errors import InputError, InvalidModelError
+from .engine.data import as_dask_rows, check_finite_block, frame_dtype, frame_rows, is_frame, l2_rows, map_rows
 from .outputs import check_model_dir, replacing
 from .kernels.assign import Prepared, all_sqdist, nearest
 
@@ -24,6 +24,22 @@ def _predict_block(x, centers, block_info=None):
     check_finite_block(x, block_info)
     labels, _, _ = nearest(np.ascontiguousarray(x), centers)
     return labels
+
+
+def _frame_labels(frame, centers, normalise, partition_info=None):
+    """A DataFrame partition's labels as a Series on its index (dask's ``map_partitions`` passes
+    ``partition_info``, so an error names the partition)."""
+    import pandas as pd
+
+    x = frame_rows(frame, partition_info)
+    ok = np.isfinite(x).all(axis=1)
+    if not ok.all():
+        where = f" of partition {partition_info['number']}" if partition_info else ""
+        raise InputError(f"Input contains NaN or infinity at row {int(np.argmin(ok))}{where}")
+    if normalise:
+        x = l2_rows(x)
+    labels, _, _ = nearest(np.ascontiguousarray(x), centers)
+    return pd.Series(labels, index=frame.index, name="label")
 
 
 def _l2_rows(x, block_info=None):
@@ -89,11 +105,12 @@ class ClusteringModel:
 
     Attributes: ``algo``, ``params``, ``cluster_centers_`` (k × d, float64), ``n_iter_``, ``converged_``,
     ``history_`` (one dict per iteration), ``n_distance_evals_``, ``objective_`` (the algorithm's final
-    objective; QE for k-means), ``extras_`` (algorithm-specific figures), ``engine_`` (where it ran).
+    objective; QE for k-means), ``extras_`` (algorithm-specific figures), ``engine_`` (where it ran), and
+    ``feature_names_in_`` (the column names) when it was fitted on a table.
     """
 
     def __init__(self, algo, params, cluster_centers_, *, n_iter_=0, converged_=False, history_=(),
-                 n_distance_evals_=0, objective_=None, extras_=None, engine_=None):
+                 n_distance_evals_=0, objective_=None, extras_=None, engine_=None, feature_names_in_=None):
         self.algo = algo
         self.params = dict(params)
         self.cluster_centers_ = np.asarray(cluster_centers_, dtype=np.float64)
@@ -104,6 +121,8 @@ class ClusteringModel:
         self.objective_ = None if objective_ is None else float(objective_)
         self.extras_ = dict(extras_ or {})
         self.engine_ = dict(engine_ or {})
+        if feature_names_in_ is not None:   # as scikit-learn: only a model fitted on a table has it
+            self.feature_names_in_ = np.asarray(list(feature_names_in_), dtype=object)
 
     def __getattr__(self, name):
         # algorithm extras read as fitted attributes: model.sigma2_, model.coreset_size_, ...
@@ -132,9 +151,36 @@ class ClusteringModel:
         return X, Prepared(self.cluster_centers_, X.dtype)
 
     def predict(self, X):
-        """Index of the nearest centre of each row: a lazy dask array of int32 (exact, blocked GEMM)."""
+        """Index of the nearest centre of each row (int32, exact, blocked GEMM): a lazy dask array; for a
+        DataFrame a Series named "label" on X's index, lazy with X's partitions for a dask DataFrame (so
+        ``ddf[["id"]].assign(cluster=model.predict(ddf[features]))`` puts each label beside its key), computed
+        for a pandas one."""
+        if is_frame(X):
+            return self._predict_frame(X)
+        return self.predict_array(X)
+
+    def predict_array(self, X):
+        """``predict`` as a lazy dask array of int32 whatever X is (a DataFrame too): the estimators' form."""
         X, centers = self._rows(X)
         return map_rows(X, _predict_block, np.int32, None, centers)
+
+    def _predict_frame(self, X):
+        import pandas as pd
+
+        if getattr(X, "ndim", 2) != 2:
+            raise InputError("Expected a 2-D input; got a Series")
+        names, fitted = [str(c) for c in X.columns], self.__dict__.get("feature_names_in_")
+        if fitted is not None and names != list(fitted):
+            raise InputError(f"X's columns {names} are not the ones the model was fitted on, {list(fitted)}: "
+                             "pass X[model.feature_names_in_]")
+        if len(names) != self.n_features_in_:
+            raise InputError(f"X has {len(names)} features, but the model was fitted with {self.n_features_in_} features")
+        normalise = self.extras_.get("row_normalization_") == "l2"
+        centers = Prepared(self.cluster_centers_, np.dtype(np.float64) if normalise else frame_dtype(X))
+        if type(X).__module__.startswith("pandas"):
+            return _frame_labels(X, centers, normalise)
+        meta = pd.Series(np.empty(0, np.int32), name="label", index=X._meta.index)
+        return X.map_partitions(_frame_labels, centers, normalise, meta=meta)
 
     def transform(self, X):
         """Euclidean distance of each row to every centre: a lazy (n, k) float64 dask array."""
@@ -216,6 +262,8 @@ class ClusteringModel:
                 "converged_": self.converged_, "history_": self.history_,
                 "n_distance_evals_": self.n_distance_evals_, "objective_": self.objective_, "extras_": extras,
                 "engine_": self.engine_}
+        if "feature_names_in_" in self.__dict__:
+            meta["feature_names_in_"] = list(self.feature_names_in_)
         text = json.dumps(meta, indent=1, default=_json_default)   # fails here, before anything is written
         with replacing(path) as tmp:
             os.makedirs(tmp)
@@ -237,7 +285,7 @@ class ClusteringModel:
         return cls(meta["algo"], params, arrays["cluster_centers_"], n_iter_=meta["n_iter_"],
                    converged_=meta["converged_"], history_=meta["history_"],
                    n_distance_evals_=meta["n_distance_evals_"], objective_=meta["objective_"], extras_=extras,
-                   engine_=meta.get("engine_"))
+                   engine_=meta.get("engine_"), feature_names_in_=meta.get("feature_names_in_"))
 
 
 def _read(path):
@@ -294,6 +342,10 @@ def _check_model(meta, arrays):
         raise ValueError(f"cluster_centers_ must be a non-empty 2-D float array; got {centers.dtype} {centers.shape}")
     if not np.isfinite(centers).all():
         raise ValueError("cluster_centers_ holds NaN or infinity")
+    names = meta.get("feature_names_in_")
+    if names is not None and not (isinstance(names, list) and all(isinstance(c, str) for c in names)
+                                  and len(names) == centers.shape[1]):
+        raise ValueError(f"feature_names_in_ must be a list of {centers.shape[1]} column names")
     params, extras = dict(meta["params"]), dict(meta["extras_"])
     for k, v in arrays.items():
         if k.startswith("param:"):

@@ -88,18 +88,23 @@ def _remove(path):
 
 
 def write_labels(labels, path):
-    """Compute the lazy ``labels`` into ``path`` (.npy, .parquet or .zarr), all or nothing."""
+    """Compute the lazy ``labels`` into ``path`` (.npy, .parquet or .zarr), all or nothing. ``labels``: a
+    dask array, or a dask Series or DataFrame (``predict`` of a table, with the columns kept beside it:
+    those need a .parquet path, checked by the caller)."""
     import numpy as np
 
     suffix = check_labels_path(path)
+    table = not hasattr(labels, "chunks")
+    if table and labels.ndim == 1:
+        labels = labels.to_frame()
     with replacing(path) as tmp:
         if suffix == ".npy":
             with open(tmp, "wb") as f:
-                np.save(f, labels.compute())
+                np.save(f, labels["label"].compute().to_numpy() if table else labels.compute())
         elif suffix == ".parquet":
             import dask.dataframe as dd
 
-            dd.from_dask_array(labels, columns=["label"]).to_parquet(tmp)
+            (labels if table else dd.from_dask_array(labels, columns=["label"])).to_parquet(tmp)
         else:
-            labels.to_zarr(tmp)
+            (labels["label"].to_dask_array().compute_chunk_sizes() if table else labels).to_zarr(tmp)
     return path

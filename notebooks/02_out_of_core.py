@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown]
-# # Out of core: zarr and parquet in, labels out
+# # Out of core: zarr and parquet in, labels out, a table round trip
 #
 # dask_clust never needs the data in the driver's memory. This notebook
 #
@@ -22,7 +22,8 @@
 #    more streaming the rows from zarr on every pass instead of holding them in worker memory;
 # 4. writes the labels back to zarr and to parquet, reads them back and checks them against
 #    `model.predict`;
-# 5. checks that the fits agree as far as dask_clust guarantees they should.
+# 5. checks that the fits agree as far as dask_clust guarantees they should;
+# 6. fits the feature columns of a table with a key and writes each label back beside its key.
 #
 # Everything is written to a temporary directory that is removed at the end.
 
@@ -190,6 +191,38 @@ np.testing.assert_array_equal(from_parquet, expected)
 # the parquet model is the zarr model, so it labels the parquet rows the same way
 np.testing.assert_array_equal(model_parquet.predict(parquet_path).compute(), expected)
 print("label counts per cluster:", np.bincount(expected, minlength=n_clusters))
+
+# %% [markdown]
+# ## An ETL round trip: a table with a key
+#
+# A real table holds more than features: here an `id` key and a string `source` column beside the same
+# rows. `columns=` fits the features alone (the model records them as `feature_names_in_`), and
+# `predict` of a dask DataFrame is a dask Series on that frame's partitions and index, so the labels go
+# back beside the key with `assign`, on the workers. From a shell: `dask-clust fit table/ --columns
+# x0,x1,x2,x3 ...` and `dask-clust predict model/ table/ --keep id --out labels.parquet`.
+
+# %%
+table_path = os.path.join(workdir.name, "table.parquet")
+table = dd.from_dask_array(X, columns=columns).reset_index().rename(columns={"index": "id"})
+table["source"] = "sensor-" + (table["id"] % 3).astype(str)
+table.to_parquet(table_path, write_index=False)
+
+events = dd.read_parquet(table_path)
+model_table = dask_clust.fit(events, algo="kmeans", n_clusters=n_clusters, random_state=seed, client=client,
+                             columns=columns)
+print(model_table.feature_names_in_)
+events[["id"]].assign(cluster=model_table.predict(events[columns])).to_parquet(
+    os.path.join(workdir.name, "clusters.parquet"))
+
+# %% [markdown]
+# The same rows in the same chunks: the parquet model again, and each label beside its row's key.
+
+# %%
+np.testing.assert_array_equal(model_table.cluster_centers_, model_parquet.cluster_centers_)
+back = dd.read_parquet(os.path.join(workdir.name, "clusters.parquet")).compute().sort_values("id")
+np.testing.assert_array_equal(back["id"].to_numpy(), np.arange(n_rows))
+np.testing.assert_array_equal(back["cluster"].to_numpy(), expected)
+back.head()
 
 # %% [markdown]
 # ## Clean up

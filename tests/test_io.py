@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import dask
 import dask.array as da
 import numpy as np
 import pandas as pd
@@ -103,11 +104,19 @@ def test_cli_fit_predict_npy(tmp_path, small_blobs, capsys):
     (["fit", "/nonexistent/x.npy"], r"Input path does not exist"),
     (["fit", "X", "-k", "0"], None),
     (["fit", "X", "--tol", "-1"], r"'tol' parameter of algo='kmeans' must be"),
+    (["fit", "X", "--scheduler", "nonsense"], r"'nonsense' is not a Dask scheduler address: expected tcp://host:port"),
+    (["fit", "X", "--scheduler", "localhost:8786x"], r"'localhost:8786x' is not a Dask scheduler address"),
+    (["fit", "X", "--scheduler", "http://127.0.0.1:8787/status"], r"that is a dashboard's web address"),
+    (["fit", "TEXT"], r"Cannot read .*text\.npy: not a \.npy file \(no NumPy header\)"),
+    (["fit", "DIR"], r"Cannot read .*dir\.npy: not a \.npy file \(a directory"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, small_blobs, argv, msg):
     X, _ = small_blobs
     np.save(tmp_path / "x.npy", X)
-    argv = [str(tmp_path / "x.npy") if a == "X" else a for a in argv]
+    (tmp_path / "text.npy").write_text("1,2,3\n")
+    (tmp_path / "dir.npy").mkdir()
+    named = {"X": "x.npy", "TEXT": "text.npy", "DIR": "dir.npy"}
+    argv = [str(tmp_path / named[a]) if a in named else a for a in argv]
     proc = subprocess.run([sys.executable, "-m", "dask_clust.cli", *argv], capture_output=True, text=True)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -116,6 +125,13 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, small_blobs, argv, msg):
         import re
 
         assert re.search(msg, lines[0])
+
+
+def test_cli_shows_no_distributed_info_lines_without_v():
+    proc = subprocess.run([sys.executable, "-m", "dask_clust.cli", "demo", "--n", "4000", "-k", "3",
+                           "--true-clusters", "3", "--quiet"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "kmeans (k-means||)" in proc.stdout and "distributed" not in proc.stderr, proc.stderr
 
 
 def test_make_blobs_equals_shared_generator_when_one_chunk():
@@ -160,7 +176,9 @@ def test_pandas_and_dask_dataframe_inputs(small_blobs):
     for data in (df, dd.from_pandas(df, npartitions=4)):
         m = dask_clust.fit(data, n_clusters=3, init=init, client="in-process")
         np.testing.assert_allclose(m.cluster_centers_, C, rtol=1e-10)
-        np.testing.assert_array_equal(m.predict(data).compute(), labels)
+        got = m.predict(data)   # a Series on the frame's index: computed for pandas, lazy for dask
+        assert isinstance(got, pd.Series if data is df else dd.Series)
+        np.testing.assert_array_equal(dask.compute(got)[0].to_numpy(), labels)
 
 
 def test_load_digits_clusters_like_scikit_learn():

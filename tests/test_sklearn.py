@@ -17,6 +17,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import dask_clust
 from dask_clust.estimators import ESTIMATORS
 from tests.reference.make_blobs import blobs
+from tests.reference import lloyd as ref
 
 # Checks that cannot apply, with the reason (the same list scikit-learn keeps for its own KMeans)
 EXPECTED_FAILURES = {
@@ -65,6 +66,17 @@ def test_results_follow_the_input_kind():
     on_dask = dask_clust.KMeans(4, random_state=0).fit(Xd, client="in-process")
     assert isinstance(on_dask.labels_, da.Array)
     np.testing.assert_array_equal(on_dask.labels_.compute(), on_dask.predict(X))
+
+
+def test_labels_are_computed_when_fit_returns(cluster):
+    from distributed import futures_of
+
+    X, _ = blobs(4000, 3, 4, seed=4)
+    with cluster.as_current():   # persist then runs on the cluster and returns before the labels exist
+        est = dask_clust.KMeans(4, random_state=0).fit(da.from_array(X, chunks=500), client=cluster)
+        futures = futures_of(est.labels_)
+        assert futures and all(f.status == "finished" for f in futures)
+        np.testing.assert_array_equal(est.labels_.compute(), ref.assign(X, est.cluster_centers_)[0])
 
 
 def test_unfitted_and_probabilistic_only():

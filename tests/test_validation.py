@@ -11,6 +11,7 @@ import pytest
 import dask_clust
 from dask_clust import InputError, InvalidParameterError
 from dask_clust.algorithms import REGISTRY
+from tests.reference import lloyd as ref
 
 X = np.random.default_rng(0).random((200, 3)).astype(np.float32)
 
@@ -172,3 +173,20 @@ def test_integer_input_is_cast_to_float64_and_float32_kept():
     assert as_source((X * 10).astype(np.int32)).dtype == np.float64
     assert as_source(X).dtype == np.float32
     assert as_source(X.astype(np.float16)).dtype == np.float32
+
+
+def test_a_fit_ended_by_its_iteration_limit_warns(small_blobs):
+    import warnings
+
+    X, _ = small_blobs
+    init = X[:6].astype(np.float64)
+    n_iter = ref.lloyd(X, init)[3]   # Lloyd's own count to convergence from these centres
+    assert n_iter > 2
+    with pytest.warns(dask_clust.ConvergenceWarning,
+                      match=r"kmeans ended at max_iter=2 before its stopping rule \(tol=0.0001\) held: raise max_iter or tol"):
+        assert not dask_clust.fit(X, n_clusters=6, init=init, max_iter=2, client="in-process").converged_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dask_clust.ConvergenceWarning)
+        assert dask_clust.fit(X, n_clusters=6, init=init, max_iter=n_iter + 1, client="in-process").converged_
+        # SBE has no stopping rule: its limit is the plan, not a failure
+        dask_clust.fit(X, "sbe", n_clusters=6, omaxit=2, random_state=0, client="in-process")

@@ -805,6 +805,16 @@ def dashboard_link(client):
     return client.dashboard_link
 
 
+def persisted(collection):
+    """``collection.persist()`` once its pieces are in memory: on a distributed client ``persist`` returns at
+    once (the estimators' ``labels_`` are documented as computed by ``fit``)."""
+    collection = collection.persist()
+    futures = distributed.futures_of(collection)   # none when dask's local scheduler computed it here
+    if futures:
+        distributed.wait(futures)
+    return collection
+
+
 @contextlib.contextmanager
 def connect(address=None, n_workers=None, threads_per_worker=None):
     """A client made current for the block: to the scheduler at ``address``, or to a LocalCluster
@@ -815,6 +825,11 @@ def connect(address=None, n_workers=None, threads_per_worker=None):
             timeout = config.get("connect-timeout")
             try:
                 client = stack.enter_context(distributed.Client(address, timeout=timeout))
+            except (ValueError, TypeError) as exc:   # not an address at all: say so, not dask's traceback
+                hint = (" (that is a dashboard's web address; the scheduler's is tcp://host:8786)"
+                        if str(address).startswith(("http://", "https://")) else "")
+                raise InputError(f"{address!r} is not a Dask scheduler address: expected tcp://host:port or "
+                                 f"host:port ({exc}){hint}") from None
             except (OSError, asyncio.TimeoutError) as exc:
                 raise SchedulerUnreachable(f"no Dask scheduler answered at {address} within {timeout} "
                                            f"({type(exc).__name__})") from None

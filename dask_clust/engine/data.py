@@ -191,16 +191,22 @@ def row_starts(n, rows):
     return np.append(np.arange(0, n, rows, dtype=np.int64), np.int64(n))
 
 
-def _open_path(path):
+def open_path(path):
+    """A path as the array or DataFrame it holds (a .npy file memory-mapped, zarr and parquet lazily)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InputError(f"Input path does not exist: {path}")
     if path.endswith(".npy"):
+        if not os.path.isfile(path):
+            raise InputError(f"Cannot read {path}: not a .npy file (a directory or a special file)")
+        with open(path, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":   # numpy would read any other file as a pickle and say so
+                raise InputError(f"Cannot read {path}: not a .npy file (no NumPy header)")
         try:
             return np.load(path, mmap_mode="r")
         except ValueError as exc:   # an object array (pickled Python objects) cannot be mapped, nor trusted
             raise InputError(f"Cannot read {path}: {exc} (a .npy input must hold a numeric array)") from None
-    if path.endswith(".parquet") or (os.path.isdir(path) and any(f.endswith(".parquet") for f in os.listdir(path))):
+    if _is_parquet(path):
         import dask.dataframe as dd
 
         return dd.read_parquet(path)
@@ -218,12 +224,30 @@ def _open_path(path):
     return da.from_zarr(path, component=arrays[0])
 
 
-def _frame_dtype(frame):
+def _is_parquet(path):
+    return path.endswith(".parquet") or (os.path.isdir(path) and any(f.endswith(".parquet") for f in os.listdir(path)))
+
+
+def feature_names(X):
+    """The column names of a table input (a DataFrame, or a path to a parquet dataset), None for arrays."""
+    if isinstance(X, (str, os.PathLike)) and os.path.exists(X) and _is_parquet(os.fspath(X)):
+        X = open_path(X)
+    return [str(c) for c in X.columns] if is_frame(X) and getattr(X, "ndim", 2) == 2 else None
+
+
+def frame_rows(frame, partition_info=None):
+    """A DataFrame partition's rows as a float array (float32 when every column is), after the numeric and
+    missing-value checks ``as_array`` makes."""
+    return _refuse_missing(frame, partition_info).to_numpy(dtype=frame_dtype(frame))
+
+
+def frame_dtype(frame):
     """The float dtype a DataFrame's columns become (float32 only when every column is float32), after
     refusing non-numeric columns by name. Bool and nullable (NA-capable) numeric columns are numbers."""
     bad = [str(c) for c, t in frame.dtypes.items() if getattr(t, "kind", "O") not in "biuf"]
     if bad:
-        raise InputError(f"Input must be numeric; non-numeric columns: {bad}")
+        raise InputError(f"Input must be numeric; non-numeric columns: {bad} (choose the feature columns "
+                         "with columns=[...], or --columns on the command line)")
     if all(np.dtype(getattr(t, "numpy_dtype", t)) == np.float32 for t in frame.dtypes):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
@@ -242,22 +266,51 @@ def _refuse_missing(frame, partition_info=None):
     return frame
 
 
+def is_frame(X):
+    """Whether X is a pandas or dask DataFrame (or Series)."""
+    mod = type(X).__module__
+    return mod.startswith(("pandas", "dask.dataframe", "dask_expr"))
+
+
+def select_columns(X, columns):
+    """The feature columns ``columns`` of a table: a pandas or dask DataFrame, or a path to a parquet
+    dataset (read with only those columns). Keys and labels beside the features stay out of the fit;
+    ``columns=None`` keeps X as it is."""
+    if columns is None:
+        return X
+    if isinstance(columns, str) or not all(isinstance(c, str) for c in columns) or not len(columns):
+        raise InputError(f"columns must be a non-empty list of column names; got {columns!r}")
+    if len(set(columns)) != len(columns):
+        raise InputError(f"columns names a column twice: {sorted(c for c in set(columns) if list(columns).count(c) > 1)}")
+    table = open_path(X) if isinstance(X, (str, os.PathLike)) else X
+    if not is_frame(table) or getattr(table, "ndim", 2) != 2:
+        raise InputError(f"columns= selects the features of a table (a DataFrame or a parquet dataset); "
+                         f"got {type(table).__name__}")
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise InputError(f"columns {missing} are not in the input; its columns are {[str(c) for c in table.columns]}")
+    return table[list(columns)]
+
+
 def as_array(X):
-    """Any supported input as a 2-D numpy or dask array (not yet chunked or cast)."""
+    """Any supported input as a 2-D numpy or dask array (not yet chunked or cast). A dask DataFrame's
+    row counts per partition are left unknown: ``as_source`` finds them with one pass, since dask's own
+    ``lengths=True`` miscounts the partitions of a column-projected parquet read (it merges small files
+    after the projection)."""
     if isinstance(X, (str, os.PathLike)):
-        X = _open_path(X)
+        X = open_path(X)
     mod = type(X).__module__
     if mod.startswith("pandas"):
         if X.ndim != 2:
             raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got a pandas object with {X.ndim} dimension(s)")
-        dtype = _frame_dtype(X)
+        dtype = frame_dtype(X)
         return _refuse_missing(X).to_numpy(dtype=dtype)
     if mod.startswith("dask.dataframe") or mod.startswith("dask_expr"):
         if getattr(X, "ndim", 2) != 2:
             raise InputError("Expected a 2-D input; got a dask Series")
-        dtype = _frame_dtype(X)
+        dtype = frame_dtype(X)
         checked = X.map_partitions(_refuse_missing, meta=X._meta)
-        return checked.astype(dtype).to_dask_array(lengths=True)
+        return checked.astype(dtype).to_dask_array()
     if isinstance(X, da.Array):
         return X
     return _dense(X)
@@ -346,6 +399,7 @@ def as_dask_rows(X, n_features=None):
     rows = auto_chunk_rows(X.shape[0], X.shape[1], dtype.itemsize)
     if isinstance(X, da.Array):
         X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
+        X = X.compute_chunk_sizes() if np.isnan(X.shape[0]) else X   # a dask DataFrame's (``as_array``)
         return X.astype(dtype) if X.dtype != dtype else X
     return da.from_array(X, chunks=(rows, -1)).astype(dtype)
 
