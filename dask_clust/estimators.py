@@ -1,5 +1,6 @@
 """scikit-learn-compatible estimators generated from the algorithm registry, over ``api.fit``. Apart from
 ``api`` so that ``fit``, ``load`` and the command line do not import scikit-learn (1.5 s a process)."""
+import numbers
 import os
 import textwrap
 import warnings
@@ -12,7 +13,9 @@ from sklearn.utils.validation import check_is_fitted
 from . import algorithms
 from . import progress as progress_
 from ._params import describe
+from ._random import check_random_state
 from .api import fit
+from .errors import InvalidParameterError
 from .engine.cluster import persisted
 
 
@@ -59,10 +62,10 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         if unknown:
             raise TypeError(f"{type(self).__name__}.fit() got an unexpected keyword argument {sorted(unknown)[0]!r}")
         params = self.get_params()
-        random_state = params.pop("random_state")
+        random_state, n_init = params.pop("random_state"), params.pop("n_init")
         names = _feature_names(X)
-        model = fit(X, self._algo, random_state=random_state, client=client, sample_weight=sample_weight,
-                    progress=progress, callback=callback, **checkpointing, **params)
+        options = dict(client=client, sample_weight=sample_weight, progress=progress, callback=callback, **checkpointing)
+        model = self._best_of(n_init, X, random_state, options, params)
         for attr in ("feature_names_in_", "labels_"):
             self.__dict__.pop(attr, None)
         if names is not None:
@@ -85,6 +88,28 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
             self.labels_ = persisted(labels) if _is_lazy(X) else labels.compute()
             shown.update()
         return self
+
+    def _best_of(self, n_init, X, random_state, options, params):
+        """One fit, or the lowest objective of ``n_init`` (scikit-learn's rule), fit i seeded with the i-th
+        word of ``SeedSequence(random_state).generate_state(n_init, uint64)``."""
+        if not (isinstance(n_init, numbers.Integral) and not isinstance(n_init, bool) and n_init >= 1):
+            raise InvalidParameterError(f"n_init must be an int >= 1; got {n_init!r}")
+        if n_init > 1 and not isinstance(params.get("init", ""), str):
+            warnings.warn(f"n_init={n_init} with explicit initial centres: they give the same fit every time, so "
+                          "it runs once", RuntimeWarning, stacklevel=4)
+            n_init = 1
+        if n_init == 1:
+            return fit(X, self._algo, random_state=random_state, **options, **params)
+        if {"checkpoint", "resume"} & {k for k, v in options.items() if v is not None}:
+            raise InvalidParameterError("n_init > 1 cannot be checkpointed: checkpoint one fit per random_state")
+        best = None
+        for seed in np.random.SeedSequence(check_random_state(random_state)).generate_state(n_init, np.uint64):
+            model = fit(X, self._algo, random_state=int(seed), **options, **params)
+            if model.objective_ is None:
+                raise InvalidParameterError(f"n_init > 1 keeps the fit of lowest objective; {self._algo} computes none")
+            if best is None or model.objective_ < best.objective_:
+                best = model
+        return best
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -186,6 +211,11 @@ def _param_doc(spec, defaults):
     constraints = {**spec.config.constraints, "random_state": None}
     lines = ["Parameters", "----------"]
     for name, default in defaults.items():
+        if name == "n_init":
+            lines += ["n_init : int, default=1",
+                      "    Fits from different seeds, keeping the one of lowest objective (``inertia_``); fit i is",
+                      "    seeded with the i-th word of ``SeedSequence(random_state).generate_state(n_init, uint64)``."]
+            continue
         if name == "random_state":
             lines += ["random_state : int, numpy.random.SeedSequence or None, default=None",
                       "    Seed of every random draw; the same value and chunking give the same model on any",
@@ -218,6 +248,7 @@ def _make_estimator(spec):
 
 def _defaults_of(spec):
     d = {f.name: (f.default if f.default is not MISSING else f.default_factory()) for f in fields(spec.config)}
+    d["n_init"] = 1
     d["random_state"] = None
     return d
 

@@ -79,6 +79,23 @@ def test_labels_are_computed_when_fit_returns(cluster):
         np.testing.assert_array_equal(est.labels_.compute(), ref.assign(X, est.cluster_centers_)[0])
 
 
+def test_n_init_keeps_the_best_of_n_separate_fits():
+    X, _ = blobs(3000, 4, 12, seed=5)
+    seeds = np.random.SeedSequence(0).generate_state(5, np.uint64)
+    fits = [dask_clust.fit(X, "kmeans", 8, random_state=int(s), client="in-process") for s in seeds]
+    assert len({m.objective_ for m in fits}) > 1   # the seeds lead to different optima: there is a best
+    best = min(fits, key=lambda m: m.objective_)
+    est = dask_clust.KMeans(8, n_init=5, random_state=0).fit(X)
+    np.testing.assert_array_equal(est.cluster_centers_, best.cluster_centers_)
+    assert est.inertia_ == best.objective_ == min(m.objective_ for m in fits)
+    np.testing.assert_array_equal(est.labels_, ref.assign(X, best.cluster_centers_)[0])
+    with pytest.raises(dask_clust.InvalidParameterError, match=r"n_init must be an int >= 1; got 0"):
+        dask_clust.KMeans(8, n_init=0).fit(X)
+    with pytest.warns(RuntimeWarning, match=r"n_init=3 with explicit initial centres"):
+        once = dask_clust.KMeans(3, init=X[:3].astype(np.float64), n_init=3).fit(X)
+    np.testing.assert_allclose(once.cluster_centers_, ref.lloyd(X, X[:3])[0], rtol=1e-10)
+
+
 def test_unfitted_and_probabilistic_only():
     X, _ = blobs(300, 2, 3, seed=5)
     with pytest.raises(NotFittedError, match="is not fitted yet"):
