@@ -12,10 +12,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import algorithms
 from . import progress as progress_
-from ._params import describe
+from ._params import build_config, describe
 from ._random import check_random_state
 from .api import fit
-from .errors import InvalidParameterError
+from .errors import InputError, InvalidParameterError
 from .engine.cluster import persisted
 
 
@@ -172,6 +172,61 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         return self._checked(X).score(X, sample_weight)
 
 
+class StreamingEstimator(ClusteringEstimator):
+    """A clustering estimator that also learns from a stream of batches (Sculley's mini-batch update)."""
+
+    def _fit(self, X, sample_weight, client, progress, callback, checkpointing):
+        super()._fit(X, sample_weight, client, progress, callback, checkpointing)
+        self.counts_, self.n_steps_ = self.model_.counts_, self.n_iter_   # partial_fit continues from here
+        return self
+
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """One mini-batch step on the rows given (scikit-learn's ``partial_fit``), in this process: the first
+        call (unless ``fit`` came before) seeds the centres on its rows by ``init`` and ``random_state``; each
+        call assigns its rows to the centres as they are, then moves every centre to the mean of all the rows
+        it was ever given. ``counts_``: their weight per centre (a seed counts as one row); ``n_steps_``: the
+        batches. A dask batch is computed here."""
+        from .algorithms.minibatch import partial_step
+        from .blocks.seeding import seed
+        from .engine import as_source, open_engine
+        from .kernels.assign import Prepared
+        from .models import ClusteringModel
+
+        spec = algorithms.get(self._algo)
+        params = self.get_params()
+        random_state = params.pop("random_state")
+        params.pop("n_init")
+        cfg = build_config(spec.config, type(self).__name__, params)
+        first = not hasattr(self, "counts_")
+        entropy = check_random_state(random_state)
+        names = _feature_names(X)
+        source = as_source(X, sample_weight)
+        if not first and source.n_features != self.n_features_in_:
+            raise ValueError(f"X has {source.n_features} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
+        if first and cfg.n_clusters > source.n_samples:
+            raise InputError(f"the first batch seeds n_clusters={cfg.n_clusters} centres from its rows; it has "
+                             f"{source.n_samples}")
+        with open_engine(source, "in-process", entropy) as engine:
+            if first:
+                centers, _ = seed(engine, cfg.n_clusters, cfg.init, entropy)
+                counts = np.ones(cfg.n_clusters)
+            else:
+                centers, counts = self.cluster_centers_, self.counts_
+            sums, weights, _, _ = engine.reduce(partial_step, Prepared(centers, engine.dtype))
+        totals = centers * counts[:, None] + sums
+        counts = counts + weights
+        self.cluster_centers_, self.counts_ = totals / counts[:, None], counts
+        self.n_steps_ = getattr(self, "n_steps_", 0) + 1
+        if first:
+            self.n_features_in_ = source.n_features
+            if names is not None:
+                self.feature_names_in_ = names
+        self.model_ = ClusteringModel(self._algo, {**params, "random_state": entropy}, self.cluster_centers_,
+                                      n_iter_=self.n_steps_, extras_={"counts_": counts})
+        return self
+
+
 class UnweightedEstimator(ClusteringEstimator):
     """A clustering estimator whose algorithm draws rows uniformly and takes no sample_weight (VRKM, SBE)."""
 
@@ -195,6 +250,7 @@ class ProbabilisticEstimator(ClusteringEstimator):
 
 
 PROBABILISTIC = ("vcgmm", "vargmm")
+STREAMING = ("minibatch",)
 
 
 def _init_source(names, defaults):
@@ -234,8 +290,8 @@ def _make_estimator(spec):
     names = tuple(defaults)
     namespace = {"_defaults": defaults}
     exec(_init_source(names, defaults), namespace)
-    base = ProbabilisticEstimator if spec.name in PROBABILISTIC else \
-        ClusteringEstimator if spec.weighted else UnweightedEstimator
+    base = ProbabilisticEstimator if spec.name in PROBABILISTIC else StreamingEstimator if spec.name in STREAMING \
+        else ClusteringEstimator if spec.weighted else UnweightedEstimator
     doc = (f"{spec.summary}.\n\nReference: {spec.reference}.\n\n{_param_doc(spec, defaults)}\n\n"
            f"Attributes\n----------\ncluster_centers_ : ndarray (n_clusters, n_features)\nlabels_ : labels of the "
            f"training rows\ninertia_ : float or None\n    The exact QE of the centres on the training rows (vc-GMM: as final_objective says).\nn_iter_ : int\n"

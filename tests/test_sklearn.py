@@ -96,6 +96,42 @@ def test_n_init_keeps_the_best_of_n_separate_fits():
     np.testing.assert_allclose(once.cluster_centers_, ref.lloyd(X, X[:3])[0], rtol=1e-10)
 
 
+def test_partial_fit_is_sculleys_update_with_the_counts_carried():
+    X, _ = blobs(3000, 4, 6, seed=7)
+    C, v = X[:6].astype(np.float64), np.ones(6)
+    est = dask_clust.MiniBatchKMeans(6, init=C.copy())
+    for b in range(0, len(X), 250):
+        batch = X[b:b + 250]
+        est.partial_fit(batch)
+        labels = ref.assign(batch, C)[0]   # the centres before the batch, brute force
+        S = C * v[:, None]
+        for j in range(6):
+            S[j] += batch[labels == j].astype(np.float64).sum(0)
+            v[j] += np.count_nonzero(labels == j)
+        C = S / v[:, None]
+        np.testing.assert_allclose(est.cluster_centers_, C, rtol=1e-10)
+        np.testing.assert_array_equal(est.counts_, v)
+    assert est.n_steps_ == 12
+    np.testing.assert_array_equal(est.predict(X), ref.assign(X, C)[0])
+    with pytest.raises(ValueError, match=r"X has 3 features, but MiniBatchKMeans is expecting 4"):
+        est.partial_fit(X[:10, :3])
+
+
+def test_partial_fit_over_a_stream_ends_near_one_fit_of_its_rows():
+    X, _ = blobs(6000, 4, 6, seed=7)
+    rows = np.random.default_rng(0).permutation(len(X))   # a stream in no particular order
+    stream = dask_clust.MiniBatchKMeans(6, random_state=0)
+    for b in range(0, len(X), 500):
+        stream.partial_fit(X[rows[b:b + 500]])
+    whole = dask_clust.MiniBatchKMeans(6, random_state=0).fit(X)
+    qe = [ref.assign(X, est.cluster_centers_)[1].sum() for est in (stream, whole)]
+    assert qe[0] <= 1.01 * qe[1], qe
+    # fit then partial_fit: the stream continues from the fit's centres and counts
+    n = whole.counts_.sum()
+    whole.partial_fit(X[:500])
+    assert whole.counts_.sum() == n + 500 and whole.n_steps_ == whole.n_iter_ + 1
+
+
 def test_unfitted_and_probabilistic_only():
     X, _ = blobs(300, 2, 3, seed=5)
     with pytest.raises(NotFittedError, match="is not fitted yet"):

@@ -53,17 +53,26 @@ class MiniBatchConfig:
     }
 
 
-def _batch_step(chunk, params):
-    """Step 3 on the chunk's share of the batch (repeats counted): (Σ w x, Σ w, Σ w d², evaluations)."""
-    centers, ids = params
-    lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
-    rows = ids[lo:hi] - chunk.start
-    x, w = chunk.x[rows], chunk.w[rows]
+def assign_batch(x, w, centers):
+    """Step 3 on rows x (weights w) against ``Prepared`` centres: (Σ w x, Σ w per centre, Σ w d², evaluations)."""
     k, d = centers.C.shape
     sums, weights = np.zeros((k, d)), np.zeros(k)
     labels, mind, evals = nearest(x, centers)
     inertia = accumulate(x, w, labels, mind, sums, weights)
     return sums, weights, inertia, np.int64(evals)
+
+
+def partial_step(chunk, centers):
+    """Step 3 on every row of the chunk: ``partial_fit``'s batch is the rows it is given."""
+    return assign_batch(chunk.x, chunk.w, centers)
+
+
+def _batch_step(chunk, params):
+    """Step 3 on the chunk's share of the batch (repeats counted)."""
+    centers, ids = params
+    lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
+    rows = ids[lo:hi] - chunk.start
+    return assign_batch(chunk.x[rows], chunk.w[rows], centers)
 
 
 def fit(engine, cfg, entropy, loop):
@@ -100,7 +109,7 @@ def fit(engine, cfg, entropy, loop):
             loop.converged = True
         loop.save(lambda: {"centers": centers, "S": S, "v": v, "ewa": ewa, "best": best, "stale": stale,
                            "evals": int(evals_total), "rng": rng.bit_generator.state})
-    return finish(engine, centers, loop, evals_total, {"seeding_distance_evals": int(seed_evals)})
+    return finish(engine, centers, loop, evals_total, {"seeding_distance_evals": int(seed_evals), "counts_": v})
 
 
 register(AlgorithmSpec(
