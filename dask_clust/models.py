@@ -236,9 +236,28 @@ class ClusteringModel:
         """Negative quantization error, as scikit-learn's ``KMeans.score``."""
         return -self.quantization_error(X, sample_weight)
 
+    def _summary(self):
+        """(name, value) pairs of the fit's summary, for the text and HTML reprs."""
+        objective = "not computed" if self.objective_ is None else f"{self.objective_:.6g}"
+        rows = [("algo", self.algo), ("n_clusters", self.n_clusters), ("n_features", self.n_features_in_),
+                ("n_iter", self.n_iter_), ("converged", self.converged_), ("objective", objective)]
+        if "sigma2_" in self.extras_:
+            rows.append(("sigma2", f"{self.extras_['sigma2_']:.6g}"))
+        if "wall_s" in self.engine_:
+            rows.append(("wall_s", f"{self.engine_['wall_s']:.3g}"))
+        return rows
+
     def __repr__(self):
-        return (f"ClusteringModel(algo={self.algo!r}, n_clusters={self.n_clusters}, n_features={self.n_features_in_}, "
-                f"n_iter={self.n_iter_}, converged={self.converged_}, objective={self.objective_})")
+        return "ClusteringModel(" + ", ".join(f"{k}={v!r}" if k == "algo" else f"{k}={v}" for k, v in self._summary()) + ")"
+
+    def _repr_html_(self):
+        """Jupyter's view: the summary as a table beside the objective against the iteration (inline SVG)."""
+        import html
+
+        cells = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+                        for k, v in self._summary())
+        return (f"<div style='display:flex;gap:2em;align-items:flex-start'><table>{cells}</table>"
+                f"{_history_svg([h.get('objective') for h in self.history_])}</div>")
 
     # ---------------------------------------------------------------- persistence
     def save(self, path):
@@ -286,6 +305,22 @@ class ClusteringModel:
                    converged_=meta["converged_"], history_=meta["history_"],
                    n_distance_evals_=meta["n_distance_evals_"], objective_=meta["objective_"], extras_=extras,
                    engine_=meta.get("engine_"), feature_names_in_=meta.get("feature_names_in_"))
+
+
+def _history_svg(values, width=320, height=160, pad=28):
+    """The objective against the iteration as an inline SVG line (empty when there is nothing to draw)."""
+    points = [(i + 1, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    if len(points) < 2:
+        return ""
+    lo, hi = min(v for _, v in points), max(v for _, v in points)
+    span = (hi - lo) or 1.0
+    xy = " ".join(f"{pad + (i - 1) * (width - 2 * pad) / (len(values) - 1):.1f},"
+                  f"{height - pad - (v - lo) * (height - 2 * pad) / span:.1f}" for i, v in points)
+    return (f"<svg width='{width}' height='{height}' role='img' aria-label='objective against iteration'>"
+            f"<polyline points='{xy}' fill='none' stroke='#1f77b4' stroke-width='1.5'/>"
+            f"<text x='{pad}' y='{pad - 10}' font-size='11'>objective: max {hi:.4g}</text>"
+            f"<text x='{pad}' y='{height - 8}' font-size='11'>min {lo:.4g}; iterations 1 to {len(values)}</text>"
+            f"</svg>")
 
 
 def _read(path):

@@ -1,8 +1,10 @@
 """Progress of a fit's phases on stderr: loading, coreset, seeding, iterations, final pass.
 
 ``progress=None`` (the default of ``fit``, the estimators and the CLI) shows bars only when stderr is a
-terminal, so logs of scripts, CI and schedulers get no carriage-return lines; ``True`` asks for progress
-anywhere: bars on a terminal, one line per finished phase elsewhere; ``False`` is silent. Bars are tqdm's.
+terminal or the process is a Jupyter kernel (whose stderr is no terminal but shows bars), so logs of
+scripts, CI and schedulers get no carriage-return lines; ``True`` asks for progress anywhere: bars on a
+terminal or in a kernel, one line per finished phase elsewhere; ``False`` is silent. Bars are tqdm's: its
+notebook widgets in a kernel where ipywidgets is installed, its text bars otherwise.
 """
 import contextlib
 import contextvars
@@ -14,13 +16,25 @@ _MODE = contextvars.ContextVar("dask_clust_progress", default="off")
 _CURRENT = contextvars.ContextVar("dask_clust_phase", default=None)
 
 
+def in_kernel():
+    """Whether this process is a Jupyter kernel."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def mode_for(progress):
-    """"bars", "lines" or "off" for a ``progress`` argument (None: bars on a terminal, else off)."""
+    """"widgets", "bars", "lines" or "off" for a ``progress`` argument (None: bars on a terminal or in a
+    kernel, else off)."""
+    if progress is not None and not progress:
+        return "off"
+    if in_kernel():
+        import importlib.util
+
+        return "widgets" if importlib.util.find_spec("ipywidgets") is not None else "bars"
     tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
     if progress is None:
         return "bars" if tty else "off"
-    if not progress:
-        return "off"
     return "bars" if tty else "lines"
 
 
@@ -40,7 +54,7 @@ def enabled():
 
 def note(text):
     """One line on stderr (between bars, not through them) when progress is on."""
-    if _MODE.get() == "bars":
+    if _MODE.get() in ("bars", "widgets"):
         from tqdm.std import tqdm
 
         tqdm.write(text, file=sys.stderr)
@@ -77,10 +91,14 @@ class _Lines:
 
 
 class _Bar:
-    """A tqdm bar whose elapsed time keeps moving while one long step runs (a pass over the data)."""
+    """A tqdm bar (a notebook widget with ``widget``) whose elapsed time keeps moving while one long step
+    runs (a pass over the data)."""
 
-    def __init__(self, name, total, unit):
-        from tqdm.std import tqdm
+    def __init__(self, name, total, unit, widget=False):
+        if widget:
+            from tqdm.notebook import tqdm
+        else:
+            from tqdm.std import tqdm
 
         self.bar = tqdm(total=total, desc=name, unit=unit, file=sys.stderr, leave=True, dynamic_ncols=True,
                         mininterval=0.2)
@@ -117,11 +135,11 @@ def phase(name, total=None, unit="step"):
     if mode == "off":
         yield SILENT
         return
-    shown = (_Bar if mode == "bars" else _Lines)(name, total, unit)
+    shown = _Lines(name, total, unit) if mode == "lines" else _Bar(name, total, unit, widget=mode == "widgets")
     token = _CURRENT.set(shown)
     try:
         yield shown
-        if mode == "bars":
+        if mode != "lines":
             shown.done()
     finally:
         _CURRENT.reset(token)

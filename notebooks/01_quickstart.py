@@ -76,6 +76,8 @@ X
 # ## Fit
 #
 # `client=client` says where to run; with `client=None` dask_clust would use the current client anyway.
+# In Jupyter the fit shows a progress bar per phase while it runs (the iterations' with the objective), and
+# the model's view summarises the fit beside its objective against the iteration.
 # `random_state` makes the fit reproducible: the same seed and chunking give a bit-identical model on one
 # worker or many.
 

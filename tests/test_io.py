@@ -134,6 +134,16 @@ def test_cli_shows_no_distributed_info_lines_without_v():
     assert "kmeans (k-means||)" in proc.stdout and "distributed" not in proc.stderr, proc.stderr
 
 
+def test_model_repr_and_html_view(small_blobs):
+    X, _ = small_blobs
+    m = dask_clust.fit(X, "vcgmm", 4, random_state=0, client="in-process", coreset_size=None)
+    text = repr(m)
+    assert text.startswith("ClusteringModel(algo='vcgmm', n_clusters=4, n_features=4")
+    assert f"objective={m.objective_:.6g}," in text and f"sigma2={m.sigma2_:.6g}" in text
+    page = m._repr_html_()
+    assert "<table>" in page and f"{m.objective_:.6g}" in page and page.count("<polyline") == (m.n_iter_ > 1)
+
+
 def test_make_blobs_equals_shared_generator_when_one_chunk():
     from dask_clust.datasets import make_blobs
     from tests.reference.make_blobs import blobs

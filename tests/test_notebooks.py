@@ -8,6 +8,7 @@ ipykernel's "python3": jupyter_client finds it even without an installed kernels
 importable, and starts it with this interpreter (``sys.executable``), so the notebooks see the same
 environment as the test.
 """
+import html
 import os
 import time
 from pathlib import Path
@@ -27,6 +28,11 @@ OVERRIDES = {"03_algorithms": "n_repeats = 1  # injected by tests/test_notebooks
 # pytest-xdist, hypothesis tests in the other process write their example database while a notebook runs
 SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".hypothesis"}
 SKIP_SUFFIXES = (".nbi", ".nbc")
+
+
+# what a notebook's fit shows while it runs in a kernel (progress widgets per phase, the iterations' with the
+# objective; tqdm's text bars on stderr if ipywidgets were missing) and its model's HTML view afterwards
+SHOWN = {"01_quickstart": ("loading ", "kmeans iterations", "objective=")}
 
 
 def test_notebooks_exist():
@@ -49,6 +55,21 @@ def snapshot(root):
                 continue
             files[os.path.relpath(path, root)] = (st.st_mtime_ns, st.st_size)
     return files
+
+
+def shown_text(nb):
+    """The text a reader sees of the notebook's progress: its widgets' values (the state nbclient stores
+    in the notebook's metadata) and its stream outputs."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    texts = [str(w.get("state", {}).get("value", "")) for w in state.values()]
+    texts += [out.get("text", "") for cell in nb.cells for out in cell.get("outputs", [])
+              if out.get("output_type") == "stream"]
+    return html.unescape("\n".join(texts)).replace("\u2007", " ")   # tqdm's widgets space with figure spaces
+
+
+def html_outputs(nb):
+    return [out["data"]["text/html"] for cell in nb.cells for out in cell.get("outputs", [])
+            if "text/html" in out.get("data", {})]
 
 
 def error_outputs(nb):
@@ -79,6 +100,11 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     print(f"{path.name}: {elapsed:.1f} s")
 
     assert not error_outputs(nb), error_outputs(nb)
+    for text in SHOWN.get(path.stem, ()):
+        assert text in shown_text(nb), f"{path.name}: no progress showing {text!r}"
+    if path.stem in SHOWN:
+        assert any("<table>" in h and "objective" in h and "<svg" in h for h in html_outputs(nb)), \
+            f"{path.name}: no HTML view of the model"
     created = sorted(set(after) - set(before))
     removed = sorted(set(before) - set(after))
     changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])

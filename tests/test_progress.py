@@ -70,6 +70,22 @@ def test_a_terminal_shows_a_bar_per_phase():
     assert in_order(shown, PHASES), shown
 
 
+def test_a_jupyter_kernel_gets_widgets_by_default_and_text_bars_without_ipywidgets(monkeypatch):
+    import importlib.util
+    import types
+
+    from dask_clust import progress
+
+    shell = type("ZMQInteractiveShell", (), {})()
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    assert progress.mode_for(None) == progress.mode_for(True) == "widgets" and progress.mode_for(False) == "off"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))
+    assert progress.mode_for(None) == "bars"
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))   # plain IPython
+    assert progress.mode_for(None) in ("off", "bars")   # as the terminal says
+
+
 def quickstart(rows):
     """The README's Quick start block, at ``rows`` rows instead of its stated 1M."""
     text = (ROOT / "README.md").read_text()
