@@ -124,6 +124,10 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
             shown.update(source.n_chunks - shown.n)
         logger.info("fitting %s (k=%s) on %d x %d %s in %d chunks (%s)", algo, getattr(cfg, "n_clusters", "-"),
                     source.n_samples, source.n_features, source.dtype, source.n_chunks, engine.backend.kind)
+        told = engine.publisher(algo)
+        if told is not None:
+            stack.enter_context(progress_.publishing(told))
+            stack.callback(told.finish)
         if saved is not None:
             saved.check_summary(engine.summary)
             stack.callback(saved.close)

@@ -14,6 +14,7 @@ import time
 
 _MODE = contextvars.ContextVar("dask_clust_progress", default="off")
 _CURRENT = contextvars.ContextVar("dask_clust_phase", default=None)
+_LISTENER = contextvars.ContextVar("dask_clust_listener", default=None)
 
 
 def in_kernel():
@@ -46,6 +47,17 @@ def reporting(progress):
         yield
     finally:
         _MODE.reset(token)
+
+
+@contextlib.contextmanager
+def publishing(listener):
+    """Inside the block every phase also tells ``listener(name, steps, total, figures, ended)`` of its start,
+    its steps and its end, whatever is displayed (the cluster's page of fits, ``engine.dashboard``)."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
 
 
 def enabled():
@@ -128,18 +140,43 @@ class _Bar:
         self.bar.close()
 
 
+class _Told:
+    """A phase's display that also tells the listener (``publishing``) of each step."""
+
+    def __init__(self, shown, listener, name, total):
+        self.shown, self.listener, self.name, self.total, self.n, self.figures = shown, listener, name, total, 0, {}
+        listener(name, 0, total, {}, False)
+
+    def update(self, n=1, **figures):
+        self.shown.update(n, **figures)
+        self.n += n
+        self.figures = figures or self.figures
+        self.listener(self.name, self.n, self.total, self.figures, False)
+
+    def done(self):
+        self.shown.done()
+
+    def close(self):
+        if self.shown is not SILENT:
+            self.shown.close()
+        self.listener(self.name, self.n, self.total, self.figures, True)
+
+
 @contextlib.contextmanager
 def phase(name, total=None, unit="step"):
     """A phase of ``total`` steps (None: unknown); the block calls ``.update(n, **figures)`` as it goes."""
-    mode = _MODE.get()
-    if mode == "off":
+    mode, listener = _MODE.get(), _LISTENER.get()
+    if mode == "off" and listener is None:
         yield SILENT
         return
-    shown = _Lines(name, total, unit) if mode == "lines" else _Bar(name, total, unit, widget=mode == "widgets")
+    shown = SILENT if mode == "off" else _Lines(name, total, unit) if mode == "lines" else \
+        _Bar(name, total, unit, widget=mode == "widgets")
+    if listener is not None:
+        shown = _Told(shown, listener, name, total)
     token = _CURRENT.set(shown)
     try:
         yield shown
-        if mode != "lines":
+        if mode in ("bars", "widgets"):
             shown.done()
     finally:
         _CURRENT.reset(token)

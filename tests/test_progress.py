@@ -86,6 +86,30 @@ def test_a_jupyter_kernel_gets_widgets_by_default_and_text_bars_without_ipywidge
     assert progress.mode_for(None) in ("off", "bars")   # as the terminal says
 
 
+def test_the_dashboard_shows_a_running_fit(cluster):
+    import urllib.request
+
+    import numpy as np
+
+    import dask_clust
+    from dask_clust.engine.dashboard import page_link
+
+    X = np.random.default_rng(2).random((20_000, 4)).astype(np.float32)
+    pages = []
+
+    def look(record):   # called on the driver after each iteration, while the fit runs
+        if record["iteration"] == 3:
+            pages.append(urllib.request.urlopen(page_link(cluster), timeout=10).read().decode())
+
+    dask_clust.fit(X, "kmeans", 5, init="k-means++", max_iter=6, tol=0, random_state=0, client=cluster,
+                   callback=look, progress=False)
+    assert re.search(r"<td>kmeans</td><td>kmeans iterations</td><td>[0-3]/6</td><td>[^<]*</td><td>running</td>",
+                     pages[0]), pages[0]
+    after = urllib.request.urlopen(page_link(cluster), timeout=10).read().decode()
+    assert re.search(r"<td>kmeans</td><td>kmeans iterations</td><td>6/6</td><td>objective [\d.e+]+</td>"
+                     r"<td>finished</td>", after), after
+
+
 def quickstart(rows):
     """The README's Quick start block, at ``rows`` rows instead of its stated 1M."""
     text = (ROOT / "README.md").read_text()

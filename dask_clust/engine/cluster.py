@@ -155,6 +155,10 @@ class InProcessBackend:
         # its split of a dot product would make the model depend on BLAS's thread count (rule 5)
         self._blas = threadpool_limits(1, user_api="blas")
 
+    def publisher(self, algo):
+        """Nothing to publish to: a fit in this process shows only in this process."""
+        return None
+
     def call(self, call, builders=None, plans=None, shards=None, repeat=True):
         part = self.part
         call = part.resolved(call)
@@ -184,6 +188,12 @@ class ActorBackend:
     partials come back up it, so the driver receives one finished result whatever the number of workers."""
 
     kind = "cluster"
+
+    def publisher(self, algo):
+        """The fit's progress onto the dashboard's page of fits (``dashboard.py``), or None."""
+        from .dashboard import publisher
+
+        return publisher(self.client, algo)
 
     def __init__(self, client, source, entropy, state=(0, "the fit")):
         self.client = client

@@ -457,6 +457,10 @@ class Engine:
         """Per partition: (rows, memory of the worker that holds it, bytes): what per-row state may cost."""
         return self.backend.partitions(self.source)
 
+    def publisher(self, algo):
+        """A listener for ``progress.publishing`` that shows the fit where its cluster is watched, or None."""
+        return self.backend.publisher(algo)
+
     def describe(self):
         return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
                 "chunks": self.n_chunks, "streaming": self.backend.streaming,
