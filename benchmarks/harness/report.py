@@ -381,17 +381,18 @@ def headline(runs):
 
 
 def faiss_versus(runs):
-    """Per data set of the suites' tables (seed 0): faiss's k-means against our Lloyd and vc-GMM of the same
-    run, as (data, k, algo, faiss wall / ours, our QE / faiss's − 1)."""
+    """Per data set and k of the suites' tables and of the C sweep (seed 0): faiss's k-means against our
+    Lloyd and vc-GMM of the same run, as (data, k, algo, faiss wall / ours, our QE / faiss's − 1)."""
     out = []
-    for suite in ("paper", "quick"):
-        rows = [r for r in of(runs.get(suite, []), "table") if r["seed"] == 0]
-        for data in dict.fromkeys(r["data"] for r in rows):
-            fa = next((r for r in rows if r["data"] == data and r["algo"] == "faiss" and r.get("wall_s")), None)
+    for suite, kind in (("paper", "table"), ("quick", "table"), ("sweep", "sweep")):
+        rows = [r for r in of(runs.get(suite, []), kind) if r["seed"] == 0]
+        for data, k in dict.fromkeys((r["data"], r["k"]) for r in rows):
+            fa = next((r for r in rows if (r["data"], r["k"]) == (data, k) and r["algo"] == "faiss"
+                       and r.get("wall_s")), None)
             for r in rows:
-                if fa and r["data"] == data and r["tool"] == "dask_clust" and r["algo"] in ("kmeans", "vcgmm") \
-                        and r.get("wall_s") and r.get("qe"):
-                    out.append((data, r["k"], r["algo"], fa["wall_s"] / r["wall_s"], r["qe"] / fa["qe"] - 1))
+                if fa and (r["data"], r["k"]) == (data, k) and r["tool"] == "dask_clust" \
+                        and r["algo"] in ("kmeans", "vcgmm") and r.get("wall_s") and r.get("qe"):
+                    out.append((data, k, r["algo"], fa["wall_s"] / r["wall_s"], r["qe"] / fa["qe"] - 1))
     return out
 
 
@@ -402,10 +403,12 @@ def faiss_sentence(runs):
         return None
     lose = [f"{algo} on {data} (k = {k}: faiss {times(1 / ratio)} faster)" for data, k, algo, ratio, _ in vs
             if ratio < 1]
-    worse = [f"{algo} on {data} ({pct(eta)})" for data, k, algo, _, eta in vs if eta > 0.03]
-    better = [f"{algo} on {data} ({pct(eta)})" for data, k, algo, _, eta in vs if eta < -0.03]
+    win = [f"{algo} on {data} (k = {k}: {times(ratio)} faster)" for data, k, algo, ratio, _ in vs if ratio >= 1]
+    worse = [f"{algo} on {data} (k = {k}: {pct(eta)})" for data, k, algo, _, eta in vs if eta > 0.03]
+    better = [f"{algo} on {data} (k = {k}: {pct(eta)})" for data, k, algo, _, eta in vs if eta < -0.03]
     return (f"Against faiss's k-means with its defaults (same run, its own threads): faster in {sum(r >= 1 for *_, r, _ in vs)} "
-            f"of {len(vs)} Lloyd and vc-GMM fits. Slower: {'; '.join(lose) or 'none'}. QE more than 3 % above "
+            f"of {len(vs)} Lloyd and vc-GMM fits. Faster: {'; '.join(win) or 'none'}. Slower: {'; '.join(lose) or 'none'}. "
+            f"QE more than 3 % above "
             f"faiss's: {'; '.join(worse) or 'none'}; more than 3 % below: {'; '.join(better) or 'none'}.")
 
 
