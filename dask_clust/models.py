@@ -250,6 +250,30 @@ class ClusteringModel:
     def __repr__(self):
         return "ClusteringModel(" + ", ".join(f"{k}={v!r}" if k == "algo" else f"{k}={v}" for k, v in self._summary()) + ")"
 
+    def plot(self):
+        """A matplotlib Figure: the objective against the iteration, and the centres in the plane of their two
+        features (D = 2) or of their first two principal axes. Needs matplotlib (the ``notebook`` extra)."""
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("model.plot needs matplotlib: pip install 'dask-clust[notebook]'") from None
+        fig, (history, centres) = plt.subplots(1, 2, figsize=(10, 3.8))
+        objective = [h.get("objective") for h in self.history_]
+        history.plot(range(1, len(objective) + 1), [np.nan if v is None else v for v in objective], marker=".")
+        history.set(xlabel="iteration", ylabel="objective", title=f"{self.algo}: objective")
+        C = self.cluster_centers_
+        if C.shape[1] == 2:
+            xy, axes = C, ("feature 0", "feature 1")
+        else:   # the plane that keeps most of the centres' spread
+            centred = C - C.mean(axis=0)
+            xy, axes = centred @ np.linalg.svd(centred, full_matrices=False)[2][:2].T, ("principal axis 1",
+                                                                                         "principal axis 2")
+        if C.shape[1] > 1:
+            centres.scatter(xy[:, 0], xy[:, 1], s=12)
+        centres.set(xlabel=axes[0], ylabel=axes[1], title=f"{self.n_clusters} centres")
+        fig.tight_layout()
+        return fig
+
     def _repr_html_(self):
         """Jupyter's view: the summary as a table beside the objective against the iteration (inline SVG)."""
         import html

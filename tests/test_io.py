@@ -144,6 +144,24 @@ def test_model_repr_and_html_view(small_blobs):
     assert "<table>" in page and f"{m.objective_:.6g}" in page and page.count("<polyline") == (m.n_iter_ > 1)
 
 
+def test_model_plot_shows_the_history_and_the_centres(small_blobs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    X, _ = small_blobs
+    for cols in (slice(0, 2), slice(0, 4)):
+        m = dask_clust.fit(X[:, cols], "kmeans", 5, random_state=0, client="in-process")
+        history, centres = m.plot().axes
+        np.testing.assert_array_equal(history.lines[0].get_ydata(), [h["objective"] for h in m.history_])
+        xy = centres.collections[0].get_offsets()
+        if m.n_features_in_ == 2:
+            np.testing.assert_array_equal(xy, m.cluster_centers_)
+        else:   # a projection onto orthonormal axes: distances shrink, the largest spread is kept
+            C = m.cluster_centers_ - m.cluster_centers_.mean(0)
+            s = np.linalg.svd(C, compute_uv=False)
+            np.testing.assert_allclose((xy ** 2).sum(), (s[:2] ** 2).sum(), rtol=1e-9)
+
+
 def test_make_blobs_equals_shared_generator_when_one_chunk():
     from dask_clust.datasets import make_blobs
     from tests.reference.make_blobs import blobs
