@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIT = ("import numpy as np, dask_clust\n"
@@ -105,9 +106,13 @@ def test_the_dashboard_shows_a_running_fit(cluster):
                    callback=look, progress=False)
     assert re.search(r"<td>kmeans</td><td>kmeans iterations</td><td>[0-3]/6</td><td>[^<]*</td><td>running</td>",
                      pages[0]), pages[0]
-    after = urllib.request.urlopen(page_link(cluster), timeout=10).read().decode()
-    assert re.search(r"<td>kmeans</td><td>kmeans iterations</td><td>6/6</td><td>objective [\d.e+]+</td>"
-                     r"<td>finished</td>", after), after
+    finished = r"<td>kmeans</td><td>kmeans iterations</td><td>6/6</td><td>objective [\d.e+]+</td><td>finished</td>"
+    for _ in range(50):   # the fit does not wait for its last messages to the scheduler
+        after = urllib.request.urlopen(page_link(cluster), timeout=10).read().decode()
+        if re.search(finished, after):
+            break
+        time.sleep(0.1)
+    assert re.search(finished, after), after
 
 
 def quickstart(rows):

@@ -3,11 +3,13 @@ or run on the cluster, each with its phase, its steps and its figures (the objec
 
 Why a page of our own: a fit's work runs as calls on actors, not as tasks, so the dashboard's task stream,
 progress and fine-performance pages stay empty while the workers are busy. The driver publishes each fit's
-progress into the scheduler's metadata (``Client.set_metadata``, at most every ``PUBLISH_S`` seconds, and at
-every phase's start and end); a scheduler plugin registers the page, which reads it. The page needs
+progress into the scheduler's metadata (its ``set_metadata``, at most every ``PUBLISH_S`` seconds, and at
+every phase's start and end, without waiting for the answer); a scheduler plugin registers the page, which
+reads it. The page needs
 dask_clust importable on the scheduler (always so for a LocalCluster); without it the fit runs unseen there.
 The scheduler holds the last ``KEPT_FITS`` fits: a few hundred bytes each, whatever N, D and k are.
 """
+import asyncio
 import html
 import itertools
 import logging
@@ -66,12 +68,15 @@ def page_link(client):
 
 
 class Publisher:
-    """The listener ``progress.publishing`` calls: one fit's phase and steps into the scheduler's metadata."""
+    """The listener ``progress.publishing`` calls: one fit's phase and steps into the scheduler's metadata.
+    Sends go out on the client's event loop, in order, and the fit never waits for them: a scheduler that is
+    slow or gone must cost the fit nothing (the engine reports a lost scheduler on its own)."""
 
     def __init__(self, client, algo):
         self.client, self.algo = client, algo
         self.fit_id = f"{os.getpid()}-{next(_ids)}"
         self.last = 0.0
+        self._lock = asyncio.Lock()
 
     def __call__(self, name, n, total, figures, ended):
         now = time.time()
@@ -79,23 +84,26 @@ class Publisher:
             return
         self.last = now
         steps = f"{n}/{total}" if total else str(n)
-        record = {"algo": self.algo, "phase": name, "steps": steps, "figures": dict(figures), "done": False,
-                  "time": now}
-        try:
-            self.client.set_metadata([KEY, self.fit_id], record)
-        except Exception as exc:   # the page is a view: losing it must not cost the fit
-            logger.debug("could not publish the fit's progress: %s", exc)
+        self.client.loop.add_callback(self._send, {"algo": self.algo, "phase": name, "steps": steps,
+                                                   "figures": dict(figures), "done": False, "time": now})
 
     def finish(self):
-        try:
-            fits = self.client.get_metadata([KEY], default={})
-            if self.fit_id in fits:
-                fits[self.fit_id]["done"] = True
-            for old in sorted(fits, key=lambda k: fits[k]["time"])[:-KEPT_FITS]:
-                del fits[old]
-            self.client.set_metadata([KEY], fits)
-        except Exception as exc:
-            logger.debug("could not publish the fit's end: %s", exc)
+        self.client.loop.add_callback(self._send, None)
+
+    async def _send(self, record):
+        async with self._lock:   # FIFO: the page never shows an older step after a newer one
+            try:
+                scheduler = self.client.scheduler
+                if record is not None:
+                    await scheduler.set_metadata(keys=[KEY, self.fit_id], value=record)
+                    return
+                await scheduler.set_metadata(keys=[KEY, self.fit_id, "done"], value=True)
+                fits = await scheduler.get_metadata(keys=[KEY], default={})
+                if len(fits) > KEPT_FITS:
+                    kept = sorted(fits, key=lambda k: fits[k]["time"])[-KEPT_FITS:]
+                    await scheduler.set_metadata(keys=[KEY], value={k: fits[k] for k in kept})
+            except Exception as exc:   # the page is a view: losing it must not cost the fit
+                logger.debug("could not publish the fit's progress: %s", exc)
 
 
 def publisher(client, algo):
