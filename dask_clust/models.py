@@ -13,7 +13,7 @@ import dask.array as da
 import numpy as np
 
 from .errors import InputError, InvalidModelError
-from .engine.data import as_dask_rows, check_finite_block, frame_dtype, frame_rows, is_frame, l2_rows, map_rows
+from .engine.data import as_dask_rows, check_finite_block, frame_dtype, frame_rows, is_frame, is_pandas, l2_rows, map_rows
 from .outputs import check_model_dir, replacing
 from .kernels.assign import Prepared, all_sqdist, nearest
 
@@ -177,7 +177,7 @@ class ClusteringModel:
             raise InputError(f"X has {len(names)} features, but the model was fitted with {self.n_features_in_} features")
         normalise = self.extras_.get("row_normalization_") == "l2"
         centers = Prepared(self.cluster_centers_, np.dtype(np.float64) if normalise else frame_dtype(X))
-        if type(X).__module__.startswith("pandas"):
+        if is_pandas(X):
             return _frame_labels(X, centers, normalise)
         meta = pd.Series(np.empty(0, np.int32), name="label", index=X._meta.index)
         return X.map_partitions(_frame_labels, centers, normalise, meta=meta)

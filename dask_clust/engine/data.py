@@ -266,10 +266,14 @@ def _refuse_missing(frame, partition_info=None):
     return frame
 
 
+def is_pandas(X):
+    """Whether X is a pandas DataFrame (or Series): in memory, unlike a dask one."""
+    return type(X).__module__.startswith("pandas")
+
+
 def is_frame(X):
     """Whether X is a pandas or dask DataFrame (or Series)."""
-    mod = type(X).__module__
-    return mod.startswith(("pandas", "dask.dataframe", "dask_expr"))
+    return is_pandas(X) or type(X).__module__.startswith(("dask.dataframe", "dask_expr"))
 
 
 def select_columns(X, columns):
@@ -299,13 +303,12 @@ def as_array(X):
     after the projection)."""
     if isinstance(X, (str, os.PathLike)):
         X = open_path(X)
-    mod = type(X).__module__
-    if mod.startswith("pandas"):
+    if is_pandas(X):
         if X.ndim != 2:
             raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got a pandas object with {X.ndim} dimension(s)")
         dtype = frame_dtype(X)
         return _refuse_missing(X).to_numpy(dtype=dtype)
-    if mod.startswith("dask.dataframe") or mod.startswith("dask_expr"):
+    if is_frame(X):
         if getattr(X, "ndim", 2) != 2:
             raise InputError("Expected a 2-D input; got a dask Series")
         dtype = frame_dtype(X)
