@@ -2,7 +2,7 @@
 machine, every library on the same threads (2 unless --threads):
 
 1. ``em``: the EM's wall time per distance evaluation (whole EM phase / its evaluations) on one thread,
-   blobs 1M x 32 (400 true blobs), C = 1000 (target <= 30 ns), with the fit's phases;
+   blobs 1M x 32 (400 true blobs), C = 1000 (target <= 30 ns), best of 3 fits, with the fit's phases;
 2. ``peers``: blobs 1M x 32 at C = 2000 (and, with ``--peers-data blobs,patches``, the 1.39 M x 108 image patches at C = 1000):
    vcgmm with defaults (exact final pass) and with final_objective="coreset", faiss's ``Kmeans`` with its
    defaults (training time; its QE computed afterwards, untimed), scikit-learn's k-means++ Lloyd in a fresh
@@ -22,6 +22,7 @@ import argparse
 import os
 import tempfile
 import time
+import warnings
 
 import dask
 import numpy as np
@@ -83,12 +84,16 @@ def sklearn_lloyd(X, C, cap_s, iters, scratch):
             "assumed_iters": iters, "qe": None, "status": got["status"]}
 
 
-def em_cost(X, out):
-    r = ours(X, "vcgmm", 1000, 1)
-    ns = 1e9 * r["phases"]["em"] / r["em_evals"]
-    emit("vcgmm_speed_em", {**r, "em_ns_per_eval": ns})
+def em_cost(X, out, repeats=3):
+    """Best of ``repeats`` fits, as timeit reports: this 2-core VM's speed drifts by up to 40 % between
+    minutes, which only ever slows a run down."""
+    runs = [ours(X, "vcgmm", 1000, 1) for _ in range(repeats)]
+    ns = [1e9 * r["phases"]["em"] / r["em_evals"] for r in runs]
+    r = runs[int(np.argmin(ns))]
+    emit("vcgmm_speed_em", {**r, "em_ns_per_eval": min(ns), "em_ns_per_eval_runs": ns})
     out.append(f"EM on one thread, blobs 1M x 32, C = 1000: {r['phases']['em']:.2f} s for {r['em_evals'] / 1e6:.1f} M "
-               f"evaluations = {ns:.1f} ns per evaluation (target <= 30); phases " +
+               f"evaluations = {min(ns):.1f} ns per evaluation, best of {repeats} "
+               f"({', '.join(f'{v:.1f}' for v in ns)}; target <= 30); phases " +
                ", ".join(f"{k} {v:.2f} s" for k, v in r["phases"].items()))
 
 
@@ -157,7 +162,11 @@ def main():
     faiss.omp_set_num_threads(args.threads)
     parts = args.parts.split(",")
     X, _ = blobs(1_000_000, 32, 400, seed=0)
-    dask_clust.fit(X[:20_000], algo="vcgmm", n_clusters=20, random_state=0, client="in-process", progress=False)
+    # the first fit of this shape loads kernels from numba's cache (merging two chunks' statistics, ...)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dask_clust.ConvergenceWarning)
+        dask_clust.fit(X, algo="vcgmm", n_clusters=1000, max_iter=2, random_state=0, client="in-process",
+                       progress=False)
     out = []
     scratch = tempfile.mkdtemp(prefix="dask-clust-bench-")
     with threadpool_limits(args.threads):

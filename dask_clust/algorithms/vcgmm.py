@@ -222,7 +222,8 @@ def _estep(chunk, params):
         if stats is not None:
             _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], sigma2, stats)
         evals, minsum, changed = evals + e, minsum + s, changed + ch
-    found = (np.int64(evals), minsum, np.int64(changed), tuple(np.concatenate(f) for f in zip(*blocks)))
+    found = (np.int64(evals), minsum, np.int64(changed),
+             blocks[0] if len(blocks) == 1 else tuple(np.concatenate(f) for f in zip(*blocks)))
     return found if stats is None else found + tuple(stats)
 
 

@@ -137,6 +137,17 @@ def fixed_add_at(acc, index, other):
         _carry(acc, r)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _copy_rest(ks, ts, i, keys, out, k):
+    """merge_keyed's tail: entries i.. of one side, after the other side ran out; returns the new k."""
+    for r in range(i, ks.shape[0]):
+        keys[k] = ks[r]
+        for c in range(ts.shape[1]):
+            out[k, c] = ts[r, c]
+        k += 1
+    return k
+
+
 @njit(nogil=True, cache=True)
 def merge_keyed(ka, ta, kb, tb, fixed):
     """Two sparse exact sums added in one linear pass: the union of their strictly increasing keys, rows of
@@ -148,20 +159,24 @@ def merge_keyed(ka, ta, kb, tb, fixed):
     Returns keys int64 (k,) and their values int64 (k, W).
     """
     keys = np.empty(ka.shape[0] + kb.shape[0], np.int64)
-    out = np.empty((keys.shape[0], ta.shape[1]), np.int64)
+    W = ta.shape[1]
+    out = np.empty((keys.shape[0], W), np.int64)
+    # explicit column loops: a row-slice copy per entry cost twice the whole merge
     i = j = k = 0
-    while i < ka.shape[0] or j < kb.shape[0]:
-        if j == kb.shape[0] or (i < ka.shape[0] and ka[i] < kb[j]):
+    while i < ka.shape[0] and j < kb.shape[0]:
+        if ka[i] < kb[j]:
             keys[k] = ka[i]
-            out[k] = ta[i]
+            for c in range(W):
+                out[k, c] = ta[i, c]
             i += 1
-        elif i == ka.shape[0] or kb[j] < ka[i]:
+        elif kb[j] < ka[i]:
             keys[k] = kb[j]
-            out[k] = tb[j]
+            for c in range(W):
+                out[k, c] = tb[j, c]
             j += 1
         else:
             keys[k] = ka[i]
-            for c in range(ta.shape[1]):
+            for c in range(W):
                 out[k, c] = ta[i, c] + tb[j, c]
             for f in range(fixed.shape[0]):
                 for c in range(fixed[f] + N_WORDS - 1, fixed[f], -1):
@@ -171,6 +186,8 @@ def merge_keyed(ka, ta, kb, tb, fixed):
             i += 1
             j += 1
         k += 1
+    k = _copy_rest(ka, ta, i, keys, out, k)
+    k = _copy_rest(kb, tb, j, keys, out, k)
     return keys[:k], out[:k]
 
 

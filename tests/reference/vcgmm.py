@@ -5,14 +5,15 @@ import numpy as np
 
 
 def estep_search(X, mu, K, Gc):
-    """S_n = ∪_{c ∈ K^(n)} G_c (first-seen order); K^(n) ← its C' closest. Returns the new K, their d²,
+    """S_n = ∪_{c ∈ K^(n)} G_c (K^(n) first in its order, then each G_c's others as first seen; equal
+    distances keep this order); K^(n) ← its C' closest. Returns the new K, their d²,
     and per row the search space with its distances."""
     n, Cp = K.shape
     newK = np.empty_like(K)
     Kd2 = np.empty(K.shape)
     spaces = []
     for i in range(n):
-        S = []
+        S = [int(c) for c in K[i]]
         for c in K[i]:
             for g in Gc[c]:
                 if g not in S:
