@@ -508,7 +508,15 @@ def _releasing(source):
             source.release()
 
 
+# open_local's rows per chunk at least (a chunk is a task for one thread, and each costs a call)
+LOCAL_CHUNK_ROWS = 1024
+
+
 def open_local(X, sample_weight, entropy):
     """An in-process Engine over rows this process already holds (k-means||'s few candidates to recluster):
-    the same steps as on the cluster, without a round trip; a context manager like ``open_engine``."""
-    return open_engine(as_source(X, sample_weight), IN_PROCESS, entropy)
+    the same steps as on the cluster, without a round trip; a context manager like ``open_engine``. The rows
+    go in ``min-chunks`` chunks (of at least LOCAL_CHUNK_ROWS), not in the size-based chunks of an input,
+    which put 10,000 candidates (2.6 MB) in one chunk and their recluster on one thread; the exact sums give
+    the same bits for any chunking."""
+    rows = max(LOCAL_CHUNK_ROWS, -(-len(X) // int(config.get("min-chunks"))))
+    return open_engine(as_source(X, sample_weight, chunk_rows=rows), IN_PROCESS, entropy)

@@ -53,8 +53,8 @@ def greedy_plusplus(X, w, first, u, tol, chosen):
     tol    : IN  float relative rounding bound of the GEMM form (``distance.gemm_tolerance``)
     chosen : OUT int64 (k,) the rows chosen, in order
     Returns the distance evaluations.
-    Distances use the GEMM form ||x||² − 2 x·y + ||y||² in float64, and the direct form where that is within
-    its rounding error (``tol``, relative to ||x||² + ||y||²) of 0, so a chosen row's duplicates carry no mass.
+    Distances use the GEMM form ||x||² − 2 x·y + ||y||² in float64, taken as 0 where that is within its
+    rounding error (``tol``, relative to ||x||² + ||y||²) of 0, so a chosen row's duplicates carry no mass.
     """
     M, D = X.shape
     trials = u.shape[1]
@@ -67,6 +67,7 @@ def greedy_plusplus(X, w, first, u, tol, chosen):
         xx[i] = s
         mind[i] = sqdist(X, i, X, first)
     chosen[0] = first
+    XT = np.ascontiguousarray(X.T)   # a contiguous operand: the product took 1.4x as long with X.T
     cum = np.empty(M)
     cand = np.empty(trials, np.int64)
     Y = np.empty((trials, D))
@@ -88,12 +89,8 @@ def greedy_plusplus(X, w, first, u, tol, chosen):
                 Y[t, q] = X[cand[t], q]
                 s += Y[t, q] * Y[t, q]
             yy[t] = s
-        np.dot(Y, X.T, G)
-        for t in range(trials):   # G[t] ← the trial's d² to every row; direct where rounding could hide a 0
-            for i in range(M):
-                d = xx[i] - 2.0 * G[t, i] + yy[t]
-                G[t, i] = d if d > tol * (xx[i] + yy[t]) else sqdist(X, i, X, cand[t])
-        best = _lowest_potential(w, mind, G)
+        np.dot(Y, XT, G)
+        best = _lowest_potential(w, mind, xx, yy, tol, G)
         chosen[j] = cand[best]
         for i in range(M):
             mind[i] = min(mind[i], G[best, i])
@@ -101,14 +98,21 @@ def greedy_plusplus(X, w, first, u, tol, chosen):
 
 
 @njit(nogil=True, cache=True, fastmath={"reassoc"})
-def _lowest_potential(w, mind, d2):
-    """The row t of d2 (trials × M) whose potential Σ w·min(mind, d2[t]) is the lowest (the first on ties).
-    Reassociation lets each sum run in SIMD lanes."""
+def _lowest_potential(w, mind, xx, yy, tol, G):
+    """Turns G (trials × M) of cross products y_t · x_i into the trials' d², ||x||² − 2 x·y + ||y||² and 0
+    where that is within its rounding error (``tol`` relative to ||x||² + ||y||²) of 0, so a chosen row's
+    duplicates carry no mass; returns the trial whose potential Σ w·min(mind, d²) is the lowest (the first
+    on ties). One pass per trial without a branch, so it runs in SIMD lanes: with the contiguous operand of
+    the product, greedy_plusplus over vc-GMM's 9,919 candidates at k = 4096 took 1.0-1.2 s instead of the
+    1.8-2.2 s of a d² pass with a direct-form fallback, then a second pass for the sums."""
     best, best_pot = 0, np.inf
-    for t in range(d2.shape[0]):
+    for t in range(G.shape[0]):
         pot = 0.0
         for i in range(w.shape[0]):
-            pot += w[i] * min(mind[i], d2[t, i])
+            d = xx[i] - 2.0 * G[t, i] + yy[t]
+            d = d if d > tol * (xx[i] + yy[t]) else 0.0
+            G[t, i] = d
+            pot += w[i] * min(mind[i], d)
         if pot < best_pot:
             best, best_pot = t, pot
     return best
