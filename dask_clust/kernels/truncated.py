@@ -139,6 +139,13 @@ def _accumulate(c, p, n, d2sum, owner, slot, who, cnt, tot, k):
     return k
 
 
+# the index of a 64-bit word's single set bit b: _BIT_INDEX[(b · _DE_BRUIJN) >> 58] (a de Bruijn sequence's
+# 6-bit windows are distinct), so a bitset hands back its members without testing the bits between them
+_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_BIT_INDEX = np.zeros(64, np.int64)
+_BIT_INDEX[[((1 << i) * 0x03F79D71B4CB0A89 % (1 << 64)) >> 58 for i in range(64)]] = np.arange(64)
+
+
 @njit(nogil=True, cache=True)
 def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, key, count, dsum):
     """Step 5's sufficient statistics of a block: for every winner c_o and every other member c~ of the
@@ -170,7 +177,7 @@ def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, key, cou
     seen = np.zeros((C + 63) >> 6, np.uint64)
     cnt = np.zeros(C, np.int32)
     tot = np.zeros(C)
-    one, low6, byte = np.uint64(1), np.uint64(63), np.uint64(0xFF)
+    one, low6 = np.uint64(1), np.uint64(63)
     k = 0
     for c in range(C):
         for r in range(first[c], first[c + 1]):
@@ -189,21 +196,16 @@ def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, key, cou
                 if word == 0:
                     continue
                 seen[wi] = 0
-                p = wi << 6
-                while word != 0:
-                    if word & byte == 0:
-                        word >>= np.uint64(8)
-                        p += 8
-                        continue
-                    if word & one:
-                        key[k] = c * C + p
-                        count[k] = cnt[p]
-                        dsum[k] = np.int64(tot[p] * inv_unit + 0.5)
-                        cnt[p] = 0
-                        tot[p] = 0.0
-                        k += 1
-                    word >>= one
-                    p += 1
+                while word != 0:   # lowest set bit first, found in O(1): ascending partners
+                    low = word & (~word + one)
+                    p = (wi << 6) + _BIT_INDEX[(low * _DE_BRUIJN) >> np.uint64(58)]
+                    key[k] = c * C + p
+                    count[k] = cnt[p]
+                    dsum[k] = np.int64(tot[p] * inv_unit + 0.5)
+                    cnt[p] = 0
+                    tot[p] = 0.0
+                    k += 1
+                    word ^= low
     return k
 
 
