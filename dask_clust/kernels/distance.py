@@ -56,8 +56,9 @@ _UNDERFLOW = 1e-30
 
 
 def rows_per_block(n_centers):
-    """GEMM row-block width: keeps the (k × rows) block of cross products near 1 MB of cache."""
-    return max(256, min(4096, (1 << 18) // max(1, n_centers)))
+    """GEMM row-block width: keeps the (k × rows) block of cross products near 1 MB of cache, down to 64
+    rows (a floor of 256 left 4 MB blocks at k = 4096: 13 % slower there, 6 % at k = 2048)."""
+    return max(64, min(4096, (1 << 18) // max(1, n_centers)))
 
 
 def gemm_tolerance(dtype, n_features):
