@@ -153,7 +153,7 @@ def test_greedy_plusplus_matches_the_step_by_step_reference(seed):
     evals = greedy_plusplus(X, w, first, u, gemm_tolerance(np.float64, d), chosen)
     ref = _greedy_plusplus_reference(X, w, first, u)
     np.testing.assert_array_equal(chosen, ref)
-    assert evals == n * (k - 1) * u.shape[1] + n
+    assert n < evals <= n * (k - 1) * u.shape[1] + n   # rows without mass are left out as they appear
 
 
 @settings(max_examples=150, deadline=None)
