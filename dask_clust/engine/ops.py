@@ -17,7 +17,7 @@
     engine.sample(step, params, counts, e)  an Engine over the rows a step draws from every chunk (a coreset),
                                             left on the workers that drew it unless it is small
     engine.working_set(X, w, entropy)       an Engine over a weighted set this process holds
-    open_local(X, w, entropy)               an in-process Engine over rows this process holds, in their own chunks
+    open_local(X, w, entropy)               an in-process Engine over rows this process holds, in min-chunks chunks
     engine.sharded(key, arrays)             a model split by rows over the partitions (rule 1, large models):
                                             model.ref() in params gives steps the whole field (each partition
                                             gathers it from the others), reduce(..., scatter=(model, at_shard,
