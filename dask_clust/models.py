@@ -6,6 +6,7 @@ pickle, so a model can be read by any version and inspected by hand.
 import json
 import math
 import os
+import stat
 import zipfile
 
 import dask
@@ -148,7 +149,16 @@ class ClusteringModel:
 
     def _rows(self, X):
         X = self._input(X)
-        return X, Prepared(self.cluster_centers_, X.dtype)
+        return X, self._prepared(X.dtype)
+
+    def _prepared(self, dtype):
+        """The centres for the GEMM kernels in the rows' dtype, refused when they do not fit it (a float64
+        model beyond float32's range would turn into infinities and give every float32 row label 0)."""
+        top = float(np.abs(self.cluster_centers_).max())
+        if top > float(np.finfo(dtype).max):
+            raise InputError(f"the model's centres reach {top:.3g}, beyond {np.dtype(dtype).name}'s range: "
+                             "pass X as float64")
+        return Prepared(self.cluster_centers_, dtype)
 
     def predict(self, X):
         """Index of the nearest centre of each row (int32, exact, blocked GEMM): a lazy dask array; for a
@@ -176,7 +186,7 @@ class ClusteringModel:
         if len(names) != self.n_features_in_:
             raise InputError(f"X has {len(names)} features, but the model was fitted with {self.n_features_in_} features")
         normalise = self.extras_.get("row_normalization_") == "l2"
-        centers = Prepared(self.cluster_centers_, np.dtype(np.float64) if normalise else frame_dtype(X))
+        centers = self._prepared(np.dtype(np.float64) if normalise else frame_dtype(X))
         if is_pandas(X):
             return _frame_labels(X, centers, normalise)
         meta = pd.Series(np.empty(0, np.int32), name="label", index=X._meta.index)
@@ -319,7 +329,9 @@ class ClusteringModel:
     def load(cls, path):
         """Read a model written by ``save``, refusing (``InvalidModelError``, one line) anything that does not
         match the schema: every key and its type, the centres' shape and finiteness, a known algorithm
-        and parameters it accepts, a format this version reads."""
+        and parameters it accepts, the extras its predict reads (and no other algorithm's), a format this
+        version reads; and, before reading them, files that are not regular, arrays whose stored bytes do
+        not match their headers (or are compressed), model.json over MAX_META_BYTES or nested too deeply."""
         meta, arrays = _read(path)
         try:
             params, extras = _check_model(meta, arrays)
@@ -347,22 +359,65 @@ def _history_svg(values, width=320, height=160, pad=28):
             f"</svg>")
 
 
+# model.json's largest size: a model's metadata is kilobytes (its history a few hundred records)
+MAX_META_BYTES = 64 << 20
+
+
 def _read(path):
+    """model.json and arrays.npz, read as untrusted input (models move between machines and people): both
+    regular files (a FIFO would block the read for ever), model.json bounded in size and nesting, and every
+    array's size checked against the bytes stored for it before any memory is allocated (``_stored_arrays``)."""
     meta_path = os.path.join(path, "model.json")
-    if not os.path.isfile(meta_path):
+    if not os.path.lexists(meta_path):
         raise FileNotFoundError(f"{path} is not a saved dask_clust model (no model.json)")
     try:
+        if _regular_size(meta_path) > MAX_META_BYTES:
+            raise ValueError(f"model.json is over {MAX_META_BYTES >> 20} MiB")
         with open(meta_path) as f:
             text = f.read()
         try:
             meta = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"model.json is not valid JSON ({exc})") from None
-        with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        except RecursionError:
+            raise ValueError("model.json nests too deeply") from None
+        arrays = _stored_arrays(os.path.join(path, "arrays.npz"))
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise InvalidModelError(f"{path} is not a valid dask_clust model: {_reason(exc)}") from None
     return meta, arrays
+
+
+def _regular_size(path):
+    """The size of ``path``, a regular file (followed through links), or ValueError."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{os.path.basename(path)} is not a regular file")
+    return st.st_size
+
+
+def _stored_arrays(npz):
+    """The arrays of ``npz`` as np.savez writes them: each member stored uncompressed and its .npy header's
+    shape and dtype accounting for exactly the bytes stored. A compressed member or a header claiming more
+    would let a file of a megabyte allocate gigabytes (a zip bomb); no pickled object is ever read."""
+    _regular_size(npz)
+    with zipfile.ZipFile(npz) as z:
+        for info in z.infolist():
+            name = info.filename
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"arrays.npz member {name!r} is compressed (np.savez stores arrays as they are)")
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in ((1, 0), (2, 0)):
+                    raise ValueError(f"arrays.npz member {name!r} has .npy format version {version}")
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+                claimed = math.prod(shape) * dtype.itemsize
+                if dtype.hasobject or f.tell() + claimed != info.file_size:
+                    raise ValueError(f"arrays.npz member {name!r} claims {claimed:,} bytes of {dtype} "
+                                     f"{shape} but stores {info.file_size - f.tell():,}")
+    with np.load(npz, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
 
 
 def _reason(exc):
@@ -418,13 +473,23 @@ def _check_model(meta, arrays):
     if given.get("n_clusters") != centers.shape[0]:
         raise ValueError(f"params n_clusters={given.get('n_clusters')} but cluster_centers_ has "
                          f"{centers.shape[0]} rows")
-    if "sigma2_" in extras or meta["algo"] in ("vcgmm", "vargmm"):
-        sigma2, n_truncated = extras["sigma2_"], extras["n_truncated_"]
-        if not (isinstance(sigma2, (int, float)) and math.isfinite(sigma2) and sigma2 > 0):
-            raise ValueError(f"sigma2_ must be a positive finite number; got {sigma2!r}")
-        if not (isinstance(n_truncated, int) and 1 <= n_truncated <= centers.shape[0]):
-            raise ValueError(f"n_truncated_ must be an int in [1, n_clusters]; got {n_truncated!r}")
+    _check_used_extras(spec, extras, centers.shape[0])
     return params, extras
+
+
+def _check_used_extras(spec, extras, n_clusters):
+    """The extras that predict and transform read (``AlgorithmSpec.model_extras``): present, valid, and only in
+    the models of the algorithms that declare them (a k-means model carrying SLK's ``row_normalization_``
+    would have its rows normalised)."""
+    from .algorithms import REGISTRY
+
+    used = {name for s in REGISTRY.values() for name, _, _ in s.model_extras}
+    foreign = sorted(used & extras.keys() - {name for name, _, _ in spec.model_extras})
+    if foreign:
+        raise ValueError(f"extras_ holds {foreign[0]!r}, which an algo={spec.name!r} model does not have")
+    for name, check, what in spec.model_extras:
+        if not check(extras[name], n_clusters):
+            raise ValueError(f"extras_ {name} must be {what}; got {extras[name]!r}")
 
 
 def _json_default(v):

@@ -1,6 +1,7 @@
 """Saved models, zarr / parquet / .npy inputs, labels written back, and the command line."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -60,6 +61,94 @@ def test_a_failed_save_leaves_the_model_already_there(tmp_path, small_blobs, mon
 def test_load_missing_model(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"not a saved dask_clust model"):
         dask_clust.load(tmp_path)
+
+
+def _npz_member(path, name, header, payload):
+    """An arrays.npz of one stored member whose .npy header is ``header`` and data ``payload``."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(f"{name}.npy", buf.getvalue() + payload)
+
+
+def _rewrite_meta(d, change):
+    meta = json.loads((d / "model.json").read_text())
+    change(meta)
+    (d / "model.json").write_text(json.dumps(meta))
+
+
+def _fifo(d, name):
+    os.remove(d / name)
+    os.mkfifo(d / name)
+
+
+UNTRUSTED_MODELS = {
+    # a megabyte that would expand to 1.6 GB: refused before any of it is inflated
+    "zip bomb": ("kmeans", lambda d: np.savez_compressed(d / "arrays.npz", cluster_centers_=np.zeros((20_000, 10_000))),
+                 r"member 'cluster_centers_\.npy' is compressed"),
+    "header claiming 32 GB": ("kmeans", lambda d: _npz_member(
+        d / "arrays.npz", "cluster_centers_", {"descr": "<f8", "fortran_order": False, "shape": (2 ** 30, 4)},
+        np.zeros((4, 4)).tobytes()), r"claims 34,359,738,368 bytes of float64 \(1073741824, 4\) but stores 128"),
+    "object array": ("kmeans", lambda d: _npz_member(
+        d / "arrays.npz", "cluster_centers_", {"descr": "|O", "fortran_order": False, "shape": (1,)}, b"\0" * 8),
+                     r"claims .* of object"),
+    "deep nesting": ("kmeans", lambda d: (d / "model.json").write_text("[" * 100_000 + "]" * 100_000),
+                     r"model\.json nests too deeply"),
+    "FIFO model.json": ("kmeans", lambda d: _fifo(d, "model.json"), r"model\.json is not a regular file"),
+    "FIFO arrays.npz": ("kmeans", lambda d: _fifo(d, "arrays.npz"), r"arrays\.npz is not a regular file"),
+    "another algorithm's extra": ("kmeans", lambda d: _rewrite_meta(d, lambda m: m["extras_"].update(
+        row_normalization_="l2")), r"extras_ holds 'row_normalization_', which an algo='kmeans' model does not have"),
+    "a missing extra": ("vcgmm", lambda d: _rewrite_meta(d, lambda m: m["extras_"].pop("sigma2_")),
+                        r"missing key 'sigma2_'"),
+    "a bad extra": ("vcgmm", lambda d: _rewrite_meta(d, lambda m: m["extras_"].update(n_truncated_=True)),
+                    r"extras_ n_truncated_ must be an int in \[1, n_clusters\]; got True"),
+}
+
+
+@pytest.mark.parametrize("kind", UNTRUSTED_MODELS)
+def test_an_untrusted_model_file_is_refused_in_one_line(tmp_path, small_blobs, kind):
+    """Issue #35: model files move between machines and people. Each crafted or damaged file is refused by
+    InvalidModelError naming the path and the problem, within seconds: no allocation of what a header
+    claims, no read from a FIFO that blocks for ever, no extra that changes what predict does."""
+    import threading
+
+    algo, damage, msg = UNTRUSTED_MODELS[kind]
+    X, _ = small_blobs
+    d = tmp_path / "model"
+    dask_clust.fit(X, algo=algo, n_clusters=4, random_state=0, client="in-process", progress=False).save(d)
+    damage(d)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(_refusal(d)), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert got, "load did not return within 60 s"
+    assert isinstance(got[0], dask_clust.InvalidModelError), got[0]
+    assert str(got[0]).startswith(f"{d} is not a valid dask_clust model: ") and "\n" not in str(got[0])
+    assert re.search(msg, str(got[0])), str(got[0])
+
+
+def _refusal(d):
+    try:
+        dask_clust.load(d)
+    except Exception as exc:   # noqa: BLE001 - the test inspects whatever was raised
+        return exc
+    return None
+
+
+def test_centres_beyond_the_rows_dtype_are_refused(small_blobs):
+    """A float64 model whose centres exceed float32's range: float32 rows are refused in one line (cast, the
+    centres would be infinities and every row label 0); float64 rows get the nearest centre."""
+    X, _ = small_blobs
+    m = dask_clust.fit(X.astype(np.float64), n_clusters=3, random_state=0, client="in-process", progress=False)
+    m.cluster_centers_[0] = 1e39
+    with pytest.raises(dask_clust.InputError, match=r"centres reach 1e\+39, beyond float32's range: pass X as float64"):
+        m.predict(X.astype(np.float32))
+    labels = m.predict(X.astype(np.float64)).compute()
+    np.testing.assert_array_equal(labels, ref.assign(X.astype(np.float64), m.cluster_centers_)[0])
+    assert (labels != 0).all()
 
 
 def test_zarr_input_and_labels_written_back(tmp_path, small_blobs):

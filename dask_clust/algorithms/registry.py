@@ -22,6 +22,9 @@ class AlgorithmSpec:
                                  # (``Chunk.scratch``), counted when the input streams; None: none
     resumable: bool = False      # fit(checkpoint=, resume=) continues it to the same bits (its fit saves
                                  # through loop.save and starts from loop.restored)
+    model_extras: tuple = ()     # (name, check(value, n_clusters) -> bool, what it must be) for each extras_
+                                 # entry its model's predict/transform read: a saved model must carry them,
+                                 # valid, and no other algorithm's model may (``models.load`` checks)
 
 
 def state_of(spec, cfg):

@@ -467,6 +467,7 @@ register(AlgorithmSpec(
     reference="Ziko, Granger, Ben Ayed, NeurIPS 2018, arXiv:1810.13044",
     objective="the continuous energy −Σ a·z − λ Σ (W z)·z after each outer iteration",
     weighted=False,
+    model_extras=(("row_normalization_", lambda v, k: v == "l2", "'l2'"),),
 ))
 
 

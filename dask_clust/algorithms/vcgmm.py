@@ -579,12 +579,18 @@ def fit(engine, cfg, entropy, loop):
                      loop.history, extras)
 
 
+# what the model's predict_proba reads: σ² and C'
+MODEL_EXTRAS = (
+    ("sigma2_", lambda v, k: type(v) in (int, float) and math.isfinite(v) and v > 0, "a positive finite number"),
+    ("n_truncated_", lambda v, k: type(v) is int and 1 <= v <= k, "an int in [1, n_clusters]"))
+
 register(AlgorithmSpec(
     name="vcgmm", config=VCGMMConfig, fit=fit, estimator="VCGMM",
     summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset (k-means|| or AFK-MC2 seeding)",
     reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
     objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
     resumable=True,
+    model_extras=MODEL_EXTRAS,
 ))
 
 register(AlgorithmSpec(
@@ -597,4 +603,5 @@ register(AlgorithmSpec(
     state_bytes=lambda cfg: max(ROW_BYTES, 12 * (cfg.n_truncated or cfg.G) + 4),
     thread_bytes=lambda cfg: buffer_bytes(BLOCK_ROWS, (cfg.n_truncated or cfg.G) * cfg.G + 1),
     resumable=True,
+    model_extras=MODEL_EXTRAS,
 ))
