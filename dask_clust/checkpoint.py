@@ -29,9 +29,11 @@ import os
 import shutil
 import time
 import uuid
+import zipfile
 
 import numpy as np
 
+from .outputs import stored_arrays
 from .errors import InputError, InvalidModelError
 
 logger = logging.getLogger("dask_clust")
@@ -157,10 +159,9 @@ class Checkpoint:
             raise InputError(f"{what}={path} holds a checkpoint of another fit ({diff}); refusing to "
                              f"{'resume from' if required else 'resume from or replace'} it")
         generation = os.path.join(path, meta["generation"])
-        try:
-            with np.load(os.path.join(generation, "arrays.npz"), allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
+        try:   # sizes checked against the bytes stored before any is allocated, as a saved model's
+            arrays = stored_arrays(os.path.join(generation, "arrays.npz"))
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
         self.meta = meta
         self.restored = {**meta["scalars"], **arrays}

@@ -6,7 +6,6 @@ pickle, so a model can be read by any version and inspected by hand.
 import json
 import math
 import os
-import stat
 import zipfile
 
 import dask
@@ -15,7 +14,7 @@ import numpy as np
 
 from .errors import InputError, InvalidModelError
 from .engine.data import as_dask_rows, check_finite_block, frame_dtype, frame_rows, is_frame, is_pandas, l2_rows, map_rows
-from .outputs import check_model_dir, replacing
+from .outputs import check_model_dir, regular_size, replacing, stored_arrays
 from .kernels.assign import Prepared, all_sqdist, nearest
 
 FORMAT_VERSION = 1
@@ -366,12 +365,12 @@ MAX_META_BYTES = 64 << 20
 def _read(path):
     """model.json and arrays.npz, read as untrusted input (models move between machines and people): both
     regular files (a FIFO would block the read for ever), model.json bounded in size and nesting, and every
-    array's size checked against the bytes stored for it before any memory is allocated (``_stored_arrays``)."""
+    array's size checked against the bytes stored for it before any memory is allocated (``stored_arrays``)."""
     meta_path = os.path.join(path, "model.json")
     if not os.path.lexists(meta_path):
         raise FileNotFoundError(f"{path} is not a saved dask_clust model (no model.json)")
     try:
-        if _regular_size(meta_path) > MAX_META_BYTES:
+        if regular_size(meta_path) > MAX_META_BYTES:
             raise ValueError(f"model.json is over {MAX_META_BYTES >> 20} MiB")
         with open(meta_path) as f:
             text = f.read()
@@ -381,43 +380,10 @@ def _read(path):
             raise ValueError(f"model.json is not valid JSON ({exc})") from None
         except RecursionError:
             raise ValueError("model.json nests too deeply") from None
-        arrays = _stored_arrays(os.path.join(path, "arrays.npz"))
+        arrays = stored_arrays(os.path.join(path, "arrays.npz"))
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise InvalidModelError(f"{path} is not a valid dask_clust model: {_reason(exc)}") from None
     return meta, arrays
-
-
-def _regular_size(path):
-    """The size of ``path``, a regular file (followed through links), or ValueError."""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{os.path.basename(path)} is not a regular file")
-    return st.st_size
-
-
-def _stored_arrays(npz):
-    """The arrays of ``npz`` as np.savez writes them: each member stored uncompressed and its .npy header's
-    shape and dtype accounting for exactly the bytes stored. A compressed member or a header claiming more
-    would let a file of a megabyte allocate gigabytes (a zip bomb); no pickled object is ever read."""
-    _regular_size(npz)
-    with zipfile.ZipFile(npz) as z:
-        for info in z.infolist():
-            name = info.filename
-            if info.compress_type != zipfile.ZIP_STORED:
-                raise ValueError(f"arrays.npz member {name!r} is compressed (np.savez stores arrays as they are)")
-            with z.open(info) as f:
-                version = np.lib.format.read_magic(f)
-                if version not in ((1, 0), (2, 0)):
-                    raise ValueError(f"arrays.npz member {name!r} has .npy format version {version}")
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                    np.lib.format.read_array_header_2_0
-                shape, _, dtype = read(f)
-                claimed = math.prod(shape) * dtype.itemsize
-                if dtype.hasobject or f.tell() + claimed != info.file_size:
-                    raise ValueError(f"arrays.npz member {name!r} claims {claimed:,} bytes of {dtype} "
-                                     f"{shape} but stores {info.file_size - f.tell():,}")
-    with np.load(npz, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
 
 
 def _reason(exc):

@@ -1,11 +1,17 @@
 """Where results are written: every output path checked before any work, the labels' format taken from
 the suffix, and every output written beside its place under a temporary name and moved into place only
-once complete, so a failure leaves the old output (or nothing) and never a partial one that looks valid."""
+once complete, so a failure leaves the old output (or nothing) and never a partial one that looks valid;
+and the arrays of a model or checkpoint read back as untrusted input (``stored_arrays``)."""
 import contextlib
+import math
 import os
 import shutil
+import stat
 import tempfile
 import uuid
+import zipfile
+
+import numpy as np
 
 from .errors import InputError
 
@@ -91,8 +97,6 @@ def write_labels(labels, path):
     """Compute the lazy ``labels`` into ``path`` (.npy, .parquet or .zarr), all or nothing. ``labels``: a
     dask array, or a dask Series or DataFrame (``predict`` of a table, with the columns kept beside it:
     those need a .parquet path, checked by the caller)."""
-    import numpy as np
-
     suffix = check_labels_path(path)
     table = not hasattr(labels, "chunks")
     if table and labels.ndim == 1:
@@ -108,3 +112,36 @@ def write_labels(labels, path):
         else:
             (labels["label"].to_dask_array().compute_chunk_sizes() if table else labels).to_zarr(tmp)
     return path
+
+
+def regular_size(path):
+    """The size of ``path``, a regular file (followed through links), or ValueError."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{os.path.basename(path)} is not a regular file")
+    return st.st_size
+
+
+def stored_arrays(npz):
+    """The arrays of ``npz`` as np.savez writes them: each member stored uncompressed and its .npy header's
+    shape and dtype accounting for exactly the bytes stored. A compressed member or a header claiming more
+    would let a file of a megabyte allocate gigabytes (a zip bomb); no pickled object is ever read."""
+    regular_size(npz)
+    with zipfile.ZipFile(npz) as z:
+        for info in z.infolist():
+            name = info.filename
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"arrays.npz member {name!r} is compressed (np.savez stores arrays as they are)")
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in ((1, 0), (2, 0)):
+                    raise ValueError(f"arrays.npz member {name!r} has .npy format version {version}")
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+                claimed = math.prod(shape) * dtype.itemsize
+                if dtype.hasobject or f.tell() + claimed != info.file_size:
+                    raise ValueError(f"arrays.npz member {name!r} claims {claimed:,} bytes of {dtype} "
+                                     f"{shape} but stores {info.file_size - f.tell():,}")
+    with np.load(npz, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}

@@ -131,6 +131,48 @@ def test_a_failed_write_keeps_the_last_checkpoint(tmp_path, data, monkeypatch):
     assert_same_model(_fit(data, "vcgmm", client="in-process", resume=path), _fit(data, "vcgmm", client="in-process"))
 
 
+class _Stopped(Exception):
+    pass
+
+
+ROWS_DAMAGE = {   # (algo, what is done to each per-row file's arrays, the refusal)
+    "vcgmm cluster indices of 2**30": ("vcgmm", lambda z: {**z, "K": np.full_like(z["K"], 2 ** 30)},
+                                       r"'K' holds values outside \[0, 24\)"),
+    "vcgmm NaN distances": ("vcgmm", lambda z: {**z, "Kd2": np.full_like(z["Kd2"], np.nan)},
+                            r"'Kd2' holds values outside \[0\.0, inf\)"),
+    "vcgmm half the rows": ("vcgmm", lambda z: {k: v[:len(v) // 2] for k, v in z.items()},
+                            r"'K' is int32 \(\d+, 5\), not int32 \(\d+, 5\) \(the rows its name covers\)"),
+    "vcgmm a field missing": ("vcgmm", lambda z: {k: v for k, v in z.items() if k != "winner"},
+                              r"holds fields \['K', 'Kd2'\], not \['K', 'Kd2', 'winner'\]"),
+    "vcgmm a float field as integers": ("vcgmm", lambda z: {**z, "Kd2": z["Kd2"].astype(np.int64)},
+                                        r"'Kd2' is int64 .*, not float64"),
+    "nmbatch labels of 2**30": ("nmbatch", lambda z: {**z, "labels": np.full_like(z["labels"], 2 ** 30)},
+                                r"'labels' holds values outside \[0, 24\)"),
+}
+
+
+@pytest.mark.parametrize("damage", ROWS_DAMAGE)
+def test_a_crafted_rows_file_is_refused_before_a_kernel_reads_it(tmp_path, data, damage):
+    """Issue #35: per-row state files are checked before any kernel reads them (cluster indices of 2**30 crashed
+    the process with SIGSEGV; half a file's rows resumed to another model): one InputError naming the file."""
+    algo, change, msg = ROWS_DAMAGE[damage]
+    path = tmp_path / "ck"
+
+    def stop(record):
+        if record["iteration"] == 7:
+            raise _Stopped
+
+    with pytest.raises(_Stopped):
+        _fit(data, algo, client="in-process", checkpoint=path, checkpoint_every=5, callback=stop)
+    rows = path / json.load(open(path / INDEX))["generation"] / "rows"
+    for name in os.listdir(rows):
+        with np.load(rows / name) as z:
+            arrays = {k: z[k] for k in z.files}
+        np.savez(rows / name, **change(arrays))
+    with pytest.raises(InputError, match=r"the checkpoint's rows file \S+\.npz.*" + msg):
+        _fit(data, algo, client="in-process", resume=path)
+
+
 def test_checkpoints_of_another_fit_are_refused(tmp_path, data):
     path = tmp_path / "ck"
     _fit(data, "kmeans", client="in-process", checkpoint=path, max_iter=3)

@@ -171,6 +171,13 @@ def doubling_test(sse, v, p, rho, mode="paper"):
     return bool(ratio.min() > rho)
 
 
+def row_fields(k, width):
+    """The per-row state a checkpoint holds, as ``restored_rows`` checks it: labels (cluster indices; 0 for a row
+    not yet in a batch), distances and lower bounds (unset, so unchecked, for such rows)."""
+    return {"labels": ("int32", (), 0, k), "dist": ("float64", (), None, None),
+            "lower": ("float32", (width,), None, None)}
+
+
 def fit(engine, cfg, entropy, loop):
     N, k = engine.n_samples, cfg.n_clusters
     b0 = min(cfg.batch_size, N)
@@ -194,7 +201,7 @@ def fit(engine, cfg, entropy, loop):
             b_old, b, seed_evals, evals_total, prev = (restored[name] for name in ("b_old", "b", "seed_evals",
                                                                                    "evals", "prev"))
             # the rows' labels, distances and bounds as the checkpoint left them
-            engine.load_rows(loop.restored_rows, "nmbatch")
+            engine.load_rows(loop.restored_rows, "nmbatch", row_fields(k, width))
             model.update(centers=restored["model_centers"], b=b_old)
         loop.keep(seed_evals=int(seed_evals), bounds=kind)
         for _ in loop:

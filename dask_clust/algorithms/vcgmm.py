@@ -286,6 +286,13 @@ def init_neighbourhoods(n_clusters, G, key):
     return Gc
 
 
+def row_fields(n_clusters, n_truncated):
+    """The per-row state a checkpoint holds, as ``restored_rows`` checks it: K^(n) (cluster indices), their d²
+    and the last winner (-1 before the first search)."""
+    return {"K": ("int32", (n_truncated,), 0, n_clusters), "Kd2": ("float64", (n_truncated,), 0.0, math.inf),
+            "winner": ("int32", (), -1, n_clusters)}
+
+
 def pair_grid(engine):
     """1/unit of the pair statistics' integer Σ d² (``pair_statistics``): a power of two such that a pair's
     sum over all rows, at most n·D·(2 max|x| + 1)² (the means stay in the rows' bounding box), is < 2^62."""
@@ -449,7 +456,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
 
     builder, model = _init_truncated_sets, lambda: (Cp, C, key_K, nearest_to(), cells)
     if restored is not None:
-        builder, model = restored_rows, lambda: (loop.restored_rows, "vcgmm")
+        builder, model = restored_rows, lambda: (loop.restored_rows, "vcgmm", row_fields(C, Cp))
     with means_for(engine, mu) as means, \
             engine.state("vcgmm", builder, model, backup=("K", "Kd2", "winner")):
         for i in range(cfg.n_init_esteps if restored is None else 0):  # Suppl. F: optimise K^(n) and G_c

@@ -171,7 +171,7 @@ def _restored(engine, centers, loop):
     if state is None:
         return centers, 0, None, False
     if loop.restored_rows is not None:
-        engine.load_rows(loop.restored_rows, "lloyd_labels")
+        engine.load_rows(loop.restored_rows, "lloyd_labels", {"": ("int32", (), 0, len(state["centers"]))})
     return state["centers"], state["evals"], state["objective"], state["strict"]
 
 

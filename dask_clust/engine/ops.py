@@ -26,7 +26,7 @@
                                             model.gather() brings it to the driver at the end
     engine.take(ids)                        rows by global id
     engine.dump_rows(dir, key)              every chunk's state ``key`` written to a checkpoint where it lives;
-    engine.load_rows(dir, key)              read back (``restored_rows``: the same as a state's builder)
+    engine.load_rows(dir, key, fields)      read back, checked (``restored_rows``: the same as a state's builder)
     engine.overhead_ms()                    the cost of one empty iteration
 
 A step is a module-level function ``step(chunk, params)`` (see ``partition.Chunk``). Every call is one
@@ -41,12 +41,14 @@ import os
 import socket
 import statistics
 import time
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputError
 from ..kernels.stats import chunk_summary, fixed_top_exponent
+from ..outputs import stored_arrays
 from . import config
 from .cluster import IN_PROCESS, Restarted, backend_for
 from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
@@ -127,8 +129,12 @@ def _dump_rows(chunk, params):
 
 def restored_rows(chunk, params):
     """A state builder: the chunk's state ``key`` as ``_dump_rows`` wrote it in ``directory``, from the
-    files that cover the chunk's rows (they need not be cut as this engine's chunks are)."""
-    directory, key = params
+    files that cover the chunk's rows (they need not be cut as this engine's chunks are). ``fields`` declares
+    each field ({name: (dtype, shape of a row, least value, bound above)}, the values unchecked where those are
+    None): a checkpoint is a file users move between machines, and a crafted one must not reach a kernel
+    (cluster indices of 2**30 crashed the process), so every file is checked before any of it is used:
+    its rows against its name, every declared field present with its dtype, shape and range."""
+    directory, key, fields = params
     exact = _rows_file(directory, key, chunk.start, chunk.stop)
     # the same chunks as the checkpoint's (the usual case): the chunk's own file, without listing every chunk's
     names = [os.path.basename(exact)] if os.path.exists(exact) else sorted(os.listdir(directory))
@@ -141,25 +147,43 @@ def restored_rows(chunk, params):
         if hi > chunk.start and lo < chunk.stop:
             pieces.append((lo, hi, name))
     covered = chunk.start
-    fields = {}
+    found = {}
     for lo, hi, name in pieces:
         if lo > covered:
             break
-        with np.load(os.path.join(directory, name), allow_pickle=False) as z:
-            a, b = covered - lo, min(hi, chunk.stop) - lo
-            for f in z.files:
-                fields.setdefault(f, []).append(z[f][a:b])
+        where = os.path.join(directory, name)
+        try:
+            values = stored_arrays(where)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise InputError(f"the checkpoint's rows file {where} cannot be read: {exc}") from None
+        _check_rows(values, fields, hi - lo, where)
+        a, b = covered - lo, min(hi, chunk.stop) - lo
+        for f, v in values.items():
+            found.setdefault(f, []).append(v[a:b])
         covered = min(hi, chunk.stop)
     if covered < chunk.stop:
         raise InputError(f"the checkpoint's per-row state {key!r} in {directory} lacks rows {covered}.."
                          f"{chunk.stop - 1}")
-    state = {f: np.concatenate(v) for f, v in fields.items()}
+    state = {f: np.concatenate(v) for f, v in found.items()}
     chunk.state[key] = state[""] if "" in state else state
+
+
+def _check_rows(values, fields, n_rows, where):
+    """One rows file against its declared fields (``restored_rows``); InputError naming the first problem."""
+    if set(values) != set(fields):
+        raise InputError(f"the checkpoint's rows file {where} holds fields {sorted(values)}, not {sorted(fields)}")
+    for f, (dtype, width, least, bound) in fields.items():
+        v = values[f]
+        if v.dtype != np.dtype(dtype) or v.shape != (n_rows,) + tuple(width):
+            raise InputError(f"the checkpoint's rows file {where}: {f!r} is {v.dtype} {v.shape}, not {np.dtype(dtype)} "
+                             f"{(n_rows,) + tuple(width)} (the rows its name covers)")
+        if least is not None and v.size and not (v.min() >= least and v.max() < bound):
+            raise InputError(f"the checkpoint's rows file {where}: {f!r} holds values outside [{least}, {bound})")
 
 
 def _load_rows(chunk, params):
     """The chunk's state ``key`` from the files; fields of a dict already there are replaced, the rest kept."""
-    directory, key = params
+    key = params[1]
     had = chunk.state.get(key)
     restored_rows(chunk, params)
     if isinstance(had, dict):
@@ -363,11 +387,12 @@ class Engine:
         must be on a filesystem every worker shares. The driver receives one count."""
         self.reduce(_dump_rows, (os.fspath(directory), key, tuple(fields or ())))
 
-    def load_rows(self, directory, key):
+    def load_rows(self, directory, key, fields):
         """Every chunk's state ``key`` read back from ``dump_rows``'s files, its fields replacing those of a
         dict-valued state already there (a registered state whose builder rebuilds a lost partition from
-        the model; one whose only source is the checkpoint takes ``restored_rows`` as its builder)."""
-        self.reduce(_load_rows, (os.fspath(directory), key))
+        the model; one whose only source is the checkpoint takes ``restored_rows`` as its builder), each
+        file checked against ``fields`` (``restored_rows``)."""
+        self.reduce(_load_rows, (os.fspath(directory), key, fields))
 
     def take(self, ids):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array."""
