@@ -33,7 +33,7 @@ import zipfile
 
 import numpy as np
 
-from .outputs import stored_arrays
+from .outputs import FULL, stored_arrays
 from .errors import InputError, InvalidModelError
 
 logger = logging.getLogger("dask_clust")
@@ -212,8 +212,14 @@ class Checkpoint:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, os.path.join(self.path, INDEX))
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(gdir, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.errno in FULL:
+                kept = (f"the checkpoint after iteration {self._written} is intact: free space and resume from it"
+                        if self._written else "no checkpoint was written before")
+                raise InputError(f"checkpoint={self.path}: no space left on its device writing the checkpoint "
+                                 f"after iteration {n_iter} (the last one took {_size(self.path) / 2**20:.1f} MiB); "
+                                 f"{kept}") from None
             raise
         self._written, self._last = n_iter, time.monotonic()
         self._prune(keep={gen} | self._keep)
@@ -237,6 +243,11 @@ class Checkpoint:
             current = read(self.path)
             self._keep = set()
             self._prune(keep={current["generation"]} if current else set())
+
+
+def _size(path):
+    """Bytes of the files below ``path``."""
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def _check_dir(path):

@@ -3,6 +3,7 @@ the suffix, and every output written beside its place under a temporary name and
 once complete, so a failure leaves the old output (or nothing) and never a partial one that looks valid;
 and the arrays of a model or checkpoint read back as untrusted input (``stored_arrays``)."""
 import contextlib
+import errno
 import math
 import os
 import shutil
@@ -68,22 +69,36 @@ def check_model_dir(path, what="model output"):
 @contextlib.contextmanager
 def replacing(path):
     """A temporary path beside ``path`` to write into; moved onto ``path`` when the block succeeds (an
-    existing output there is replaced), removed when it fails."""
+    existing output there is replaced), removed when it fails. A symbolic link is followed: its target is
+    replaced and the link kept (renaming a directory onto the link failed and left the temporary behind). A
+    full disk is one line naming the place (``InputError``), nothing left behind."""
     path = os.fspath(path).rstrip("/") or os.fspath(path)
+    if os.path.islink(path):
+        path = os.path.realpath(path)
     parent, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(parent, f".{name}.partial-{uuid.uuid4().hex[:8]}")
     try:
         yield tmp
+        if os.path.isdir(path):
+            old = tmp + "-old"
+            os.rename(path, old)
+            os.rename(tmp, path)
+            _remove(old)
+        else:
+            os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        if exc.errno in FULL:
+            raise InputError(f"{path}: no space left on its device ({os.strerror(exc.errno)}); nothing was "
+                             "written there") from None
+        raise
     except BaseException:
         _remove(tmp)
         raise
-    if os.path.isdir(path) and not os.path.islink(path):
-        old = tmp + "-old"
-        os.rename(path, old)
-        os.rename(tmp, path)
-        _remove(old)
-    else:
-        os.replace(tmp, path)
+
+
+# the errors of a full disk or an exhausted quota
+FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _remove(path):

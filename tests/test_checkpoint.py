@@ -112,7 +112,8 @@ def test_a_finished_checkpoint_gives_the_model_without_iterating(tmp_path, data)
 
 
 def test_a_failed_write_keeps_the_last_checkpoint(tmp_path, data, monkeypatch):
-    """A checkpoint write that fails part-way (the disk full) leaves the previous one whole and nothing else."""
+    """A checkpoint write that fails part-way (the disk full) leaves the previous one whole and nothing else, and
+    says so in one line (issue #35: a raw OSError ended the fit)."""
     path = tmp_path / "ck"
     real, writes = np.savez, []
 
@@ -123,7 +124,9 @@ def test_a_failed_write_keeps_the_last_checkpoint(tmp_path, data, monkeypatch):
         real(f, **arrays)
 
     monkeypatch.setattr(np, "savez", savez)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(InputError, match=r"^checkpoint=\S+ck: no space left on its device writing the checkpoint after "
+                                         r"iteration 10 \(the last one took \d+\.\d MiB\); the checkpoint after "
+                                         r"iteration 5 is intact: free space and resume from it$"):
         _fit(data, "vcgmm", client="in-process", checkpoint=path, checkpoint_every=5)
     monkeypatch.setattr(np, "savez", real)
     index = json.load(open(path / INDEX))

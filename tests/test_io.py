@@ -46,7 +46,8 @@ def test_a_failed_save_leaves_the_model_already_there(tmp_path, small_blobs, mon
 
     with monkeypatch.context() as m:
         m.setattr(np, "savez", disk_full)
-        with pytest.raises(OSError, match="No space left on device"):
+        with pytest.raises(dask_clust.InputError, match=r"model: no space left on its device \(No space left on "
+                                                        r"device\); nothing was written there$"):   # one line (#35)
             framed.save(tmp_path / "model")
     assert sorted(os.listdir(tmp_path)) == ["model"]
     kept = dask_clust.load(tmp_path / "model")
@@ -56,6 +57,18 @@ def test_a_failed_save_leaves_the_model_already_there(tmp_path, small_blobs, mon
     back = dask_clust.load(tmp_path / "model")
     np.testing.assert_array_equal(back.params["init"], X[:3])
     np.testing.assert_array_equal(back.cluster_centers_, framed.cluster_centers_)
+
+
+def test_save_through_a_symbolic_link_replaces_its_target(tmp_path, small_blobs):
+    """Issue #35: saving onto a link to a model directory failed with NotADirectoryError and left a partial
+    directory; the link is followed, its target replaced and the link kept, nothing else left."""
+    X, _ = small_blobs
+    dask_clust.fit(X, n_clusters=3, random_state=0, client="in-process", progress=False).save(tmp_path / "real")
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    m = dask_clust.fit(X, n_clusters=4, random_state=0, client="in-process", progress=False)
+    m.save(tmp_path / "link")
+    assert os.path.islink(tmp_path / "link") and sorted(os.listdir(tmp_path)) == ["link", "real"]
+    np.testing.assert_array_equal(dask_clust.load(tmp_path / "real").cluster_centers_, m.cluster_centers_)
 
 
 def test_load_missing_model(tmp_path):
