@@ -259,6 +259,7 @@ def _check_dir(path):
         if other:
             raise InputError(f"checkpoint={path}: holds files that are not a dask_clust checkpoint ({other[0]!r}, "
                              "...); give an empty or new directory")
+        _check_writable(path)
         return
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
@@ -267,3 +268,15 @@ def _check_dir(path):
         os.makedirs(path)
     except OSError as exc:
         raise InputError(f"checkpoint={path}: cannot create it ({exc.strerror or exc})") from None
+
+
+def _check_writable(path):
+    """Before any work: a checkpoint directory the fit cannot write in (read-only) was accepted, and the fit
+    died at its first write, after the work (issue #35)."""
+    probe = os.path.join(path, f".{INDEX}.probe-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        raise InputError(f"checkpoint={path}: cannot write in it ({exc.strerror or exc})") from None

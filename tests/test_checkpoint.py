@@ -214,6 +214,26 @@ def test_a_checkpoint_of_other_chunks_is_refused(tmp_path, data, input_chunks):
              resume=path, max_iter=3)
 
 
+def test_a_read_only_checkpoint_directory_is_refused_before_work(tmp_path, data, monkeypatch):
+    """Issue #35: a directory the fit cannot write in was accepted, and the fit died at its first write, after
+    the work. The refusal of the filesystem is injected (these tests may run as root, who writes anywhere)."""
+    import builtins
+
+    from dask_clust import checkpoint
+
+    def read_only(name, mode="r", *args, **kwargs):
+        if "w" in mode and os.path.dirname(os.fspath(name)) == str(tmp_path / "ck"):
+            raise PermissionError(13, "Permission denied", os.fspath(name))
+        return builtins.open(name, mode, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "open", read_only, raising=False)
+    (tmp_path / "ck").mkdir()
+    calls = []
+    with pytest.raises(InputError, match=r"^checkpoint=\S+ck: cannot write in it \(Permission denied\)$"):
+        _fit(data, "kmeans", client="in-process", checkpoint=tmp_path / "ck", callback=calls.append)
+    assert calls == [] and os.listdir(tmp_path / "ck") == []
+
+
 def test_bad_checkpoint_arguments_are_refused_before_work(tmp_path, data):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
