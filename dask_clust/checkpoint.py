@@ -4,7 +4,7 @@ A checkpoint directory holds
 
     checkpoint.json     what fit this is (algorithm, parameters, the data's fingerprint) and its newest
                         complete generation: the iteration, the history, the algorithm's scalars and the
-                        names of its arrays
+                        names of its arrays, and a checksum of all that and of the generation's arrays.npz
     it-<n>/arrays.npz   the algorithm's driver-side arrays at iteration n (the centres, ...)
     it-<n>/rows/        per-row state, written by the partitions that hold the rows, one
                         ``<key>-<first row>-<end row>.npz`` per chunk (``Engine.dump_rows``)
@@ -38,7 +38,7 @@ from .errors import InputError, InvalidModelError
 
 logger = logging.getLogger("dask_clust")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: each generation carries a checksum
 INDEX = "checkpoint.json"
 
 
@@ -47,6 +47,18 @@ def _digest(*parts):
     for p in parts:
         h.update(np.ascontiguousarray(p).tobytes() if isinstance(p, np.ndarray) else repr(p).encode())
     return h.hexdigest()[:32]
+
+
+def _generation_digest(generation, meta):
+    """sha256 of a generation: its arrays.npz as stored and everything the index says of it (all but the
+    checksum itself), so an edited ``"converged": true``, a cut history or a changed array refuses to resume
+    instead of resuming to another model. The per-row files are checked by their readers (``restored_rows``)."""
+    h = hashlib.sha256()
+    with open(os.path.join(generation, "arrays.npz"), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    h.update(json.dumps({k: v for k, v in meta.items() if k != "checksum"}, sort_keys=True).encode())
+    return h.hexdigest()
 
 
 def _plain(value):
@@ -103,7 +115,7 @@ def read(path):
         if meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"format_version {meta.get('format_version')!r} is not {FORMAT_VERSION}")
         for key, kind in (("generation", str), ("iteration", int), ("history", list), ("scalars", dict),
-                          ("converged", bool)):
+                          ("converged", bool), ("checksum", str)):
             if not isinstance(meta.get(key), kind):
                 raise ValueError(f"{key} is missing or has the wrong type")
     except (OSError, ValueError) as exc:
@@ -161,6 +173,9 @@ class Checkpoint:
         generation = os.path.join(path, meta["generation"])
         try:   # sizes checked against the bytes stored before any is allocated, as a saved model's
             arrays = stored_arrays(os.path.join(generation, "arrays.npz"))
+            if _generation_digest(generation, meta) != meta["checksum"]:
+                raise ValueError(f"generation {meta['generation']} does not match its checksum (its arrays or "
+                                 f"{INDEX} were edited or damaged)")
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
         self.meta = meta
@@ -202,10 +217,12 @@ class Checkpoint:
                 np.savez(f, **arrays)
                 f.flush()
                 os.fsync(f.fileno())
-            meta = {"format_version": FORMAT_VERSION, "identity": self.ident, "summary": self.digest,
-                    "generation": gen, "iteration": int(n_iter), "converged": bool(converged),
-                    "history": history, "scalars": scalars}
-            text = json.dumps(meta, indent=1, default=_plain)
+            meta = json.loads(json.dumps(
+                {"format_version": FORMAT_VERSION, "identity": self.ident, "summary": self.digest, "generation": gen,
+                 "iteration": int(n_iter), "converged": bool(converged), "history": history, "scalars": scalars},
+                default=_plain))
+            meta["checksum"] = _generation_digest(gdir, meta)
+            text = json.dumps(meta, indent=1)
             tmp = os.path.join(self.path, f".{INDEX}.{gen}")
             with open(tmp, "w") as f:
                 f.write(text)

@@ -138,6 +138,19 @@ class _Stopped(Exception):
     pass
 
 
+def _checkpointed_then_stopped(tmp_path, data, algo):
+    """A checkpoint after iteration 5 of a fit that stopped in iteration 7 (an exception from its callback)."""
+    path = tmp_path / "ck"
+
+    def stop(record):
+        if record["iteration"] == 7:
+            raise _Stopped
+
+    with pytest.raises(_Stopped):
+        _fit(data, algo, client="in-process", checkpoint=path, checkpoint_every=5, callback=stop)
+    return path
+
+
 ROWS_DAMAGE = {   # (algo, what is done to each per-row file's arrays, the refusal)
     "vcgmm cluster indices of 2**30": ("vcgmm", lambda z: {**z, "K": np.full_like(z["K"], 2 ** 30)},
                                        r"'K' holds values outside \[0, 24\)"),
@@ -154,19 +167,43 @@ ROWS_DAMAGE = {   # (algo, what is done to each per-row file's arrays, the refus
 }
 
 
+def _edit_index(path, change):
+    meta = json.load(open(path / INDEX))
+    change(meta)
+    (path / INDEX).write_text(json.dumps(meta))
+
+
+def _edit_arrays(path):
+    gen = path / json.load(open(path / INDEX))["generation"]
+    with np.load(gen / "arrays.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    np.savez(gen / "arrays.npz", **{k: v + 1 if v.dtype.kind == "f" else v for k, v in arrays.items()})
+
+
+GENERATION_DAMAGE = {
+    "converged edited in": lambda path: _edit_index(path, lambda m: m.update(converged=True)),
+    "the history cut": lambda path: _edit_index(path, lambda m: m.update(history=m["history"][:-2])),
+    "an array changed": _edit_arrays,
+}
+
+
+@pytest.mark.parametrize("damage", GENERATION_DAMAGE)
+def test_an_edited_generation_is_refused_not_resumed(tmp_path, data, damage):
+    """Issue #35: a damaged but parseable checkpoint resumed silently to another model; each generation now
+    carries a checksum of its arrays and of all the index says of it."""
+    path = _checkpointed_then_stopped(tmp_path, data, "kmeans")
+    GENERATION_DAMAGE[damage](path)
+    with pytest.raises(dask_clust.InvalidModelError, match=r"is not a valid dask_clust checkpoint: generation it-000005"
+                                                           r"-\w+ does not match its checksum"):
+        _fit(data, "kmeans", client="in-process", resume=path)
+
+
 @pytest.mark.parametrize("damage", ROWS_DAMAGE)
 def test_a_crafted_rows_file_is_refused_before_a_kernel_reads_it(tmp_path, data, damage):
     """Issue #35: per-row state files are checked before any kernel reads them (cluster indices of 2**30 crashed
     the process with SIGSEGV; half a file's rows resumed to another model): one InputError naming the file."""
     algo, change, msg = ROWS_DAMAGE[damage]
-    path = tmp_path / "ck"
-
-    def stop(record):
-        if record["iteration"] == 7:
-            raise _Stopped
-
-    with pytest.raises(_Stopped):
-        _fit(data, algo, client="in-process", checkpoint=path, checkpoint_every=5, callback=stop)
+    path = _checkpointed_then_stopped(tmp_path, data, algo)
     rows = path / json.load(open(path / INDEX))["generation"] / "rows"
     for name in os.listdir(rows):
         with np.load(rows / name) as z:
