@@ -29,11 +29,10 @@ import os
 import shutil
 import time
 import uuid
-import zipfile
 
 import numpy as np
 
-from .outputs import FULL, stored_arrays
+from .outputs import FULL, UNREADABLE, stored_arrays
 from .errors import InputError, InvalidModelError
 
 logger = logging.getLogger("dask_clust")
@@ -176,7 +175,7 @@ class Checkpoint:
             if _generation_digest(generation, meta) != meta["checksum"]:
                 raise ValueError(f"generation {meta['generation']} does not match its checksum (its arrays or "
                                  f"{INDEX} were edited or damaged)")
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        except UNREADABLE as exc:
             raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
         self.meta = meta
         self.restored = {**meta["scalars"], **arrays}

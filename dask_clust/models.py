@@ -6,7 +6,6 @@ pickle, so a model can be read by any version and inspected by hand.
 import json
 import math
 import os
-import zipfile
 
 import dask
 import dask.array as da
@@ -14,7 +13,7 @@ import numpy as np
 
 from .errors import InputError, InvalidModelError
 from .engine.data import as_dask_rows, check_finite_block, frame_dtype, frame_rows, is_frame, is_pandas, l2_rows, map_rows
-from .outputs import check_model_dir, regular_size, replacing, stored_arrays
+from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
 from .kernels.assign import Prepared, all_sqdist, nearest
 
 FORMAT_VERSION = 1
@@ -381,7 +380,7 @@ def _read(path):
         except RecursionError:
             raise ValueError("model.json nests too deeply") from None
         arrays = stored_arrays(os.path.join(path, "arrays.npz"))
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+    except UNREADABLE as exc:
         raise InvalidModelError(f"{path} is not a valid dask_clust model: {_reason(exc)}") from None
     return meta, arrays
 

@@ -137,6 +137,10 @@ def regular_size(path):
     return st.st_size
 
 
+# what reading a saved file can raise when it is missing, damaged or crafted (``stored_arrays`` and its callers)
+UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile)
+
+
 def stored_arrays(npz):
     """The arrays of ``npz`` as np.savez writes them: each member stored uncompressed and its .npy header's
     shape and dtype accounting for exactly the bytes stored. A compressed member or a header claiming more

@@ -41,14 +41,13 @@ import os
 import socket
 import statistics
 import time
-import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputError
 from ..kernels.stats import chunk_summary, fixed_top_exponent
-from ..outputs import stored_arrays
+from ..outputs import UNREADABLE, stored_arrays
 from . import config
 from .cluster import IN_PROCESS, Restarted, backend_for
 from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
@@ -154,7 +153,7 @@ def restored_rows(chunk, params):
         where = os.path.join(directory, name)
         try:
             values = stored_arrays(where)
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        except UNREADABLE as exc:
             raise InputError(f"the checkpoint's rows file {where} cannot be read: {exc}") from None
         _check_rows(values, fields, hi - lo, where)
         a, b = covered - lo, min(hi, chunk.stop) - lo
