@@ -30,7 +30,7 @@ from ..errors import ClusterLost, InputError, SchedulerUnreachable, UnguardedScr
 from .. import progress
 from . import config
 from .data import ArraySource, FutureSource, file_stamp, row_starts
-from .partition import Call, Chunk, Partition, remote_call, remote_run, routed_rows
+from .partition import BACKUP_COPIES, Call, Chunk, Partition, buddies, remote_call, remote_run, routed_rows
 
 logger = logging.getLogger("dask_clust")
 
@@ -197,6 +197,8 @@ class ActorBackend:
 
     # set once the fit has seen its scheduler go (the client's status may still say "running" for a moment)
     scheduler_lost = False
+    # the longest call so far, in seconds: a call is not suspected of a frozen worker before 10 times it
+    slowest_call = 0.0
 
     def __init__(self, client, source, entropy, state=(0, "the fit")):
         self.client = client
@@ -250,13 +252,20 @@ class ActorBackend:
         before the actor starts, its task would wait for it forever (issue #20: a kill during placement or
         just before a coreset's engine opened hung), so the partition is placed again on a live worker, as
         after a loss in a call; so is one whose drawn rows a lost worker took (their futures cancelled: they
-        are drawn again, ``_load``)."""
+        are drawn again, ``_load``), and one whose worker does not answer (``_unresponsive``) once placement
+        has taken ``unresponsive-worker-timeout``."""
         check = time.monotonic() + 0.5
+        limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
+        probe_at = time.monotonic() + limit
         while not all(f.status == "finished" for f in self._actor_futures):
             if time.monotonic() < check and not any(f.status in GONE for f in self._actor_futures):
                 time.sleep(0.005)
                 continue
             live = self._live_workers()
+            if time.monotonic() > probe_at:   # a worker that stopped answering never starts its actor
+                waiting = {self.placement[pid][0] for pid, f in enumerate(self._actor_futures) if f.status != "finished"}
+                live = {a: t for a, t in live.items() if a not in self.client.sync(self._unresponsive, waiting, limit)}
+                probe_at = time.monotonic() + limit
             for pid, f in enumerate(self._actor_futures):
                 if f.status == "finished":
                     continue
@@ -463,8 +472,11 @@ class ActorBackend:
 
         peers = [(addr, k, ids) for (addr, ids), k in zip(self.placement, keys)]
         children = spell(tree(keys, config.get("split-every")))
-        return self.client.sync(self._watched, remote_run(self.client.rpc(peers[0][0]), keys[0], call, children,
-                                                          True, peers))
+        t = time.monotonic()
+        out = self.client.sync(self._watched, remote_run(self.client.rpc(peers[0][0]), keys[0], call, children,
+                                                         True, peers))
+        self.slowest_call = max(self.slowest_call, time.monotonic() - t)
+        return out
 
     async def _watched(self, running):
         """Await a call while ``_watch`` asks the scheduler whether a worker of the fit has gone. A partition
@@ -481,14 +493,58 @@ class ActorBackend:
             watch.cancel()
 
     async def _watch(self, placed):
-        """Raises a comm error once a worker in ``placed`` has left the cluster; asks every ``WATCH_S``."""
-        while True:
-            await asyncio.sleep(WATCH_S)
-            gone = ()
-            with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):   # a lost scheduler: the
-                gone = placed - set(await self.client.scheduler.ncores())               # caller reports it
-            if gone:
-                raise CommClosedError(f"worker(s) {sorted(gone)} of the fit left the cluster during a call")
+        """Raises a comm error once a worker in ``placed`` has left the cluster (asked every ``WATCH_S``) or has
+        stopped answering: once the call has run ``unresponsive-worker-timeout`` and 10 times the slowest call
+        so far, every worker of the fit is asked its identity, and one that does not answer within that
+        timeout (a frozen process, a partitioned node: connected, so the scheduler keeps it until its
+        worker-ttl, 5 minutes) is restarted by the scheduler, as its worker-ttl would do: its nanny kills it,
+        or without one the scheduler drops it. Its late answer, if any, is never read."""
+        limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
+        probe_at = time.monotonic() + max(limit, 10 * self.slowest_call)
+        probe = None
+        try:
+            while True:
+                await asyncio.sleep(WATCH_S)
+                gone = ()
+                with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):   # a lost scheduler:
+                    gone = placed - set(await self.client.scheduler.ncores())              # the caller reports it
+                if gone:
+                    raise CommClosedError(f"worker(s) {sorted(gone)} of the fit left the cluster during a call")
+                if probe is None and time.monotonic() > probe_at:
+                    probe = asyncio.ensure_future(self._unresponsive(placed, limit))
+                if probe is not None and probe.done():
+                    if probe.result():
+                        raise CommClosedError(f"worker(s) {probe.result()} of the fit did not answer within "
+                                              f"{limit:g} s (unresponsive-worker-timeout): restarted")
+                    probe, probe_at = None, time.monotonic() + limit
+        finally:
+            if probe is not None:
+                probe.cancel()
+
+    async def _unresponsive(self, addrs, limit):
+        """The workers of ``addrs`` that do not answer an identity request within ``limit`` seconds, restarted
+        (``_watch``); a worker already gone counts as answering (the scheduler reports it)."""
+        async def answers(addr):
+            try:
+                await asyncio.wait_for(self.client.rpc(addr).identity(), limit)
+            except asyncio.TimeoutError:
+                return False
+            except (OSError, CommClosedError):
+                pass
+            return True
+
+        addrs = sorted(addrs)
+        silent = [a for a, ok in zip(addrs, await asyncio.gather(*map(answers, addrs))) if not ok]
+        if silent:
+            logger.warning("worker(s) %s did not answer within %g s (unresponsive-worker-timeout): restarting them, "
+                           "and rebuilding their partitions elsewhere", silent, limit)
+            _LOST_WORKERS.update(silent)
+            with contextlib.suppress(Exception):   # (a nanny SIGKILLs a worker that does not stop within 4 s)
+                await self.client.scheduler.restart_workers(workers=silent, timeout=max(limit, 10.0),
+                                                            wait_for_workers=False,
+                                                            on_error="return",
+                                                            stimulus_id=f"dask-clust-unresponsive-{time.time()}")
+        return silent
 
     # -- calls with recovery
     def call(self, call, builders=None, plans=None, shards=None, repeat=True):
@@ -535,6 +591,8 @@ class ActorBackend:
         while True:
             live = self._live_workers()
             lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr not in live]
+            if not lost and time.monotonic() > deadline:   # found unresponsive, and still listed
+                lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in _LOST_WORKERS]
             if lost or time.monotonic() > deadline:
                 return lost
             time.sleep(0.1)
@@ -547,16 +605,13 @@ class ActorBackend:
             if not workers:
                 raise WorkerLost([pid], f"the cluster has no worker left (it had {len(set(a for a, _ in self.placement))}; "
                                         f"none came back within lost-worker-timeout)")
-            load = {a: 0 for a in workers}
-            for a, _ in self.placement:
-                if a in load:
-                    load[a] += 1
-            addr = min(sorted(load), key=load.get)
+            # (a worker found unresponsive may still be listed while its nanny kills it)
+            addr = self._target(pid, {a: t for a, t in workers.items() if a not in _LOST_WORKERS} or workers)
             logger.warning("worker of partition %d lost; rebuilding its %d chunks on %s", pid, len(ids), addr)
             try:
                 futs = self._load(ids, addr)
                 actor_future = self._spawn(pid, ids, addr, futs, workers[addr])
-                actor_future.result()
+                self._started(actor_future, addr)
                 rpc = self.client.rpc(addr)
                 for i, (key, step, params, backup) in enumerate(builders):
                     kept = self._backup(pid, key, ids, call_id) if backup else None
@@ -564,6 +619,10 @@ class ActorBackend:
                         logger.info("restoring state %r of partition %d from its buddy's copy", key, pid)
                         self.client.sync(remote_call, rpc, actor_future.key, "restore", key, kept)
                         continue
+                    if backup:   # a step has changed it since it was built: the builder would make another
+                        raise WorkerLost([pid], f"its state {key!r} and every copy of it were lost (its worker and "
+                                                f"those of the {BACKUP_COPIES} partitions after it); the fit cannot "
+                                                f"continue to the same model: fit again, or resume from a checkpoint")
                     build = Call(-1 - i, step, params, kind="state")
                     self.client.sync(remote_run, rpc, actor_future.key, build, [], True)
                 self._restore_shards(pid, addr, actor_future.key, shards)
@@ -580,6 +639,38 @@ class ActorBackend:
             return
         raise WorkerLost([pid])
 
+    def _target(self, pid, workers):
+        """Where partition ``pid`` is rebuilt: the least-loaded live worker that holds none of the partitions
+        keeping its backups or whose backups it keeps (one loss would otherwise take a state and its copy),
+        unless every worker does."""
+        n = len(self.placement)
+        near = {self.placement[(pid + j) % n][0] for j in range(-BACKUP_COPIES, BACKUP_COPIES + 1) if j}
+        load = {a: 0 for a in workers}
+        for a, _ in self.placement:
+            if a in load:
+                load[a] += 1
+        apart = [a for a in sorted(load) if a not in near] or sorted(load)
+        return min(apart, key=load.get)
+
+    def _started(self, actor_future, addr):
+        """Wait for a rebuilt partition's actor to run. It is pinned to ``addr``: once that worker has left (or
+        stopped answering, ``_unresponsive``) its task would wait for it forever, so that raises a comm error
+        and ``_recover`` places the partition again."""
+        limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                return actor_future.result(timeout=WATCH_S)
+            except TimeoutError:
+                pass
+            gone = addr not in self._live_workers()
+            if not gone and time.monotonic() > deadline:
+                gone = bool(self.client.sync(self._unresponsive, {addr}, limit))
+                deadline = time.monotonic() + limit
+            if gone:
+                actor_future.cancel()
+                raise CommClosedError(f"worker {addr} left before partition's actor started on it")
+
     def _restore_shards(self, pid, addr, actor_key, shards):
         """A rebuilt partition's shards of every sharded model, from its buddy's copy; then the partition
         whose copies the lost one kept sends them to the rebuilt one."""
@@ -587,9 +678,12 @@ class ActorBackend:
             return
         n = len(self.placement)
         buddy, before = (pid + 1) % n, (pid - 1) % n
+        # a buddy whose worker has left is not asked (that would retry connecting for comm.timeouts.connect)
+        reachable = n > 1 and self.placement[buddy][0] in self._live_workers() and \
+            self.placement[buddy][0] not in _LOST_WORKERS
         for key in shards:
             kept = None
-            if n > 1:
+            if reachable:
                 kept = self.client.sync(remote_call, self.client.rpc(self.placement[buddy][0]),
                                         self._actor_futures[buddy].key, "shard_backup_get", key, pid)
             if kept is None:
@@ -608,18 +702,25 @@ class ActorBackend:
                 pass
 
     def _backup(self, pid, key, ids, call_id):
-        """Partition ``pid``'s state ``key`` from its buddy's backup, as the last call before ``call_id`` left
-        it; None when there is none (a single partition, a lost buddy, a state no step has changed)."""
-        if len(self.placement) < 2:
-            return None
-        buddy = (pid + 1) % len(self.placement)
-        try:
-            return self.client.sync(remote_call, self.client.rpc(self.placement[buddy][0]),
-                                    self._actor_futures[buddy].key, "backup_get", key, ids, call_id)
-        except Exception as exc:
-            if _worker_gone(exc):
-                return None
-            raise
+        """Partition ``pid``'s state ``key`` from the first of its buddies (``partition.buddies``) that kept a
+        copy, as the last call before ``call_id`` left it; None when none did (a single partition, buddies
+        lost, a buddy rebuilt since that call). A buddy whose worker has left is not asked: asking would retry
+        connecting to it for comm.timeouts.connect (30 s)."""
+        keys = [f.key for f in self._actor_futures]
+        peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
+        live = self._live_workers()
+        for addr, actor_key, _ in buddies(peers, pid):
+            if addr not in live or addr in _LOST_WORKERS:
+                continue
+            try:
+                kept = self.client.sync(remote_call, self.client.rpc(addr), actor_key, "backup_get", key, ids, call_id)
+            except Exception as exc:
+                if _worker_gone(exc):
+                    continue
+                raise
+            if kept is not None:
+                return kept
+        return None
 
     def close(self):
         """Release the partitions and the rows loaded for them now: the workers drop them at once, whether

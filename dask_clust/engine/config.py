@@ -38,6 +38,9 @@ DEFAULTS = {
     "knn-exact-budget": 1e12,
     # how long to wait for the scheduler to confirm a lost worker after a communication error
     "lost-worker-timeout": "10s",
+    # a worker of the fit that does not answer the driver within this, asked once a call has run this long
+    # (and 10 times the slowest call so far), is restarted (frozen, or cut off) and its partitions rebuilt
+    "unresponsive-worker-timeout": "20s",
     # where the LocalCluster a fit starts serves its dashboard pages (logs, workers, metrics): this host
     # only by default; e.g. ":8787" serves them on every interface
     "dashboard-address": "127.0.0.1:0",

@@ -202,6 +202,7 @@ class Engine:
         self.n_chunks = source.n_chunks
         self.entropy = entropy
         self._states = {}          # key -> (builder, model, backup fields): replayed on a rebuilt partition
+        self._stepped = set()      # states with backup fields that a step has run with since they were built
         self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
         self._unsent = set()       # plans to send before their next use (new, or stale after a restart)
         self._restarting = 0       # within ``rerun``: a lost worker raises Restarted, the call is not repeated
@@ -220,7 +221,10 @@ class Engine:
         return self.backend.n_workers
 
     def _builders(self):
-        return [(key, builder, model(), fields) for key, (builder, model, fields) in self._states.items()]
+        """(key, builder, model, backup fields) per declared state; the fields only once a step has run with
+        the state (before that, its builder makes it exactly as it was)."""
+        return [(key, builder, model(), fields if key in self._stepped else ())
+                for key, (builder, model, fields) in self._states.items()]
 
     def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None, scatter=None):
         self.round_trips += 1
@@ -235,6 +239,8 @@ class Engine:
         except Restarted:
             self._unsent.update(self._halos)
             raise
+        if kind == "step":
+            self._stepped.update(key for key, _ in backup)
         if scatter is not None or kind in ("shards",) or (kind == "shard" and params[1] is not None):
             self._shards[scatter[0] if scatter is not None else params[0]] = call.id
         return out
@@ -325,10 +331,12 @@ class Engine:
         worker, with ``model()`` as it is then. The state is dropped everywhere when the block ends.
 
         ``backup``: fields of a dict-valued state that the model cannot rebuild (they depend on every
-        earlier step): after each step, every partition copies them to the next partition, and a rebuilt
-        partition takes them from there as the last call before the lost one left them (the builder runs
-        only where no step has changed the state yet, or where both copies were lost)."""
+        earlier step): after each step, every partition copies them to the next ``BACKUP_COPIES`` partitions,
+        and a rebuilt partition takes them from the first that has them, as the last call before the lost one
+        left them. The builder runs only where no step has changed the state yet; where a step has and every
+        copy was lost too, the fit ends in one line (``WorkerLost``) rather than go on to another model."""
         self._states[key] = (builder, model, tuple(backup))
+        self._stepped.discard(key)
         try:
             if build:
                 self._call(builder, model(), kind="state")

@@ -180,6 +180,18 @@ def _substitute(params, values):
     return tuple(values.get(p, p) if isinstance(p, ShardRef) else p for p in params)
 
 
+# copies of a partition's backed-up state (``Engine.state(backup=...)``), on the partitions after it: a state is
+# lost only with BACKUP_COPIES + 1 consecutive partitions, so any two workers lost at once (or one lost while
+# a rebuilt partition has not yet received its copies again) leave a copy
+BACKUP_COPIES = 2
+
+
+def buddies(peers, pid):
+    """The peers (address, actor key, chunk ids) that keep partition ``pid``'s backups, nearest first."""
+    n = len(peers)
+    return [peers[(pid + j) % n] for j in range(1, min(BACKUP_COPIES, n - 1) + 1)]
+
+
 def pop_state(chunk, key):
     """Drop one kind of per-chunk state (the end of ``Engine.state``)."""
     chunk.state.pop(key, None)
@@ -299,7 +311,9 @@ class Partition:
             if call.scatter is not None:
                 mine = self.tree_part(call, mine, await self._scatter(call, mine, peers, worker, loop))
             if call.kind == "step" and call.backup and buddy:
-                await remote_call(worker.rpc(buddy[0]), buddy[1], "backup_put", call.id, self.backup_of(call))
+                arrays = self.backup_of(call)
+                await asyncio.gather(*(remote_call(worker.rpc(addr), key, "backup_put", call.id, arrays)
+                                       for addr, key, _ in buddies(peers, self.pid)))
             if self._wrote is not None and buddy:
                 await remote_call(worker.rpc(buddy[0]), buddy[1], "shard_backup_put", self._wrote[0], self.pid,
                                   self._shards[self._wrote[0]][-1:])
@@ -596,7 +610,7 @@ class Partition:
         box = await self._mailbox((call.id, "scatter"), range(self.n_parts))
         return await loop.run_in_executor(self._runner, self.shard_step, call, box, lo)
 
-    # -- state backups on a buddy partition, for state the model cannot rebuild
+    # -- state backups on the next BACKUP_COPIES partitions, for state the model cannot rebuild
 
     def backup_of(self, call):
         """{(state key, chunk index): {field: array}} of the state ``call.backup`` names, as this call left it."""
