@@ -56,6 +56,8 @@ IN_PROCESS = "in-process"
 MMAP_THRESHOLD = 16 << 20
 # how often a call that has not returned asks the scheduler whether one of the fit's workers has gone
 WATCH_S = 0.5
+# how long a finished fit waits for its workers to be asked to return their free heap (``_return_heap``)
+RETURN_HEAP_S = 2.0
 # what a streaming worker needs beyond its chunks, state and buffers, measured on CPython 3.11 (one worker of
 # one thread, zarr stores of 1 and 2 GiB in 32 MiB chunks, Lloyd; ``benchmarks/bench_faults.py --parts
 # stream``): the process after its first fit (numpy, numba's compiled kernels, distributed; 315-344 MiB),
@@ -736,8 +738,17 @@ class ActorBackend:
         # a lost scheduler: nothing to ask, and asking waits 30 s (comm.timeouts.connect); the fit can see the
         # loss before the client's status changes (a loaded suite run ended 30.04 s after the kill)
         if self.client.status == "running" and not self.scheduler_lost:
-            with contextlib.suppress(Exception):
-                self.client.run(_return_heap, keys, wait=False)
+            # only on the fit's workers, and not waited on for long: reaching a worker that stopped answering
+            # waits for ever (even with wait=False: the scheduler connects to each)
+            addrs = sorted({a for a, _ in self.placement} - _LOST_WORKERS)
+            asked = threading.Thread(target=_ask_quietly, args=(self.client, _return_heap, keys, addrs), daemon=True)
+            asked.start()
+            asked.join(RETURN_HEAP_S)
+
+
+def _ask_quietly(client, fn, keys, addrs):
+    with contextlib.suppress(Exception):
+        client.run(fn, keys, workers=addrs, wait=False)
 
 
 async def _return_heap(keys, dask_worker=None):
