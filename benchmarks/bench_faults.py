@@ -10,6 +10,15 @@
                  call: a timer half an undisturbed iteration into iteration 3, between calls: in the callback
                  after iteration 2); reported per case: the same model bits as the undisturbed fit or not,
                  partitions rebuilt, and the wall time the kill added. --algos, --forms narrow it.
+--parts churn    workers lost in other ways than one SIGKILL (issue #35), on a LocalCluster of 4 single-thread
+                 workers under nannies, persisted input, the event at iteration 3: two workers SIGKILLed at
+                 once; two killed 5 iterations apart; every worker restarted one after another
+                 (client.restart_workers, a rolling restart; the fit slowed by 1 s per iteration while it
+                 runs, that time left out of the figures); one killed and then the worker its partition is
+                 being rebuilt on, right after the partition was submitted to it; one frozen for good
+                 (SIGSTOP, detected after unresponsive-worker-timeout, 20 s). Each fit under a 300 s
+                 timeout; reported per case: the same model bits or not, partitions rebuilt, the wall time
+                 added. --algos, --cases narrow it (default kmeans, nmbatch, vcgmm).
 --parts stream   what a streamed fit holds on a worker (kmeans and vargmm; one worker, zarr stores of 1 and
                  2 GiB): the per-row state and the per-pass bytes it measures, against the engine's estimate.
 --parts memory   vargmm on a zarr store (32-d float32 blobs in 32 MiB zarr chunks) 4x the memory of a
@@ -309,6 +318,148 @@ def kill(args):
           f"{np.median(extra) if extra else float('nan'):.1f} s, max {max(extra) if extra else float('nan'):.1f} s")
 
 
+CHURN_FITS = {"kmeans": dict(tol=0, max_iter=14), "nmbatch": dict(batch_size=4000, rho=10.0, max_iter=14),
+              "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=14)}
+
+
+class Churn:
+    """The event ``case`` against the workers of ``client`` (pids by address taken before the fit), fired
+    from the fit's callback; ``cleanup`` continues a frozen worker that is still there."""
+
+    def __init__(self, case, client):
+        self.case, self.client = case, client
+        self.pids = client.run(os.getpid)
+        self.victims = [self.pids[a] for a in sorted(self.pids)]
+        self.done, self.thread, self.frozen = set(), None, []
+        self.paced_s = 0.0   # a rolling restart takes longer than these fits: they are slowed while it runs
+
+    def _kill(self, pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    def callback(self, record):
+        it = record["iteration"]
+        if self.thread is not None and self.thread.is_alive():
+            time.sleep(PACE_S)
+            self.paced_s += PACE_S
+        if it in self.done:
+            return
+        self.done.add(it)
+        if it == 3 and self.case == "two at once":
+            self._kill(self.victims[0])
+            self._kill(self.victims[1])
+        elif self.case == "two apart" and it in (3, 8):
+            self._kill(self.victims[0 if it == 3 else 2])
+        elif it == 3 and self.case == "kill during rebuild":
+            self._kill(self.victims[1])
+        elif it == 3 and self.case == "frozen":
+            self.frozen.append(self.victims[1])
+            os.kill(self.victims[1], signal.SIGSTOP)
+        elif it == 3 and self.case == "rolling restart":
+            def roll():
+                for addr in sorted(self.pids):
+                    with contextlib.suppress(Exception):
+                        self.client.restart_workers([addr], timeout=60)
+            self.thread = threading.Thread(target=roll, daemon=True)
+            self.thread.start()
+
+    def cleanup(self):
+        for pid in self.frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if self.thread is not None:
+            self.thread.join(120)
+
+
+@contextlib.contextmanager
+def killing_the_first_rebuild_target(client):
+    """``ActorBackend._spawn`` SIGKILLs the worker of the first partition rebuilt, right after submitting it."""
+    from dask_clust.engine.cluster import ActorBackend
+
+    spawn, recover, state = ActorBackend._spawn, ActorBackend._recover, {"recovering": False, "killed": False}
+
+    def spawned(self, pid, ids, addr, futs, threads):
+        actor = spawn(self, pid, ids, addr, futs, threads)
+        if state["recovering"] and not state["killed"]:
+            state["killed"] = True
+            with contextlib.suppress(Exception):
+                os.kill(self.client.run(os.getpid, workers=[addr])[addr], signal.SIGKILL)
+        return actor
+
+    def recovering(self, *a, **k):
+        state["recovering"] = True
+        return recover(self, *a, **k)
+
+    ActorBackend._spawn, ActorBackend._recover = spawned, recovering
+    try:
+        yield
+    finally:
+        ActorBackend._spawn, ActorBackend._recover = spawn, recover
+
+
+PACE_S = 1.0
+CHURN_CASES = ("two at once", "two apart", "rolling restart", "kill during rebuild", "frozen")
+
+
+def churn_case(client, X, algo, case, calm, calm_s):
+    event = Churn(case, client)
+    got = {}
+
+    def run():
+        try:
+            with killing_the_first_rebuild_target(client) if case == "kill during rebuild" else contextlib.nullcontext():
+                got["model"] = dask_clust.fit(X, callback=event.callback, algo=algo, n_clusters=20, random_state=0,
+                                              client=client, **CHURN_FITS[algo])
+        except Exception as exc:   # reported, never hidden: the case failed
+            got["error"] = f"FAILED: {type(exc).__name__}: {str(exc)[:200]}"
+
+    t = time.perf_counter()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(300)
+    wall = time.perf_counter() - t - event.paced_s
+    event.cleanup()
+    if thread.is_alive():
+        outcome, rebuilds = "HUNG (no result after 300 s)", None
+    elif "error" in got:
+        outcome, rebuilds = got["error"], None
+    else:
+        hit = got["model"]
+        same = bool(np.array_equal(hit.cluster_centers_, calm.cluster_centers_) and hit.objective_ == calm.objective_)
+        outcome, rebuilds = ("same bits" if same else "DIFFERENT MODEL"), hit.engine_["rebuilds"]
+    row = {"algo": algo, "case": case, "outcome": outcome, "rebuilds": rebuilds, "calm_s": calm_s, "hit_s": wall,
+           "extra_s": wall - calm_s}
+    emit("faults_churn", row)
+    print(f"{algo:8} {case:20} {outcome:12} rebuilds={rebuilds} +{wall - calm_s:.1f} s", flush=True)
+    return row
+
+
+def churn(args):
+    algos = args.algos.split(",") if args.algos else list(CHURN_FITS)
+    # every worker holds partitions (10 chunks), and vc-GMM's coreset stays on the workers
+    settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000,
+                "dask_clust.min-chunk-bytes": "64KiB"}
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    X0, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)
+    summary = []
+    with dask.config.set(settings):
+        for algo in algos:
+            for case in args.cases.split(",") if args.cases else CHURN_CASES:
+                # a cluster per case: a hung case leaves its fit's thread behind
+                with LocalCluster(n_workers=4, threads_per_worker=1, dashboard_address=":0") as lc, \
+                        Client(lc) as client:
+                    X = client.persist(X0)
+                    for _ in range(2):   # the second run's time: the first warms the workers up
+                        t = time.perf_counter()
+                        calm = dask_clust.fit(X, algo=algo, n_clusters=20, random_state=0, client=client,
+                                              **CHURN_FITS[algo])
+                        calm_s = time.perf_counter() - t
+                    summary.append(churn_case(client, X, algo, case, calm, calm_s))
+    same = [r for r in summary if r["outcome"] == "same bits"]
+    print(f"{len(same)} of {len(summary)} churn cases ended with the undisturbed model's bits; extra wall time: "
+          + ", ".join(f"{r['algo']} {r['case']} +{r['extra_s']:.1f} s" for r in summary))
+
+
 def checkpoint_cost(args):
     X, _ = make_blobs(2_000_000, 32, 100, random_state=0)
     scratch = tempfile.mkdtemp(prefix="bench-ckpt-")
@@ -345,7 +496,9 @@ def main():
     p.add_argument("--worker-mib", type=int, default=1024)
     p.add_argument("--kmeans", action="store_true")
     p.add_argument("--chunk-mib", type=int, default=32, help="chunk-bytes of the second kmeans fit")
-    p.add_argument("--algos", help="kill: comma-separated algorithms (default: all 7)")
+    p.add_argument("--algos", help="kill, churn: comma-separated algorithms (default: all 7; churn: kmeans, nmbatch, "
+                                   "vcgmm)")
+    p.add_argument("--cases", help="churn: comma-separated of " + ", ".join(CHURN_CASES))
     p.add_argument("--forms", help="kill: comma-separated of persisted, zarr, numpy (default: all)")
     args = p.parse_args()
     if "memory" in args.parts.split(","):
@@ -356,6 +509,8 @@ def main():
         checkpoint_cost(args)
     if "stream" in args.parts.split(","):
         calibrate(args)
+    if "churn" in args.parts.split(","):
+        churn(args)
 
 
 if __name__ == "__main__":
