@@ -674,48 +674,41 @@ class ActorBackend:
                 raise CommClosedError(f"worker {addr} left before partition's actor started on it")
 
     def _restore_shards(self, pid, addr, actor_key, shards):
-        """A rebuilt partition's shards of every sharded model, from its buddy's copy; then the partition
-        whose copies the lost one kept sends them to the rebuilt one."""
+        """A rebuilt partition's shards of every sharded model, from the first of its buddies that kept a copy;
+        then it sends them to its buddies again, and the partitions whose copies the lost one kept send theirs."""
         if not shards:
             return
-        n = len(self.placement)
-        buddy, before = (pid + 1) % n, (pid - 1) % n
-        # a buddy whose worker has left is not asked (that would retry connecting for comm.timeouts.connect)
-        reachable = n > 1 and self.placement[buddy][0] in self._live_workers() and \
-            self.placement[buddy][0] not in _LOST_WORKERS
+        keys = [f.key for f in self._actor_futures]
+        peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
         for key in shards:
-            kept = None
-            if reachable:
-                kept = self.client.sync(remote_call, self.client.rpc(self.placement[buddy][0]),
-                                        self._actor_futures[buddy].key, "shard_backup_get", key, pid)
+            kept = self._ask_buddies(pid, peers, "shard_backup_get", key, pid)
             if kept is None:
-                raise WorkerLost([pid]) from RuntimeError(
-                    f"partition {pid}'s shard of the sharded model {key!r} and its buddy's copy are both lost")
+                raise WorkerLost([pid], f"its shard of the sharded model {key!r} and every copy of it were lost (its "
+                                        f"worker and those of the {BACKUP_COPIES} partitions after it)")
             logger.info("restoring partition %d's shard of %r from its buddy's copy", pid, key)
             self.client.sync(remote_call, self.client.rpc(addr), actor_key, "shard_restore", key, kept)
-        if n > 1:
-            keys = [f.key for f in self._actor_futures]
-            keys[pid] = actor_key
-            peers = [(a, k, ids) for (a, ids), k in zip(self.placement, keys)]
-            peers[pid] = (addr, actor_key, peers[pid][2])
+        peers[pid] = (addr, actor_key, peers[pid][2])
+        live = self._live_workers()   # partitions lost and not rebuilt yet get their copies when they are
+        peers = [p if j == pid or (p[0] in live and p[0] not in _LOST_WORKERS) else None for j, p in enumerate(peers)]
+        for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):   # itself (its buddies may be new too), then
+            before = peers[(pid - j) % len(peers)]                   # those whose copies it kept
+            if before is None:
+                continue
             try:
-                self.client.sync(remote_call, self.client.rpc(peers[before][0]), keys[before], "shard_rebackup", peers)
+                self.client.sync(remote_call, self.client.rpc(before[0]), before[1], "shard_rebackup", peers)
             except _COMM_ERRORS:   # that one is lost too: it is rebuilt next, and its next write copies again
                 pass
 
-    def _backup(self, pid, key, ids, call_id):
-        """Partition ``pid``'s state ``key`` from the first of its buddies (``partition.buddies``) that kept a
-        copy, as the last call before ``call_id`` left it; None when none did (a single partition, buddies
-        lost, a buddy rebuilt since that call). A buddy whose worker has left is not asked: asking would retry
-        connecting to it for comm.timeouts.connect (30 s)."""
-        keys = [f.key for f in self._actor_futures]
-        peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
+    def _ask_buddies(self, pid, peers, method, *args):
+        """``method(*args)`` of the first of partition ``pid``'s buddies (``partition.buddies``) that answers
+        something other than None; None when none does. A buddy whose worker has left is not asked: asking
+        would retry connecting to it for comm.timeouts.connect (30 s)."""
         live = self._live_workers()
         for addr, actor_key, _ in buddies(peers, pid):
             if addr not in live or addr in _LOST_WORKERS:
                 continue
             try:
-                kept = self.client.sync(remote_call, self.client.rpc(addr), actor_key, "backup_get", key, ids, call_id)
+                kept = self.client.sync(remote_call, self.client.rpc(addr), actor_key, method, *args)
             except Exception as exc:
                 if _worker_gone(exc):
                     continue
@@ -723,6 +716,13 @@ class ActorBackend:
             if kept is not None:
                 return kept
         return None
+
+    def _backup(self, pid, key, ids, call_id):
+        """Partition ``pid``'s state ``key`` from the first of its buddies that kept a copy, as the last call
+        before ``call_id`` left it; None when none did (a single partition, buddies lost or rebuilt since)."""
+        keys = [f.key for f in self._actor_futures]
+        peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
+        return self._ask_buddies(pid, peers, "backup_get", key, ids, call_id)
 
     def close(self):
         """Release the partitions and the rows loaded for them now: the workers drop them at once, whether

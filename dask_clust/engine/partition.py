@@ -247,9 +247,9 @@ class Partition:
         self._backups = {}    # (state key, chunk index) -> [(call id, {field: array})], the two newest
         self.n_parts = int(meta.get("partitions", 1))
         self._shards = {}     # model key -> [(version, lo, arrays)], the two newest of this partition's rows
-        self._shard_backups = {}   # (model key, partition) -> the buddy's [(version, lo, arrays)]
+        self._shard_backups = {}   # (model key, partition) -> its copies [(version, lo, arrays)] kept here
         self._gathered = {}   # (model key, field) -> (version, the whole field) assembled for steps
-        self._wrote = None    # (model key, version) this call wrote: copied to the buddy
+        self._wrote = None    # (model key, version) this call wrote: copied to the buddies
         self._shard_done = (None, None)   # (call id, at_shard's small partial) kept for a repeated call
 
     def _each(self, step, params):
@@ -307,16 +307,17 @@ class Partition:
             elif call.halo is not None:
                 await self._exchange(call, peers, worker)
             mine = await loop.run_in_executor(self._runner, self.local, call)
-            buddy = peers[(self.pid + 1) % len(peers)] if peers and len(peers) > 1 else None
+            keepers = buddies(peers, self.pid) if peers else []
             if call.scatter is not None:
                 mine = self.tree_part(call, mine, await self._scatter(call, mine, peers, worker, loop))
-            if call.kind == "step" and call.backup and buddy:
+            if call.kind == "step" and call.backup and keepers:
                 arrays = self.backup_of(call)
                 await asyncio.gather(*(remote_call(worker.rpc(addr), key, "backup_put", call.id, arrays)
-                                       for addr, key, _ in buddies(peers, self.pid)))
-            if self._wrote is not None and buddy:
-                await remote_call(worker.rpc(buddy[0]), buddy[1], "shard_backup_put", self._wrote[0], self.pid,
-                                  self._shards[self._wrote[0]][-1:])
+                                       for addr, key, _ in keepers))
+            if self._wrote is not None and keepers:
+                newest = self._shards[self._wrote[0]][-1:]
+                await asyncio.gather(*(remote_call(worker.rpc(addr), key, "shard_backup_put", self._wrote[0],
+                                                   self.pid, newest) for addr, key, _ in keepers))
         finally:
             got = await asyncio.gather(*pending, return_exceptions=True)
         for g in got:
@@ -515,12 +516,14 @@ class Partition:
         self._shards[key] = list(versions)
 
     async def shard_rebackup(self, peers):
-        """Copy every shard to the buddy again (the buddy was rebuilt and lost its copies)."""
+        """Copy every shard to the buddies again (one was rebuilt and lost its copies); a buddy given as None
+        is lost and not rebuilt yet (its rebuild asks for the copies again)."""
         from distributed import get_worker
 
-        buddy = peers[(self.pid + 1) % len(peers)]
+        keepers = [b for b in buddies(peers, self.pid) if b is not None]
         for key, versions in self._shards.items():
-            await remote_call(get_worker().rpc(buddy[0]), buddy[1], "shard_backup_put", key, self.pid, versions)
+            await asyncio.gather(*(remote_call(get_worker().rpc(addr), actor, "shard_backup_put", key, self.pid,
+                                               versions) for addr, actor, _ in keepers))
 
     def assemble(self, ref, pieces):
         """A whole field from every partition's piece (partition order is row order), kept for later steps."""
