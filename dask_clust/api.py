@@ -115,6 +115,8 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
                                        checkpoint_every, checkpoint_seconds)
     t0 = time.perf_counter()
     with progress_.reporting(progress), contextlib.ExitStack() as stack:
+        if saved is not None:
+            stack.callback(saved.release)
         with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks,
                              "chunk") as shown:
             try:

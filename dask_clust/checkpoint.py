@@ -2,6 +2,8 @@
 
 A checkpoint directory holds
 
+    checkpoint.lock     the fit writing here (host, pid, its start time): a second fit on the directory is
+                        refused; a lock left by a process that is gone from this host is taken over
     checkpoint.json     what fit this is (algorithm, parameters, the data's fingerprint) and its newest
                         complete generation: the iteration, the history, the algorithm's scalars and the
                         names of its arrays, and a checksum of all that and of the generation's arrays.npz
@@ -22,15 +24,18 @@ hash of the first pass's exact summary (n, Σw, per-feature mean and variance, m
 value, at no extra cost), checked once that pass has run. A checkpoint of other data or other parameters
 is never resumed from, nor overwritten.
 """
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
+import socket
 import time
 import uuid
 
 import numpy as np
+import psutil
 
 from .outputs import FULL, UNREADABLE, stored_arrays
 from .errors import InputError, InvalidModelError
@@ -39,6 +44,9 @@ logger = logging.getLogger("dask_clust")
 
 FORMAT_VERSION = 2   # 2: each generation carries a checksum
 INDEX = "checkpoint.json"
+LOCK = "checkpoint.lock"
+# a lock file still empty this long after it was made belongs to a process that died while writing it
+LOCK_WRITE_S = 10.0
 
 
 def _digest(*parts):
@@ -155,6 +163,7 @@ class Checkpoint:
         source = resume if resume is not None else self.path
         if source is not None:
             self._open(os.fspath(source), resume is not None)
+        self._lock = None if self.path is None else _take_lock(self.path)
 
     def _open(self, path, required):
         what = "resume" if required else "checkpoint"
@@ -253,6 +262,13 @@ class Checkpoint:
             else:
                 os.remove(where)
 
+    def release(self):
+        """The fit is over or failed: another may write here."""
+        if self._lock is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._lock)
+            self._lock = None
+
     def close(self):
         """The fit is over: the generation it resumed from is no longer read."""
         if self.path is not None and self._keep and self.meta is not None:
@@ -271,7 +287,7 @@ def _check_dir(path):
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError(f"checkpoint={path}: exists and is not a directory")
     if os.path.isdir(path):
-        other = [n for n in os.listdir(path) if n != INDEX and not n.startswith(("it-", f".{INDEX}."))]
+        other = [n for n in os.listdir(path) if n not in (INDEX, LOCK) and not n.startswith(("it-", f".{INDEX}."))]
         if other:
             raise InputError(f"checkpoint={path}: holds files that are not a dask_clust checkpoint ({other[0]!r}, "
                              "...); give an empty or new directory")
@@ -296,3 +312,61 @@ def _check_writable(path):
         os.remove(probe)
     except OSError as exc:
         raise InputError(f"checkpoint={path}: cannot write in it ({exc.strerror or exc})") from None
+
+
+def _process_started(pid):
+    """When process ``pid`` of this host started (seconds since the epoch), or None when there is none."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _take_lock(path):
+    """``path``'s lock file, made for this fit; refused in one line while another fit holds it (two fits on one
+    directory, a requeued job or a job array, killed each other's generations, issue #35). A lock whose
+    process is gone from this host (killed, its node rebooted into the same name) is taken over; one held
+    on another host is refused, since only that host can tell whether its process lives."""
+    where = os.path.join(path, LOCK)
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "started": _process_started(os.getpid())}
+    for _ in range(3):
+        try:
+            fd = os.open(where, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _holder(where)
+            if holder is None:
+                continue   # taken over, or removed by its fit meanwhile
+            raise InputError(f"checkpoint={path} is in use by another fit (pid {holder.get('pid')} on "
+                             f"{holder.get('host')}): two fits writing one directory destroy each other's "
+                             f"checkpoints; give another directory, or remove {where} if that fit is gone") from None
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        return where
+    raise InputError(f"checkpoint={path}: could not take its lock {where} (other fits keep taking it)")
+
+
+def _holder(where):
+    """The live fit holding the lock file ``where``, or None after removing a stale one (its process gone
+    from this host, or a file left empty by a process that died while writing it)."""
+    try:
+        with open(where) as f:
+            text = f.read()
+        age = time.time() - os.path.getmtime(where)
+    except FileNotFoundError:
+        return None
+    try:
+        holder = json.loads(text)
+        pid, host = int(holder["pid"]), str(holder["host"])
+    except (ValueError, KeyError, TypeError):
+        if age < LOCK_WRITE_S:   # being written by its fit right now
+            return {"pid": "?", "host": "?"}
+        holder, pid, host = None, None, socket.gethostname()
+    if host != socket.gethostname():
+        return holder
+    started = None if pid is None else _process_started(pid)
+    if started is not None and holder is not None and holder.get("started") in (None, started):
+        return holder
+    logger.warning("taking over the lock %s of a fit that is gone (%s)", where, text.strip() or "empty")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(where)
+    return None

@@ -307,3 +307,75 @@ def test_the_estimator_and_the_command_line_continue_a_checkpoint(tmp_path, data
     assert main(["fit", str(tmp_path / "X.npy"), "-k", "24", "--init", "random", "--tol", "0", "--max-iter", "30",
                  "--seed", "3", "--checkpoint", str(path), "--out", str(tmp_path / "m"), "--quiet"]) == 0
     assert_same_model(dask_clust.load(tmp_path / "m"), _fit(data, "kmeans", client="in-process"))
+
+
+def test_two_fits_on_one_checkpoint_directory_the_second_is_refused(tmp_path, data):
+    """Issue #35: two fits started on one directory (a requeued job, a job array) killed each other's
+    generations. The first holds checkpoint.lock (host, pid, start time) while it runs; the second is
+    refused in one line before any work, and the first ends with the bits of an undisturbed fit."""
+    import threading
+
+    from dask_clust.checkpoint import LOCK
+
+    plain = _fit(data, "kmeans", client="in-process")
+    inside, go_on = threading.Event(), threading.Event()
+
+    def wait_at_2(record):
+        if record["iteration"] == 2:
+            inside.set()
+            go_on.wait(60)
+
+    got = {}
+    first = threading.Thread(target=lambda: got.update(m=_fit(data, "kmeans", client="in-process", checkpoint_every=4,
+                                                              checkpoint=tmp_path / "ck", callback=wait_at_2)))
+    first.start()
+    try:
+        assert inside.wait(60)
+        held = json.loads((tmp_path / "ck" / LOCK).read_text())
+        assert held["pid"] == os.getpid() and held["started"] > 0
+        calls = []
+        with pytest.raises(InputError, match=rf"^checkpoint=\S+ck is in use by another fit \(pid {os.getpid()} on "
+                                             r"\S+\): .*remove \S+checkpoint.lock if that fit is gone$"):
+            _fit(data, "kmeans", client="in-process", checkpoint=tmp_path / "ck", callback=calls.append)
+        assert calls == []
+    finally:
+        go_on.set()
+        first.join(60)
+    assert_same_model(got["m"], plain)
+    assert not (tmp_path / "ck" / LOCK).exists()
+
+
+def test_a_lock_left_by_a_fit_that_is_gone_is_taken_over(tmp_path, data):
+    """A fit killed on this host leaves its lock: the next fit takes it over (the pid is gone, or now names
+    another process started later); a lock of another host, whose process this host cannot see, is refused,
+    and one a failed fit held is released."""
+    import socket
+
+    import psutil
+
+    from dask_clust.checkpoint import LOCK
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    me = psutil.Process(os.getpid())
+    for left in ({"host": socket.gethostname(), "pid": gone.pid, "started": 1.0},   # the pid is gone (or reused)
+                 {"host": socket.gethostname(), "pid": os.getpid(), "started": me.create_time() - 5},   # reused
+                 "{\"host\": "):   # cut while written, long ago
+        (ck / LOCK).write_text(left if isinstance(left, str) else json.dumps(left))
+        os.utime(ck / LOCK, (1, 1))
+        _fit(data, "kmeans", client="in-process", max_iter=3, checkpoint=ck)
+        assert not (ck / LOCK).exists()
+    (ck / LOCK).write_text(json.dumps({"host": "elsewhere.example", "pid": 1, "started": 1.0}))
+    with pytest.raises(InputError, match=r"in use by another fit \(pid 1 on elsewhere\.example\)"):
+        _fit(data, "kmeans", client="in-process", max_iter=3, checkpoint=ck)
+    assert (ck / LOCK).exists()
+    (ck / LOCK).unlink()
+
+    def fail(record):
+        raise RuntimeError("a callback's own error")
+
+    with pytest.raises(RuntimeError, match="a callback's own error"):
+        _fit(data, "kmeans", client="in-process", checkpoint=tmp_path / "failed", callback=fail)
+    assert not (tmp_path / "failed" / LOCK).exists()
