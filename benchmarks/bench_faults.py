@@ -18,7 +18,7 @@
                  being rebuilt on, right after the partition was submitted to it; one frozen for good
                  (SIGSTOP, detected after unresponsive-worker-timeout, 20 s). Each fit under a 300 s
                  timeout; reported per case: the same model bits or not, partitions rebuilt, the wall time
-                 added. --algos, --cases narrow it (default kmeans, nmbatch, vcgmm).
+                 added. --algos, --cases narrow it (default kmeans, nmbatch, vcgmm, slk).
 --parts stream   what a streamed fit holds on a worker (kmeans and vargmm; one worker, zarr stores of 1 and
                  2 GiB): the per-row state and the per-pass bytes it measures, against the engine's estimate.
 --parts memory   vargmm on a zarr store (32-d float32 blobs in 32 MiB zarr chunks) 4x the memory of a
@@ -318,8 +318,12 @@ def kill(args):
           f"{np.median(extra) if extra else float('nan'):.1f} s, max {max(extra) if extra else float('nan'):.1f} s")
 
 
-CHURN_FITS = {"kmeans": dict(tol=0, max_iter=14), "nmbatch": dict(batch_size=4000, rho=10.0, max_iter=14),
-              "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=14)}
+# (rows of the 8-d blobs, clusters, parameters, working-set-chunk-rows): SLK on fewer rows (its kNN graph), 10
+# outer iterations; the working sets (vc-GMM's coreset, SLK's normalised rows) in 5 or 10 chunks
+CHURN_FITS = {"kmeans": (60_000, 20, dict(tol=0, max_iter=14), 4000),
+              "nmbatch": (60_000, 20, dict(batch_size=4000, rho=10.0, max_iter=14), 4000),
+              "vcgmm": (60_000, 20, dict(coreset_size=20_000, tol=0, max_iter=14), 4000),
+              "slk": (6000, 5, dict(tol=0, min_iter=10, max_iter=10), 600)}
 
 
 class Churn:
@@ -408,8 +412,9 @@ def churn_case(client, X, algo, case, calm, calm_s):
     def run():
         try:
             with killing_the_first_rebuild_target(client) if case == "kill during rebuild" else contextlib.nullcontext():
-                got["model"] = dask_clust.fit(X, callback=event.callback, algo=algo, n_clusters=20, random_state=0,
-                                              client=client, **CHURN_FITS[algo])
+                rows, k, params, _ = CHURN_FITS[algo]
+                got["model"] = dask_clust.fit(X, callback=event.callback, algo=algo, n_clusters=k, random_state=0,
+                                              client=client, **params)
         except Exception as exc:   # reported, never hidden: the case failed
             got["error"] = f"FAILED: {type(exc).__name__}: {str(exc)[:200]}"
 
@@ -437,22 +442,21 @@ def churn_case(client, X, algo, case, calm, calm_s):
 def churn(args):
     algos = args.algos.split(",") if args.algos else list(CHURN_FITS)
     # every worker holds partitions (10 chunks), and vc-GMM's coreset stays on the workers
-    settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000,
-                "dask_clust.min-chunk-bytes": "64KiB"}
+    settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.min-chunk-bytes": "64KiB"}
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    X0, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)
     summary = []
     with dask.config.set(settings):
         for algo in algos:
+            rows, k, params, working_rows = CHURN_FITS[algo]
+            X0, _ = make_blobs(rows, 8, k, chunks=rows // 10, random_state=5)
             for case in args.cases.split(",") if args.cases else CHURN_CASES:
                 # a cluster per case: a hung case leaves its fit's thread behind
                 with LocalCluster(n_workers=4, threads_per_worker=1, dashboard_address=":0") as lc, \
-                        Client(lc) as client:
+                        Client(lc) as client, dask.config.set({"dask_clust.working-set-chunk-rows": working_rows}):
                     X = client.persist(X0)
                     for _ in range(2):   # the second run's time: the first warms the workers up
                         t = time.perf_counter()
-                        calm = dask_clust.fit(X, algo=algo, n_clusters=20, random_state=0, client=client,
-                                              **CHURN_FITS[algo])
+                        calm = dask_clust.fit(X, algo=algo, n_clusters=k, random_state=0, client=client, **params)
                         calm_s = time.perf_counter() - t
                     summary.append(churn_case(client, X, algo, case, calm, calm_s))
     same = [r for r in summary if r["outcome"] == "same bits"]
@@ -497,7 +501,7 @@ def main():
     p.add_argument("--kmeans", action="store_true")
     p.add_argument("--chunk-mib", type=int, default=32, help="chunk-bytes of the second kmeans fit")
     p.add_argument("--algos", help="kill, churn: comma-separated algorithms (default: all 7; churn: kmeans, nmbatch, "
-                                   "vcgmm)")
+                                   "vcgmm, slk)")
     p.add_argument("--cases", help="churn: comma-separated of " + ", ".join(CHURN_CASES))
     p.add_argument("--forms", help="kill: comma-separated of persisted, zarr, numpy (default: all)")
     args = p.parse_args()
