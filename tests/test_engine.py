@@ -172,31 +172,10 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypatch, 
     for bit. vc-GMM's coreset is kept on the workers (in-process-bytes 1 KiB), so its EM runs there.
     "kmeans-sharded", "vcgmm-sharded": the centres / means sharded on the workers (model-bytes 1 B), the
     lost shard restored from its buddy's copy. The victim is the first, second or third worker by pid, in turn."""
-    import dask
-
-    from dask_clust.datasets import make_blobs
-    from dask_clust.engine.cluster import ActorBackend
-
-    rebuilt = []   # every engine's rebuilds (vc-GMM's are its coreset engine's, not in engine_)
-    recover = ActorBackend._recover
-    monkeypatch.setattr(ActorBackend, "_recover", lambda self, *a, **k: rebuilt.append(a[0]) or recover(self, *a, **k))
-    X, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)   # lazy: a lost chunk is recomputed
-    name = algo.split("-")[0]
-    kw = dict(algo=name, n_clusters=20, random_state=0, **KILL_PARAMS[name])
-    # vc-GMM's 20k-row coreset in 5 chunks, so its partitions have buddies to keep their K^(n)
-    settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}
-    if algo.endswith("-sharded"):
-        settings["dask_clust.model-bytes"] = "1"
-    with dask.config.set(settings):
-        calm = dask_clust.fit(X, client=three_workers, **kw)
-        assert not rebuilt
-        victim = sorted(_worker_pids(three_workers).values())[KILL_CASES.index(algo) % 3]
-
-        def kill_at_3(rec):
-            if rec["iteration"] == 3:
-                os.kill(victim, signal.SIGKILL)
-
-        hit = dask_clust.fit(X, client=three_workers, callback=kill_at_3, **kw)
+    rebuilt = _counting_rebuilds(monkeypatch)
+    victim = KILL_CASES.index(algo) % 3
+    calm, hit, _ = _churn_fit(three_workers, algo, lambda pids: os.kill(sorted(pids.values())[victim], signal.SIGKILL),
+                              rebuilt)
     assert rebuilt
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_
@@ -212,10 +191,11 @@ def _counting_rebuilds(monkeypatch):
     return rebuilt
 
 
-def _churn_fit(client, algo, event):
-    """The undisturbed fit and the fit with ``event(pids by address)`` run after iteration 3, on the kill
-    tests' data and settings (vc-GMM's coreset on the workers in 5 chunks; "-sharded": the model sharded
-    on the workers); (calm, hit, hit's wall time)."""
+def _churn_fit(client, algo, event, rebuilt=()):
+    """The undisturbed fit (which rebuilds nothing: ``rebuilt`` stays empty) and the fit with ``event(pids by
+    address)`` run after iteration 3, on 60,000 lazy 8-d blobs (a lost chunk is recomputed), vc-GMM's
+    20k-row coreset on the workers in 5 chunks so that its partitions have buddies to keep their K^(n),
+    "-sharded": the model sharded on the workers; (calm, hit, hit's wall time)."""
     import dask
 
     from dask_clust.datasets import make_blobs
@@ -228,6 +208,7 @@ def _churn_fit(client, algo, event):
         settings["dask_clust.model-bytes"] = "1"
     with dask.config.set(settings):
         calm = dask_clust.fit(X, client=client, **kw)
+        assert not rebuilt
         pids = _worker_pids(client)
 
         def at_3(rec):
@@ -252,7 +233,7 @@ def test_two_of_three_workers_killed_at_once_give_the_same_model(three_workers, 
         for pid in sorted(pids.values())[:2]:
             os.kill(pid, signal.SIGKILL)
 
-    calm, hit, took = _churn_fit(three_workers, algo, kill_two)
+    calm, hit, took = _churn_fit(three_workers, algo, kill_two, rebuilt)
     assert len(set(rebuilt)) >= 2
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 25, took
@@ -313,7 +294,7 @@ def test_a_worker_frozen_for_good_is_restarted_and_its_partition_rebuilt(three_w
 
     try:
         with dask.config.set({"dask_clust.unresponsive-worker-timeout": "2s"}):
-            calm, hit, took = _churn_fit(three_workers, "kmeans", freeze)
+            calm, hit, took = _churn_fit(three_workers, "kmeans", freeze, rebuilt)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(frozen[0], signal.SIGCONT)
@@ -340,7 +321,7 @@ def test_a_rebuild_target_lost_before_its_partition_starts_is_placed_again(three
 
     monkeypatch.setattr(ActorBackend, "_spawn", spawn_then_kill)
     calm, hit, took = _churn_fit(three_workers, "kmeans",
-                                 lambda pids: os.kill(sorted(pids.values())[0], signal.SIGKILL))
+                                 lambda pids: os.kill(sorted(pids.values())[0], signal.SIGKILL), rebuilt)
     assert targets and len(rebuilt) >= 1
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 45, took
