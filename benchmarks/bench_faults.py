@@ -12,13 +12,16 @@
                  partitions rebuilt, and the wall time the kill added. --algos, --forms narrow it.
 --parts churn    workers lost in other ways than one SIGKILL (issue #35), on a LocalCluster of 4 single-thread
                  workers under nannies, persisted input, the event at iteration 3: two workers SIGKILLed at
-                 once; two killed 5 iterations apart; every worker restarted one after another
-                 (client.restart_workers, a rolling restart; the fit slowed by 1 s per iteration while it
-                 runs, that time left out of the figures); one killed and then the worker its partition is
-                 being rebuilt on, right after the partition was submitted to it; one frozen for good
-                 (SIGSTOP, detected after unresponsive-worker-timeout, 20 s). Each fit under a 300 s
-                 timeout; reported per case: the same model bits or not, partitions rebuilt, the wall time
-                 added. --algos, --cases narrow it (default kmeans, nmbatch, vcgmm, slk).
+                 once; all four at once (a state lost with every copy is replayed); two killed 5 iterations
+                 apart; every worker restarted one after another (client.restart_workers, a rolling restart;
+                 the fit slowed by 1 s per iteration while it runs, that time left out of the figures); one
+                 killed and then the worker its partition is being rebuilt on, right after the partition was
+                 submitted to it; one frozen for good (SIGSTOP, detected after unresponsive-worker-timeout,
+                 20 s); and the cluster shrinking gracefully: client.retire_workers of one worker,
+                 cluster.scale(2), Adaptive(minimum=2, maximum=4). Each fit under a 300 s timeout; reported
+                 per case: the same model bits or not, partitions rebuilt, the wall time added, and for a
+                 shrink the time until the scheduler dropped the workers it retired (the hand-over) and the
+                 workers left. --algos, --cases narrow it (default: every registered algorithm).
 --parts stream   what a streamed fit holds on a worker (kmeans and vargmm; one worker, zarr stores of 1 and
                  2 GiB): the per-row state and the per-pass bytes it measures, against the engine's estimate.
 --parts memory   vargmm on a zarr store (32-d float32 blobs in 32 MiB zarr chunks) 4x the memory of a
@@ -349,9 +352,9 @@ class Churn:
         if it in self.done:
             return
         self.done.add(it)
-        if it == 3 and self.case == "two at once":
-            self._kill(self.victims[0])
-            self._kill(self.victims[1])
+        if it == 3 and self.case in ("two at once", "all at once"):
+            for pid in self.victims[:2 if self.case == "two at once" else None]:
+                self._kill(pid)
         elif self.case == "two apart" and it in (3, 8):
             self._kill(self.victims[0 if it == 3 else 2])
         elif it == 3 and self.case == "kill during rebuild":
@@ -366,6 +369,25 @@ class Churn:
                         self.client.restart_workers([addr], timeout=60)
             self.thread = threading.Thread(target=roll, daemon=True)
             self.thread.start()
+        elif it == 3 and self.case in SHRINKS:
+            self.thread = threading.Thread(target=self._shrink, daemon=True)
+            self.thread.start()
+
+    def _shrink(self):
+        """Graceful retirement as users' clusters do it: ``retire_workers`` of the first worker, ``scale(2)``
+        (Kubernetes, SpecCluster), or ``Adaptive(minimum=2, maximum=4)`` finding the cluster idle (a fit's
+        calls are not tasks); waits until the scheduler has dropped them (60 s at most)."""
+        t = time.perf_counter()
+        want = len(self.pids) - 1 if self.case == "retire" else 2
+        if self.case == "retire":
+            self.client.retire_workers([sorted(self.pids)[0]])
+        elif self.case == "scale down":
+            self.cluster.scale(2)
+        else:
+            self.cluster.adapt(minimum=2, maximum=4, interval="500ms", wait_count=2)
+        while len(self.client.scheduler_info()["workers"]) > want and time.perf_counter() - t < 60:
+            time.sleep(0.05)
+        self.handover_s = time.perf_counter() - t
 
     def cleanup(self):
         for pid in self.frozen:
@@ -377,36 +399,37 @@ class Churn:
 
 @contextlib.contextmanager
 def killing_the_first_rebuild_target(client):
-    """``ActorBackend._spawn`` SIGKILLs the worker of the first partition rebuilt, right after submitting it."""
-    from dask_clust.engine.cluster import ActorBackend
+    """``ClusterBackend._spawn`` SIGKILLs the worker of the first partition rebuilt, right after submitting it."""
+    from dask_clust.engine.cluster import ClusterBackend
 
-    spawn, recover, state = ActorBackend._spawn, ActorBackend._recover, {"recovering": False, "killed": False}
+    spawn, recover, state = ClusterBackend._spawn, ClusterBackend._recover, {"recovering": False, "killed": False}
 
     def spawned(self, pid, ids, addr, futs, threads):
-        actor = spawn(self, pid, ids, addr, futs, threads)
+        made = spawn(self, pid, ids, addr, futs, threads)
         if state["recovering"] and not state["killed"]:
             state["killed"] = True
             with contextlib.suppress(Exception):
                 os.kill(self.client.run(os.getpid, workers=[addr])[addr], signal.SIGKILL)
-        return actor
+        return made
 
     def recovering(self, *a, **k):
         state["recovering"] = True
         return recover(self, *a, **k)
 
-    ActorBackend._spawn, ActorBackend._recover = spawned, recovering
+    ClusterBackend._spawn, ClusterBackend._recover = spawned, recovering
     try:
         yield
     finally:
-        ActorBackend._spawn, ActorBackend._recover = spawn, recover
+        ClusterBackend._spawn, ClusterBackend._recover = spawn, recover
 
 
 PACE_S = 1.0
-CHURN_CASES = ("two at once", "two apart", "rolling restart", "kill during rebuild", "frozen")
+SHRINKS = ("retire", "scale down", "adapt")
+CHURN_CASES = ("two at once", "all at once", "two apart", "rolling restart", "kill during rebuild", "frozen") + SHRINKS
 
 
-def churn_case(client, X, algo, case, calm, calm_s):
-    event = Churn(case, client)
+def churn_case(client, cluster, X, algo, case, calm, calm_s):
+    event = Churn(case, client, cluster)
     got = {}
 
     def run():
@@ -433,9 +456,11 @@ def churn_case(client, X, algo, case, calm, calm_s):
         same = bool(np.array_equal(hit.cluster_centers_, calm.cluster_centers_) and hit.objective_ == calm.objective_)
         outcome, rebuilds = ("same bits" if same else "DIFFERENT MODEL"), hit.engine_["rebuilds"]
     row = {"algo": algo, "case": case, "outcome": outcome, "rebuilds": rebuilds, "calm_s": calm_s, "hit_s": wall,
-           "extra_s": wall - calm_s}
+           "extra_s": wall - calm_s, "handover_s": event.handover_s,
+           "workers_after": len(client.scheduler_info()["workers"])}
     emit("faults_churn", row)
-    print(f"{algo:8} {case:20} {outcome:12} rebuilds={rebuilds} +{wall - calm_s:.1f} s", flush=True)
+    shrink = "" if event.handover_s is None else f" handed over in {event.handover_s:.2f} s, {row['workers_after']} workers left"
+    print(f"{algo:8} {case:20} {outcome:12} rebuilds={rebuilds} +{wall - calm_s:.1f} s{shrink}", flush=True)
     return row
 
 
@@ -458,7 +483,7 @@ def churn(args):
                         t = time.perf_counter()
                         calm = dask_clust.fit(X, algo=algo, n_clusters=k, random_state=0, client=client, **params)
                         calm_s = time.perf_counter() - t
-                    summary.append(churn_case(client, X, algo, case, calm, calm_s))
+                    summary.append(churn_case(client, lc, X, algo, case, calm, calm_s))
     same = [r for r in summary if r["outcome"] == "same bits"]
     print(f"{len(same)} of {len(summary)} churn cases ended with the undisturbed model's bits; extra wall time: "
           + ", ".join(f"{r['algo']} {r['case']} +{r['extra_s']:.1f} s" for r in summary))

@@ -4,6 +4,7 @@ once complete, so a failure leaves the old output (or nothing) and never a parti
 and the arrays of a model or checkpoint read back as untrusted input (``stored_arrays``)."""
 import contextlib
 import errno
+import hashlib
 import math
 import os
 import shutil
@@ -135,6 +136,16 @@ def regular_size(path):
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"{os.path.basename(path)} is not a regular file")
     return st.st_size
+
+
+def file_sha256(path):
+    """sha256 (hex) of the bytes of the regular file ``path``, read in blocks."""
+    regular_size(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 # what reading a saved file can raise when it is missing, damaged or crafted (``stored_arrays`` and its callers)

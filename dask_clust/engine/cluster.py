@@ -1,8 +1,8 @@
 """Client and LocalCluster handling, partition placement, lost-worker detection and rebuild.
 
 The only module of dask_clust that imports ``distributed`` (DESIGN layers). Two backends serve the
-Engine: ``InProcessBackend`` (rule 6: small in-memory problems, no cluster) and ``ActorBackend`` (one
-``Partition`` actor per worker, created where its chunks are loaded, rebuilt elsewhere when its worker
+Engine: ``InProcessBackend`` (rule 6: small in-memory problems, no cluster) and ``ClusterBackend`` (one
+``Partition`` per worker, created where its chunks are loaded, rebuilt elsewhere when its worker
 is lost, rule 1).
 """
 import asyncio
@@ -16,6 +16,7 @@ import signal
 import tempfile
 import threading
 import time
+import uuid
 
 import cloudpickle
 import dask
@@ -30,7 +31,8 @@ from ..errors import ClusterLost, InputError, SchedulerUnreachable, UnguardedScr
 from .. import progress
 from . import config
 from .data import ArraySource, FutureSource, file_stamp, row_starts
-from .partition import BACKUP_COPIES, Call, Chunk, Partition, buddies, remote_call, remote_run, routed_rows
+from .partition import (BACKUP_COPIES, Call, Chunk, Partition, buddies, remote_call, remote_run, replay,
+                        routed_rows)
 
 logger = logging.getLogger("dask_clust")
 
@@ -39,7 +41,7 @@ _COMM_ERRORS = (OSError, CommClosedError, asyncio.CancelledError, concurrent.fut
 
 
 def _worker_gone(exc):
-    """Whether a call's failure says that a worker is gone or going: a communication error, an actor lost
+    """Whether a call's failure says that a worker is gone or going: a communication error, a partition lost
     with its worker, or a worker's own connection pool closed under a call it was relaying to a peer (it is
     shutting down: a worker closes itself when its scheduler is lost, and returned this before the driver's
     client saw the scheduler go, in 2 of 6 scheduler kills under load)."""
@@ -184,9 +186,9 @@ class InProcessBackend:
         self.part.close()
 
 
-class ActorBackend:
-    """One Partition actor per worker; chunks placed in contiguous ranges, loaded on their worker. A call
-    goes straight from the driver to the root partition and down a tree of fan-in ``split-every``; the
+class ClusterBackend:
+    """One Partition per worker (``PartitionHost``); chunks placed in contiguous ranges, loaded on their
+    worker. A call goes straight from the driver to the root partition and down a tree of fan-in ``split-every``; the
     partials come back up it, so the driver receives one finished result whatever the number of workers."""
 
     kind = "cluster"
@@ -238,7 +240,7 @@ class ActorBackend:
         if progress.enabled() and not self.streaming:
             for _ in distributed.as_completed([f for futs in self.data for f in futs]):
                 progress.advance()
-        self._actor_futures = pending   # held so that Dask keeps the actors
+        self._part_futures = pending   # held so that the workers keep the partitions
         self.n_rebuilds = 0
         self._await_placement()
         self.n_workers = len(pending)
@@ -250,25 +252,25 @@ class ActorBackend:
                            "dask_clust.min-chunks to %d for this cluster", n, cluster_threads, 2 * cluster_threads)
 
     def _await_placement(self):
-        """Wait until every partition's actor runs. An actor is pinned to its worker: when that worker is lost
-        before the actor starts, its task would wait for it forever (issue #20: a kill during placement or
-        just before a coreset's engine opened hung), so the partition is placed again on a live worker, as
-        after a loss in a call; so is one whose drawn rows a lost worker took (their futures cancelled: they
-        are drawn again, ``_load``), and one whose worker does not answer (``_unresponsive``) once placement
-        has taken ``unresponsive-worker-timeout``."""
+        """Wait until every partition runs. A partition's task is pinned to its worker: when that worker is lost
+        before the partition starts, its task would wait for it forever (issue #20: a kill during placement or just
+        before a coreset's engine opened hung), so the partition is placed again on a live worker, as after a loss
+        in a call; so is one whose drawn rows a lost worker took (their futures cancelled: they are drawn again,
+        ``_load``), and one whose worker does not answer (``_unresponsive``) once placement has taken
+        ``unresponsive-worker-timeout``."""
         check = time.monotonic() + 0.5
         limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
         probe_at = time.monotonic() + limit
-        while not all(f.status == "finished" for f in self._actor_futures):
-            if time.monotonic() < check and not any(f.status in GONE for f in self._actor_futures):
+        while not all(f.status == "finished" for f in self._part_futures):
+            if time.monotonic() < check and not any(f.status in GONE for f in self._part_futures):
                 time.sleep(0.005)
                 continue
             live = self._live_workers()
-            if time.monotonic() > probe_at:   # a worker that stopped answering never starts its actor
-                waiting = {self.placement[pid][0] for pid, f in enumerate(self._actor_futures) if f.status != "finished"}
+            if time.monotonic() > probe_at:   # a worker that stopped answering never starts its partition
+                waiting = {self.placement[pid][0] for pid, f in enumerate(self._part_futures) if f.status != "finished"}
                 live = {a: t for a, t in live.items() if a not in self.client.sync(self._unresponsive, waiting, limit)}
                 probe_at = time.monotonic() + limit
-            for pid, f in enumerate(self._actor_futures):
+            for pid, f in enumerate(self._part_futures):
                 if f.status == "finished":
                     continue
                 if self.placement[pid][0] not in live or (f.status == "cancelled" and self._remakes()):
@@ -337,8 +339,8 @@ class ActorBackend:
             ask.cancel()
 
     def _check_scheduler(self, lost=False):
-        """A lost scheduler ends the fit at once: the partitions are its actors, gone with its state, and a
-        client that reconnects would find none of them."""
+        """A lost scheduler ends the fit at once: the workers close without their scheduler, the partitions
+        with them, and a client that reconnects would find none of them."""
         if lost or self.client.status not in ("running", "newly-created"):
             self.scheduler_lost = True
             raise ClusterLost(f"lost the Dask scheduler at {self.client.scheduler.address} (client status "
@@ -387,8 +389,8 @@ class ActorBackend:
 
     def _spawn(self, pid, ids, addr, futs, threads):
         meta = _meta(ids, self.source, self.entropy, threads, pid, self.n_parts, worker=True)
-        return self.client.submit(Partition, meta, *futs, actor=True, workers=[addr],
-                                  allow_other_workers=False, pure=False)
+        return self.client.submit(host, meta, *futs, key=f"dask_clust-partition-{pid}-{uuid.uuid4().hex}",
+                                  workers=[addr], allow_other_workers=False, pure=False)
 
     def _one_shot(self, c, fn, *args):
         """(worker, future of ``draw_chunk`` running ``fn`` on chunk c) where c's rows live: rows a lost
@@ -467,7 +469,7 @@ class ActorBackend:
 
     def _direct(self, call):
         """One call: to the root partition, down the tree, back up; ``peers`` lets partitions reach each other."""
-        keys = [f.key for f in self._actor_futures]
+        keys = [f.key for f in self._part_futures]
 
         def spell(sub):
             return [(self.placement[j][0], keys[j], spell(below)) for j, below in sub]
@@ -551,7 +553,7 @@ class ActorBackend:
     # -- calls with recovery
     def call(self, call, builders=None, plans=None, shards=None, repeat=True):
         """Run ``call`` over the tree of partitions; after a lost worker, rebuild its partitions elsewhere
-        (reload the rows, replay ``builders()`` = [(step, params)] of the declared state, restore the shards
+        (reload the rows, run ``builders()`` (``Engine._builders``) of the declared states, restore the shards
         of every sharded model in ``shards()`` from the buddy's copy), rebuild every halo plan (``plans()`` =
         [plan Call]) on all partitions, and repeat the call: the survivors answer from the partial they kept
         (and resend the halo values and scattered rows they sent), so no state changes twice. Unless
@@ -612,22 +614,28 @@ class ActorBackend:
             logger.warning("worker of partition %d lost; rebuilding its %d chunks on %s", pid, len(ids), addr)
             try:
                 futs = self._load(ids, addr)
-                actor_future = self._spawn(pid, ids, addr, futs, workers[addr])
-                self._started(actor_future, addr)
+                part_future = self._spawn(pid, ids, addr, futs, workers[addr])
+                self._started(part_future, addr)
                 rpc = self.client.rpc(addr)
-                for i, (key, step, params, backup) in enumerate(builders):
+                for i, (key, step, params, backup, steps) in enumerate(builders):
                     kept = self._backup(pid, key, ids, call_id) if backup else None
                     if kept is not None:
                         logger.info("restoring state %r of partition %d from its buddy's copy", key, pid)
-                        self.client.sync(remote_call, rpc, actor_future.key, "restore", key, kept)
+                        self.client.sync(remote_call, rpc, part_future.key, "restore", key, kept)
                         continue
                     if backup:   # a step has changed it since it was built: the builder would make another
-                        raise WorkerLost([pid], f"its state {key!r} and every copy of it were lost (its worker and "
-                                                f"those of the {BACKUP_COPIES} partitions after it); the fit cannot "
-                                                f"continue to the same model: fit again, or resume from a checkpoint")
+                        if steps is None:
+                            raise WorkerLost([pid], f"its state {key!r} and every copy of it were lost (its worker "
+                                                    f"and those of the {BACKUP_COPIES} partitions after it), and its "
+                                                    f"steps are not kept to replay (replay-bytes); the fit cannot "
+                                                    f"continue to the same model: fit again, or resume from a "
+                                                    f"checkpoint")
+                        logger.warning("state %r of partition %d and every copy of it were lost: replaying its %d "
+                                       "steps", key, pid, len(steps))
+                        step, params = replay, steps
                     build = Call(-1 - i, step, params, kind="state")
-                    self.client.sync(remote_run, rpc, actor_future.key, build, [], True)
-                self._restore_shards(pid, addr, actor_future.key, shards)
+                    self.client.sync(remote_run, rpc, part_future.key, build, [], True)
+                self._restore_shards(pid, addr, part_future.key, shards)
             except Exception as exc:
                 # KeyError: the scheduler dropped the chosen worker while rows were sent to it (all were lost)
                 if attempt + 1 < attempts and isinstance(exc, (*_COMM_ERRORS, KeyError)):
@@ -636,7 +644,7 @@ class ActorBackend:
             self.placement[pid] = (addr, ids)
             _LOST_WORKERS.discard(addr)   # live again: a new worker may reuse a lost one's port
             self.data[pid] = futs
-            self._actor_futures[pid] = actor_future
+            self._part_futures[pid] = part_future
             self.n_rebuilds += 1
             return
         raise WorkerLost([pid])
@@ -654,15 +662,15 @@ class ActorBackend:
         apart = [a for a in sorted(load) if a not in near] or sorted(load)
         return min(apart, key=load.get)
 
-    def _started(self, actor_future, addr):
-        """Wait for a rebuilt partition's actor to run. It is pinned to ``addr``: once that worker has left (or
+    def _started(self, part_future, addr):
+        """Wait for a rebuilt partition to run. Its task is pinned to ``addr``: once that worker has left (or
         stopped answering, ``_unresponsive``) its task would wait for it forever, so that raises a comm error
         and ``_recover`` places the partition again."""
         limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
         deadline = time.monotonic() + limit
         while True:
             try:
-                return actor_future.result(timeout=WATCH_S)
+                return part_future.result(timeout=WATCH_S)
             except TimeoutError:
                 pass
             gone = addr not in self._live_workers()
@@ -670,15 +678,15 @@ class ActorBackend:
                 gone = bool(self.client.sync(self._unresponsive, {addr}, limit))
                 deadline = time.monotonic() + limit
             if gone:
-                actor_future.cancel()
-                raise CommClosedError(f"worker {addr} left before partition's actor started on it")
+                part_future.cancel()
+                raise CommClosedError(f"worker {addr} left before the partition started on it")
 
-    def _restore_shards(self, pid, addr, actor_key, shards):
+    def _restore_shards(self, pid, addr, part_key, shards):
         """A rebuilt partition's shards of every sharded model, from the first of its buddies that kept a copy;
         then it sends them to its buddies again, and the partitions whose copies the lost one kept send theirs."""
         if not shards:
             return
-        keys = [f.key for f in self._actor_futures]
+        keys = [f.key for f in self._part_futures]
         peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
         for key in shards:
             kept = self._ask_buddies(pid, peers, "shard_backup_get", key, pid)
@@ -686,8 +694,8 @@ class ActorBackend:
                 raise WorkerLost([pid], f"its shard of the sharded model {key!r} and every copy of it were lost (its "
                                         f"worker and those of the {BACKUP_COPIES} partitions after it)")
             logger.info("restoring partition %d's shard of %r from its buddy's copy", pid, key)
-            self.client.sync(remote_call, self.client.rpc(addr), actor_key, "shard_restore", key, kept)
-        peers[pid] = (addr, actor_key, peers[pid][2])
+            self.client.sync(remote_call, self.client.rpc(addr), part_key, "shard_restore", key, kept)
+        peers[pid] = (addr, part_key, peers[pid][2])
         live = self._live_workers()   # partitions lost and not rebuilt yet get their copies when they are
         peers = [p if j == pid or (p[0] in live and p[0] not in _LOST_WORKERS) else None for j, p in enumerate(peers)]
         for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):   # itself (its buddies may be new too), then
@@ -704,11 +712,11 @@ class ActorBackend:
         something other than None; None when none does. A buddy whose worker has left is not asked: asking
         would retry connecting to it for comm.timeouts.connect (30 s)."""
         live = self._live_workers()
-        for addr, actor_key, _ in buddies(peers, pid):
+        for addr, part_key, _ in buddies(peers, pid):
             if addr not in live or addr in _LOST_WORKERS:
                 continue
             try:
-                kept = self.client.sync(remote_call, self.client.rpc(addr), actor_key, method, *args)
+                kept = self.client.sync(remote_call, self.client.rpc(addr), part_key, method, *args)
             except Exception as exc:
                 if _worker_gone(exc):
                     continue
@@ -720,7 +728,7 @@ class ActorBackend:
     def _backup(self, pid, key, ids, call_id):
         """Partition ``pid``'s state ``key`` from the first of its buddies that kept a copy, as the last call
         before ``call_id`` left it; None when none did (a single partition, buddies lost or rebuilt since)."""
-        keys = [f.key for f in self._actor_futures]
+        keys = [f.key for f in self._part_futures]
         peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
         return self._ask_buddies(pid, peers, "backup_get", key, ids, call_id)
 
@@ -729,11 +737,11 @@ class ActorBackend:
         the fit ended or failed, instead of when the driver's garbage collector reaches these futures. A
         ``FutureSource``'s rows belong to the engine that drew them, which releases them."""
         mine = [] if isinstance(self.source, FutureSource) else [f for futs in self.data for f in futs]
-        futures = [f for f in self._actor_futures + mine if hasattr(f, "release")]   # (streamed: loaders)
+        futures = [f for f in self._part_futures + mine if hasattr(f, "release")]   # (streamed: loaders)
         keys = [f.key for f in futures]
         for f in futures:
             f.release()
-        self._actor_futures = []
+        self._part_futures = []
         self.data = []
         # a lost scheduler: nothing to ask, and asking waits 30 s (comm.timeouts.connect); the fit can see the
         # loss before the client's status changes (a loaded suite run ended 30.04 s after the kill)
@@ -757,11 +765,87 @@ async def _return_heap(keys, dask_worker=None):
     are heap, kept for reuse; without this a worker grew by 11 % over 18 fits (issue #20)."""
     import ctypes
 
+    host = dask_worker.extensions.get(PartitionHost.NAME)
+    if host is not None:   # released by the driver: not left for the next sweep
+        host.drop(keys)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(k in dask_worker.state.actors or k in dask_worker.data for k in keys):
+    while time.monotonic() < deadline and any(k in dask_worker.data for k in keys):
         await asyncio.sleep(0.02)
     with contextlib.suppress(OSError, AttributeError):   # glibc only
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class PartitionHost:
+    """A worker's partitions. Not Dask actors: the scheduler will not retire a worker holding an actor (its
+    RetireWorker policy refuses at once: actors cannot be moved), so while a fit ran none of its workers
+    could be retired, scaled down by Kubernetes or Adaptive, or reach a graceful jobqueue lifetime (issue
+    #35). A partition is made by a task (``host``) whose key names it; the scheduler keeps that key on this
+    worker for as long as the driver holds its future, and moves it (it is small) when the worker retires.
+    Once the worker has forgotten the key (released, or the worker left), the partition is dropped
+    (``sweep``). The driver and the partitions reach one through the ``dask_clust_call`` handler, as
+    distributed's own ``actor_execute`` reaches an actor: coroutine methods on the event loop, the others on
+    one thread of their own so that they never block it."""
+
+    NAME = "dask_clust"
+    SWEEP_S = 1.0
+    _made = threading.Lock()
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.parts = {}
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dask-clust-partitions")
+        worker.handlers["dask_clust_call"] = self.call
+        asyncio.run_coroutine_threadsafe(self._sweeping(), worker.loop.asyncio_loop)
+
+    @classmethod
+    def of(cls, worker):
+        with cls._made:
+            if cls.NAME not in worker.extensions:
+                worker.extensions[cls.NAME] = cls(worker)
+            return worker.extensions[cls.NAME]
+
+    async def call(self, key=None, method=None, args=()):
+        from distributed.protocol import to_serialize
+
+        part = self.parts.get(key)
+        try:
+            if part is None or method.startswith("_"):
+                raise LookupError(f"partition {key} is not on worker {self.worker.address}: lost with an earlier "
+                                  f"process at this address, or released" if part is None else
+                                  f"{method!r} is not a partition's call")
+            fn = getattr(part, method)
+            if asyncio.iscoroutinefunction(fn):
+                result = await fn(*args)
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+            return {"status": "OK", "result": to_serialize(result)}
+        except Exception as exc:
+            return {"status": "error", "exception": to_serialize(exc)}
+
+    def drop(self, keys):
+        for key in keys:
+            part = self.parts.pop(key, None)
+            if part is not None:   # (its pools shut down off the event loop: a call may still be in one)
+                self._thread.submit(part.close)
+
+    def sweep(self):
+        self.drop([k for k in self.parts if k not in self.worker.state.tasks])
+
+    async def _sweeping(self):
+        from distributed.core import Status
+
+        while self.worker.status not in (Status.closing, Status.closed, Status.failed):
+            await asyncio.sleep(self.SWEEP_S)
+            self.sweep()
+        self.drop(list(self.parts))
+
+
+def host(meta, *blocks):
+    """Task: the partition of ``meta`` over ``blocks``, kept on this worker under this task's key."""
+    worker = distributed.get_worker()
+    part = Partition(meta, *blocks)
+    part.worker = worker
+    PartitionHost.of(worker).parts[worker.get_current_task()] = part
 
 
 # the worker addresses this process has seen lost (a restarted worker comes back at a new address)
@@ -858,7 +942,7 @@ def backend_for(source, client, entropy, state=(0, "the fit")):
         else:
             if client is None:
                 client = stack.enter_context(connect())
-            backend = ActorBackend(client, source, entropy, state)
+            backend = ClusterBackend(client, source, entropy, state)
         stack.callback(backend.close)
         yield backend
 

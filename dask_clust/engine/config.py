@@ -41,6 +41,10 @@ DEFAULTS = {
     # a worker of the fit that does not answer the driver within this, asked once a call has run this long
     # (and 10 times the slowest call so far), is restarted (frozen, or cut off) and its partitions rebuilt
     "unresponsive-worker-timeout": "20s",
+    # a backed-up per-row state (vc-GMM's K^(n)) lost with every copy of it (all the workers holding them
+    # left at once) is made again by replaying its build and every step since: the driver keeps those steps'
+    # parameters (model-sized, one set per iteration) up to this size, and past it ends such a fit in one line
+    "replay-bytes": "256MiB",
     # where the LocalCluster a fit starts serves its dashboard pages (logs, workers, metrics): this host
     # only by default; e.g. ":8787" serves them on every interface
     "dashboard-address": "127.0.0.1:0",

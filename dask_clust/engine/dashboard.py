@@ -1,12 +1,12 @@
 """A fit on the Dask dashboard: the page ``/dask-clust`` of the scheduler's web server lists the fits that ran
 or run on the cluster, each with its phase, its steps and its figures (the objective, per iteration).
 
-Why a page of our own: a fit's work runs as calls on actors, not as tasks, so the dashboard's task stream,
-progress and fine-performance pages stay empty while the workers are busy. The driver publishes each fit's
-progress into the scheduler's metadata (its ``set_metadata``, at most every ``PUBLISH_S`` seconds, and at
-every phase's start and end, without waiting for the answer); a scheduler plugin registers the page, which
-reads it. The page needs
-dask_clust importable on the scheduler (always so for a LocalCluster); without it the fit runs unseen there.
+Why a page of our own: a fit's work runs as calls on the workers' partitions, not as tasks, so the
+dashboard's task stream, progress and fine-performance pages stay empty while the workers are busy. The
+driver publishes each fit's progress into the scheduler's metadata (its ``set_metadata``, at most every
+``PUBLISH_S`` seconds, and at every phase's start and end, without waiting for the answer); a scheduler
+plugin registers the page, which reads it. The page needs dask_clust importable on the scheduler (always so
+for a LocalCluster); without it the fit runs unseen there.
 The scheduler holds the last ``KEPT_FITS`` fits: a few hundred bytes each, whatever N, D and k are.
 """
 import asyncio

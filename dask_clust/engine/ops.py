@@ -35,7 +35,9 @@ finished result back (rule 2). What the driver receives per call is the size of 
 whatever the number of chunks or workers (a ``Rows`` field excepted: its size is what the steps return).
 """
 import contextlib
+import copy
 import itertools
+import logging
 import math
 import os
 import socket
@@ -47,12 +49,14 @@ import numpy as np
 
 from ..errors import InputError
 from ..kernels.stats import chunk_summary, fixed_top_exponent
-from ..outputs import UNREADABLE, stored_arrays
+from ..outputs import UNREADABLE, file_sha256, stored_arrays
 from . import config
 from .cluster import IN_PROCESS, Restarted, backend_for
 from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
 from .data import ArraySource, as_source
-from .partition import Call, ShardRef, pop_halo, pop_state, routed_rows
+from .partition import Call, ShardRef, pop_halo, pop_state, routed_rows, shard_refs
+
+logger = logging.getLogger("dask_clust")
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,17 @@ def _load_rows(chunk, params):
     return (np.int64(1),)
 
 
+
+def _nbytes(params):
+    """The bytes of the arrays in a call's parameters (nested tuples, lists and dicts)."""
+    if isinstance(params, np.ndarray):
+        return params.nbytes
+    if isinstance(params, (tuple, list)):
+        return sum(map(_nbytes, params))
+    if isinstance(params, dict):
+        return sum(map(_nbytes, params.values()))
+    return 0
+
 class Engine:
     """Verbs over the partitions of one input; built by ``open_engine``."""
 
@@ -203,6 +218,7 @@ class Engine:
         self.entropy = entropy
         self._states = {}          # key -> (builder, model, backup fields): replayed on a rebuilt partition
         self._stepped = set()      # states with backup fields that a step has run with since they were built
+        self._replay = {}          # such a state -> its build and steps since, or None (``state``)
         self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
         self._unsent = set()       # plans to send before their next use (new, or stale after a restart)
         self._restarting = 0       # within ``rerun``: a lost worker raises Restarted, the call is not repeated
@@ -221,10 +237,31 @@ class Engine:
         return self.backend.n_workers
 
     def _builders(self):
-        """(key, builder, model, backup fields) per declared state; the fields only once a step has run with
-        the state (before that, its builder makes it exactly as it was)."""
-        return [(key, builder, model(), fields if key in self._stepped else ())
+        """(key, builder, model, backup fields, replay) per declared state; the fields only once a step has
+        run with the state (before that, its builder makes it exactly as it was); replay: the (step, params)
+        that make it as the last step left it, or None (``state``)."""
+        return [(key, builder, model(), fields if key in self._stepped else (), self._replay.get(key))
                 for key, (builder, model, fields) in self._states.items()]
+
+    def _log(self, call):
+        """A step's call joins the replay of every backed-up state it ran with, while the replays stay under
+        ``replay-bytes`` and the call can run again on its own (no halo, scatter or sharded model: those
+        depend on other partitions' or the model's past versions)."""
+        logs = [key for key, _ in call.backup if self._replay.get(key) is not None]
+        if not logs:
+            return
+        replayable = call.halo is None and call.scatter is None and not shard_refs(call.params)
+        params = copy.deepcopy(call.params) if replayable else None   # the driver may change its arrays in place
+        limit = config.get_bytes("replay-bytes")
+        for key in logs:
+            log = self._replay[key]
+            if replayable and _nbytes(log) + _nbytes(params) <= limit:
+                log.append((call.step, params))
+            else:
+                self._replay[key] = None
+                logger.info("state %r of the fit is no longer replayed after its copies are lost: %s", key,
+                            "a step of it depends on other partitions" if not replayable else
+                            f"its steps' parameters would pass replay-bytes ({limit / 2**20:.0f} MiB)")
 
     def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None, scatter=None):
         self.round_trips += 1
@@ -241,6 +278,7 @@ class Engine:
             raise
         if kind == "step":
             self._stepped.update(key for key, _ in backup)
+            self._log(call)
         if scatter is not None or kind in ("shards",) or (kind == "shard" and params[1] is not None):
             self._shards[scatter[0] if scatter is not None else params[0]] = call.id
         return out
@@ -333,18 +371,26 @@ class Engine:
         ``backup``: fields of a dict-valued state that the model cannot rebuild (they depend on every
         earlier step): after each step, every partition copies them to the next ``BACKUP_COPIES`` partitions,
         and a rebuilt partition takes them from the first that has them, as the last call before the lost one
-        left them. The builder runs only where no step has changed the state yet; where a step has and every
-        copy was lost too, the fit ends in one line (``WorkerLost``) rather than go on to another model."""
+        left them. The builder runs only where no step has changed the state yet. Where a step has and every
+        copy was lost too (every worker leaving at once: a jobqueue lifetime, a node of them all), the
+        partition replays the build and every step since, which the driver keeps on a cluster while their
+        parameters stay under ``replay-bytes``; past that, the fit ends in one line (``WorkerLost``) rather
+        than go on to another model."""
         self._states[key] = (builder, model, tuple(backup))
         self._stepped.discard(key)
+        params = model() if build else None
+        if backup and self.backend.kind != IN_PROCESS:
+            self._replay[key] = [(builder, copy.deepcopy(params))] if build else []
         try:
             if build:
-                self._call(builder, model(), kind="state")
+                self._call(builder, params, kind="state")
             yield
         except BaseException:
             self._states.pop(key, None)
+            self._replay.pop(key, None)
             raise
         self._states.pop(key, None)
+        self._replay.pop(key, None)
         self._call(pop_state, key, kind="state")
 
     @contextlib.contextmanager

@@ -165,7 +165,7 @@ class ShardRef:
     field: int = 0
 
 
-def _refs(params):
+def shard_refs(params):
     """The ShardRefs of a call's parameters."""
     if isinstance(params, ShardRef):
         return [params]
@@ -187,7 +187,7 @@ BACKUP_COPIES = 2
 
 
 def buddies(peers, pid):
-    """The peers (address, actor key, chunk ids) that keep partition ``pid``'s backups, nearest first."""
+    """The peers (address, partition key, chunk ids) that keep partition ``pid``'s backups, nearest first."""
     n = len(peers)
     return [peers[(pid + j) % n] for j in range(1, min(BACKUP_COPIES, n - 1) + 1)]
 
@@ -195,6 +195,13 @@ def buddies(peers, pid):
 def pop_state(chunk, key):
     """Drop one kind of per-chunk state (the end of ``Engine.state``)."""
     chunk.state.pop(key, None)
+
+
+def replay(chunk, steps):
+    """A state as a list of calls left it: each (builder or step, params) of ``steps`` on this chunk in order,
+    their partials dropped (``Engine.state``: a state lost with every copy of it)."""
+    for step, params in steps:
+        step(chunk, params)
 
 
 def pop_halo(chunk, params):
@@ -220,7 +227,8 @@ def pin_blas():
 
 
 class Partition:
-    """Long-lived holder of row chunks on one worker (a Dask Actor on a cluster, a plain object in-process)."""
+    """Long-lived holder of row chunks on one worker (hosted by ``cluster.PartitionHost`` on a cluster, a plain
+    object in-process)."""
 
     def __init__(self, meta, *blocks):
         """meta: {"chunks": [(index, start, stop), ...], "entropy": int, "threads": int};
@@ -251,6 +259,7 @@ class Partition:
         self._gathered = {}   # (model key, field) -> (version, the whole field) assembled for steps
         self._wrote = None    # (model key, version) this call wrote: copied to the buddies
         self._shard_done = (None, None)   # (call id, at_shard's small partial) kept for a repeated call
+        self.worker = None    # the distributed Worker hosting it, set by its host; None in-process
 
     def _each(self, step, params):
         if self._pool is None:
@@ -288,13 +297,11 @@ class Partition:
         return shared.result()
 
     async def run(self, call, children, root=False, peers=None):
-        """Actor entry point: pass ``call`` on to the ``children`` subtrees [(address, key, subtree)], run
+        """Entry point of a call: pass ``call`` on to the ``children`` subtrees [(address, key, subtree)], run
         this partition's chunks, add the children's partials; the root returns the finished result.
-        ``peers``: per partition (address, actor key, chunk ids), for the halo's partition-to-partition
+        ``peers``: per partition (address, key, chunk ids), for the halo's partition-to-partition
         messages."""
-        from distributed import get_worker
-
-        worker = get_worker()
+        worker = self.worker
         pending = [asyncio.ensure_future(remote_run(worker.rpc(addr), key, call, sub, peers=peers))
                    for addr, key, sub in children]
         if self._runner is None:
@@ -518,12 +525,10 @@ class Partition:
     async def shard_rebackup(self, peers):
         """Copy every shard to the buddies again (one was rebuilt and lost its copies); a buddy given as None
         is lost and not rebuilt yet (its rebuild asks for the copies again)."""
-        from distributed import get_worker
-
         keepers = [b for b in buddies(peers, self.pid) if b is not None]
         for key, versions in self._shards.items():
-            await asyncio.gather(*(remote_call(get_worker().rpc(addr), actor, "shard_backup_put", key, self.pid,
-                                               versions) for addr, actor, _ in keepers))
+            await asyncio.gather(*(remote_call(self.worker.rpc(addr), part, "shard_backup_put", key, self.pid,
+                                               versions) for addr, part, _ in keepers))
 
     def assemble(self, ref, pieces):
         """A whole field from every partition's piece (partition order is row order), kept for later steps."""
@@ -536,7 +541,7 @@ class Partition:
     def resolved(self, call, fetched=None):
         """``call`` with every ShardRef of its parameters replaced by the whole field (``fetched``: the other
         partitions' pieces, {ref: {partition: piece}})."""
-        refs = _refs(call.params) if call.kind != "gather" else []
+        refs = shard_refs(call.params) if call.kind != "gather" else []
         if not refs:
             return call
         values = {}
@@ -553,7 +558,7 @@ class Partition:
     async def _resolve(self, call, peers, worker):
         """Fetch the other partitions' pieces of every ShardRef this partition has not assembled yet: each
         partition reads them straight from the others (an allgather), never through the driver."""
-        refs = [r for r in (_refs(call.params) if call.kind != "gather" else [])
+        refs = [r for r in (shard_refs(call.params) if call.kind != "gather" else [])
                 if self._gathered.get((r.key, r.field), (None,))[0] != r.version]
         fetched = {}
         for ref in refs:
@@ -650,15 +655,16 @@ class Partition:
 
 
 async def remote_call(rpc, key, method, *args):
-    """``method(*args)`` of the actor ``key`` behind ``rpc``, straight to its worker (distributed's comms)."""
+    """``method(*args)`` of the partition ``key`` behind ``rpc``, straight to its worker (distributed's comms;
+    ``cluster.PartitionHost.call`` answers)."""
     from distributed.protocol import to_serialize
 
-    msg = await rpc.actor_execute(function=method, actor=key, args=[to_serialize(a) for a in args], kwargs={})
+    msg = await rpc.dask_clust_call(key=key, method=method, args=[to_serialize(a) for a in args])
     if msg["status"] != "OK":
         raise msg["exception"]
     return msg["result"]
 
 
 async def remote_run(rpc, key, call, children, root=False, peers=None):
-    """``Partition.run`` on the actor ``key`` behind ``rpc``."""
+    """``Partition.run`` on the partition ``key`` behind ``rpc``."""
     return await remote_call(rpc, key, "run", call, children, root, peers)
