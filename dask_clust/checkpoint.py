@@ -6,7 +6,8 @@ A checkpoint directory holds
                         refused; a lock left by a process that is gone from this host is taken over
     checkpoint.json     what fit this is (algorithm, parameters, the data's fingerprint) and its newest
                         complete generation: the iteration, the history, the algorithm's scalars and the
-                        names of its arrays, and a checksum of all that and of the generation's arrays.npz
+                        names of its arrays, the sha256 of each per-row file, and a checksum of all
+                        that and of the generation's arrays.npz
     it-<n>/arrays.npz   the algorithm's driver-side arrays at iteration n (the centres, ...)
     it-<n>/rows/        per-row state, written by the partitions that hold the rows, one
                         ``<key>-<first row>-<end row>.npz`` per chunk (``Engine.dump_rows``)
@@ -37,12 +38,12 @@ import uuid
 import numpy as np
 import psutil
 
-from .outputs import FULL, UNREADABLE, stored_arrays
+from .outputs import FULL, UNREADABLE, file_sha256, stored_arrays
 from .errors import InputError, InvalidModelError
 
 logger = logging.getLogger("dask_clust")
 
-FORMAT_VERSION = 2   # 2: each generation carries a checksum
+FORMAT_VERSION = 3   # 2: each generation carries a checksum; 3: and the checksums of its per-row files
 INDEX = "checkpoint.json"
 LOCK = "checkpoint.lock"
 # a lock file still empty this long after it was made belongs to a process that died while writing it
@@ -59,11 +60,10 @@ def _digest(*parts):
 def _generation_digest(generation, meta):
     """sha256 of a generation: its arrays.npz as stored and everything the index says of it (all but the
     checksum itself), so an edited ``"converged": true``, a cut history or a changed array refuses to resume
-    instead of resuming to another model. The per-row files are checked by their readers (``restored_rows``)."""
+    instead of resuming to another model. The index holds each per-row file's sha256 (``rows``), which their
+    readers check (``restored_rows``) on the workers: the driver never reads per-row state."""
     h = hashlib.sha256()
-    with open(os.path.join(generation, "arrays.npz"), "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    h.update(file_sha256(os.path.join(generation, "arrays.npz")).encode())
     h.update(json.dumps({k: v for k, v in meta.items() if k != "checksum"}, sort_keys=True).encode())
     return h.hexdigest()
 
@@ -122,9 +122,11 @@ def read(path):
         if meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"format_version {meta.get('format_version')!r} is not {FORMAT_VERSION}")
         for key, kind in (("generation", str), ("iteration", int), ("history", list), ("scalars", dict),
-                          ("converged", bool), ("checksum", str)):
+                          ("converged", bool), ("checksum", str), ("rows", dict)):
             if not isinstance(meta.get(key), kind):
                 raise ValueError(f"{key} is missing or has the wrong type")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta["rows"].items()):
+            raise ValueError("rows holds other than file names and checksums")
     except (OSError, ValueError) as exc:
         raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
     return meta
@@ -142,7 +144,8 @@ class Checkpoint:
 
     ``every``: write after every ``every`` iterations, and whenever ``seconds`` have passed since the
     last one, and when the loop ends. ``restored``: the algorithm's state to continue from (scalars and
-    arrays by name), ``restored_rows``: the directory of its per-row state; both None for a fresh fit."""
+    arrays by name), ``restored_rows``: (the directory of its per-row state, {file name: sha256}); both
+    None for a fresh fit."""
 
     def __init__(self, path, resume, ident, every=10, seconds=300.0):
         self.path = None if path is None else os.fspath(path)
@@ -189,7 +192,7 @@ class Checkpoint:
         self.meta = meta
         self.restored = {**meta["scalars"], **arrays}
         rows = os.path.join(generation, "rows")
-        self.restored_rows = rows if os.path.isdir(rows) else None
+        self.restored_rows = (rows, meta["rows"]) if meta["rows"] else None
         if os.path.abspath(path) == os.path.abspath(self.path or ""):
             self._keep.add(meta["generation"])
         self._written = meta["iteration"]
@@ -218,16 +221,18 @@ class Checkpoint:
         try:
             arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
             scalars = {k: _plain(v) for k, v in state.items() if k not in arrays}
+            files = {}
             if rows is not None:
                 os.makedirs(os.path.join(gdir, "rows"))
-                rows(os.path.join(gdir, "rows"))
+                files = rows(os.path.join(gdir, "rows"))
             with open(os.path.join(gdir, "arrays.npz"), "wb") as f:
                 np.savez(f, **arrays)
                 f.flush()
                 os.fsync(f.fileno())
             meta = json.loads(json.dumps(
                 {"format_version": FORMAT_VERSION, "identity": self.ident, "summary": self.digest, "generation": gen,
-                 "iteration": int(n_iter), "converged": bool(converged), "history": history, "scalars": scalars},
+                 "iteration": int(n_iter), "converged": bool(converged), "history": history, "scalars": scalars,
+                 "rows": files},
                 default=_plain))
             meta["checksum"] = _generation_digest(gdir, meta)
             text = json.dumps(meta, indent=1)

@@ -83,7 +83,8 @@ class Loop:
 
     @property
     def restored_rows(self):
-        """The directory of the per-row state the checkpoint holds (``Engine.load_rows``), or None."""
+        """The per-row state the checkpoint holds, as (its directory, each file's sha256) for
+        ``Engine.load_rows``, or None."""
         return None if self.checkpoint is None else self.checkpoint.restored_rows
 
     def keep(self, **state):
@@ -94,7 +95,7 @@ class Loop:
         """After an iteration's record and its convergence decision: write a checkpoint of ``state`` (plus
         what ``keep`` holds) when one is due, and always when the loop ends here. ``state()`` maps names to
         arrays, numbers or None (called only when a checkpoint is written: it may gather); ``rows(directory)``
-        writes the per-row state there."""
+        writes the per-row state there and returns each file's sha256 (``Engine.dump_rows``)."""
         final = self.converged or self.stopped or self.n_iter >= self.max_iter
         if self.checkpoint is None or not self.checkpoint.due(self.n_iter, final):
             return

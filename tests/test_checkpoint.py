@@ -198,18 +198,56 @@ def test_an_edited_generation_is_refused_not_resumed(tmp_path, data, damage):
         _fit(data, "kmeans", client="in-process", resume=path)
 
 
-@pytest.mark.parametrize("damage", ROWS_DAMAGE)
-def test_a_crafted_rows_file_is_refused_before_a_kernel_reads_it(tmp_path, data, damage):
-    """Issue #35: per-row state files are checked before any kernel reads them (cluster indices of 2**30 crashed
-    the process with SIGSEGV; half a file's rows resumed to another model): one InputError naming the file."""
-    algo, change, msg = ROWS_DAMAGE[damage]
-    path = _checkpointed_then_stopped(tmp_path, data, algo)
+def _change_rows(path, change):
+    """Every per-row file of the checkpoint's generation rewritten with ``change(its arrays)``."""
     rows = path / json.load(open(path / INDEX))["generation"] / "rows"
     for name in os.listdir(rows):
         with np.load(rows / name) as z:
             arrays = {k: z[k] for k in z.files}
         np.savez(rows / name, **change(arrays))
+
+
+def _resign(path):
+    """The checksums of the generation made again over its files as they now are: what a forger would do."""
+    from dask_clust.checkpoint import _generation_digest
+    from dask_clust.outputs import file_sha256
+
+    meta = json.load(open(path / INDEX))
+    gen = path / meta["generation"]
+    meta["rows"] = {name: file_sha256(gen / "rows" / name) for name in meta["rows"]}
+    meta["checksum"] = _generation_digest(gen, meta)
+    (path / INDEX).write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("damage", ROWS_DAMAGE)
+def test_a_crafted_rows_file_is_refused_before_a_kernel_reads_it(tmp_path, data, damage):
+    """Issue #35: per-row state files are checked before any kernel reads them (cluster indices of 2**30 crashed
+    the process with SIGSEGV; half a file's rows resumed to another model): one InputError naming the file,
+    even when the generation's checksums were made again over the crafted files (they are no signature)."""
+    algo, change, msg = ROWS_DAMAGE[damage]
+    path = _checkpointed_then_stopped(tmp_path, data, algo)
+    _change_rows(path, change)
+    _resign(path)
     with pytest.raises(InputError, match=r"the checkpoint's rows file \S+\.npz.*" + msg):
+        _fit(data, algo, client="in-process", resume=path)
+
+
+@pytest.mark.parametrize("algo", ["vcgmm", "nmbatch"])
+def test_a_rows_file_edited_within_its_ranges_is_refused_not_resumed(tmp_path, data, algo):
+    """Issue #35: a per-row value changed to another valid one (a row's cluster index) passed every check and
+    resumed to another model; each generation now records its per-row files' checksums, which the workers
+    check as they read: one InputError naming the file."""
+    field = {"vcgmm": "K", "nmbatch": "labels"}[algo]
+    path = _checkpointed_then_stopped(tmp_path, data, algo)
+
+    def another_cluster(z):
+        v = z[field].copy()
+        v.flat[0] = (v.flat[0] + 1) % 24   # still one of the 24 clusters
+        return {**z, field: v}
+
+    _change_rows(path, another_cluster)
+    with pytest.raises(InputError, match=r"the checkpoint's rows file \S+\.npz cannot be read: its bytes do not "
+                                         r"match the checksum its generation recorded"):
         _fit(data, algo, client="in-process", resume=path)
 
 

@@ -117,7 +117,7 @@ def _rows_file(directory, key, start, stop):
 
 def _dump_rows(chunk, params):
     """Write the chunk's state ``key`` (a dict of per-row arrays, or one array; of a dict only ``fields``
-    when given) beside its rows' range."""
+    when given) beside its rows' range; its rows' range and the file's sha256 (``dump_rows``)."""
     directory, key, fields = params
     if not os.path.isdir(directory):
         raise InputError(f"the checkpoint directory {directory} is not visible on the worker "
@@ -126,21 +126,24 @@ def _dump_rows(chunk, params):
     state = chunk.state[key]
     if fields:
         state = {f: state[f] for f in fields}
-    np.savez(_rows_file(directory, key, chunk.start, chunk.stop), **(state if isinstance(state, dict) else {"": state}))
-    return (np.int64(1),)
+    where = _rows_file(directory, key, chunk.start, chunk.stop)
+    np.savez(where, **(state if isinstance(state, dict) else {"": state}))
+    return np.array([[chunk.start, chunk.stop]], np.int64), np.frombuffer(bytes.fromhex(file_sha256(where)), np.uint8)[None]
 
 
 def restored_rows(chunk, params):
-    """A state builder: the chunk's state ``key`` as ``_dump_rows`` wrote it in ``directory``, from the
-    files that cover the chunk's rows (they need not be cut as this engine's chunks are). ``fields`` declares
-    each field ({name: (dtype, shape of a row, least value, bound above)}, the values unchecked where those are
-    None): a checkpoint is a file users move between machines, and a crafted one must not reach a kernel
-    (cluster indices of 2**30 crashed the process), so every file is checked before any of it is used:
-    its rows against its name, every declared field present with its dtype, shape and range."""
-    directory, key, fields = params
-    exact = _rows_file(directory, key, chunk.start, chunk.stop)
-    # the same chunks as the checkpoint's (the usual case): the chunk's own file, without listing every chunk's
-    names = [os.path.basename(exact)] if os.path.exists(exact) else sorted(os.listdir(directory))
+    """A state builder: the chunk's state ``key`` as ``_dump_rows`` wrote it in the checkpoint's ``rows`` =
+    (directory, {file name: sha256}), from the files that cover the chunk's rows (they need not be cut as
+    this engine's chunks are). ``fields`` declares each field ({name: (dtype, shape of a row, least value,
+    bound above)}, the values unchecked where those are None): a checkpoint is a file users move between
+    machines, and a crafted one must not reach a kernel (cluster indices of 2**30 crashed the process), so
+    every file is checked before any of it is used: its bytes against the checksum its generation recorded
+    (a value edited within its range would resume to another model), its rows against its name, every
+    declared field present with its dtype, shape and range."""
+    (directory, digests), key, fields = params
+    exact = os.path.basename(_rows_file(directory, key, chunk.start, chunk.stop))
+    # the same chunks as the checkpoint's (the usual case): the chunk's own file, without sorting every chunk's
+    names = [exact] if exact in digests else sorted(digests)
     pieces = []
     for name in names:   # zero-padded starts: sorted names are in row order
         parts = name[:-len(".npz")].rsplit("-", 2)
@@ -156,6 +159,8 @@ def restored_rows(chunk, params):
             break
         where = os.path.join(directory, name)
         try:
+            if file_sha256(where) != digests[name]:
+                raise ValueError("its bytes do not match the checksum its generation recorded (edited or damaged)")
             values = stored_arrays(where)
         except UNREADABLE as exc:
             raise InputError(f"the checkpoint's rows file {where} cannot be read: {exc}") from None
@@ -437,15 +442,18 @@ class Engine:
     def dump_rows(self, directory, key, fields=None):
         """Write every chunk's state ``key`` (of a dict-valued state, ``fields`` when given) into
         ``directory`` (a checkpoint), each chunk by the partition that holds it: on a cluster the directory
-        must be on a filesystem every worker shares. The driver receives one count."""
-        self.reduce(_dump_rows, (os.fspath(directory), key, tuple(fields or ())))
+        must be on a filesystem every worker shares. Returns {file name: sha256}: the driver receives 48
+        bytes a chunk."""
+        bounds, digests = self.reduce(_dump_rows, (os.fspath(directory), key, tuple(fields or ())), (Rows(), Rows()))
+        return {os.path.basename(_rows_file("", key, lo, hi)): bytes(d).hex() for (lo, hi), d in zip(bounds, digests)}
 
-    def load_rows(self, directory, key, fields):
-        """Every chunk's state ``key`` read back from ``dump_rows``'s files, its fields replacing those of a
+    def load_rows(self, rows, key, fields):
+        """Every chunk's state ``key`` read back from ``dump_rows``'s files (``rows`` = (directory, their
+        checksums), as a checkpoint gives them), its fields replacing those of a
         dict-valued state already there (a registered state whose builder rebuilds a lost partition from
         the model; one whose only source is the checkpoint takes ``restored_rows`` as its builder), each
         file checked against ``fields`` (``restored_rows``)."""
-        self.reduce(_load_rows, (os.fspath(directory), key, fields))
+        self.reduce(_load_rows, (rows, key, fields))
 
     def take(self, ids):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array."""
