@@ -326,19 +326,25 @@ def kill(args):
 CHURN_FITS = {"kmeans": (60_000, 20, dict(tol=0, max_iter=14), 4000),
               "nmbatch": (60_000, 20, dict(batch_size=4000, rho=10.0, max_iter=14), 4000),
               "vcgmm": (60_000, 20, dict(coreset_size=20_000, tol=0, max_iter=14), 4000),
-              "slk": (6000, 5, dict(tol=0, min_iter=10, max_iter=10), 600)}
+              "slk": (6000, 5, dict(tol=0, min_iter=10, max_iter=10), 600),
+              "minibatch": (60_000, 20, dict(batch_size=500, max_iter=14), 4000),
+              "vrkm": (60_000, 20, dict(max_epochs=14), 4000),
+              "sbe": (60_000, 20, dict(omaxit=14, eval_every=2), 4000),
+              "vargmm": (60_000, 20, dict(tol=0, max_iter=14), 4000)}
 
 
 class Churn:
-    """The event ``case`` against the workers of ``client`` (pids by address taken before the fit), fired
-    from the fit's callback; ``cleanup`` continues a frozen worker that is still there."""
+    """The event ``case`` against the workers of ``client`` (pids by address taken before the fit) and its
+    ``cluster``, fired from the fit's callback; ``cleanup`` continues a frozen worker that is still there."""
 
-    def __init__(self, case, client):
-        self.case, self.client = case, client
+    def __init__(self, case, client, cluster):
+        self.case, self.client, self.cluster = case, client, cluster
         self.pids = client.run(os.getpid)
         self.victims = [self.pids[a] for a in sorted(self.pids)]
         self.done, self.thread, self.frozen = set(), None, []
-        self.paced_s = 0.0   # a rolling restart takes longer than these fits: they are slowed while it runs
+        # a rolling restart or a shrinking cluster takes longer than these fits: they are slowed while it runs
+        self.paced_s = 0.0
+        self.handover_s = None   # a shrink's call until the scheduler has dropped the workers it retires
 
     def _kill(self, pid):
         with contextlib.suppress(ProcessLookupError):
@@ -525,8 +531,7 @@ def main():
     p.add_argument("--worker-mib", type=int, default=1024)
     p.add_argument("--kmeans", action="store_true")
     p.add_argument("--chunk-mib", type=int, default=32, help="chunk-bytes of the second kmeans fit")
-    p.add_argument("--algos", help="kill, churn: comma-separated algorithms (default: all 7; churn: kmeans, nmbatch, "
-                                   "vcgmm, slk)")
+    p.add_argument("--algos", help="kill, churn: comma-separated algorithms (default: all 7; churn: all 8)")
     p.add_argument("--cases", help="churn: comma-separated of " + ", ".join(CHURN_CASES))
     p.add_argument("--forms", help="kill: comma-separated of persisted, zarr, numpy (default: all)")
     args = p.parse_args()
