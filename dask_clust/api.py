@@ -112,7 +112,8 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     saved = None
     if checkpoint is not None or resume is not None:
         saved = checkpoint_.Checkpoint(checkpoint, resume, checkpoint_.identity(algo, params_out, source),
-                                       checkpoint_every, checkpoint_seconds)
+                                       checkpoint_every, checkpoint_seconds,
+                                       spec.saved(cfg, source.n_samples, source.n_features))
     t0 = time.perf_counter()
     with progress_.reporting(progress), contextlib.ExitStack() as stack:
         if saved is not None:

@@ -143,11 +143,11 @@ class Checkpoint:
     """Where a fit writes its checkpoints (``path``, or None: nowhere) and what it resumes from.
 
     ``every``: write after every ``every`` iterations, and whenever ``seconds`` have passed since the
-    last one, and when the loop ends. ``restored``: the algorithm's state to continue from (scalars and
-    arrays by name), ``restored_rows``: (the directory of its per-row state, {file name: sha256}); both
-    None for a fresh fit."""
+    last one, and when the loop ends; ``declared``: what the algorithm's checkpoint holds (``check_saved``).
+    ``restored``: the algorithm's state to continue from (scalars and arrays by name), ``restored_rows``:
+    (the directory of its per-row state, {file name: sha256}); both None for a fresh fit."""
 
-    def __init__(self, path, resume, ident, every=10, seconds=300.0):
+    def __init__(self, path, resume, ident, every, seconds, declared):
         self.path = None if path is None else os.fspath(path)
         self.ident = ident
         self.every, self.seconds = every, seconds
@@ -165,10 +165,10 @@ class Checkpoint:
                                  "replace it")
         source = resume if resume is not None else self.path
         if source is not None:
-            self._open(os.fspath(source), resume is not None)
+            self._open(os.fspath(source), resume is not None, declared)
         self._lock = None if self.path is None else _take_lock(self.path)
 
-    def _open(self, path, required):
+    def _open(self, path, required, declared):
         what = "resume" if required else "checkpoint"
         if required and not os.path.isdir(path):
             raise InputError(f"resume={path}: no such directory")
@@ -188,6 +188,13 @@ class Checkpoint:
                 raise ValueError(f"generation {meta['generation']} does not match its checksum (its arrays or "
                                  f"{INDEX} were edited or damaged)")
         except UNREADABLE as exc:
+            raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
+        # the state against what its algorithm declares it saves (``AlgorithmSpec.saved``), before any work:
+        # the checksum is no signature, and a value that would reach a kernel (a neighbour index of 2**30,
+        # centres of another shape) or end the fit in a raw error is refused in one line
+        try:
+            check_saved({**meta["scalars"], **arrays}, declared)
+        except ValueError as exc:
             raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
         self.meta = meta
         self.restored = {**meta["scalars"], **arrays}
@@ -280,6 +287,61 @@ class Checkpoint:
             current = read(self.path)
             self._keep = set()
             self._prune(keep={current["generation"]} if current else set())
+
+
+def _array(v, kind, shape, least=None, bound=None):
+    want = "f" if kind == "floats" else "iu"
+    if not isinstance(v, np.ndarray) or v.dtype.kind not in want or v.shape != tuple(shape):
+        got = f"{v.dtype} {v.shape}" if isinstance(v, np.ndarray) else type(v).__name__
+        return f"is {got}, not {kind} {tuple(shape)}"
+    if kind == "floats" and not np.isfinite(v).all():
+        return "holds values that are not finite"
+    if kind == "ints" and v.size and not (v.min() >= least and v.max() < bound):
+        return f"holds values outside [{least}, {bound})"
+    return None
+
+
+def _shown(v):
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _integer(v, least, bound):
+    ok = isinstance(v, int) and not isinstance(v, bool) and least <= v < bound
+    return None if ok else f"is {_shown(v)}, not an integer in [{least}, {bound})"
+
+
+def _number(v, least, bound, nullable):
+    ok = (v is None and nullable) or (isinstance(v, (int, float)) and not isinstance(v, bool) and least <= v <= bound)
+    return None if ok else f"is {_shown(v)}, not a number in [{least}, {bound}]" + (" or None" if nullable else "")
+
+
+def _generator_state(v, name):
+    try:
+        getattr(np.random, name)().state = v
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        return f"is not a {name} state ({exc})"
+    return None
+
+
+_SAVED = {"floats": lambda v, *spec: _array(v, "floats", *spec), "ints": lambda v, *spec: _array(v, "ints", *spec),
+          "int": _integer, "float": _number, "rng": _generator_state,
+          "bool": lambda v: None if isinstance(v, bool) else f"is {_shown(v)}, not true or false",
+          "choice": lambda v, options: None if v in options else f"is {_shown(v)}, not one of {list(options)}"}
+
+
+def check_saved(state, declared):
+    """``state`` (name -> value, as a checkpoint restores it) against ``declared`` (name -> spec); ValueError
+    naming the first problem. Specs: ("floats", shape) finite floats; ("ints", shape, least, bound) integers
+    in [least, bound); ("int", least, bound); ("float", least, bound, nullable) a number in [least, bound],
+    never NaN, or None when nullable; ("bool",); ("choice", options); ("rng", name) a state numpy's bit
+    generator ``name`` takes."""
+    if set(state) != set(declared):
+        raise ValueError(f"its state holds {sorted(state)}, not {sorted(declared)}")
+    for name, (kind, *spec) in declared.items():
+        problem = _SAVED[kind](state[name], *spec)
+        if problem is not None:
+            raise ValueError(f"{name!r} {problem}")
 
 
 def _size(path):

@@ -232,6 +232,57 @@ def test_a_crafted_rows_file_is_refused_before_a_kernel_reads_it(tmp_path, data,
         _fit(data, algo, client="in-process", resume=path)
 
 
+def _edit_state(path, change):
+    """The generation's state (its arrays and the index's scalars) rewritten with ``change(state)``, then
+    re-signed (``_resign``): only the declared-state checks stand between it and the fit."""
+    meta = json.load(open(path / INDEX))
+    gen = path / meta["generation"]
+    with np.load(gen / "arrays.npz") as z:
+        state = {**meta["scalars"], **{k: z[k] for k in z.files}}
+    change(state)
+    np.savez(gen / "arrays.npz", **{k: v for k, v in state.items() if isinstance(v, np.ndarray)})
+    meta["scalars"] = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
+    (path / INDEX).write_text(json.dumps(meta))
+    _resign(path)
+
+
+STATE_DAMAGE = {   # (algo, what is done to the generation's state, the refusal)
+    "kmeans centres not finite": ("kmeans", lambda st: st["centers"].fill(np.nan),
+                                  r"'centers' holds values that are not finite"),
+    "kmeans centres of another width": ("kmeans", lambda st: st.update(centers=st["centers"][:, :-1]),
+                                        r"'centers' is float64 \(24, 4\), not floats \(24, 5\)"),
+    "vcgmm neighbour indices of 2**30": ("vcgmm", lambda st: st["Gc"].fill(2 ** 30),
+                                         r"'Gc' holds values outside \[0, 24\)"),
+    "vcgmm sigma2 a string": ("vcgmm", lambda st: st.update(sigma2="big"), r"'sigma2' is 'big', not a number"),
+    "minibatch a batch stream no generator takes": ("minibatch", lambda st: st.update(rng={"state": 3}),
+                                                    r"'rng' is not a PCG64 state"),
+    "nmbatch a batch beyond the rows": ("nmbatch", lambda st: st.update(b=10 ** 9),
+                                        r"'b' is 1000000000, not an integer in \[1, 12001\)"),
+    "sbe an entry of another algorithm": ("sbe", lambda st: st.update(Gc=[0]), r"its state holds \['Gc', "),
+    "vrkm an entry missing": ("vrkm", lambda st: st.pop("warned"), r"its state holds \['C', 'evals', 'prev', "
+                                                                   r"'seed_evals'\], not"),
+}
+
+
+@pytest.mark.parametrize("damage", STATE_DAMAGE)
+def test_a_crafted_checkpoint_state_is_refused_before_any_work(tmp_path, data, damage):
+    """Issue #35: the state a checkpoint restores on the driver (centres, vc-GMM's neighbour indices, counters,
+    a random stream) reached the fit unchecked once its checksum matched, and a checksum is no signature:
+    each algorithm now declares what its checkpoint holds, and a resumed state is checked against it before
+    any work, one line naming the entry."""
+    algo, change, msg = STATE_DAMAGE[damage]
+    path = _checkpointed_then_stopped(tmp_path, data, algo)
+    _edit_state(path, change)
+    with pytest.raises(dask_clust.InvalidModelError, match=r"is not a valid dask_clust checkpoint: " + msg) as got:
+        _fit(data, algo, client="in-process", resume=path)
+    assert "\n" not in str(got.value)
+
+
+def test_every_resumable_algorithm_declares_what_its_checkpoint_holds():
+    specs = dask_clust.algorithms.REGISTRY
+    assert all(specs[a].saved is not None for a in dask_clust.algorithms.resumable())
+
+
 @pytest.mark.parametrize("algo", ["vcgmm", "nmbatch"])
 def test_a_rows_file_edited_within_its_ranges_is_refused_not_resumed(tmp_path, data, algo):
     """Issue #35: a per-row value changed to another valid one (a row's cluster index) passed every check and

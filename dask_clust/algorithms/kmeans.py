@@ -14,7 +14,7 @@ from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..blocks.coreset import working_set
 from ..blocks.lloyd import LLOYD_ROW_BYTES, lloyd
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from .registry import AlgorithmSpec, final_pass, register
+from .registry import BIG, COUNT, AlgorithmSpec, centres, final_pass, register
 
 
 @dataclass
@@ -74,6 +74,12 @@ def fit(engine, cfg, entropy, loop):
     return result
 
 
+def saved(cfg, n_samples, n_features):
+    """What a kmeans checkpoint holds: Lloyd's state (``blocks/lloyd.py``) and the seeding's evaluations."""
+    return {"centers": centres(cfg, n_features), "evals": COUNT, "objective": ("float", 0.0, BIG, True),
+            "strict": ("bool",), "seed_evals": COUNT}
+
+
 register(AlgorithmSpec(
     name="kmeans", config=KMeansConfig, fit=fit, estimator="KMeans",
     summary="Lloyd k-means with k-means||, greedy k-means++, AFK-MC2 or random seeding; sample weights",
@@ -82,4 +88,5 @@ register(AlgorithmSpec(
     # the seeder's state, then Lloyd's; on a coreset both are the working set's, none of the input rows'
     state_bytes=lambda cfg: 0 if cfg.coreset_size else max(ROW_BYTES, LLOYD_ROW_BYTES),
     resumable=True,
+    saved=saved,
 ))

@@ -23,7 +23,7 @@ from .._params import ArrayOf2D, Interval, NoneOK, Options
 from .._random import stream
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from .registry import AlgorithmSpec, finish, register
+from .registry import BIG, COUNT, MAYBE, AlgorithmSpec, centres, finish, register
 
 
 @dataclass
@@ -112,6 +112,14 @@ def fit(engine, cfg, entropy, loop):
     return finish(engine, centers, loop, evals_total, {"seeding_distance_evals": int(seed_evals), "counts_": v})
 
 
+def saved(cfg, n_samples, n_features):
+    """What a minibatch checkpoint holds: the centres, their sums and counts, the smoothed inertia and the
+    batch stream's state."""
+    return {"centers": centres(cfg, n_features), "S": centres(cfg, n_features), "v": ("floats", (cfg.n_clusters,)),
+            "ewa": MAYBE, "best": ("float", -BIG, float("inf"), False), "stale": COUNT, "evals": COUNT,
+            "rng": ("rng", "PCG64"), "seed_evals": COUNT}
+
+
 register(AlgorithmSpec(
     name="minibatch", config=MiniBatchConfig, fit=fit, estimator="MiniBatchKMeans",
     summary="Sculley's mini-batch k-means: uniform batches with replacement, per-centre rate 1/v",
@@ -119,4 +127,5 @@ register(AlgorithmSpec(
     objective="the batch's mean squared distance to its centres, before the update",
     state_bytes=lambda cfg: ROW_BYTES,   # the seeder's; the batches keep none
     resumable=True,
+    saved=saved,
 ))

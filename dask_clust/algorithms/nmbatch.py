@@ -32,7 +32,7 @@ from ..engine.combine import Rows
 from .._random import stream
 from ..kernels.nested import nested_ranks, nested_round
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from .registry import AlgorithmSpec, finish, register
+from .registry import COUNT, MAYBE, AlgorithmSpec, centres, finish, register
 
 logger = logging.getLogger("dask_clust")
 
@@ -225,6 +225,16 @@ def fit(engine, cfg, entropy, loop):
                   {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)})
 
 
+def saved(cfg, n_samples, n_features):
+    """What an nmbatch checkpoint holds besides its rows' files: the centres, the sums, counts and moves, the
+    batch sizes, and which bounds the rows keep."""
+    k = cfg.n_clusters
+    return {"centers": centres(cfg, n_features), "S": centres(cfg, n_features), "v": ("floats", (k,)),
+            "p": ("floats", (k,)), "b_old": ("int", 0, n_samples + 1), "b": ("int", 1, n_samples + 1),
+            "evals": COUNT, "prev": MAYBE, "model_centers": centres(cfg, n_features), "seed_evals": COUNT,
+            "bounds": ("choice", ("elkan", "hamerly"))}
+
+
 register(AlgorithmSpec(
     name="nmbatch", config=NMBatchConfig, fit=fit, estimator="NestedMiniBatchKMeans",
     summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
@@ -234,4 +244,5 @@ register(AlgorithmSpec(
     # ("hamerly"; "auto" takes k only when they fit the partitions' budget, ``bounds_kind``)
     state_bytes=lambda cfg: max(ROW_BYTES, 8 + 8 + 4 + 8 + 4 * (cfg.n_clusters if cfg.bounds == "elkan" else 1)),
     resumable=True,
+    saved=saved,
 ))

@@ -22,9 +22,24 @@ class AlgorithmSpec:
                                  # (``Chunk.scratch``), counted when the input streams; None: none
     resumable: bool = False      # fit(checkpoint=, resume=) continues it to the same bits (its fit saves
                                  # through loop.save and starts from loop.restored)
+    saved: object = None         # (config, n_samples, n_features) -> {name: spec} of what its checkpoint holds
+                                 # (``checkpoint.check_saved``): a resumed fit's state is checked against it
+                                 # before any work; every resumable algorithm declares it
     model_extras: tuple = ()     # (name, check(value, n_clusters) -> bool, what it must be) for each extras_
                                  # entry its model's predict/transform read: a saved model must carry them,
                                  # valid, and no other algorithm's model may (``models.load`` checks)
+
+
+# specs of what checkpoints hold (``AlgorithmSpec.saved``, ``checkpoint.check_saved``)
+BIG = 1.7976931348623157e308
+COUNT = ("int", 0, 2 ** 63)                  # distance evaluations, steps
+NUMBER = ("float", -BIG, BIG, False)          # any finite number
+MAYBE = ("float", -BIG, BIG, True)            # a finite number, or None before the first
+
+
+def centres(cfg, n_features):
+    """k finite centres of the data's width."""
+    return ("floats", (cfg.n_clusters, n_features))
 
 
 def state_of(spec, cfg):

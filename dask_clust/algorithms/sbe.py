@@ -30,7 +30,7 @@ from ..errors import InputError
 from ..kernels.backward_euler import backward_euler_step
 from ..blocks.lloyd import quantization_error
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from .registry import AlgorithmSpec, final_pass, register
+from .registry import BIG, COUNT, AlgorithmSpec, centres, final_pass, register
 
 # centres beyond this many times the data's largest magnitude have left the data: the iteration diverged
 ESCAPE = 1e3
@@ -123,6 +123,12 @@ def fit(engine, cfg, entropy, loop):
                      {"f_": qe / (2 * engine.summary.total_weight), "seeding_distance_evals": int(seed_evals)})
 
 
+def saved(cfg, n_samples, n_features):
+    """What an sbe checkpoint holds: the centres, the step size and the last QE."""
+    return {"x": centres(cfg, n_features), "gamma": ("float", 0.0, BIG, False), "evals": COUNT,
+            "qe": ("float", 0.0, BIG, True), "qe_of_x": ("bool",), "seed_evals": COUNT}
+
+
 register(AlgorithmSpec(
     name="sbe", config=SBEConfig, fit=fit, estimator="SBEKMeans",
     summary="stochastic backward Euler k-means: implicit steps solved by averaged mini-batch fixed-point iterations",
@@ -131,4 +137,5 @@ register(AlgorithmSpec(
     weighted=False,
     state_bytes=lambda cfg: ROW_BYTES,   # the seeder's; the batches keep none
     resumable=True,
+    saved=saved,
 ))

@@ -60,7 +60,7 @@ from ..kernels.assign import Prepared, nearest
 from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
                                  truncated_search)
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from .registry import AlgorithmSpec, final_pass, register
+from .registry import BIG, COUNT, NUMBER, AlgorithmSpec, centres, final_pass, register
 
 # rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB
 BLOCK_ROWS = 1 << 16
@@ -591,12 +591,22 @@ MODEL_EXTRAS = (
     ("sigma2_", lambda v, k: type(v) in (int, float) and math.isfinite(v) and v > 0, "a positive finite number"),
     ("n_truncated_", lambda v, k: type(v) is int and 1 <= v <= k, "an int in [1, n_clusters]"))
 
+def saved(cfg, n_samples, n_features):
+    """What a vc-GMM or var-GMM-S checkpoint holds besides K^(n)'s files: the means, G_c (cluster indices
+    a kernel reads), σ², F and the seeds that order the coreset."""
+    k = cfg.n_clusters
+    return {"mu": centres(cfg, n_features), "Gc": ("ints", (k, min(cfg.G, k)), 0, k),
+            "sigma2": ("float", 5e-324, BIG, False), "f": NUMBER, "evals": COUNT, "seeds": centres(cfg, n_features),
+            "seed_evals": COUNT}
+
+
 register(AlgorithmSpec(
     name="vcgmm", config=VCGMMConfig, fit=fit, estimator="VCGMM",
     summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset (k-means|| or AFK-MC2 seeding)",
     reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
     objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
     resumable=True,
+    saved=saved,
     model_extras=MODEL_EXTRAS,
 ))
 
@@ -610,5 +620,6 @@ register(AlgorithmSpec(
     state_bytes=lambda cfg: max(ROW_BYTES, 12 * (cfg.n_truncated or cfg.G) + 4),
     thread_bytes=lambda cfg: buffer_bytes(BLOCK_ROWS, (cfg.n_truncated or cfg.G) * cfg.G + 1),
     resumable=True,
+    saved=saved,
     model_extras=MODEL_EXTRAS,
 ))

@@ -34,7 +34,7 @@ from ..errors import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..kernels.variance_reduced import variance_reduced_steps
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from .registry import AlgorithmSpec, finish, register
+from .registry import COUNT, MAYBE, AlgorithmSpec, centres, finish, register
 
 
 @dataclass
@@ -179,6 +179,11 @@ def fit(engine, cfg, entropy, loop):
                   {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)})
 
 
+def saved(cfg, n_samples, n_features):
+    """What a vrkm checkpoint holds: the centres (the anchor pass rebuilds the rows' state)."""
+    return {"C": centres(cfg, n_features), "evals": COUNT, "prev": MAYBE, "warned": ("bool",), "seed_evals": COUNT}
+
+
 register(AlgorithmSpec(
     name="vrkm", config=VRKMConfig, fit=fit, estimator="VRKMeans",
     summary="variance-reduced k-means (VRKM++ / VRKM): position-corrected epochs, constant-rate steps",
@@ -187,4 +192,5 @@ register(AlgorithmSpec(
     weighted=False,
     state_bytes=lambda cfg: max(ROW_BYTES, 4 + 8),   # the anchor's label (int32) and lower bound (float64)
     resumable=True,
+    saved=saved,
 ))
