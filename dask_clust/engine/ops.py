@@ -224,6 +224,7 @@ class Engine:
         self._states = {}          # key -> (builder, model, backup fields): replayed on a rebuilt partition
         self._stepped = set()      # states with backup fields that a step has run with since they were built
         self._replay = {}          # such a state -> its build and steps since, or None (``state``)
+        self._replayed = {}        # ... and the bytes of their arrays
         self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
         self._unsent = set()       # plans to send before their next use (new, or stale after a restart)
         self._restarting = 0       # within ``rerun``: a lost worker raises Restarted, the call is not repeated
@@ -248,6 +249,10 @@ class Engine:
         return [(key, builder, model(), fields if key in self._stepped else (), self._replay.get(key))
                 for key, (builder, model, fields) in self._states.items()]
 
+    def _drop_state(self, key):
+        for kept in (self._states, self._replay, self._replayed):
+            kept.pop(key, None)
+
     def _log(self, call):
         """A step's call joins the replay of every backed-up state it ran with, while the replays stay under
         ``replay-bytes`` and the call can run again on its own (no halo, scatter or sharded model: those
@@ -257,11 +262,12 @@ class Engine:
             return
         replayable = call.halo is None and call.scatter is None and not shard_refs(call.params)
         params = copy.deepcopy(call.params) if replayable else None   # the driver may change its arrays in place
-        limit = config.get_bytes("replay-bytes")
+        limit, size = config.get_bytes("replay-bytes"), _nbytes(params)
         for key in logs:
             log = self._replay[key]
-            if replayable and _nbytes(log) + _nbytes(params) <= limit:
+            if replayable and self._replayed[key] + size <= limit:
                 log.append((call.step, params))
+                self._replayed[key] += size
             else:
                 self._replay[key] = None
                 logger.info("state %r of the fit is no longer replayed after its copies are lost: %s", key,
@@ -386,16 +392,15 @@ class Engine:
         params = model() if build else None
         if backup and self.backend.kind != IN_PROCESS:
             self._replay[key] = [(builder, copy.deepcopy(params))] if build else []
+            self._replayed[key] = _nbytes(params)
         try:
             if build:
                 self._call(builder, params, kind="state")
             yield
         except BaseException:
-            self._states.pop(key, None)
-            self._replay.pop(key, None)
+            self._drop_state(key)
             raise
-        self._states.pop(key, None)
-        self._replay.pop(key, None)
+        self._drop_state(key)
         self._call(pop_state, key, kind="state")
 
     @contextlib.contextmanager
