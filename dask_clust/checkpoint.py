@@ -316,16 +316,8 @@ def _number(v, least, bound, nullable):
     return None if ok else f"is {_shown(v)}, not a number in [{least}, {bound}]" + (" or None" if nullable else "")
 
 
-def _generator_state(v, name):
-    try:
-        getattr(np.random, name)().state = v
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        return f"is not a {name} state ({exc})"
-    return None
-
-
 _SAVED = {"floats": lambda v, *spec: _array(v, "floats", *spec), "ints": lambda v, *spec: _array(v, "ints", *spec),
-          "int": _integer, "float": _number, "rng": _generator_state,
+          "int": _integer, "float": _number,
           "bool": lambda v: None if isinstance(v, bool) else f"is {_shown(v)}, not true or false",
           "choice": lambda v, options: None if v in options else f"is {_shown(v)}, not one of {list(options)}"}
 
@@ -334,8 +326,7 @@ def check_saved(state, declared):
     """``state`` (name -> value, as a checkpoint restores it) against ``declared`` (name -> spec); ValueError
     naming the first problem. Specs: ("floats", shape) finite floats; ("ints", shape, least, bound) integers
     in [least, bound); ("int", least, bound); ("float", least, bound, nullable) a number in [least, bound],
-    never NaN, or None when nullable; ("bool",); ("choice", options); ("rng", name) a state numpy's bit
-    generator ``name`` takes."""
+    never NaN, or None when nullable; ("bool",); ("choice", options)."""
     if set(state) != set(declared):
         raise ValueError(f"its state holds {sorted(state)}, not {sorted(declared)}")
     for name, (kind, *spec) in declared.items():

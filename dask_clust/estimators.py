@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import algorithms
 from . import progress as progress_
 from ._params import build_config, describe
-from ._random import check_random_state
+from ._random import check_random_state, stream
 from .api import fit
 from .errors import InputError, InvalidParameterError
 from .engine.cluster import persisted
@@ -177,19 +177,20 @@ class StreamingEstimator(ClusteringEstimator):
 
     def _fit(self, X, sample_weight, client, progress, callback, checkpointing):
         super()._fit(X, sample_weight, client, progress, callback, checkpointing)
-        self.counts_, self.n_steps_ = self.model_.counts_, self.n_iter_   # partial_fit continues from here
+        # partial_fit continues from here
+        self.counts_, self.n_steps_ = self.model_.counts_, self.n_iter_
+        self._since_reassign = self.model_.extras_.get("since_reassign", 0)
         return self
 
     def partial_fit(self, X, y=None, sample_weight=None):
         """One mini-batch step on the rows given (scikit-learn's ``partial_fit``), in this process: the first
         call (unless ``fit`` came before) seeds the centres on its rows by ``init`` and ``random_state``; each
-        call assigns its rows to the centres as they are, then moves every centre to the mean of all the rows
-        it was ever given. ``counts_``: their weight per centre (a seed counts as one row); ``n_steps_``: the
-        batches. A dask batch is computed here."""
-        from .algorithms.minibatch import partial_step
+        call assigns its rows to the centres as they are, moves every centre to the mean of all the rows it
+        was ever given, and moves light centres onto its rows as ``fit`` does (``reassignment_ratio``).
+        ``counts_``: their weight per centre; ``n_steps_``: the batches. A dask batch is computed here."""
+        from .algorithms.minibatch import minibatch_step, reassign
         from .blocks.seeding import seed
         from .engine import as_source, open_engine
-        from .kernels.assign import Prepared
         from .models import ClusteringModel
 
         spec = algorithms.get(self._algo)
@@ -210,20 +211,26 @@ class StreamingEstimator(ClusteringEstimator):
         with open_engine(source, "in-process", entropy) as engine:
             if first:
                 centers, _ = seed(engine, cfg.n_clusters, cfg.init, entropy)
-                counts = np.ones(cfg.n_clusters)
+                counts, self.n_steps_, self._since_reassign = np.zeros(cfg.n_clusters), 0, 0
             else:
                 centers, counts = self.cluster_centers_, self.counts_
-            sums, weights, _, _ = engine.reduce(partial_step, Prepared(centers, engine.dtype))
-        totals = centers * counts[:, None] + sums
-        counts = counts + weights
-        self.cluster_centers_, self.counts_ = totals / counts[:, None], counts
-        self.n_steps_ = getattr(self, "n_steps_", 0) + 1
+            x, w = engine.take(np.arange(source.n_samples), weights=True)
+            due = cfg.reassignment_ratio > 0 and (self._since_reassign + len(x) >= 10 * cfg.n_clusters
+                                                  or not counts.all())
+            centers, counts, _, _ = minibatch_step(x, w, centers, counts, engine.dtype)
+        self._since_reassign = 0 if due else self._since_reassign + len(x)
+        if due:
+            reassign(x, centers, counts, cfg.reassignment_ratio,
+                     stream(entropy, "minibatch", "reassign", "partial", self.n_steps_))
+        self.cluster_centers_, self.counts_ = centers, counts
+        self.n_steps_ += 1
         if first:
             self.n_features_in_ = source.n_features
             if names is not None:
                 self.feature_names_in_ = names
         self.model_ = ClusteringModel(self._algo, {**params, "random_state": entropy}, self.cluster_centers_,
-                                      n_iter_=self.n_steps_, extras_={"counts_": counts})
+                                      n_iter_=self.n_steps_,
+                                      extras_={"counts_": counts, "since_reassign": self._since_reassign})
         return self
 
 

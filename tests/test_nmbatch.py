@@ -121,15 +121,27 @@ def test_stops_when_the_whole_data_is_stable(data):
     assert m.objective_ == pytest.approx(last["objective"] * len(data), rel=1e-9)
 
 
-def test_minibatch_matches_sculley_reference(data):
-    k, b, rs = 6, 64, 4
+@pytest.mark.parametrize("ratio", [0.0, 0.3])
+def test_minibatch_matches_sculley_reference(data, ratio):
+    """Batches of 64 rows from a 3,000-row set against the plain-numpy reference; ratio 0.3 moves light
+    centres onto batch rows (scikit-learn's reassignment, here made frequent)."""
+    from dask_clust.algorithms.minibatch import MiniBatchConfig, block_length
+
+    k, b, rs, steps = 6, 64, 4, 12
     init = data[[0, 500, 1000, 1500, 2000, 2500]].astype(np.float64)
     m = dask_clust.fit(da.from_array(data, chunks=(700, 4)), algo="minibatch", n_clusters=k, init=init,
-                       batch_size=b, max_iter=12, max_no_improvement=None, random_state=rs, client="in-process")
-    rng = stream(check_random_state(rs), "minibatch", "batches")
-    batches = [np.sort(rng.integers(0, len(data), b)) for _ in range(12)]
-    np.testing.assert_allclose(m.cluster_centers_, ref.minibatch(data, init, batches), rtol=1e-10)
-    assert m.n_iter_ == 12
+                       batch_size=b, max_iter=steps, max_no_improvement=None, reassignment_ratio=ratio,
+                       random_state=rs, client="in-process")
+    entropy = check_random_state(rs)
+    length = block_length(MiniBatchConfig(batch_size=b), data.shape[1])
+    batches = [stream(entropy, "minibatch", "batches", s // length).integers(0, len(data), (length, b))[s % length]
+               for s in range(steps)]
+    want, counts, _ = ref.minibatch(data, init, batches, ratio, lambda s: stream(entropy, "minibatch", "reassign", s))
+    np.testing.assert_allclose(m.cluster_centers_, want, rtol=1e-10)
+    np.testing.assert_array_equal(m.counts_, counts)
+    assert m.n_iter_ == steps
+    if ratio:
+        assert sum(r["changed"] for r in m.history_) > 0   # the reassignment ran
 
 
 def test_minibatch_early_stop_and_quality(data):

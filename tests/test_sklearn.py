@@ -18,6 +18,7 @@ import dask_clust
 from dask_clust.estimators import ESTIMATORS
 from tests.reference.make_blobs import blobs
 from tests.reference import lloyd as ref
+from tests.reference import nmbatch as ref_nmbatch
 
 # Checks that cannot apply, with the reason (the same list scikit-learn keeps for its own KMeans)
 EXPECTED_FAILURES = {
@@ -97,18 +98,18 @@ def test_n_init_keeps_the_best_of_n_separate_fits():
 
 
 def test_partial_fit_is_sculleys_update_with_the_counts_carried():
+    """Twelve batches of 250 rows, each against the plain-numpy reference from the state the last one left
+    (the counts, the rows since the last reassignment check); ratio 0.2 makes the reassignment run."""
+    from dask_clust._random import check_random_state, stream
+
     X, _ = blobs(3000, 4, 6, seed=7)
-    C, v = X[:6].astype(np.float64), np.ones(6)
-    est = dask_clust.MiniBatchKMeans(6, init=C.copy())
-    for b in range(0, len(X), 250):
+    C, v, since = X[:6].astype(np.float64), None, 0
+    est = dask_clust.MiniBatchKMeans(6, init=C.copy(), reassignment_ratio=0.2, random_state=3)
+    picks = lambda step: stream(check_random_state(3), "minibatch", "reassign", "partial", step)   # noqa: E731
+    for step, b in enumerate(range(0, len(X), 250)):
         batch = X[b:b + 250]
         est.partial_fit(batch)
-        labels = ref.assign(batch, C)[0]   # the centres before the batch, brute force
-        S = C * v[:, None]
-        for j in range(6):
-            S[j] += batch[labels == j].astype(np.float64).sum(0)
-            v[j] += np.count_nonzero(labels == j)
-        C = S / v[:, None]
+        C, v, since = ref_nmbatch.minibatch(batch, C, [np.arange(len(batch))], 0.2, lambda _: picks(step), v, since)
         np.testing.assert_allclose(est.cluster_centers_, C, rtol=1e-10)
         np.testing.assert_array_equal(est.counts_, v)
     assert est.n_steps_ == 12

@@ -93,7 +93,8 @@ def _summary_step(chunk, params):
 
 def _take_step(chunk, ids):
     lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
-    return ids[lo:hi], chunk.x[ids[lo:hi] - chunk.start]
+    rows = ids[lo:hi] - chunk.start
+    return chunk.x[rows], chunk.w[rows]
 
 
 def _empty_step(chunk, params):
@@ -460,12 +461,13 @@ class Engine:
         file checked against ``fields`` (``restored_rows``)."""
         self.reduce(_load_rows, (rows, key, fields))
 
-    def take(self, ids):
-        """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array."""
+    def take(self, ids, weights=False):
+        """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array; with
+        ``weights``, (rows, their sample weights)."""
         ids = np.asarray(ids, dtype=np.int64)
         uniq, inverse = np.unique(ids, return_inverse=True)
-        _, rows = self.reduce(_take_step, uniq, (Rows(), Rows()))
-        return rows[inverse]
+        rows, w = self.reduce(_take_step, uniq, (Rows(), Rows()))
+        return (rows[inverse], w[inverse]) if weights else rows[inverse]
 
     @contextlib.contextmanager
     def working_set(self, X, weights, entropy):

@@ -67,16 +67,30 @@ def nmbatch(X, order, centers, b0, rho, max_rounds, mode="paper"):
     return rounds, c
 
 
-def minibatch(X, centers, batches):
-    """Sculley: the seed is each centre's first row (v = 1); each batch is assigned to the centres of its
-    start, then every centre is the mean of all rows it was given. Returns the final centres."""
+def minibatch(X, centers, batches, ratio=0.0, picks=None, counts=None, since=0):
+    """Sculley's update as scikit-learn runs it: each centre's count starts at 0 (its first row replaces its
+    seed); each batch is assigned to the centres of its start, then every centre is the mean of all the rows
+    it was ever given. With ratio > 0, after a batch that makes 10·k rows since the last check (or follows
+    a centre of count 0), centres of count < ratio · the largest move to distinct rows of the batch
+    (``picks(step)``'s generator chooses them; at most half the batch, the lightest) and take the smallest
+    count of the others. Returns (centres, counts, rows since the last check)."""
     c = np.array(centers, dtype=np.float64)
-    S, v = c.copy(), np.ones(len(c))
-    for ids in batches:
+    k = len(c)
+    v = np.zeros(k) if counts is None else np.array(counts, dtype=np.float64)
+    for step, ids in enumerate(batches):
         x = X[ids].astype(np.float64)
+        since += len(x)
+        due = ratio > 0 and (since >= 10 * k or (v == 0).any())
         lab = np.argmin(((x[:, None, :] - c[None]) ** 2).sum(-1), axis=1)
-        for i, j in enumerate(lab):
-            S[j] += x[i]
+        for i, j in enumerate(lab):   # one row at a time, rate 1/v
             v[j] += 1
-        c = S / v[:, None]
-    return c
+            c[j] += (x[i] - c[j]) / v[j]
+        if due:
+            since = 0
+            low = v < ratio * v.max()
+            if low.sum() > len(x) // 2:
+                low[np.argsort(v, kind="stable")[len(x) // 2:]] = False
+            if low.any():
+                c[low] = x[picks(step).choice(len(x), int(low.sum()), replace=False)]
+                v[low] = v[~low].min()
+    return c, v, since
