@@ -28,7 +28,7 @@ import numpy as np
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from .._random import stream
 from ..kernels.assign import Prepared, accumulate, nearest
-from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
 from .registry import BIG, COUNT, MAYBE, AlgorithmSpec, centres, finish, register
 
 # bytes of batch rows one gather brings (a block holds 1 to MAX_BLOCK batches)
@@ -119,15 +119,9 @@ def draw_block(engine, entropy, block, length, b):
     return rows.reshape(length, b, -1), w.reshape(length, b)
 
 
-def initial_centers(engine, cfg, entropy):
-    """Step 1: seeds from init_size rows drawn uniformly (an array init as given); (centres, evaluations)."""
-    if not isinstance(cfg.init, str):
-        return seed(engine, cfg.n_clusters, cfg.init, entropy)
-    N, k = engine.n_samples, cfg.n_clusters
-    m = min(N, cfg.init_size or max(3 * cfg.batch_size, 3 * k))
-    rows, w = engine.take(stream(entropy, "minibatch", "init").integers(0, N, m), weights=True)
-    with engine.working_set(rows, w, entropy) as work:
-        return seed(work, k, cfg.init, entropy)
+def seeding_rows(cfg, n_samples):
+    """init_size, else scikit-learn's 3·batch_size (at least 3·k), at most all rows."""
+    return min(n_samples, cfg.init_size or max(3 * cfg.batch_size, 3 * cfg.n_clusters))
 
 
 class NoImprovement:
@@ -157,7 +151,7 @@ def fit(engine, cfg, entropy, loop):
     length = block_length(cfg, engine.n_features)
     restored = loop.restored
     if restored is None:
-        centers, seed_evals = initial_centers(engine, cfg, entropy)
+        centers, seed_evals = seed_sample(engine, k, cfg.init, entropy, seeding_rows(cfg, N), "minibatch")
         counts, since, evals_total = np.zeros(k), 0, seed_evals
         rule = NoImprovement(b, N, cfg.max_no_improvement)
     else:   # a resumed fit: the centres, their counts and the rule's state; the batches are keyed by step

@@ -345,6 +345,23 @@ def random_rows(engine, k, entropy):
     return engine.take(np.sort(ids)).astype(np.float64), 0
 
 
+def seed_rows(engine, rows, weights, k, init, entropy):
+    """``seed`` on rows the driver holds (a sample of the engine's), seeded where ``working_set`` puts them."""
+    with engine.working_set(rows, weights, entropy) as work:
+        return seed(work, k, init, entropy)
+
+
+def seed_sample(engine, k, init, entropy, m, tag):
+    """``seed`` on m rows drawn uniformly with replacement (their weights kept) from the stream ``tag``: the
+    stochastic methods' seeding, whose cost must not grow with N (scikit-learn's MiniBatchKMeans seeds on
+    3·batch_size rows); a given array is returned as it is."""
+    if not isinstance(init, str):
+        return seed(engine, k, init, entropy)
+    rows, w = engine.take(stream(entropy, tag, "seeding").integers(0, engine.n_samples, min(m, engine.n_samples)),
+                          weights=True)
+    return seed_rows(engine, rows, w, k, init, entropy)
+
+
 def seed(engine, k, init, entropy, *, n_local_trials=None, oversampling_factor=2.0, init_max_iter=30,
          chain_length=20):
     """Initial centres (k, d) float64 and the distance evaluations spent on them."""
