@@ -443,44 +443,54 @@ def nested_problem(draw):
 @settings(max_examples=150, deadline=None)
 @given(nested_problem())
 def test_nested_round_keeps_exact_labels_sums_and_lower_bounds(problem):
-    """A round at centres C0 over the first n_old rows, the centres moved to C1, then a round over n_new
-    rows (the old ones through their bounds, the new ones in full): every active row ends at a nearest
-    centre of C1 (new rows the lowest index; Elkan keeps a label that ties, else the lowest index), the
-    moved sums are Σ w x and Σ w by label, sse is Σ w d², and the bounds stay below the distances.
-    Integer rows and centres: every squared distance is exact, so ties are ties."""
-    from dask_clust.kernels.nested import nested_round
+    """Rows join at centres C0 (the first n_old of a nesting order), the centres move to C1, then a round
+    reuses them through their bounds while the next rows of the order join (by the GEMM): every row in the
+    batch ends at a nearest centre of C1 (joining rows the lowest index; Elkan keeps a label that ties, else
+    the lowest index), the moved sums are Σ w x and Σ w by label, sse is Σ w d², and the bounds stay below
+    the distances. Integer rows and centres: every squared distance is exact, so ties are ties."""
+    from dask_clust.kernels.nested import reuse_rows
 
     X, w, order, n_old, n_new, C0, C1, elkan = problem
     n, k = len(X), len(C0)
     labels, dist = np.zeros(n, np.int32), np.zeros(n)
     lower = np.zeros((n, k if elkan else 1), np.float32)
     S, v = np.zeros((k, X.shape[1])), np.zeros(k)
-    nested_round(X, w, order, 0, n_old, C0, np.zeros(k), labels, dist, lower, S, v, np.zeros(k))
-    before = labels[:n_old].copy()
+    old, new = np.sort(order[:n_old]), np.sort(order[n_old:n_new])
+    _join(X, w, old, C0, labels, dist, lower, S, v, np.zeros(k))
+    before = labels[old].copy()
     p = np.sqrt(((C1 - C0) ** 2).sum(1))
     sse = np.zeros(k)
-    nested_round(X, w, order, n_old, n_new, C1, p, labels, dist, lower, S, v, sse)
-    rows = order[:n_new]
+    reuse_rows(X, w, old, C1, p, labels, dist, lower, S, v, sse)
+    _join(X, w, new, C1, labels, dist, lower, S, v, sse)
+    rows = np.concatenate([old, new])
     D = np.sqrt(((X[rows].astype(np.float64)[:, None] - C1[None]) ** 2).sum(-1))
     best = D.min(1)
-    np.testing.assert_array_equal(dist[:n_new], best)
+    np.testing.assert_array_equal(dist[rows], best)
     lowest = (D == best[:, None]).argmax(1)
-    np.testing.assert_array_equal(labels[n_old:n_new], lowest[n_old:])   # new rows: the lowest index
+    np.testing.assert_array_equal(labels[new], lowest[n_old:])   # joining rows: the lowest index
     ties = D[np.arange(n_old), before] == best[:n_old]   # a reused row whose label is still a nearest
     if elkan:
-        np.testing.assert_array_equal(labels[:n_old], np.where(ties, before, lowest[:n_old]))
+        np.testing.assert_array_equal(labels[old], np.where(ties, before, lowest[:n_old]))
     else:   # Hamerly keeps it while its bound holds, else searches all: the lowest index
-        assert np.all((labels[:n_old] == lowest[:n_old]) | (ties & (labels[:n_old] == before)))
-    lab = labels[:n_new]
+        assert np.all((labels[old] == lowest[:n_old]) | (ties & (labels[old] == before)))
+    lab = labels[rows]
     np.testing.assert_allclose(v, np.bincount(lab, w[rows], k), rtol=1e-12, atol=1e-12)
     for j in range(k):
         np.testing.assert_allclose(S[j], (w[rows][lab == j, None] * X[rows][lab == j]).sum(0), rtol=1e-12, atol=1e-9)
     np.testing.assert_allclose(sse, np.bincount(lab, w[rows] * best ** 2, k), rtol=1e-12, atol=1e-12)
     if elkan:
-        assert np.all(lower[:n_new] <= D)
+        assert np.all(lower[rows] <= D)
     else:
-        second = np.sort(D, 1)[:, 1] if k > 1 else np.full(n_new, np.inf)
-        assert np.all(lower[:n_new, 0] <= second)
+        second = np.sort(D, axis=1)[:, 1] if k > 1 else np.full(len(rows), np.inf)
+        assert np.all(lower[rows, 0] <= second)
+
+
+def _join(X, w, rows, C, labels, dist, lower, S, v, sse):
+    from dask_clust.kernels.assign import Prepared
+    from dask_clust.kernels.nested import join_rows
+
+    P = Prepared(C, X.dtype)
+    return join_rows(X, w, rows, P.Cd, P.cnorm, P.C, P.tol, P.block, labels, dist, lower, S, v, sse)
 
 
 @settings(max_examples=100, deadline=None)

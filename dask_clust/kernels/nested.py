@@ -1,13 +1,14 @@
-"""Nested mini-batch k-means kernels (ALGORITHMS.md §2): the nesting order, and one round over a chunk's
-active rows with lower bounds on the distances to the centres (Elkan: one per centre; Hamerly: one on the
-second closest).
+"""Nested mini-batch k-means kernels (Newling & Fleuret, NIPS 2016, Alg. 5): the nesting order, and a round
+over a chunk's rows in the batch with lower bounds on the distances to the centres (Elkan: one per centre;
+Hamerly: one on the second closest): the rows already in it through their bounds, the rows joining it by
+a blocked GEMM.
 
 Bounds are float32 (N·k·4 bytes) rounded down, so they stay lower bounds of the float64 distances.
 """
 import numpy as np
 from numba import njit
 
-from .distance import sqdist
+from .distance import _UNDERFLOW, nearest_rows, sqdist
 from .._random import GOLDEN, splitmix
 
 # float32 rounding is at most 2^-24 relative: shrinking by 2^-22 first keeps a stored bound below its value
@@ -61,19 +62,19 @@ def _move(X, i, wi, a, S, v, sign):
 
 
 @njit(nogil=True, cache=True)
-def nested_round(X, w, order, n_old, n_new, C, p, labels, dist, lower, S, v, sse):
-    """One round of nmbatch on a chunk: reused rows (positions [0, n_old) of ``order``) take l −= p, their
-    exact distance to their centre, and the exact distance to every centre whose bound is below it
-    (Elkan, in index order); a changed label moves the row's (w x, w) from the old centre's sums to the
-    new one's. Rows at positions [n_old, n_new) join with all k distances (tight bounds).
+def reuse_rows(X, w, rows, C, p, labels, dist, lower, S, v, sse):
+    """A round over rows already in the batch (ascending indices, so X streams from memory instead of
+    being read a row at random: 4× faster at 108 features): each takes l −= p, its exact distance to its
+    centre, and the exact distance to every centre whose bound is below it (Elkan, in index order); a
+    changed label moves the row's (w x, w) from the old centre's sums to the new one's.
     Returns (distance evaluations, changed labels).
 
-    X : IN (n, D);  w : IN float64 (n,);  order : IN int64 (n,) chunk rows by nesting rank
+    X : IN (n, D);  w : IN float64 (n,);  rows : IN int64 (m,) ascending
     C : IN float64 (k, D) centres;  p : IN float64 (k,) their displacement at the last update
-    labels : INOUT int32 (n,), dist : INOUT float64 (n,) label and exact distance, by position
-    lower : INOUT float32 (n, k) bounds by position (Elkan), or (n, 1): bound on the second closest (Hamerly)
+    labels : INOUT int32 (n,), dist : INOUT float64 (n,) label and exact distance, by row
+    lower : INOUT float32 (n, k) bounds by row (Elkan), or (n, 1): bound on the second closest (Hamerly)
     S : INOUT float64 (k, D) Σ w x moves;  v : INOUT float64 (k,) Σ w moves
-    sse : INOUT float64 (k,) Σ w d² of the active rows by their new label
+    sse : INOUT float64 (k,) Σ w d² of the rows by their new label
     """
     k = C.shape[0]
     elkan = lower.shape[1] == k
@@ -82,60 +83,99 @@ def nested_round(X, w, order, n_old, n_new, C, p, labels, dist, lower, S, v, sse
         pmax = max(pmax, p[j])
     evals = 0
     changed = 0
-    for pos in range(n_old):
-        i = order[pos]
-        a = labels[pos]
+    for t in range(rows.shape[0]):
+        i = rows[t]
+        a0 = labels[i]
+        a = a0
         d = np.sqrt(sqdist(X, i, C, a))
         evals += 1
         if elkan:
-            a0 = labels[pos]
             candidates = 0
             for j in range(k):  # branch-free, so both loops vectorise; most rows have no candidate
-                lj = _down(lower[pos, j] - p[j])
-                lower[pos, j] = lj
+                lj = _down(lower[i, j] - p[j])
+                lower[i, j] = lj
                 candidates += lj < d
-            candidates -= lower[pos, a0] < d
+            candidates -= lower[i, a0] < d
             for j in range(k if candidates else 0):  # Alg. 1: every centre but the label at the round's start
-                if j != a0 and lower[pos, j] < d:
+                if j != a0 and lower[i, j] < d:
                     dj = np.sqrt(sqdist(X, i, C, j))
                     evals += 1
-                    lower[pos, j] = _down(dj)
+                    lower[i, j] = _down(dj)
                     if dj < d:
                         a = j
                         d = dj
         else:
-            lower[pos, 0] = _down(lower[pos, 0] - pmax)
-            if lower[pos, 0] < d:
+            lower[i, 0] = _down(lower[i, 0] - pmax)
+            if lower[i, 0] < d:
                 a, d, second = _nearest_two(X, i, C)
                 evals += k
-                lower[pos, 0] = _down(second)
-        if a != labels[pos]:
-            _move(X, i, w[i], labels[pos], S, v, -1.0)
+                lower[i, 0] = _down(second)
+        if a != a0:
+            _move(X, i, w[i], a0, S, v, -1.0)
             _move(X, i, w[i], a, S, v, 1.0)
-            labels[pos] = a
+            labels[i] = a
             changed += 1
-        dist[pos] = d
-        sse[a] += w[i] * d * d
-    for pos in range(n_old, n_new):
-        i = order[pos]
-        if elkan:
-            a = 0
-            d = np.inf
-            for j in range(k):
-                dj = np.sqrt(sqdist(X, i, C, j))
-                lower[pos, j] = _down(dj)
-                if dj < d:
-                    a = j
-                    d = dj
-        else:
-            a, d, second = _nearest_two(X, i, C)
-            lower[pos, 0] = _down(second)
-        evals += k
-        labels[pos] = a
-        dist[pos] = d
-        _move(X, i, w[i], a, S, v, 1.0)
+        dist[i] = d
         sse[a] += w[i] * d * d
     return evals, changed
+
+
+@njit(nogil=True, cache=True)
+def join_rows(X, w, rows, Cd, cnorm, C, tol, block, labels, dist, lower, S, v, sse):
+    """Rows joining the batch: all k distances by the blocked GEMM of ``nearest_rows`` (exact label, lowest
+    index on ties, and exact distance), each bound the GEMM's value less its rounding band (the band
+    ``nearest_rows`` takes for the second best), rounded down; their (w x, w) join the sums.
+    Returns distance evaluations. A tenth of the time of k direct distances per row at 108 features.
+
+    X, w : IN as ``reuse_rows``;  rows : IN int64 (m,) the joining rows
+    Cd, cnorm, C, tol, block : IN the centres as ``kernels.assign.Prepared`` holds them
+    labels, dist, lower, S, v, sse : OUT / INOUT as ``reuse_rows``
+    """
+    k, D = C.shape
+    elkan = lower.shape[1] == k
+    n = rows.shape[0]
+    block = max(1, min(block, n))
+    xb = np.empty((block, D), X.dtype)
+    G = np.empty((k, block), X.dtype)
+    best = np.empty(block, X.dtype)
+    second = np.empty(block, X.dtype)
+    jb = np.zeros(block, np.int32)
+    top = np.empty(block)
+    band = np.empty(block)
+    lab = np.empty(block, np.int32)
+    mind = np.empty(block)
+    mind2 = np.empty(block)
+    cmax = 0.0
+    for j in range(k):
+        cmax = max(cmax, cnorm[j])
+    two = X.dtype.type(2.0)
+    evals = 0
+    for s in range(0, n, block):
+        m = min(block, n - s)
+        for r in range(m):
+            xb[r] = X[rows[s + r]]
+        Gb = G if m == block else np.empty((k, m), X.dtype)   # the GEMM writes into G only at its width
+        evals += nearest_rows(xb, 0, m, Cd, cnorm, C, tol, Gb, best, second, jb, top, band, lab, mind, mind2)
+        for r in range(m):
+            i = rows[s + r]
+            a = lab[r]
+            d = np.sqrt(mind[r])
+            if elkan:
+                xx = 0.0
+                for t in range(D):
+                    xv = np.float64(xb[r, t])
+                    xx += xv * xv
+                slack = xx - tol * (xx + cmax) - _UNDERFLOW
+                for j in range(k):
+                    lower[i, j] = _down(np.sqrt(max(np.float64(X.dtype.type(cnorm[j]) - two * Gb[j, r]) + slack, 0.0)))
+                lower[i, a] = _down(d)
+            else:
+                lower[i, 0] = _down(np.sqrt(mind2[r]))
+            labels[i] = a
+            dist[i] = d
+            _move(X, i, w[i], a, S, v, 1.0)
+            sse[a] += w[i] * d * d
+    return evals
 
 
 @njit(nogil=True, cache=True, inline="always")
