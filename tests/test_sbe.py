@@ -19,14 +19,17 @@ def test_matches_reference_with_the_same_batches(data):
     k, rs, omaxit, imaxit, b = 5, 9, 6, 4, 100
     init = data[[1, 2, 3, 4, 5]].astype(np.float64)
     m = dask_clust.fit(data, algo="sbe", n_clusters=k, init=init, batch_size=b, omaxit=omaxit, imaxit=imaxit,
-                       step_size=0.8, random_state=rs, client="in-process")
+                       step_size=0.8, eval_every=omaxit, random_state=rs, client="in-process")
     entropy = check_random_state(rs)
     batches = [draw_batches(entropy, o, len(data), b, imaxit) for o in range(omaxit)]
     np.testing.assert_allclose(m.cluster_centers_, ref.sbe(data, init, batches, 0.8), rtol=1e-9, atol=1e-12)
     assert [h["gamma"] for h in m.history_] == pytest.approx([0.8 * k * 0.95 ** o for o in range(omaxit)])
-    # f = QE / 2N at the evaluations (the last step here), the objective the QE of the returned centres
+    # each step's objective: f at its starting centres on its first batch (the first step's: at init)
+    first = ((data[batches[0][0], None, :].astype(np.float64) - init[None]) ** 2).sum(-1).min(1).sum()
+    assert m.history_[0]["objective"] == pytest.approx(first / (2 * b), rel=1e-9)
+    # f on all rows at the evaluation (the last step here), the objective the QE of the returned centres
     qe = ((data[:, None, :].astype(np.float64) - m.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
-    assert m.history_[-1]["objective"] == pytest.approx(qe / (2 * len(data)), rel=1e-9)
+    assert m.history_[-1]["f_all_rows"] == pytest.approx(qe / (2 * len(data)), rel=1e-9)
     assert m.objective_ == pytest.approx(qe, rel=1e-9)
 
 
@@ -45,7 +48,7 @@ def test_divergence_is_an_error_not_nan_centres(data):
 
 
 def test_iris_reaches_the_global_minimum_where_lloyd_sticks():
-    """The paper's Iris experiment (k = 3, batch 30, 100 x 10 steps): SBE ends in [0.2628, 0.2640] from
+    """The paper's Iris experiment (random rows, k = 3, batch 30, 100 x 10 steps, step 1): SBE ends in [0.2628, 0.2640] from
     (almost) every start; Lloyd from the same starts sometimes stays near 0.48."""
     from sklearn.datasets import load_iris
 
@@ -54,7 +57,7 @@ def test_iris_reaches_the_global_minimum_where_lloyd_sticks():
     good, lloyd_stuck = 0, 0
     for run in range(20):
         init = X[rng.choice(len(X), 3, replace=False)]
-        m = dask_clust.fit(X, algo="sbe", n_clusters=3, init=init, batch_size=30, omaxit=100, imaxit=10,
+        m = dask_clust.fit(X, algo="sbe", n_clusters=3, init=init, batch_size=30, omaxit=100, imaxit=10, step_size=1.0,
                            random_state=run, client="in-process")
         good += 0.2628 <= m.objective_ / (2 * len(X)) <= 0.2640
         km = dask_clust.fit(X, n_clusters=3, init=init, client="in-process")

@@ -229,8 +229,8 @@ def sbe_iris(run, runs=100):
     rng = np.random.default_rng(0)
     for r in range(runs):
         init = X[rng.choice(len(X), 3, replace=False)]
-        s = api.fit(X, "sbe", 3, init=init, batch_size=30, omaxit=5 if run.tiny else 100, imaxit=10, random_state=r,
-                    client="in-process")
+        s = api.fit(X, "sbe", 3, init=init, batch_size=30, omaxit=5 if run.tiny else 100, imaxit=10, step_size=1.0,
+                    random_state=r, client="in-process")
         km = api.fit(X, "kmeans", 3, init=init, client="in-process")
         run.emit({"kind": "sbe_iris", "run_index": r, "f_sbe": s.objective_ / (2 * len(X)),
                   "f_lloyd": km.objective_ / (2 * len(X))})
@@ -252,7 +252,8 @@ def sbe_digitlike(run, runs=10):
         for r in range(runs):
             init = X[rng.choice(n, k, replace=False)]
             common = dict(init=init, random_state=r, client="in-process")
-            fits = {"SBE": api.fit(X, "sbe", k, batch_size=500, omaxit=5 if run.tiny else 100, imaxit=5, **common),
+            fits = {"SBE": api.fit(X, "sbe", k, batch_size=500, omaxit=5 if run.tiny else 100, imaxit=5, step_size=1.0,
+                                   **common),
                     "Lloyd": api.fit(X, "kmeans", k, **common),
                     "mini-batch": api.fit(X, "minibatch", k, batch_size=500, **common)}
             for label, m in fits.items():
