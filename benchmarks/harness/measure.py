@@ -164,7 +164,8 @@ def _sklearn(X, k, seed, kind, batch_size, max_iter):
 
     cut = {} if max_iter is None else {"max_iter": max_iter}
     if kind == "minibatch":
-        est = MiniBatchKMeans(k, batch_size=min(batch_size, len(X)), n_init=1, random_state=seed, **cut)
+        size = {} if batch_size is None else {"batch_size": min(batch_size, len(X))}   # None: its default (1024)
+        est = MiniBatchKMeans(k, n_init=1, random_state=seed, **size, **cut)
     else:
         est = KMeans(k, init="k-means++", n_init=1, algorithm=kind, random_state=seed, **cut)
     est.fit(X)
@@ -223,7 +224,7 @@ def _child(out, args):
         out.put(("error", f"{type(exc).__name__}: {exc}"[:300]))
 
 
-def competitor(name, path, X, k, seed, repeats, cap_s, batch_size=5000, isolated=True, max_iter=None):
+def competitor(name, path, X, k, seed, repeats, cap_s, batch_size=None, isolated=True, max_iter=None):
     """Row fields of a competitor's ``repeats`` fits in a fresh process, or {"status": "cap" | "error: ..."}.
     isolated=False runs them in this process, without the cap or the warm-up fit (the smoke run, where a
     process costs more than the fits); ``max_iter`` cuts the library's iterations (the smoke run too)."""

@@ -135,7 +135,8 @@ def tables_section(suite, rows, plot):
              "same run, data, k and seed. Wall time is the median of 3 fits (of fewer when they took over 30 s: "
              "`wall_runs` in the JSON lines has each); QE is on the full data; overhead is "
              "the engine's share of the wall time (round trips × an empty iteration); memory is the peak resident "
-             "size of the busiest worker (or the competitor's process).", ""]
+             "size of the busiest worker (or the competitor's process). Dominated: a scikit-learn or faiss "
+             "method on the same data was both faster and at a lower QE (it names the first such).", ""]
     by_data = defaultdict(list)
     for r in rows:
         if r["seed"] == 0:
@@ -143,14 +144,29 @@ def tables_section(suite, rows, plot):
     for (name, k, n, d), rs in by_data.items():
         lines += [f"### {name} ({n:,} × {d}, k = {k})", ""]
         lines.append(table(["tool", "algorithm", "wall s", "QE", "η", "speedup", "iterations", "distance evals",
-                            "overhead", "peak MiB", "status"],
+                            "overhead", "peak MiB", "dominated", "status"],
                            [[r["tool"], r["algo"], fmt(r.get("wall_s")), fmt(r.get("qe"), ".5g"), pct(r.get("eta")),
                              times(r.get("speedup")), fmt(r.get("n_iter"), "d"), fmt(r.get("distance_evals"), ".3g"),
                              "–" if r.get("overhead_share") is None else f"{100 * r['overhead_share']:.0f} %",
-                             mib(r.get("peak_worker_bytes")), r.get("status", "ok")] for r in rs]))
+                             mib(r.get("peak_worker_bytes")), dominated_by(r, rs) or "–", r.get("status", "ok")]
+                            for r in rs]))
         lines.append("")
     lines += [f"![QE against time for every data set]({plot(_plot_tables, by_data, f'{suite}_tables.png')})", ""]
     return lines
+
+
+# the methods users would pick instead of ours: an algorithm of ours is dominated when one of them is both
+# faster and better on the same data
+PEERS = ("scikit-learn", "faiss")
+
+
+def dominated_by(row, rows):
+    """The first peer row (``PEERS``) of ``rows`` both faster than ``row`` and at a lower QE, or None (also for a
+    peer's own row and for a row without figures)."""
+    if row["tool"] in PEERS or "qe" not in row or "wall_s" not in row:
+        return None
+    return next((r["algo"] for r in rows if r["tool"] in PEERS and "qe" in r and "wall_s" in r
+                 and r["wall_s"] < row["wall_s"] and r["qe"] < row["qe"]), None)
 
 
 def vcgmm_section(rows, plot):
