@@ -7,7 +7,7 @@ from hypothesis import example, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dask_clust.kernels.assign import Prepared, accumulate, all_sqdist, candidate_potentials, nearest, update_mind
-from dask_clust.kernels.distance import gemm_tolerance
+from dask_clust.kernels.distance import gemm_tolerance, rows_per_block
 from dask_clust.kernels.sampling import greedy_plusplus, sample_proportional
 from dask_clust.kernels.stats import N_WORDS, chunk_summary, fixed_add, fixed_top_exponent, from_fixed, to_fixed
 from tests.reference.lloyd import sqdist
@@ -344,11 +344,16 @@ def test_backward_euler_step_matches_the_reference(problem):
     from tests.reference.sbe import grad
 
     batches, x, gamma = problem
+    tol, block = gemm_tolerance(batches.dtype, x.shape[1]), rows_per_block(len(x))
+    b = batches.shape[1]
     g = np.empty_like(x)
-    batch_gradient(batches[0], x, g)
-    np.testing.assert_array_equal(g, grad(batches[0].astype(np.float64), x))
+    qe = batch_gradient(batches[0], x, tol, block, np.empty(b, np.int32), np.empty(b), g)
+    B0 = batches[0].astype(np.float64)
+    np.testing.assert_array_equal(g, grad(B0, x))
+    assert qe == pytest.approx(((B0[:, None] - x[None]) ** 2).sum(-1).min(1).sum(), rel=1e-12, abs=1e-12)
     z = np.empty_like(x)
-    backward_euler_step(batches, x, gamma, 0.75, z)
+    first = backward_euler_step(batches, x, gamma, 0.75, tol, block, z)
+    assert first == qe
     y, want = x.copy(), x.copy()
     for B in batches:
         y = x - gamma * grad(B.astype(np.float64), y)

@@ -52,7 +52,7 @@ def sqdist_row(xr, C, j):
 
 
 # absolute slack of a bound from the GEMM form: products that underflow in float32 lose < 1.5e-45 each
-_UNDERFLOW = 1e-30
+UNDERFLOW = 1e-30
 
 
 def rows_per_block(n_centers):
@@ -134,7 +134,7 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, top, band, l
         top[r] = np.float64(best[r])
         near_tie = k > 1 and np.float64(second[r]) - top[r] <= band[r]
         if mind2.shape[0]:  # after a re-search the label may be the scan's second: only the best bounds the rest
-            mind2[i] = max(0.0, (top[r] if near_tie else np.float64(second[r])) + xx - band[r] - _UNDERFLOW)
+            mind2[i] = max(0.0, (top[r] if near_tie else np.float64(second[r])) + xx - band[r] - UNDERFLOW)
         if near_tie:
             mind[i] = np.inf
             researched += 1
