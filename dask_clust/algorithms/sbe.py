@@ -18,7 +18,8 @@ assignment costs nothing more); ``eval_every`` adds f on all rows (a pass over t
 the fit ends with the exact QE of its centres.
 
 The batches are drawn from one random stream keyed by the outer step and gathered by global row, so the
-model depends on random_state only. The step-size schedule is the paper's lost detail: γ0 = step_size · k
+model depends on random_state only. The driver holds the centres and one block of batches, O(k·D +
+steps·imaxit·b·D) with the block capped at BLOCK_BYTES, whatever N; the steps run in its process. The step-size schedule is the paper's lost detail: γ0 = step_size · k
 makes the dimensionless step γ|C_j|/N ≈ step_size for balanced clusters; both are parameters.
 """
 import numbers
