@@ -259,7 +259,7 @@ STATE_DAMAGE = {   # (algo, what is done to the generation's state, the refusal)
     "nmbatch a batch beyond the rows": ("nmbatch", lambda st: st.update(b=10 ** 9),
                                         r"'b' is 1000000000, not an integer in \[1, 12001\)"),
     "sbe an entry of another algorithm": ("sbe", lambda st: st.update(Gc=[0]), r"its state holds \['Gc', "),
-    "vrkm an entry missing": ("vrkm", lambda st: st.pop("warned"), r"its state holds \['C', 'evals', 'prev', "
+    "vrkm an entry missing": ("vrkm", lambda st: st.pop("warned"), r"its state holds \['C', 'best', 'evals', "
                                                                    r"'seed_evals'\], not"),
 }
 

@@ -93,3 +93,17 @@ def test_overshooting_learning_rate_warns(data):
     with pytest.warns(RuntimeWarning, match="overshoots"):
         dask_clust.fit(X, algo="vrkm", n_clusters=6, learning_rate=2.0, max_epochs=6, tol=0.0, random_state=0,
                        client="in-process")
+
+
+@pytest.mark.parametrize("eta,rises", [(0.002, False), (1.0, True)])
+def test_stops_when_an_epoch_is_no_better_than_the_best(data, eta, rises):
+    """The stopping rule on the epochs' QE: the fit ends at the first epoch less than tol below the lowest QE
+    before it (the paper's |ΔQE| < tol while the QE falls; a rise ends it too), never earlier. A large
+    constant step makes the QE rise (1.0), a small one makes it fall slowly (0.002)."""
+    tol = 1e-3
+    m = dask_clust.fit(data, algo="vrkm", n_clusters=6, init="random", learning_rate=eta, max_epochs=40, tol=tol,
+                       random_state=1, client="in-process")
+    qe = [h["objective"] for h in m.history_]
+    first = next(t for t in range(1, len(qe)) if min(qe[:t]) - qe[t] < tol * qe[t])
+    assert m.converged_ and len(qe) == first + 1 < 40
+    assert (qe[-1] > min(qe[:-1])) == rises
