@@ -28,8 +28,8 @@ SLOW = ("kmeans", "vrkm")
 PEERS = ("sklearn-minibatch", "faiss")
 
 
-def measure_case(run, name, k, seeds):
-    """Rows {method: [row per seed]} of one data set."""
+def measure_case(run, name, k, seeds, algos):
+    """Rows {method: [row per seed]} of one data set (ours: those of ``algos``)."""
     path, X = run.data(name)
     overhead = measure.engine_overhead_ms(path, run.client)
     got = defaultdict(list)
@@ -37,7 +37,7 @@ def measure_case(run, name, k, seeds):
     for seed in range(seeds):
         for peer in PEERS:
             got[peer].append(run.competitor(peer, path, X, k, seed, repeats=1))
-        for algo in FAST + (SLOW if seed == 0 else ()):
+        for algo in [a for a in FAST + (SLOW if seed == 0 else ()) if a in algos]:
             got[algo].append(run.ours_row(path, X, algo, k, seed, {}, overhead, repeats=1))
     for method, rows in got.items():
         for seed, row in enumerate(rows):
@@ -90,6 +90,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--cases", default=",".join(f"{n}:{k}" for n, k in CASES), help="data:k,... (default: all four)")
+    p.add_argument("--algos", default=",".join(FAST + SLOW), help="ours to fit (the peers always run)")
     args = p.parse_args()
     cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
     lines = []
@@ -97,7 +98,7 @@ def main():
         run = Run("stochastic", f, client, repeats=1, cap_s=600.0)
         try:
             for name, k in cases:
-                case = summary(name, k, measure_case(run, name, k, args.seeds))
+                case = summary(name, k, measure_case(run, name, k, args.seeds, args.algos.split(",")))
                 print("\n".join(case), flush=True)
                 lines += case
         finally:
