@@ -7,7 +7,8 @@ D. Sculley, "Web-scale k-means clustering", WWW 2010, doi:10.1145/1772690.177286
 a centre's first row replaces its seed); the baseline of Newling & Fleuret (NIPS 2016), Fig. 2. The seeding
 on a sample, the reassignment and the stopping rule are scikit-learn's (``sklearn.cluster.MiniBatchKMeans``).
 
-  1. seed on init_size rows drawn uniformly (k-means++ by default); v_j = 0
+  1. seed on init_size rows drawn uniformly (k-means|| by default: on the image patches at k = 200, 0.5 %
+     lower QE than scikit-learn's k-means++ on 3·b rows, in less time); v_j = 0
   repeat
   2. draw_block: the row ids of the next batches, one gather for several batches (a round trip per block,
      not per batch: a batch's arithmetic is far below a round trip's cost)
@@ -39,7 +40,7 @@ MAX_BLOCK = 64
 @dataclass
 class MiniBatchConfig:
     n_clusters: int = 8
-    init: object = "k-means++"
+    init: object = "k-means||"
     batch_size: int = 1024
     init_size: int | None = None
     max_iter: int = 100_000
@@ -59,8 +60,10 @@ class MiniBatchConfig:
     }
 
     docs: ClassVar = {
+        "init": "As k-means' init, run on init_size sampled rows (scikit-learn's: 'k-means++').",
         "init_size": "Rows drawn (uniformly, with replacement) to seed on: None is scikit-learn's 3 * batch_size, "
-                     "at least 3 * n_clusters; at most all rows.",
+                     "at least 50 * n_clusters (scikit-learn's 3 * n_clusters left 15 rows per centre at k = 200); "
+                     "at most all rows.",
         "max_iter": "Most mini-batches (scikit-learn's max_iter counts passes over the data instead).",
         "max_no_improvement": "Stop when the smoothed batch inertia has not improved for this many batches "
                               "(scikit-learn's rule); None disables the rule.",
@@ -120,8 +123,8 @@ def draw_block(engine, entropy, block, length, b):
 
 
 def seeding_rows(cfg, n_samples):
-    """init_size, else scikit-learn's 3·batch_size (at least 3·k), at most all rows."""
-    return min(n_samples, cfg.init_size or max(3 * cfg.batch_size, 3 * cfg.n_clusters))
+    """init_size, else scikit-learn's 3·batch_size (at least 50·k), at most all rows."""
+    return min(n_samples, cfg.init_size or max(3 * cfg.batch_size, 50 * cfg.n_clusters))
 
 
 class NoImprovement:
