@@ -4,6 +4,7 @@ import numpy as np
 from numba import njit
 
 from .assign import assign
+from .distance import sqnorm
 
 
 @njit(nogil=True, cache=True)
@@ -18,10 +19,7 @@ def batch_gradient(B, y, tol, block, labels, mind, g):
     k, d = y.shape
     cnorm = np.empty(k)
     for j in range(k):
-        s = 0.0
-        for t in range(d):
-            s += y[j, t] * y[j, t]
-        cnorm[j] = s
+        cnorm[j] = sqnorm(y, j)
     assign(B, y.astype(B.dtype), cnorm, y, tol, block, labels, mind, np.empty(0))
     cnt = np.zeros(k)
     g[:] = 0.0

@@ -37,6 +37,16 @@ def sqdist(X, i, C, j):
     return (s0 + s1) + (s2 + s3)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def sqnorm(X, i):
+    """||X[i]||² in float64, in index order.  X : IN float32/float64 (n, d);  i : IN row index"""
+    s = 0.0
+    for t in range(X.shape[1]):
+        v = np.float64(X[i, t])
+        s += v * v
+    return s
+
+
 @njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 def sqdist_row(xr, C, j):
     """Squared distance of a float64 row buffer to C[j]: the gather form of the truncated E-step.

@@ -8,7 +8,7 @@ Bounds are float32 (N·k·4 bytes) rounded down, so they stay lower bounds of th
 import numpy as np
 from numba import njit
 
-from .distance import UNDERFLOW, nearest_rows, sqdist
+from .distance import UNDERFLOW, nearest_rows, sqdist, sqnorm
 from .._random import GOLDEN, splitmix
 
 # float32 rounding is at most 2^-24 relative: shrinking by 2^-22 first keeps a stored bound below its value
@@ -161,10 +161,7 @@ def join_rows(X, w, rows, Cd, cnorm, C, tol, block, labels, dist, lower, S, v, s
             a = lab[r]
             d = np.sqrt(mind[r])
             if elkan:
-                xx = 0.0
-                for t in range(D):
-                    xv = np.float64(xb[r, t])
-                    xx += xv * xv
+                xx = sqnorm(xb, r)
                 slack = xx - tol * (xx + cmax) - UNDERFLOW
                 for j in range(k):
                     lower[i, j] = _down(np.sqrt(max(np.float64(X.dtype.type(cnorm[j]) - two * Gb[j, r]) + slack, 0.0)))

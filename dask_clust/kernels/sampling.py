@@ -3,7 +3,7 @@ a weighted set held in memory."""
 import numpy as np
 from numba import njit
 
-from .distance import sqdist
+from .distance import sqdist, sqnorm
 
 
 @njit(nogil=True, cache=True)
@@ -61,10 +61,7 @@ def greedy_plusplus(X, w, first, u, tol, chosen):
     xx = np.empty(M)
     mind = np.empty(M)
     for i in range(M):
-        s = 0.0
-        for t in range(D):
-            s += X[i, t] * X[i, t]
-        xx[i] = s
+        xx[i] = sqnorm(X, i)
         mind[i] = sqdist(X, i, X, first)
     chosen[0] = first
     # the rows with mass (D² > 0), compacted: a chosen row and its duplicates never gain any, and by the
