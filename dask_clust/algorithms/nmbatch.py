@@ -19,7 +19,9 @@ of the text) is the default: it made the paper's figures.
   until b = N and no label changed, or |ΔE/E| < tol once b = N, or max_iter rounds.
 
 Per round the driver receives the summed (ΔS, Δv, sse) and three counts, O(k·D) whatever N and the
-workers, and sends the centres and their moves. Bounds: k per row (Elkan, N·k·4 bytes) or one on the second closest centre (Hamerly); ``bounds="auto"``
+workers, and sends the centres and their moves.
+
+Bounds: k per row (Elkan, N·k·4 bytes) or one on the second closest centre (Hamerly); ``bounds="auto"``
 takes Hamerly's when a partition's Elkan bounds would exceed its memory budget.
 """
 import logging

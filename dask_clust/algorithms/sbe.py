@@ -4,7 +4,8 @@ is the next iterate; the step γ decays geometrically.
 
 P. Yin, M. Pham, A. Oberman, S. Osher, "Stochastic Backward Euler: An Implicit Gradient Descent Algorithm
 for k-means Clustering", J. Sci. Comput. 77, 2018, doi:10.1007/s10915-018-0744-4 (arXiv:1710.07746).
-ALGORITHMS.md §4 gives the reconstruction followed here (the paper's formulas were lost).
+The paper's formulas did not survive in its text; the steps below are a reconstruction, checked against
+its Iris figures (tests/test_sbe.py) and its 784-d table (benchmarks/bench_sbe.py).
 
   1. seed on init_size rows drawn uniformly (k-means|| by default; random rows, init="random", with
      step_size=1.0 is the paper's protocol); γ = step_size · k

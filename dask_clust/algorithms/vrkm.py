@@ -4,7 +4,8 @@ the same sample's gradient at the epoch's anchor.
 
 Y. Zhao, Y. Ming, X. Liu, E. Zhu, K. Zhao, J. Yin, "Large-scale k-means clustering via variance
 reduction", Neurocomputing 307, 2018, doi:10.1016/j.neucom.2018.03.059 (Alg. 3 "vrkm", Alg. 4
-"vrkm++"). ALGORITHMS.md §3 is the specification followed here.
+"vrkm++"); reference code YaweiZhao/VRKM_sofia-ml (only VRKM++ runs there). An empty cluster keeps its
+centre where that code zeroes it.
 
   repeat (an epoch)
   1. anchor_pass: a_n = nearest centre under C̃ for every row; the pass's QE is the epoch's objective

@@ -3,7 +3,7 @@
 Full searches use the blocked-GEMM form ||x||² − 2 x·cᵀ + ||c||² (clamped at 0) in the data's dtype;
 where the two best candidates of a row are closer than the GEMM's rounding error, the row is re-searched
 with the direct float64 form Σ (x − c)², so ties go to the lowest index and cancellation cannot pick the
-wrong centre (ALGORITHMS.md §0).
+wrong centre.
 """
 import numpy as np
 from numba import njit
