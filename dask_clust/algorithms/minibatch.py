@@ -29,13 +29,9 @@ import numpy as np
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from .._random import stream
 from ..kernels.assign import Prepared, accumulate, nearest
+from ..blocks.batches import steps_per_gather
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
 from .registry import BIG, COUNT, MAYBE, AlgorithmSpec, centres, finish, register
-
-# bytes of batch rows one gather brings (a block holds 1 to MAX_BLOCK batches)
-BLOCK_BYTES = 8 << 20
-MAX_BLOCK = 64
-
 
 @dataclass
 class MiniBatchConfig:
@@ -109,12 +105,6 @@ def reassign(x, centers, counts, ratio, rng):
     return moved
 
 
-def block_length(cfg, n_features):
-    """Batches per gather: BLOCK_BYTES of float32 rows, 1 to MAX_BLOCK (fixed by the parameters, so the
-    batches do not depend on the dtype or the cluster)."""
-    return int(np.clip(BLOCK_BYTES // (cfg.batch_size * n_features * 4), 1, MAX_BLOCK))
-
-
 def draw_block(engine, entropy, block, length, b):
     """Step 2: the rows and weights of the batches of block ``block``, (length, b, D) and (length, b)."""
     ids = stream(entropy, "minibatch", "batches", block).integers(0, engine.n_samples, (length, b))
@@ -151,7 +141,7 @@ class NoImprovement:
 def fit(engine, cfg, entropy, loop):
     N, k, dtype = engine.n_samples, cfg.n_clusters, engine.dtype
     b = min(cfg.batch_size, N)
-    length = block_length(cfg, engine.n_features)
+    length = steps_per_gather(cfg.batch_size, engine.n_features)
     restored = loop.restored
     if restored is None:
         centers, seed_evals = seed_sample(engine, k, cfg.init, entropy, seeding_rows(cfg, N), "minibatch")

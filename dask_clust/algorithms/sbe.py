@@ -20,8 +20,9 @@ the fit ends with the exact QE of its centres.
 
 The batches are drawn from one random stream keyed by the outer step and gathered by global row, so the
 model depends on random_state only. The driver holds the centres and one block of batches, O(k·D +
-steps·imaxit·b·D) with the block capped at BLOCK_BYTES, whatever N; the steps run in its process. The step-size schedule is the paper's lost detail: γ0 = step_size · k
-makes the dimensionless step γ|C_j|/N ≈ step_size for balanced clusters; both are parameters.
+steps·imaxit·b·D) with the block capped at ``batches.GATHER_BYTES``, whatever N; the steps run in its
+process. The step-size schedule is the paper's lost detail: γ0 = step_size · k makes the dimensionless
+step γ|C_j|/N ≈ step_size for balanced clusters; both are parameters.
 """
 import numbers
 from dataclasses import dataclass
@@ -35,17 +36,13 @@ from .._random import stream
 from ..errors import InputError
 from ..kernels.backward_euler import backward_euler_step
 from ..blocks.lloyd import quantization_error
+from ..blocks.batches import steps_per_gather
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
 from ..kernels.distance import gemm_tolerance, rows_per_block
 from .registry import BIG, COUNT, AlgorithmSpec, centres, final_pass, register
 
 # centres beyond this many times the data's largest magnitude have left the data: the iteration diverged
 ESCAPE = 1e3
-# bytes of batch rows one gather brings (a block holds the batches of 1 to MAX_BLOCK outer steps)
-BLOCK_BYTES = 8 << 20
-MAX_BLOCK = 32
-
-
 @dataclass
 class SBEConfig:
     n_clusters: int = 8
@@ -105,11 +102,6 @@ def draw_block(engine, entropy, first, last, cfg):
     return engine.take(ids.ravel()).reshape(ids.shape + (engine.n_features,))
 
 
-def block_length(cfg, n_features):
-    """Outer steps per gather: BLOCK_BYTES of float32 rows, 1 to MAX_BLOCK."""
-    return int(np.clip(BLOCK_BYTES // (cfg.imaxit * cfg.batch_size * n_features * 4), 1, MAX_BLOCK))
-
-
 def seeding_rows(cfg, n_samples):
     """init_size, else max(imaxit·b, 100·k), at most all rows."""
     return min(n_samples, cfg.init_size or max(cfg.imaxit * cfg.batch_size, 100 * cfg.n_clusters))
@@ -129,7 +121,7 @@ def fit(engine, cfg, entropy, loop):
     z = np.empty_like(x)
     limit = ESCAPE * (engine.summary.max_abs + 1.0)
     tol, block = gemm_tolerance(engine.dtype, engine.n_features), rows_per_block(k)
-    length = block_length(cfg, engine.n_features)
+    length = steps_per_gather(cfg.imaxit * cfg.batch_size, engine.n_features)
     batches, first = None, None
     for outer in loop:
         if first is None or not first <= outer < first + len(batches):
