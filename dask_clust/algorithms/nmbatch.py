@@ -51,7 +51,7 @@ class NMBatchConfig:
     init: object = "k-means||"
     init_size: int | None = None
     batch_size: int = 5000
-    rho: float = 100.0
+    rho: float = 30.0
     rho_mode: str = "reference"
     bounds: str = "auto"
     bounds_memory: int | None = None
@@ -78,7 +78,8 @@ class NMBatchConfig:
                      "at most all rows).",
         "batch_size": "b0, the first nested batch; batches double from it up to all rows.",
         "rho": "Doubling threshold: the batch doubles when every centre's displacement is below its "
-               "standard error divided by rho.",
+               "spread divided by rho. 100 is the paper's; 30 (the default) ended the image patches and blobs "
+               "at k = 50 to 200 within 0.25 % of its QE in a third to a half of its rounds.",
         "rho_mode": "Spread in the doubling test: 'reference' the standard deviation sqrt(sse/(v-1)), as the "
                     "authors' eakmeans code that made the paper's figures, or 'paper' the standard error "
                     "sqrt(sse/(v(v-1))) of the paper's text (sqrt(v) times stricter: 5x the rounds).",
