@@ -114,6 +114,7 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
         saved = checkpoint_.Checkpoint(checkpoint, resume, checkpoint_.identity(algo, params_out, source),
                                        checkpoint_every, checkpoint_seconds,
                                        spec.saved(cfg, source.n_samples, source.n_features))
+    row_bytes = source.n_features * np.dtype(source.dtype).itemsize + 8   # a row and its weight
     t0 = time.perf_counter()
     with progress_.reporting(progress), contextlib.ExitStack() as stack:
         if saved is not None:
@@ -121,7 +122,7 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
         with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks,
                              "chunk") as shown:
             try:
-                engine = stack.enter_context(open_engine(source, client, entropy, algorithms.state_of(spec, cfg)))
+                engine = stack.enter_context(open_engine(source, client, entropy, algorithms.state_of(spec, cfg, row_bytes)))
             except UnguardedScript as exc:   # the explanation, without the cluster's start-up frames
                 raise UnguardedScript(str(exc)) from None
             shown.update(source.n_chunks - shown.n)

@@ -82,7 +82,7 @@ def test_every_registered_algorithm_keeps_what_it_declares(small_blobs, monkeypa
 
     X, _ = small_blobs
     spec = dask_clust.REGISTRY[algo]
-    row_bytes, _, thread_bytes = state_of(spec, spec.config(n_clusters=6, **params))
+    row_bytes, _, thread_bytes = state_of(spec, spec.config(n_clusters=6, **params), X.shape[1] * X.itemsize + 8)
     seen = {"input": None, "state": 0, "buffers": 0}
     init, local = Partition.__init__, Partition.local
 
@@ -888,6 +888,40 @@ def test_stream_auto_switch_and_small_loaders(input_chunks):
     # each loader carries its own chunk's graph only, not the whole input's
     sizes = [len(b) for b in loaders(src, range(src.n_chunks))]
     assert max(sizes) < 4 * min(sizes) and max(sizes) < 20_000
+
+
+def _shuffled_state(chunk, _):
+    order = np.random.default_rng(chunk.start).permutation(chunk.x.shape[0])
+    chunk.state["s"] = {"order": order, "v": chunk.x[order, 0].copy()}
+
+
+def _cleared(chunk, _):
+    chunk.state["s"]["v"][:] = -1
+    return (np.int64(1),)
+
+
+def _order_and_values(chunk, _):
+    return chunk.state["s"]["order"], chunk.state["s"]["v"]
+
+
+def test_a_state_kept_in_another_order_is_written_and_read_back_by_row(tmp_path):
+    """nmbatch keeps its rows in nesting order: its checkpoint's files hold them by row all the same (an
+    engine cut in other chunks reads them by row), and reading them puts each value back at its row's
+    place in the state's order."""
+    from dask_clust.engine.combine import Rows
+
+    X = np.arange(46.0).reshape(23, 2)
+    with open_engine(as_source(X, None, chunk_rows=6), "in-process", 0) as engine:
+        with engine.state("s", _shuffled_state):
+            digests = engine.dump_rows(tmp_path, "s", ("v",), order="order")
+            files = sorted(os.listdir(tmp_path))
+            assert len(files) == 4 and sorted(digests) == files
+            np.testing.assert_array_equal(np.concatenate([np.load(tmp_path / f)["v"] for f in files]), X[:, 0])
+            engine.reduce(_cleared)
+            engine.load_rows((os.fspath(tmp_path), digests), "s", {"v": ("float64", (), None, None)}, order="order")
+            order, v = engine.reduce(_order_and_values, None, (Rows(), Rows()))
+    starts = np.repeat(np.arange(0, 23, 6), [6, 6, 6, 5])
+    np.testing.assert_array_equal(v, X[starts + order, 0])
 
 
 def test_streaming_counts_the_fits_state_and_refuses_what_cannot_fit(input_chunks, monkeypatch):

@@ -8,7 +8,8 @@ code idiap/eakmeans (turbobatch-rho), whose doubling test (the standard deviatio
 of the text) is the default: it made the paper's figures.
 
   1. nesting_order: each row's rank in one pseudo-random permutation of [0, N); the batch of size b is
-     the rows of rank < b, every chunk holds its proportional slice of it
+     the rows of rank < b, every chunk holds its proportional slice of it, as a prefix of a copy of its
+     rows sorted by rank
   2. initial_centers: k-means|| (any seeding) on the first init_size rows, the rows of rank 0..k−1
      ("first-k", the paper's protocol) or a given array
   repeat (one call per partition, one exact reduction)
@@ -95,36 +96,40 @@ class NMBatchConfig:
 # ---------------------------------------------------------------- per-chunk steps
 
 def _nesting(chunk, params):
-    """State: each row's nesting rank, label, distance and bounds (by row), and the rows in the batch (rank < b,
-    ascending). Rebuilt from the model (a lost worker), the rows of rank < b are assigned afresh to the
-    centres of the round that last assigned them: the labels and distances the lost partition held (its
-    bounds are fresh, tighter)."""
+    """State, kept in the chunk's nesting order so that every batch is a prefix of it: "order" the row of each
+    position, "ranks" theirs (ascending), "x" and "w" the rows and weights in that order (a copy: the
+    reference code shuffles its data once for the same reason; a batch of a fortieth of the image patches'
+    rows read where they lie took 4x as long a row), each position's label, distance and bounds, "rows" the
+    positions in the batch and its size "b". Rebuilt from the model (a lost worker), the rows of rank < b
+    are assigned afresh to the centres of the round that last assigned them: the labels and distances the
+    lost partition held (its bounds are fresh, tighter)."""
     key, n_total, width, centers, b = params
     n = chunk.x.shape[0]
     ranks = np.empty(n, np.int64)
     nested_ranks(chunk.start, n_total, key, ranks)
-    st = chunk.state["nmbatch"] = {"ranks": ranks, "labels": np.zeros(n, np.int32), "dist": np.zeros(n),
+    order = np.argsort(ranks)
+    st = chunk.state["nmbatch"] = {"order": order, "ranks": ranks[order], "x": chunk.x[order], "w": chunk.w[order],
+                                   "labels": np.zeros(n, np.int32), "dist": np.zeros(n),
                                    "lower": np.empty((n, width), np.float32), "rows": np.zeros(0, np.int64), "b": 0}
     if b:
         k, d = centers.shape
-        _join(chunk, st, Prepared(centers, chunk.x.dtype), b, np.zeros((k, d)), np.zeros(k), np.zeros(k))
+        _join(st, Prepared(centers, chunk.x.dtype), b, np.zeros((k, d)), np.zeros(k), np.zeros(k))
 
 
-def _join(chunk, st, centers, b, S, v, sse):
+def _join(st, centers, b, S, v, sse):
     """The rows of rank in [st["b"], b) join the batch; returns (evaluations, rows that joined)."""
-    ranks = st["ranks"]
-    new = np.flatnonzero((ranks >= st["b"]) & (ranks < b))
-    evals = join_rows(chunk.x, chunk.w, new, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block,
-                      st["labels"], st["dist"], st["lower"], S, v, sse)
-    st["rows"], st["b"] = np.flatnonzero(ranks < b), b
-    return evals, len(new)
+    m, more = np.searchsorted(st["ranks"], [st["b"], b])
+    evals = join_rows(st["x"], st["w"], np.arange(m, more), centers.Cd, centers.cnorm, centers.C, centers.tol,
+                      centers.block, st["labels"], st["dist"], st["lower"], S, v, sse)
+    st["rows"], st["b"] = np.arange(more), b
+    return evals, more - m
 
 
 def _first_rows(chunk, m):
     """The chunk's rows of rank < m: (ranks, rows, weights)."""
-    ranks = chunk.state["nmbatch"]["ranks"]
-    idx = np.flatnonzero(ranks < m)
-    return ranks[idx], chunk.x[idx], chunk.w[idx]
+    st = chunk.state["nmbatch"]
+    head = np.searchsorted(st["ranks"], m)
+    return st["ranks"][:head], st["x"][:head], st["w"][:head]
 
 
 def _round_step(chunk, params):
@@ -133,11 +138,11 @@ def _round_step(chunk, params):
     st = chunk.state["nmbatch"]
     k, d = centers.C.shape
     S, v, sse = np.zeros((k, d)), np.zeros(k), np.zeros(k)
-    evals, changed = reuse_rows(chunk.x, chunk.w, st["rows"], centers.C, p, st["labels"], st["dist"], st["lower"],
+    evals, changed = reuse_rows(st["x"], st["w"], st["rows"], centers.C, p, st["labels"], st["dist"], st["lower"],
                                 S, v, sse)
     joined = 0
     if b > st["b"]:
-        more, joined = _join(chunk, st, centers, b, S, v, sse)
+        more, joined = _join(st, centers, b, S, v, sse)
         evals += more
     return S, v, sse, np.int64(changed), np.int64(evals), np.int64(joined)
 
@@ -231,7 +236,7 @@ def fit(engine, cfg, entropy, loop):
             b_old, b, seed_evals, evals_total, prev = (restored[name] for name in ("b_old", "b", "seed_evals",
                                                                                    "evals", "prev"))
             # the rows' labels, distances and bounds as the checkpoint left them
-            engine.load_rows(loop.restored_rows, "nmbatch", row_fields(k, width))
+            engine.load_rows(loop.restored_rows, "nmbatch", row_fields(k, width), order="order")
         loop.keep(seed_evals=int(seed_evals), bounds=kind)
         for _ in loop:
             dS, dv, sse, changed, evals, joined = engine.reduce(_round_step, (Prepared(centers, engine.dtype), p, b))
@@ -249,7 +254,8 @@ def fit(engine, cfg, entropy, loop):
             b_old, b = b, (min(2 * b, N) if grow else b)
             loop.save(lambda: {"centers": centers, "S": S, "v": v, "p": p, "b_old": b_old, "b": b,
                                "evals": int(evals_total), "prev": prev, "model_centers": model["centers"]},
-                      rows=lambda directory: engine.dump_rows(directory, "nmbatch", ("labels", "dist", "lower")))
+                      rows=lambda directory: engine.dump_rows(directory, "nmbatch", ("labels", "dist", "lower"),
+                                                             order="order"))
     return finish(engine, centers, loop, evals_total,
                   {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)})
 
@@ -269,9 +275,11 @@ register(AlgorithmSpec(
     summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
     reference="Newling, Fleuret, NIPS 2016, arXiv:1602.02934",
     objective="mean squared distance over the current nested batch (Σ sse / Σ v)",
-    # rank and the batch's rows (int64), label (int32), distance (float64) and the float32 bounds: k ("elkan") or one
-    # ("hamerly"; "auto" takes k only when they fit the partitions' budget, ``bounds_kind``)
-    state_bytes=lambda cfg: max(ROW_BYTES, 8 + 8 + 4 + 8 + 4 * (cfg.n_clusters if cfg.bounds == "elkan" else 1)),
+    # the rows and weights in nesting order (``keeps_rows``), each one's row, rank and position in the batch
+    # (int64), label (int32), distance (float64) and the float32 bounds: k ("elkan") or one ("hamerly"; "auto"
+    # takes k only when they fit the partitions' budget, ``bounds_kind``)
+    state_bytes=lambda cfg: max(ROW_BYTES, 8 + 8 + 8 + 4 + 8 + 4 * (cfg.n_clusters if cfg.bounds == "elkan" else 1)),
+    keeps_rows=True,
     resumable=True,
     saved=saved,
 ))

@@ -18,6 +18,7 @@ class AlgorithmSpec:
     weighted: bool = True   # takes sample_weight (the estimator's fit has the parameter only then)
     state_bytes: object = None   # (config) -> bytes of state the fit keeps per input row through the fit
                                  # (the engine streams or refuses with them counted); None: none
+    keeps_rows: bool = False     # its state holds a copy of its input rows and weights besides (counted too)
     thread_bytes: object = None  # (config) -> bytes of buffers each worker thread keeps through the fit
                                  # (``Chunk.scratch``), counted when the input streams; None: none
     resumable: bool = False      # fit(checkpoint=, resume=) continues it to the same bits (its fit saves
@@ -42,11 +43,11 @@ def centres(cfg, n_features):
     return ("floats", (cfg.n_clusters, n_features))
 
 
-def state_of(spec, cfg):
+def state_of(spec, cfg, row_bytes):
     """(bytes of per-row state, who keeps it, bytes of buffers per worker thread): what ``open_engine``
-    counts for the fit of ``spec``."""
-    return ((int(spec.state_bytes(cfg)) if spec.state_bytes else 0), f"algo={spec.name!r}",
-            (int(spec.thread_bytes(cfg)) if spec.thread_bytes else 0))
+    counts for the fit of ``spec`` on rows of ``row_bytes`` bytes each (with their weight)."""
+    return ((int(spec.state_bytes(cfg)) if spec.state_bytes else 0) + (row_bytes if spec.keeps_rows else 0),
+            f"algo={spec.name!r}", (int(spec.thread_bytes(cfg)) if spec.thread_bytes else 0))
 
 
 REGISTRY = {}

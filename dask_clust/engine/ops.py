@@ -119,14 +119,14 @@ def _rows_file(directory, key, start, stop):
 def _dump_rows(chunk, params):
     """Write the chunk's state ``key`` (a dict of per-row arrays, or one array; of a dict only ``fields``
     when given) beside its rows' range; its rows' range and the file's sha256 (``dump_rows``)."""
-    directory, key, fields = params
+    directory, key, fields, order = params
     if not os.path.isdir(directory):
         raise InputError(f"the checkpoint directory {directory} is not visible on the worker "
                          f"{socket.gethostname()}: per-row state is written where the rows live, so a checkpoint "
                          "on a cluster needs a directory on a filesystem every worker shares")
     state = chunk.state[key]
     if fields:
-        state = {f: state[f] for f in fields}
+        state = {f: _by_row(state[f], state[order]) if order else state[f] for f in fields}
     where = _rows_file(directory, key, chunk.start, chunk.stop)
     np.savez(where, **(state if isinstance(state, dict) else {"": state}))
     return np.array([[chunk.start, chunk.stop]], np.int64), np.frombuffer(bytes.fromhex(file_sha256(where)), np.uint8)[None]
@@ -191,13 +191,25 @@ def _check_rows(values, fields, n_rows, where):
 
 
 def _load_rows(chunk, params):
-    """The chunk's state ``key`` from the files; fields of a dict already there are replaced, the rest kept."""
+    """The chunk's state ``key`` from the files; fields of a dict already there are replaced (put in its
+    ``order`` when it keeps one), the rest kept."""
+    *params, order = params
     key = params[1]
     had = chunk.state.get(key)
     restored_rows(chunk, params)
     if isinstance(had, dict):
-        chunk.state[key] = {**had, **chunk.state[key]}
+        loaded = chunk.state[key]
+        if order:
+            loaded = {f: v[had[order]] for f, v in loaded.items()}
+        chunk.state[key] = {**had, **loaded}
     return (np.int64(1),)
+
+
+def _by_row(values, order):
+    """Per-row values a state keeps in another order (``values[i]`` belongs to row ``order[i]``), by row."""
+    out = np.empty_like(values)
+    out[order] = values
+    return out
 
 
 
@@ -445,21 +457,23 @@ class Engine:
                 self._restarting -= 1
         raise AssertionError("unreachable")
 
-    def dump_rows(self, directory, key, fields=None):
+    def dump_rows(self, directory, key, fields=None, order=None):
         """Write every chunk's state ``key`` (of a dict-valued state, ``fields`` when given) into
         ``directory`` (a checkpoint), each chunk by the partition that holds it: on a cluster the directory
-        must be on a filesystem every worker shares. Returns {file name: sha256}: the driver receives 48
-        bytes a chunk."""
-        bounds, digests = self.reduce(_dump_rows, (os.fspath(directory), key, tuple(fields or ())), (Rows(), Rows()))
+        must be on a filesystem every worker shares. ``order``: the field of a state that keeps its rows in
+        another order, the row of each entry; the files hold them by row all the same, so that engines cut
+        in other chunks read them. Returns {file name: sha256}: the driver receives 48 bytes a chunk."""
+        bounds, digests = self.reduce(_dump_rows, (os.fspath(directory), key, tuple(fields or ()), order),
+                                      (Rows(), Rows()))
         return {os.path.basename(_rows_file("", key, lo, hi)): bytes(d).hex() for (lo, hi), d in zip(bounds, digests)}
 
-    def load_rows(self, rows, key, fields):
+    def load_rows(self, rows, key, fields, order=None):
         """Every chunk's state ``key`` read back from ``dump_rows``'s files (``rows`` = (directory, their
         checksums), as a checkpoint gives them), its fields replacing those of a
         dict-valued state already there (a registered state whose builder rebuilds a lost partition from
         the model; one whose only source is the checkpoint takes ``restored_rows`` as its builder), each
-        file checked against ``fields`` (``restored_rows``)."""
-        self.reduce(_load_rows, (rows, key, fields))
+        file checked against ``fields`` (``restored_rows``); ``order`` as ``dump_rows``'s."""
+        self.reduce(_load_rows, (rows, key, fields, order))
 
     def take(self, ids, weights=False):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array; with
