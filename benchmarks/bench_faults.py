@@ -138,7 +138,7 @@ def calibrate(args):
                     emit("faults_stream", {**row, "rows": X.shape[0], "base_bytes": base, "above_bytes": above,
                                            "declared": dask_clust.algorithms.state_of(
                                                dask_clust.REGISTRY[algo], dask_clust.REGISTRY[algo].config(
-                                                   n_clusters=20, **kw))})
+                                                   n_clusters=20, **kw), 4 * d + 8)})
                     print(f"{algo} {X.nbytes / 2**30:.0f} GiB: {row['outcome']}; worker {base / 2**20:.0f} MiB before, "
                           f"peak {row['peak_worker_bytes'] / 2**20:.0f} MiB ({above / 2**20:.0f} above it), "
                           f"estimated {row['estimate_bytes'] / 2**20:.0f} MiB")
