@@ -18,7 +18,8 @@ _EXTRA = "pip install 'dask_clust[datasets]'"
 
 
 def _blobs_block(seed, n, d, c, background, spread, index):
-    """One chunk of blobs. With ``index=None`` this is exactly ``shared/bench/make_blobs.py``'s stream."""
+    """One chunk of blobs. With ``index=None`` this is exactly the stream of the benchmark generator the issues
+    quote (tests/reference/make_blobs.py restates it)."""
     rng = np.random.default_rng(seed)
     centers = rng.uniform(-spread, spread, size=(c, d))
     if index is not None:
@@ -36,8 +37,9 @@ def make_blobs(n_samples, n_features, centers, *, background=0.1, chunks=None, r
 
     Returns lazy dask arrays (X float32 (n, d), y int64 with -1 for background rows), generated per
     chunk of ``chunks`` rows (default 2^20) with one random stream per chunk, so any size costs no driver
-    memory. When n_samples fits one chunk the stream is exactly that of ``shared/bench/make_blobs.py``
-    for the same parameters (blobs1m_d16 and blobs200k_d32 included); the centres are always the same.
+    memory. When n_samples fits one chunk the stream is exactly that of the benchmark generator
+    (tests/reference/make_blobs.py) for the same parameters (blobs1m_d16 and blobs200k_d32 included);
+    the centres are always the same.
     """
     if int(n_samples) < 1 or int(n_features) < 1 or int(centers) < 1:
         raise ValueError(f"n_samples, n_features and centers must be >= 1; got {n_samples}, {n_features}, {centers}")
@@ -59,8 +61,8 @@ def make_blobs(n_samples, n_features, centers, *, background=0.1, chunks=None, r
 
 def make_digitlike(n_samples=60_000, n_centers=8, sigma=0.2, random_state=2017):
     """784-d "digit-like" data, SBE's Gaussian-MNIST-centroids test: ``n_centers`` smooth random 28x28 ink
-    images (about 15 % ink) plus N(0, sigma²) per pixel, n_samples // n_centers rows per centre. Exactly
-    ``shared/bench/make_digitlike784.py``'s stream; with sigma = 0.2 f = QE/(2N) at the centres is about
+    images (about 15 % ink) plus N(0, sigma²) per pixel, n_samples // n_centers rows per centre (the
+    stream of the generator SBE's 784-d figures were measured on); with sigma = 0.2 f = QE/(2N) at the centres is about
     15.68. Returns (X float64, labels, centres); needs scipy.
     """
     from scipy.ndimage import gaussian_filter
@@ -262,7 +264,7 @@ def load_image_segments():
     """river's bundled UCI Image Segmentation: 2,310 x 18 (X float64, region features) and labels (int64
     0..6 in sorted class-name order, 330 each), in the file's row order, from ``river.datasets.ImageSegments``
     (file river/datasets/segment.csv.zip). The "segment" set of SLK's reference runs (Ziko, Granger & Ben
-    Ayed, NeurIPS 2018; ``ALGORITHMS.md`` §5). Needs river (``pip install 'dask_clust[datasets]'``).
+    Ayed, NeurIPS 2018). Needs river (``pip install 'dask_clust[datasets]'``).
     """
     try:
         from river.datasets import ImageSegments

@@ -297,8 +297,9 @@ def vr_problem(draw):
 @settings(max_examples=150, deadline=None)
 @given(vr_problem())
 def test_variance_reduced_steps_match_the_plain_loop(problem):
-    """ALGORITHMS.md §3's steps with the bounds of the anchor pass (Hamerly's test, then Elkan's per
-    centre) give the steps of a brute-force nearest search: the same centres, bit for bit."""
+    """VRKM's steps (Zhao et al. 2018, Alg. 3-4, as kernels/variance_reduced.py states them) with the bounds of
+    the anchor pass (Hamerly's test, then Elkan's per centre) give the steps of a brute-force nearest search:
+    the same centres, bit for bit."""
     from dask_clust.kernels.variance_reduced import variance_reduced_steps
 
     X, Ct, A, idx, eta = problem
@@ -380,9 +381,9 @@ def slk_problem(draw):
 @settings(max_examples=150, deadline=None)
 @given(slk_problem())
 def test_slk_bound_update_matches_numpy(problem):
-    """ALGORITHMS.md §5's update of every row from the previous z: b = Σ_q z_q (neighbours in the given
-    order), z ← softmax(a + λ b); the previous z's energy terms, labels (first on ties) and column maxima
-    (lowest input id on ties); recomputing a from the rows gives the bits of a held a."""
+    """SLK's bound update (Ziko et al. 2018, §3) of every row from the previous z: b = Σ_q z_q (neighbours in the
+    given order), z ← softmax(a + λ b); the previous z's energy terms, labels (first on ties) and column
+    maxima (lowest input id on ties); recomputing a from the rows gives the bits of a held a."""
     from dask_clust.kernels.slk import affinities, bound_update
 
     z0, H, at, nb, X, M, ids, lmbda, sigma = problem

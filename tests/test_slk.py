@@ -1,5 +1,6 @@
-"""SLK (ALGORITHMS.md §5): the plain-numpy reference (tests/reference/slk.py) against the facts measured by
-running the authors' program (tests/fixtures/slk): graphs, σ, labels, BO mode ids, inner and outer counts."""
+"""SLK (Ziko, Granger & Ben Ayed, NeurIPS 2018): the plain-numpy reference (tests/reference/slk.py) against
+the facts measured by running the authors' program (tests/fixtures/slk): graphs, σ, labels, BO mode ids, inner
+and outer counts."""
 import json
 import pathlib
 

@@ -262,7 +262,7 @@ def sbe_digitlike(run, runs=10):
 
 # ------------------------------------------------------------------ SLK: the authors' sets, with labels
 
-# (data, K, seeds): the sets of the authors' runs (ALGORITHMS.md §5); mnist5k shuffled (its file is sorted by
+# (data, K, seeds): the sets of the authors' runs (issue #18); mnist5k shuffled (its file is sorted by
 # label, and the fit must not lean on that)
 SLK_SETS = (("digits", 10, 10), ("mnist5k", 10, 5), ("segment", 7, 10))
 

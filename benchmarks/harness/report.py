@@ -60,7 +60,7 @@ Yin, Pham, Oberman, Osher, 784-d table (100 runs, real MNIST digits as the centr
 15.68; EM at k = 8: 15.68 / 27.28 / 20.02). Iris: EM sometimes stops at about 0.48, SBE "around 0.264
 every time" (the histogram's values are not in the text)."""
 
-# The authors' SLK program run on this project's machine (../shared/slk, issue #18): mean NMI / ACC from
+# The authors' SLK program run on this project's machine (issue #18): mean NMI / ACC from
 # k-means++ seeds (digits and segment 10 seeds, mnist5k 5), λ = 1.3, σ from the 4-NN graph.
 PAPER_SLK = {("digits", "SLK-BO"): (0.809, 0.769), ("digits", "SLK-MS"): (0.801, 0.760),
              ("mnist5k", "SLK-BO"): (0.634, 0.606), ("mnist5k", "SLK-MS"): (0.744, 0.732),

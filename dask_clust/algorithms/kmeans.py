@@ -2,7 +2,7 @@
 convergence. The baseline users compare with, and the building block of the other algorithms.
 
 S. P. Lloyd, "Least squares quantization in PCM", IEEE Trans. Inf. Theory 28(2), 1982,
-doi:10.1109/TIT.1982.1056489. ALGORITHMS.md §6; the steps are in ``dask_clust/blocks/lloyd.py``.
+doi:10.1109/TIT.1982.1056489. The steps are in ``dask_clust/blocks/lloyd.py``.
 """
 import numbers
 from dataclasses import dataclass

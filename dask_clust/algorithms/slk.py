@@ -1,4 +1,4 @@
-"""Scalable Laplacian K-modes, SLK-BO and SLK-MS, on the engine (ALGORITHMS.md §5).
+"""Scalable Laplacian K-modes, SLK-BO and SLK-MS, on the engine.
 
 I. M. Ziko, E. Granger, I. Ben Ayed, "Scalable Laplacian K-modes", NeurIPS 2018 (arXiv:1810.13044).
 

@@ -5,7 +5,7 @@ on all rows with weight 1 (var-GMM-S).
 F. Hirschberger, D. Forster, J. Lücke, "A Variational EM Acceleration for Efficient Clustering at Very
 Large Scales", IEEE TPAMI 44(12), 2022, doi:10.1109/TPAMI.2021.3133763 (arXiv:1810.00803, Alg. 1-2,
 Suppl. D-F); D. Forster, J. Lücke, "Can clustering scale sublinearly with its clusters?", AISTATS 2018
-(var-GMM-S). ALGORITHMS.md §1 is the specification followed here.
+(var-GMM-S). The steps below are the specification followed here.
 
   1. lightweight_coreset                 ``coreset.working_set`` (skipped by var-GMM-S)
   2. afkmc2_seed                         ``seeding.seed``: any seeder; by default k-means|| up to C²·D = 2^32,

@@ -1,4 +1,4 @@
-"""Lightweight coresets (ALGORITHMS.md §0): a weighted sample on which any weighted algorithm runs.
+"""Lightweight coresets: a weighted sample on which any weighted algorithm runs.
 
 O. Bachem, M. Lucic, A. Krause, "Scalable k-Means Clustering via Lightweight Coresets", KDD 2018,
 doi:10.1145/3219819.3219973.

@@ -7,7 +7,7 @@ re-measured directly in float64. N²·D multiply-adds and N·D bytes per partiti
 stays within ``dask_clust.knn-exact-budget``.
 
 ``method="ivf"`` (Jégou, Douze & Schmid, "Product quantization for nearest neighbor search", TPAMI 2011,
-its inverted file without the quantisation; ALGORITHMS.md §5): a coarse k-means of ``nlist`` cells
+its inverted file without the quantisation): a coarse k-means of ``nlist`` cells
 (≈ 4√N) trained on a lightweight coreset, the rows reordered by cell (``engine.reorder``: a cell's rows
 are contiguous, most neighbours sit in the same partition), and each cell's rows searched exactly among
 the rows of the cells its rows probe: every row's ``nprobe`` nearest cells (standard IVF probing) and the

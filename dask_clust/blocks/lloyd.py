@@ -1,5 +1,5 @@
 """Lloyd iterations: the building block of ``algo="kmeans"``, of k-means||'s recluster, and of every
-algorithm that refines centres on weighted data (ALGORITHMS.md §6).
+algorithm that refines centres on weighted data.
 
 S. P. Lloyd, "Least squares quantization in PCM", IEEE Trans. Inf. Theory 28(2), 1982,
 doi:10.1109/TIT.1982.1056489.

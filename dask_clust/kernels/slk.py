@@ -1,4 +1,4 @@
-"""SLK's per-row work (Ziko, Granger & Ben Ayed, NeurIPS 2018; ALGORITHMS.md §5): the kernel affinities
+"""SLK's per-row work (Ziko, Granger & Ben Ayed, NeurIPS 2018): the kernel affinities
 a = k(x, modes) and the fused bound update z <- softmax(a + λ W z).
 
 One pass per update reads each row's z once: it sums W z from the halo, takes the previous z's energy

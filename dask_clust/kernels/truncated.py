@@ -1,4 +1,5 @@
-"""Truncated variational E-steps for isotropic GMMs (vc-GMM / var-GMM-S, ALGORITHMS.md §1).
+"""Truncated variational E-steps for isotropic GMMs (vc-GMM / var-GMM-S: Hirschberger,
+Forster, Lücke, TPAMI 2022, Alg. 1-2).
 
 Per row n: the search space S_n = ∪_{c ∈ K^(n)} G_c (+1 random cluster), distances to its members,
 K^(n) ← the C' closest; the winner c_o = argmin over S_n feeds the neighbourhood statistics, the

@@ -1,6 +1,6 @@
-"""Variance-reduced k-means steps (ALGORITHMS.md §3): T single-sample updates with a constant learning
-rate, each corrected by the sample's gradient at the epoch's anchor (its label and centre at the start of
-the epoch).
+"""Variance-reduced k-means steps (Zhao et al., "Variance reduced k-means", 2018, Alg. 3-4): T single-sample
+updates with a constant learning rate, each corrected by the sample's gradient at the epoch's anchor (its
+label and centre at the start of the epoch).
 
 A step's nearest centre is found with bounds from the epoch's anchor pass: every centre but the row's
 anchor label was at least sqrt(lower2) away then, and has moved at most its drift since. When the anchor

@@ -1,5 +1,6 @@
-"""The shared benchmark generator's ``blobs`` (shared/bench/make_blobs.py), restated as the oracle for
-``dask_clust.datasets.make_blobs``: the issues quote figures on data made by exactly this stream."""
+"""The benchmark generator ``blobs`` the issues quote their figures on (unit-variance Gaussian blobs around
+centres uniform in [-spread, spread]^d, a tenth of the rows uniform background), restated as the oracle for
+``dask_clust.datasets.make_blobs``: the same stream."""
 import numpy as np
 
 

@@ -1,5 +1,6 @@
-"""Plain-numpy stochastic backward Euler (ALGORITHMS.md §4's reconstruction of Yin, Pham, Oberman,
-Osher 2018): the oracle of tests/test_sbe.py. ``batches[o]`` is outer step o's (imaxit, b) row ids."""
+"""Plain-numpy stochastic backward Euler (Yin, Pham, Oberman, Osher 2018, its lost formulas restated as
+algorithms/sbe.py gives them): the oracle of tests/test_sbe.py. ``batches[o]`` is outer step o's (imaxit, b)
+row ids."""
 import numpy as np
 
 

@@ -1,5 +1,6 @@
-"""Plain-numpy Scalable Laplacian K-modes (SLK-BO and SLK-MS), written from ALGORITHMS.md §5: the oracle
-for dask_clust's slk. Slow and simple on purpose: a brute-force kNN graph, dense kernels, float64."""
+"""Plain-numpy Scalable Laplacian K-modes (SLK-BO and SLK-MS), written from Ziko, Granger & Ben Ayed
+(NeurIPS 2018, §3) as algorithms/slk.py states them: the oracle for dask_clust's slk. Slow and simple on
+purpose: a brute-force kNN graph, dense kernels, float64."""
 import numpy as np
 
 

@@ -1,6 +1,7 @@
-"""Plain-numpy sequential VRKM++ (Zhao et al. 2018, Alg. 4, with ALGORITHMS.md §3's pull-back) and VRKM
-(Alg. 3: plus the batch gradient over the anchor partition, computed by scanning it): the oracle of
-tests/test_vrkm.py. ``draws(epoch)`` gives the epoch's sampled row indices."""
+"""Plain-numpy sequential VRKM++ (Zhao et al. 2018, Alg. 4, with the pull-back of a row's anchor centre that
+kernels/variance_reduced.py states) and VRKM (Alg. 3: plus the batch gradient over the anchor partition,
+computed by scanning it): the oracle of tests/test_vrkm.py. ``draws(epoch)`` gives the epoch's sampled row
+indices."""
 import numpy as np
 
 
