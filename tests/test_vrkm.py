@@ -95,6 +95,17 @@ def test_overshooting_learning_rate_warns(data):
                        client="in-process")
 
 
+def test_a_learning_rate_the_centres_run_away_with_is_named(data):
+    """A step past 2 moves a centre further from each row it steps towards, a factor |1 - eta| a step: the
+    centres overflow the next pass's exact sums. The error names the learning rate, not the engine's guess
+    that the data's scale was misjudged."""
+    with pytest.raises(FloatingPointError, match=r"vrkm diverged after \d+ epochs: with learning_rate=50 the "
+                                                 r"centres ran away from the data .* lower learning_rate") as got:
+        dask_clust.fit(data, algo="vrkm", n_clusters=6, learning_rate=50.0, max_epochs=5, tol=0.0, random_state=0,
+                       client="in-process")
+    assert "misjudged" in str(got.value.__cause__)
+
+
 @pytest.mark.parametrize("eta,rises", [(0.002, False), (1.0, True)])
 def test_stops_when_an_epoch_is_no_better_than_the_best(data, eta, rises):
     """The stopping rule on the epochs' QE: the fit ends at the first epoch less than tol below the lowest QE

@@ -22,6 +22,7 @@ driver applies C0 + Σ (C_T − C0) in chunk order. With one chunk this is exact
 with several it is a first-order-in-η approximation of it (the chunks do not see each other's steps
 within an epoch). The model depends on the chunking, not on the number of workers.
 """
+import contextlib
 import numbers
 import warnings
 from dataclasses import dataclass
@@ -135,6 +136,18 @@ def position_correction(sums, counts, centers):
     return A
 
 
+@contextlib.contextmanager
+def diverged(eta, loop):
+    """A learning rate the centres run away with overflows the exact sums of the next pass; say so in the
+    fit's own terms rather than the engine's (whose message blames the data's scale)."""
+    try:
+        yield
+    except FloatingPointError as exc:
+        raise FloatingPointError(f"vrkm diverged after {loop.n_iter} epochs: with learning_rate={eta:.3g} the "
+                                 "centres ran away from the data (their sums overflowed); lower learning_rate "
+                                 "(default n_clusters / n_samples)") from exc
+
+
 def fit(engine, cfg, entropy, loop):
     if getattr(engine.source, "weights", None) is not None:
         raise InputError("algo='vrkm' draws rows uniformly and does not take sample_weight")
@@ -151,7 +164,8 @@ def fit(engine, cfg, entropy, loop):
         evals_total, best, warned = restored["evals"], restored["best"], restored["warned"]
     loop.keep(seed_evals=int(seed_evals))
     anchor = [None]
-    with engine.state("vrkm", _anchor_pass, lambda: Prepared(anchor[0], engine.dtype), build=False):
+    with engine.state("vrkm", _anchor_pass, lambda: Prepared(anchor[0], engine.dtype), build=False), \
+            diverged(eta, loop):
         for epoch in loop:
             C_anchor = anchor[0] = C
             sums, counts, qe, evals = engine.reduce(_anchor_pass, Prepared(C, engine.dtype))
