@@ -20,7 +20,7 @@ the fit ends with the exact QE of its centres.
 
 The batches are drawn from one random stream keyed by the outer step and gathered by global row, so the
 model depends on random_state only. The driver holds the centres and one block of batches, O(k·D +
-steps·imaxit·b·D) with the block capped at ``batches.GATHER_BYTES``, whatever N; the steps run in its
+steps·imaxit·b·D) with the block capped at ``batches.KEYED_GATHER_BYTES``, whatever N; the steps run in its
 process. The step-size schedule is the paper's lost detail: γ0 = step_size · k makes the dimensionless
 step γ|C_j|/N ≈ step_size for balanced clusters; both are parameters.
 """
@@ -36,7 +36,7 @@ from .._random import stream
 from ..errors import InputError
 from ..kernels.backward_euler import backward_euler_step
 from ..blocks.lloyd import quantization_error
-from ..blocks.batches import steps_per_gather
+from ..blocks.batches import KEYED_GATHER_BYTES, steps_per_gather
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
 from ..kernels.distance import gemm_tolerance, rows_per_block
 from .registry import BIG, COUNT, AlgorithmSpec, centres, final_pass, register
@@ -121,7 +121,7 @@ def fit(engine, cfg, entropy, loop):
     z = np.empty_like(x)
     limit = ESCAPE * (engine.summary.max_abs + 1.0)
     tol, block = gemm_tolerance(engine.dtype, engine.n_features), rows_per_block(k)
-    length = steps_per_gather(cfg.imaxit * cfg.batch_size, engine.n_features)
+    length = steps_per_gather(cfg.imaxit * cfg.batch_size, engine.n_features, KEYED_GATHER_BYTES)
     batches, first = None, None
     for outer in loop:
         if first is None or not first <= outer < first + len(batches):
