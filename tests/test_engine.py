@@ -538,13 +538,15 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
         deadline = time.monotonic() + 10
         while True:
             held = cluster.run(_held)
-            if all(a == 0 and d == want[w][1] for w, (a, d, _) in held.items()) or time.monotonic() > deadline:
+            if all(a == 0 and d <= want[w][1] for w, (a, d, _) in held.items()) or time.monotonic() > deadline:
                 return held
             time.sleep(0.05)
 
     algos = ("kmeans", "vcgmm", "vargmm", "nmbatch", "minibatch", "vrkm")
     for algo in algos:   # numba compiles each algorithm's kernels on the workers at its first fit
         fit(algo)
+    # the start may still hold keys of the last warm-up fit on their way out (a CI run under load saw 4): each
+    # fit must end with no more than it, so a leak still grows past it within the 18 fits
     start = settled(cluster.run(_held))
     gc.disable()
     try:
@@ -558,10 +560,11 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
                 else:
                     fit(algo)
                 held = settled(start)
-                assert {w: h[:2] for w, h in held.items()} == {w: (0, s[1]) for w, s in start.items()}, (i, algo)
+                assert held.keys() == start.keys(), (i, algo)
+                assert all(h[0] == 0 and h[1] <= start[w][1] for w, h in held.items()), (i, algo, held, start)
     finally:
         gc.enable()
-    # the leak check is the exact one above (no partition, no key); resident memory is the issue's line: within
+    # the leak check is the one above (no partition, no key beyond the start's); resident memory is the issue's line: within
     # 10 % of the start (the heap a fit frees is given back when it ends: before, glibc kept it, +11 % here);
     # 18 fits' leaked rows would be 6.4 MB each, +51 %
     time.sleep(0.5)   # the last fit's heap is given back once its keys are gone
