@@ -122,7 +122,8 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
         with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks,
                              "chunk") as shown:
             try:
-                engine = stack.enter_context(open_engine(source, client, entropy, algorithms.state_of(spec, cfg, row_bytes)))
+                engine = stack.enter_context(open_engine(source, client, entropy,
+                                                         algorithms.state_of(spec, cfg, row_bytes)))
             except UnguardedScript as exc:   # the explanation, without the cluster's start-up frames
                 raise UnguardedScript(str(exc)) from None
             shown.update(source.n_chunks - shown.n)

@@ -564,8 +564,8 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
                 assert all(h[0] == 0 and h[1] <= start[w][1] for w, h in held.items()), (i, algo, held, start)
     finally:
         gc.enable()
-    # the leak check is the one above (no partition, no key beyond the start's); resident memory is the issue's line: within
-    # 10 % of the start (the heap a fit frees is given back when it ends: before, glibc kept it, +11 % here);
+    # the leak check is the one above (no partition, no key beyond the start's); resident memory is the issue's
+    # line: within 10 % of the start (the heap a fit frees is given back when it ends: before, glibc kept it, +11 % here);
     # 18 fits' leaked rows would be 6.4 MB each, +51 %
     time.sleep(0.5)   # the last fit's heap is given back once its keys are gone
     held = cluster.run(_held)
