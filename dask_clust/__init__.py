@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 _LAZY = {"fit": "api", "load": "api", "ClusteringModel": "models", "InputError": "errors",
          "InvalidParameterError": "errors", "StopFit": "loop", "REGISTRY": "algorithms", "InvalidModelError": "errors",
-         "UnguardedScript": "errors", "ClusterLost": "errors", "ConvergenceWarning": "errors",
+         "UnguardedScript": "errors", "TLSRefused": "errors", "ClusterLost": "errors", "ConvergenceWarning": "errors",
          "kneighbors_graph": "blocks.knn"}
 
 

@@ -18,6 +18,11 @@ class SchedulerUnreachable(OSError):
     """No scheduler answered at the address given."""
 
 
+class TLSRefused(SchedulerUnreachable):
+    """A scheduler that speaks TLS and this client could not agree: this client lacks the settings TLS needs,
+    or one side's certificate is not signed by the CA the other trusts, or the client spoke plain TCP."""
+
+
 class ClusterLost(RuntimeError):
     """The fit lost what it cannot rebuild: the scheduler, or every worker that could hold its partitions."""
 

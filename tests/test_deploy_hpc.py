@@ -1,8 +1,10 @@
 """deploy/jobqueue/jobqueue.yaml through dask_clust.deploy (job scripts checked against the YAML read
-independently), and TLS: a fit on a TLS-only cluster equals the in-process fit."""
+independently; the cluster private: TLS workers, nothing listening on every interface), and TLS: a fit on a
+TLS-only cluster equals the in-process fit, and each way a client and that cluster can disagree is named."""
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +13,13 @@ import dask
 import numpy as np
 import pytest
 import trustme
+import psutil
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 from distributed import Client, LocalCluster, Security
 
 import dask_clust
+from dask_clust.cli import main
 from dask_clust.deploy import hpc_cluster, job_script, tls_config
 from tests.reference.make_blobs import blobs
 
@@ -80,7 +84,17 @@ def check_script(kind, script, cfg, interface):
     assert flag("--interface") == interface
     extra = cfg["worker-extra-args"]
     assert any(args[i:i + len(extra)] == extra for i in range(len(args)))
+    # TLS with temporary credentials: the workers listen with TLS and read theirs from the shared directory
+    assert cfg["security"] is True and args[3].startswith("tls://") and flag("--protocol") == "tls://"
+    for name in ("--tls-ca-file", "--tls-cert", "--tls-key"):
+        assert os.path.dirname(flag(name)) == cfg["shared-temp-directory"], name
+    assert "--no-dashboard" in extra
     return args
+
+
+def without_random_names(script):
+    """A job script with the random part of dask-jobqueue's credential file names masked."""
+    return re.sub(r"(\.dask-jobqueue\.worker\.\w+\.)\w+", r"\1XXXXXXXX", script)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -98,22 +112,70 @@ def test_yaml_values_are_consistent(kind):
 def test_offline_job_script_matches_yaml(kind):
     cfg = settings(kind)
     args = check_script(kind, job_script(kind, config=JOBQUEUE_YAML), cfg, interface=cfg["interface"])
-    assert args[3] == "tcp://127.0.0.1:8786"
-    address = "tcp://10.0.0.1:8786"
+    assert args[3] == "tls://127.0.0.1:8786"
+    address = "tls://10.0.0.1:8786"
     assert shlex.split(job_script(kind, config=JOBQUEUE_YAML, scheduler=address).splitlines()[-1])[3] == address
 
 
+def listening(process):
+    return {c.laddr for c in process.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_cluster_job_script_matches_yaml(kind):
-    cfg = settings(kind)
-    overrides = {"interface": "lo", "scheduler_options": {"interface": "lo", "dashboard_address": ":0"}}
+def test_cluster_job_script_matches_yaml_and_the_cluster_listens_on_its_interface_only(kind, tmp_path):
+    cfg = {**settings(kind), "shared-temp-directory": str(tmp_path)}
+    overrides = {"interface": "lo", "shared_temp_directory": str(tmp_path)}
+    me = psutil.Process()
+    before = listening(me)
     with hpc_cluster(kind, config=JOBQUEUE_YAML, **overrides) as cluster:
-        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        # the scheduler on the interface asked for, its dashboard on loopback: nothing on 0.0.0.0 or ::
+        opened = listening(me) - before
+        assert len(opened) >= 2 and all(a.ip in ("127.0.0.1", "::1") for a in opened), opened
         args = check_script(kind, cluster.job_script(), cfg, interface="lo")
         assert args[3] == cluster.scheduler_address
-        # the offline script for the same arguments is the same script (scheduler_options only reach a cluster)
+        # the offline script for the same arguments is the same script, but for the random names of the files
+        # the started cluster wrote the workers' credentials to (private to the user)
         offline = job_script(kind, config=JOBQUEUE_YAML, scheduler=cluster.scheduler_address, **overrides)
-        assert offline == cluster.job_script()
+        assert offline == without_random_names(cluster.job_script())
+        written = [Path(flag) for flag in args if flag.startswith(str(tmp_path))]
+        assert len(written) == 3 and all(f.stat().st_mode & 0o077 == 0 for f in written)
+
+
+def test_job_script_workers_join_over_tls_only(tmp_path):
+    """The worker command of the job script, run here: the worker it starts listens with TLS and joins; a
+    client without the cluster's credentials is refused, naming why."""
+    overrides = {"interface": "lo", "shared_temp_directory": str(tmp_path), "cores": 1, "processes": 1,
+                 "memory": "2GiB"}
+    with hpc_cluster("slurm", config=JOBQUEUE_YAML, **overrides) as cluster:
+        command = cluster.job_script().splitlines()[-1]
+        assert command.startswith("python -m distributed.cli.dask_worker tls://")
+        worker = subprocess.Popen(["bash", "-c", shlex.quote(sys.executable) + command[len("python"):]],
+                                  start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            with Client(cluster) as client:
+                client.wait_for_workers(1, timeout=60)
+                (address,) = client.scheduler_info()["workers"]
+            assert address.startswith("tls://127.0.0.1:")
+            with pytest.raises(dask_clust.TLSRefused, match="speaks TLS, and this client has no"):
+                dask_clust.fit(np.zeros((10, 2)), n_clusters=2, client=cluster.scheduler_address)
+        finally:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(30)
+
+
+def test_security_choices(tmp_path):
+    script = job_script("slurm", config=JOBQUEUE_YAML, security=False)
+    assert "tcp://127.0.0.1:8786" in script and "--tls" not in script and "--protocol" not in script
+    for name in ("ca.pem", "dask.pem", "dask.key"):
+        (tmp_path / name).write_text("")
+    files = {"ca-file": str(tmp_path / "ca.pem"), "cert": str(tmp_path / "dask.pem"), "key": str(tmp_path / "dask.key")}
+    args = shlex.split(job_script("slurm", config=JOBQUEUE_YAML, security=files).splitlines()[-1])
+    assert [args[args.index(flag) + 1] for flag in ("--tls-ca-file", "--tls-cert", "--tls-key")] == list(files.values())
+    with pytest.raises(FileNotFoundError, match=r"security cert='.*nowhere.pem' \(keyword argument\): no such file"):
+        job_script("slurm", config=JOBQUEUE_YAML, security={**files, "cert": str(tmp_path / "nowhere.pem")})
+    with pytest.raises(ValueError, match=r"security='yes' \(keyword argument\): expected true"):
+        job_script("slurm", config=JOBQUEUE_YAML, security="yes")
 
 
 def test_overrides_win_over_the_file():
@@ -125,7 +187,8 @@ def test_overrides_win_over_the_file():
 
 def test_dask_config_is_used_without_a_file():
     cfg = settings("pbs")
-    with dask.config.set({f"jobqueue.pbs.{key}": value for key, value in cfg.items()}):
+    # security is not a dask-jobqueue config key: without the file it is TLS, the default
+    with dask.config.set({f"jobqueue.pbs.{key}": value for key, value in cfg.items() if key != "security"}):
         assert job_script("pbs") == job_script("pbs", config=JOBQUEUE_YAML)
     with dask.config.set({"jobqueue.pbs.cores": None, "jobqueue.pbs.memory": None}):
         with pytest.raises(ValueError, match="no cores or memory for pbs.*deploy/jobqueue/jobqueue.yaml"):
@@ -189,6 +252,10 @@ def tls_cluster(tmp_path_factory):
     client = ca.issue_cert("dask-clust-client")
     client.cert_chain_pems[0].write_to_path(tmp / "client.pem")
     client.private_key_pem.write_to_path(tmp / "client.key")
+    # another cluster's CA, and a client certificate it signed
+    other = trustme.CA()
+    other.cert_pem.write_to_path(tmp / "other-ca.pem")
+    other.issue_cert("dask-clust-client").private_key_and_cert_chain_pem.write_to_path(tmp / "other-client.pem")
     server = str(tmp / "server.pem")
     security = Security(tls_ca_file=str(tmp / "ca.pem"), tls_scheduler_cert=server, tls_worker_cert=server,
                         tls_client_cert=server, require_encryption=True)
@@ -215,12 +282,42 @@ def test_fit_over_tls_equals_in_process_fit(tls_cluster, tls_data):
         model = dask_clust.fit(X, algo="kmeans", n_clusters=3, client=address, random_state=0)
     assert model.engine_["backend"] == "cluster"
     np.testing.assert_allclose(model.cluster_centers_, expected, rtol=1e-10)
-    # without the TLS settings: no TLS context for a tls:// address, and a handshake refused for tcp://
-    with pytest.raises(TypeError, match="ssl_context"):
-        Client(address, timeout="5s")
-    # the TLS listener drops a plain handshake (a slow host may time out first)
-    with pytest.raises(OSError, match="Connection reset by peer|[Tt]imed out"):
-        Client(address.replace("tls://", "tcp://"), timeout="5s")
+
+
+NO_TLS = {"distributed.comm.tls.ca-file": None, "distributed.comm.tls.client.cert": None,
+          "distributed.comm.tls.client.key": None}
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no settings", r"tls://127\.0\.0\.1:\d+ speaks TLS, and this client has no the cluster's CA certificate and "
+                    r"no this client's certificate: set them with dask\.config\.set\(dask_clust\.deploy\.tls_config"),
+    ("another CA", r"the scheduler at tls://127\.0\.0\.1:\d+ presented a certificate that the CA in \S+other-ca\.pem "
+                   r"did not sign \(self-signed certificate in certificate chain\)"),
+    ("a certificate of another CA", r"the scheduler at tls://127\.0\.0\.1:\d+ refused this client's certificate "
+                                    r"\(TLSV1_ALERT_UNKNOWN_CA\)"),
+    ("plain TCP", r"the scheduler at tcp://127\.0\.0\.1:(\d+) requires TLS: connect to tls://127\.0\.0\.1:\1 with"),
+])
+def test_each_tls_refusal_is_one_line_through_the_api_and_exit_2_through_the_cli(tls_cluster, tls_data, tmp_path,
+                                                                                 capsys, case, message):
+    cluster, (ca_file, cert, key) = tls_cluster
+    tmp = ca_file.parent
+    address = cluster.scheduler_address
+    config = {"no settings": NO_TLS,
+              "another CA": tls_config(tmp / "other-ca.pem", tmp / "other-client.pem"),
+              "a certificate of another CA": tls_config(ca_file, tmp / "other-client.pem"),
+              "plain TCP": NO_TLS}[case]
+    if case == "plain TCP":
+        address = address.replace("tls://", "tcp://")
+    X = tls_data[0]
+    np.save(tmp_path / "X.npy", X)
+    with dask.config.set(config):
+        with pytest.raises(dask_clust.TLSRefused, match=message) as refused:
+            dask_clust.fit(X, algo="kmeans", n_clusters=3, client=address, random_state=0)
+        assert "\n" not in str(refused.value)
+        capsys.readouterr()
+        assert main(["fit", str(tmp_path / "X.npy"), "-k", "3", "--quiet", "--scheduler", address]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("dask-clust: error: ") and re.search(message, line), line
 
 
 def test_cli_over_tls_with_environment_variables(tls_cluster, tls_data, tmp_path):

@@ -8,13 +8,17 @@
   scheduler runs where ``hpc_cluster`` is called and each batch job starts a node's worth of workers.
   ``job_script`` shows the script such a job would run, without starting anything.
 
-A scheduler that requires TLS takes ``tls_config`` (or the same keys as environment variables, for the
-command line's ``--scheduler tls://...``).
+Every path is private by default: a Dask scheduler runs whatever a connected client sends it, so the
+scheduler, the workers and the clients speak TLS with mutual certificates. A client given a ``tls://``
+address takes the cluster's CA and its own certificate from ``tls_config`` (or the same keys as environment
+variables, for the command line's ``--scheduler tls://...``); a client of ``hpc_cluster`` connects through the
+cluster object, which holds the temporary credentials it made.
 
     >>> from dask_clust.deploy import hpc_cluster
     >>> cluster = hpc_cluster("slurm", config="deploy/jobqueue/jobqueue.yaml", queue="short")
     >>> cluster.scale(jobs=2)
-    >>> model = dask_clust.fit(X, n_clusters=100, client=cluster.scheduler_address)
+    >>> with distributed.Client(cluster) as client:
+    ...     model = dask_clust.fit(X, n_clusters=100, client=client)
 """
 from .hpc import hpc_cluster, job_script
 from .tls import tls_config

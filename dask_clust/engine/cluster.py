@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 
 from ..errors import ClusterLost, InputError, SchedulerUnreachable, UnguardedScript
 from .. import progress
-from . import config
+from . import config, tls
 from .data import ArraySource, FutureSource, file_stamp, row_starts
 from .partition import (BACKUP_COPIES, Call, Chunk, Partition, buddies, remote_call, remote_run, replay,
                         routed_rows)
@@ -1035,14 +1035,18 @@ def connect(address=None, n_workers=None, threads_per_worker=None):
     with contextlib.ExitStack() as stack:
         if address:
             timeout = config.get("connect-timeout")
+            tls.check_settings(address)
             try:
                 client = stack.enter_context(distributed.Client(address, timeout=timeout))
             except (ValueError, TypeError) as exc:   # not an address at all: say so, not dask's traceback
                 hint = (" (that is a dashboard's web address; the scheduler's is tcp://host:8786)"
                         if str(address).startswith(("http://", "https://")) else "")
-                raise InputError(f"{address!r} is not a Dask scheduler address: expected tcp://host:port or "
-                                 f"host:port ({exc}){hint}") from None
+                raise InputError(f"{address!r} is not a Dask scheduler address: expected tcp://host:port, "
+                                 f"tls://host:port or host:port ({exc}){hint}") from None
             except (OSError, asyncio.TimeoutError) as exc:
+                refused = tls.refusal(address, exc)
+                if refused is not None:
+                    raise refused from None
                 raise SchedulerUnreachable(f"no Dask scheduler answered at {address} within {timeout} "
                                            f"({type(exc).__name__})") from None
         else:
