@@ -12,6 +12,7 @@ import ssl
 import dask
 from distributed.comm.addressing import parse_address, parse_host_port
 from distributed.comm.core import CommClosedError
+from distributed.security import Security
 
 from ..errors import TLSRefused
 
@@ -45,18 +46,35 @@ def refusal(address, exc):
         ca = dask.config.get("distributed.comm.tls.ca-file", None)
         return TLSRefused(f"the scheduler at {address} presented a certificate that the CA in {ca} did not sign "
                           f"({verify.verify_message}): this client was given another cluster's CA")
-    # the alert by which the scheduler refused this client's certificate: an SSLError cause, or only the text
-    # of the FatalCommClosedError when the stream closed before the error reached it
+    # The alert by which the scheduler refused this client's certificate: an SSLError cause, or the text of a
+    # FatalCommClosedError. With TLS 1.3 the verdict on a client's certificate follows the handshake, and
+    # the stream may close before the alert is read: then the alert is asked for again.
+    closed = any(isinstance(c, CommClosedError) for c in causes)
     reason = next((c.reason for c in causes if isinstance(c, ssl.SSLError)), None) \
-        or next((m.group(1) for c in causes for m in [_SSL_REASON.search(str(c))] if m), None)
+        or next((m.group(1) for c in causes for m in [_SSL_REASON.search(str(c))] if m), None) \
+        or (closed and str(address).startswith("tls://") and refused_certificate(address)) or None
     if reason is not None:
         return TLSRefused(f"the scheduler at {address} refused this client's certificate ({reason}): it "
                           "accepts only certificates signed by its own CA")
-    if str(address).startswith("tcp://") and any(isinstance(c, CommClosedError) for c in causes) \
-            and speaks_tls(address):
+    if closed and str(address).startswith("tcp://") and speaks_tls(address):
         tls_address = "tls://" + parse_address(address)[1]
         return TLSRefused(f"the scheduler at {address} requires TLS: connect to {tls_address} with the cluster's "
                           f"CA and a client certificate ({HOW_TO_SET})")
+    return None
+
+
+def refused_certificate(address):
+    """The TLS alert with which the listener at ``address`` refuses this client's certificate, or None."""
+    host, port = parse_host_port(parse_address(address)[1])
+    context = Security().get_connection_args("client")["ssl_context"]
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_SECONDS) as raw, \
+                context.wrap_socket(raw, server_hostname=host) as conn:
+            conn.recv(1)    # a scheduler that accepts the certificate sends its handshake; one that does not, an alert
+    except ssl.SSLError as exc:
+        return exc.reason
+    except OSError:
+        return None
     return None
 
 
