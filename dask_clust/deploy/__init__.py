@@ -1,9 +1,11 @@
-"""Running dask_clust on a cluster: three deploy paths, all ending in ``fit(X, client=<scheduler address>)``.
+"""Running dask_clust on a cluster: four deploy paths, all ending in ``fit(X, client=<scheduler address>)``.
 
-- Kubernetes, Helm chart: ``deploy/helm/dask-values.yaml`` configures the official ``dask/dask`` chart,
-  a long-lived scheduler and worker pods running the image of ``deploy/docker/Dockerfile``.
+- Kubernetes, Helm chart: ``deploy/helm/dask-clust`` is a chart of a long-lived scheduler and worker pods
+  running the image of ``deploy/docker/Dockerfile``, with its NetworkPolicies.
 - Kubernetes, dask-kubernetes operator: ``deploy/kubernetes/daskcluster.yaml`` is a ``DaskCluster``
-  resource for ``kubectl apply``; the operator creates and scales the scheduler and worker pods.
+  resource for ``kubectl apply`` (with ``networkpolicy.yaml``); the operator creates and scales the pods.
+- Kubernetes, many users: ``deploy/helm/daskhub-values.yaml`` configures JupyterHub with Dask Gateway, which
+  gives each user authenticated clusters with TLS credentials of their own.
 - HPC batch queues, dask-jobqueue: ``deploy/jobqueue/jobqueue.yaml`` describes SLURM and PBS jobs; a
   scheduler runs where ``hpc_cluster`` is called and each batch job starts a node's worth of workers.
   ``job_script`` shows the script such a job would run, without starting anything.
