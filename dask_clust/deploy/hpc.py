@@ -77,8 +77,9 @@ def _prepare(kind, config, overrides):
     source = "keyword argument" if "security" in overrides else os.fspath(config) if config is not None else None
     if security is not True:
         opts["security"] = _site_security(security, source)
-    elif "shared_temp_directory" not in opts and not dask.config.get(f"jobqueue.{kind}.shared-temp-directory", None):
-        opts["shared_temp_directory"] = SHARED_TEMP_DIRECTORY
+    elif "shared_temp_directory" not in opts:
+        opts["shared_temp_directory"] = (dask.config.get(f"jobqueue.{kind}.shared-temp-directory", None)
+                                         or SHARED_TEMP_DIRECTORY)
     scheduler_options = opts.get("scheduler_options") or dask.config.get(f"jobqueue.{kind}.scheduler-options", None)
     opts["scheduler_options"] = {"dashboard_address": DASHBOARD_ADDRESS, **(scheduler_options or {})}
     return (*classes, opts, security is True)
@@ -92,12 +93,12 @@ def _site_security(security, where):
     if not (isinstance(security, dict) and {"ca-file", "cert"} <= set(security) <= set(_SECURITY_FILES)):
         raise ValueError(f"security={security!r} ({where}): expected true (temporary certificates), false (plain "
                          "TCP), or a mapping of PEM files {ca-file: ..., cert: ..., key: ...}")
-    kwargs = {}
-    for name, path in security.items():
-        if path is not None and not os.path.isfile(os.path.expanduser(path)):
-            raise FileNotFoundError(f"security {name}={path!r} ({where}): no such file")
-        kwargs.update({keyword: os.path.expanduser(path) for keyword in _SECURITY_FILES[name]} if path else {})
-    return Security(require_encryption=True, **kwargs)
+    files = {name: os.path.expanduser(path) for name, path in security.items() if path is not None}
+    for name, path in files.items():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"security {name}={security[name]!r} ({where}): no such file")
+    return Security(require_encryption=True, **{keyword: path for name, path in files.items()
+                                                for keyword in _SECURITY_FILES[name]})
 
 
 def _positive_int(value):
@@ -148,8 +149,7 @@ def hpc_cluster(kind, config=None, **overrides):
     """
     cluster_cls, _, opts, temporary = _prepare(kind, config, overrides)
     if temporary:
-        shared = opts.get("shared_temp_directory") or dask.config.get(f"jobqueue.{kind}.shared-temp-directory")
-        os.makedirs(os.path.expanduser(os.path.expandvars(shared)), mode=0o700, exist_ok=True)
+        os.makedirs(os.path.expanduser(os.path.expandvars(opts["shared_temp_directory"])), mode=0o700, exist_ok=True)
         opts["security"] = True
     return cluster_cls(**opts)
 
@@ -158,9 +158,9 @@ def job_script(kind, config=None, **overrides):
     """The batch script ``hpc_cluster`` would submit for one job, made without starting a scheduler.
 
     Same arguments as ``hpc_cluster``; ``scheduler=`` sets the address the workers connect to (default
-    ``tls://`` + ``PLACEHOLDER_SCHEDULER``), and keyword arguments that only configure a scheduler are ignored. With
-    temporary credentials the workers' certificate files are named as the cluster names them, in the shared
-    directory, with ``XXXXXXXX`` for the random part that a started cluster fills in.
+    ``tls://`` + ``PLACEHOLDER_SCHEDULER``), and keyword arguments that only configure a scheduler are
+    ignored. With temporary credentials the workers' certificate files are named as the cluster names them,
+    in the shared directory, with ``XXXXXXXX`` for the random part that a started cluster fills in.
 
     >>> print(job_script("pbs", config="deploy/jobqueue/jobqueue.yaml", walltime="01:00:00"))
     #!/usr/bin/env bash
@@ -170,7 +170,7 @@ def job_script(kind, config=None, **overrides):
     """
     _, job_cls, opts, temporary = _prepare(kind, config, overrides)
     if temporary:
-        shared = opts.get("shared_temp_directory") or dask.config.get(f"jobqueue.{kind}.shared-temp-directory")
+        shared = opts["shared_temp_directory"]
         opts["security"] = Security(**{f"tls_{'' if key == 'ca_file' else 'worker_'}{key}":
                                        os.path.join(shared, f".dask-jobqueue.worker.{key}.XXXXXXXX")
                                        for key in ("ca_file", "cert", "key")})
