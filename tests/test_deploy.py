@@ -398,12 +398,14 @@ def canonical(name):
 
 
 def command_problems(commands):
-    """Commands whose executable no distribution the image installs provides as a console script, or whose
-    ``dask`` subcommand no installed distribution registers."""
+    """Commands whose executable no distribution the image installs provides as a console script, whose
+    ``dask`` subcommand no installed distribution registers, or whose arguments that subcommand's parser
+    (click) refuses."""
+    import click
     from importlib.metadata import entry_points
 
     scripts = {e.name: canonical(e.dist.name) for e in entry_points(group="console_scripts")}
-    subcommands = {e.name for e in entry_points(group="dask_cli")}
+    subcommands = {e.name: e for e in entry_points(group="dask_cli")}
     wanted = image_requirements()
     problems = []
     for command in commands:
@@ -411,6 +413,11 @@ def command_problems(commands):
             problems.append(f"{command}: no {command[0]!r} among the console scripts of {sorted(wanted)}")
         elif command[0] == "dask" and command[1] not in subcommands:
             problems.append(f"{command}: dask has no subcommand {command[1]!r} ({sorted(subcommands)})")
+        elif command[0] == "dask":
+            try:
+                subcommands[command[1]].load().make_context(" ".join(command[:2]), list(command[2:]))
+            except click.ClickException as e:
+                problems.append(f"{command}: {e.format_message()}")
     return problems
 
 
@@ -435,6 +442,8 @@ def test_every_command_in_the_configs_exists_in_the_image(chart_docs, daskcluste
     (["dask-scheduler", "--port", "8786"], "no 'dask-scheduler' among the console scripts"),
     (["dask-worker", "tls://clust-scheduler:8786"], "no 'dask-worker' among the console scripts"),
     (["dask", "schedule"], "dask has no subcommand 'schedule'"),
+    (["dask", "worker", "--nanny-prot", "8790"], "Got unexpected extra argument: (8790)"),
+    (["dask", "scheduler", "--port"], "Option '--port' requires an argument"),
 ])
 def test_command_check_fails_on_a_command_the_image_lacks(command, complaint):
     assert any(complaint in p for p in command_problems([command]))
