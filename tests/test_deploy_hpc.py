@@ -172,6 +172,10 @@ def test_security_choices(tmp_path):
         job_script("slurm", config=JOBQUEUE_YAML, security={**files, "cert": str(tmp_path / "nowhere.pem")})
     with pytest.raises(ValueError, match=r"security='yes' \(keyword argument\): expected true"):
         job_script("slurm", config=JOBQUEUE_YAML, security="yes")
+    # from dask config, as a copied jobqueue.yaml sets it
+    plain = {**settings("slurm"), "security": False}
+    with dask.config.set({f"jobqueue.slurm.{key}": value for key, value in plain.items()}):
+        assert "tcp://127.0.0.1:8786" in job_script("slurm") and "--tls" not in job_script("slurm")
 
 
 def test_overrides_win_over_the_file():
@@ -183,8 +187,7 @@ def test_overrides_win_over_the_file():
 
 def test_dask_config_is_used_without_a_file():
     cfg = settings("pbs")
-    # security is not a dask-jobqueue config key: without the file it is TLS, the default
-    with dask.config.set({f"jobqueue.pbs.{key}": value for key, value in cfg.items() if key != "security"}):
+    with dask.config.set({f"jobqueue.pbs.{key}": value for key, value in cfg.items()}):
         assert job_script("pbs") == job_script("pbs", config=JOBQUEUE_YAML)
     with dask.config.set({"jobqueue.pbs.cores": None, "jobqueue.pbs.memory": None}):
         with pytest.raises(ValueError, match="no cores or memory for pbs.*deploy/jobqueue/jobqueue.yaml"):

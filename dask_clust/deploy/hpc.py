@@ -73,8 +73,10 @@ def _prepare(kind, config, overrides):
              else f"dask config jobqueue.{kind}" for key in _CHECKED}
     _validate(kind, {key: opts[key] if key in opts else dask.config.get(f"jobqueue.{kind}.{key}", None)
                      for key in _CHECKED}, where)
-    security = opts.pop("security", True)
-    source = "keyword argument" if "security" in overrides else os.fspath(config) if config is not None else None
+    # not a dask-jobqueue config key, but read from dask config as the others are (a copied jobqueue.yaml)
+    security = opts.pop("security") if "security" in opts else dask.config.get(f"jobqueue.{kind}.security", True)
+    source = ("keyword argument" if "security" in overrides else os.fspath(config) if "security" in from_file
+              else f"dask config jobqueue.{kind}")
     if security is not True:
         opts["security"] = _site_security(security, source)
     elif "shared_temp_directory" not in opts:

@@ -21,7 +21,8 @@ _SETTINGS = (("the cluster's CA certificate", "distributed.comm.tls.ca-file"),
              ("this client's certificate", "distributed.comm.tls.client.cert"))
 HOW_TO_SET = ("set them with dask.config.set(dask_clust.deploy.tls_config(ca_file, cert, key)) or the environment "
               "variables DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and "
-              "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY")
+              "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY; for a cluster object that holds its own credentials "
+              "(dask_clust.deploy.hpc_cluster), pass client=distributed.Client(cluster)")
 _SSL_REASON = re.compile(r"SSLError: \[SSL: (\w+)\]")
 # how long a plain client's failure may take to be checked for a TLS listener behind it
 PROBE_SECONDS = 3.0
