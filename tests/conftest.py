@@ -1,3 +1,7 @@
+import subprocess
+import sys
+from pathlib import Path
+
 import dask
 import numpy as np
 import pytest
@@ -10,6 +14,24 @@ dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", "dask_clust.lost-worker-t
 # removal, no worker of the same name is registered: a worker the kill tests kill again within 15 s, caught
 # while its nanny restarts it, never came back, and every later test waited 60 s for it (CI, 21 failures)
 dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """On a fresh install, compile the kernels into numba's cache once, in parallel parts, before any test
+    or worker process would compile them itself (tests/compile_kernels.py). Runs in the xdist controller,
+    before it starts its workers; skipped once the cache holds the kernels."""
+    from dask_clust import kernels
+
+    from tests import compile_kernels
+
+    if hasattr(session.config, "workerinput") or any((Path(kernels.__file__).parent / "__pycache__").glob("*.nbi")):
+        return
+    root = Path(__file__).resolve().parents[1]
+    parts = [subprocess.Popen([sys.executable, "-m", "tests.compile_kernels", str(part)], cwd=root)
+             for part in range(compile_kernels.PARTS)]
+    for part in parts:
+        part.wait()   # a part that fails leaves its kernels to be compiled where the tests need them
 
 
 @pytest.fixture(scope="session")
