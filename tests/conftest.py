@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +8,12 @@ import numpy as np
 import pytest
 
 from tests.reference.make_blobs import blobs
+
+ROOT = Path(__file__).resolve().parents[1]
+# Subprocesses (the CLI, notebook kernels, the README's scripts) import this tree's dask_clust, as the tests
+# and their clusters' workers do, rather than the installed copy: one copy of the code, so one numba cache
+# that every process shares (the installed copy's own cache cost a fresh CI run minutes of compiling).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 # small test data still gets many chunks, so every multi-chunk path runs
 dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", "dask_clust.lost-worker-timeout": "20s"})
@@ -27,8 +34,7 @@ def pytest_sessionstart(session):
 
     if hasattr(session.config, "workerinput") or any((Path(kernels.__file__).parent / "__pycache__").glob("*.nbi")):
         return
-    root = Path(__file__).resolve().parents[1]
-    parts = [subprocess.Popen([sys.executable, "-m", "tests.compile_kernels", str(part)], cwd=root)
+    parts = [subprocess.Popen([sys.executable, "-m", "tests.compile_kernels", str(part)], cwd=ROOT)
              for part in range(compile_kernels.PARTS)]
     for part in parts:
         part.wait()   # a part that fails leaves its kernels to be compiled where the tests need them
