@@ -1,4 +1,4 @@
-"""Random streams (DESIGN rule 5): a fit's draws depend on its ``random_state`` and on what each draw is
+"""Random streams (ARCHITECTURE.md, rule 5): a fit's draws depend on its ``random_state`` and on what each draw is
 for, never on the worker count, the chunk placement or the thread that runs it.
 
 - ``stream(entropy, *tag)``: a numpy Generator for the driver and for each chunk (the callers put the chunk

@@ -1,5 +1,5 @@
 """Public entry points: ``fit`` and ``load`` (the estimators over ``fit``: ``estimators.py``). Parameters and
-data are validated here, once (STYLE example 2)."""
+data are validated here, once, before any work (ARCHITECTURE.md, rule 8)."""
 import contextlib
 import logging
 import numbers

@@ -3,7 +3,7 @@ work is spent on input or settings that cannot succeed, with a message naming wh
 
 
 class InputError(ValueError):
-    """Bad input found before any work was spent (DESIGN rule 8)."""
+    """Bad input found before any work was spent (ARCHITECTURE.md, rule 8)."""
 
 
 class InvalidParameterError(ValueError, TypeError):

@@ -2,7 +2,7 @@
 
 Convergence is the algorithm's decision (its tol rule); the loop records, reports and stops.
 ``history`` holds one dict per iteration with fixed keys — iteration, objective, wall_s,
-distance_evals, changed — plus algorithm-specific extras (STYLE row 12).
+distance_evals, changed — plus algorithm-specific extras.
 """
 import contextlib
 import logging

@@ -100,7 +100,7 @@ def _dense_block(ids, p, n_clusters):
 
 
 class ClusteringModel:
-    """A fitted clustering model (DESIGN "Results").
+    """A fitted clustering model (returned by ``fit``).
 
     Attributes: ``algo``, ``params``, ``cluster_centers_`` (k × d, float64), ``n_iter_``, ``converged_``,
     ``history_`` (one dict per iteration), ``n_distance_evals_``, ``objective_`` (the algorithm's final

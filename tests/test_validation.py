@@ -1,5 +1,5 @@
-"""Every DESIGN rule-8 error, matched by regex, raised before any work; nothing the caller passed is
-modified; a generated bad value for every declared constraint of every algorithm (STYLE row 1)."""
+"""Every bad-input error (ARCHITECTURE.md, rule 8), matched by regex, raised before any work; nothing the caller passed is
+modified; a generated bad value for every declared constraint of every algorithm."""
 from dataclasses import fields
 
 import dask

@@ -30,7 +30,7 @@ nearest seed: 10 of 10 seeds at 1.000 × and -3 % against scikit-learn's Lloyd o
 (benchmarks/bench_vcgmm_quality.py). ``init="afkmc2"`` gives the paper's pair back.
 
 Where the means live (``means_for``): on the driver while C·D·8 fits ``model-bytes``; above, sharded on the
-workers by cluster range (DESIGN rule 1), the E-step's pair and posterior statistics reduce-scattered to
+workers by cluster range (ARCHITECTURE.md, rule 1), the E-step's pair and posterior statistics reduce-scattered to
 where each range lives and steps 5-6 run there, so the driver receives O(C·G) per iteration, not O(C·D).
 Both give the same bits.
 
@@ -363,7 +363,7 @@ class DriverMeans:
 
 
 class ShardedMeans:
-    """The means sharded on the workers by cluster range (C·D over ``model-bytes``, DESIGN rule 1): the
+    """The means sharded on the workers by cluster range (C·D over ``model-bytes``, ARCHITECTURE.md rule 1): the
     pair and posterior statistics are reduce-scattered by cluster, and G_c and the M-step run where each
     range lives; every partition reads the whole means (``model.ref()``) for its search. Per iteration the
     driver receives G_c (C·G·4 bytes), each cluster's residual (C·8) and five scalars, never C·D."""

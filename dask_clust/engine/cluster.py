@@ -1,6 +1,6 @@
 """Client and LocalCluster handling, partition placement, lost-worker detection and rebuild.
 
-The only module of dask_clust that imports ``distributed`` (DESIGN layers). Two backends serve the
+The only module of dask_clust that imports ``distributed`` (ARCHITECTURE.md, layers). Two backends serve the
 Engine: ``InProcessBackend`` (rule 6: small in-memory problems, no cluster) and ``ClusterBackend`` (one
 ``Partition`` per worker, created where its chunks are loaded, rebuilt elsewhere when its worker
 is lost, rule 1).

@@ -1,4 +1,4 @@
-"""Declared combines: how the per-chunk fields of a step's partial become one result (DESIGN rule 3).
+"""Declared combines: how the per-chunk fields of a step's partial become one result (ARCHITECTURE.md, rule 3).
 
 A step returns a tuple; ``Engine.reduce(step, params, combine)`` names one combine per field. Every
 combine is associative and gives the same bits for any tree of partitions, so the partitions combine

@@ -1,33 +1,6 @@
-"""The Engine: the handful of verbs an algorithm is written against (STYLE example 1).
-
-    engine.summary                          n, Σw, per-feature mean and variance, max |x| (first pass)
-    engine.reduce(step, params, combine, at_root, halo)
-                                            run a step on every chunk; its fields combined as declared
-                                            (``combine.py``: Sum by default, Fold, Rows, Min/Max,
-                                            ArgMin/ArgMax, Top) on the workers; the driver gets the result,
-                                            or what ``at_root`` makes of it on the root's worker
-    engine.state(key, builder, model)       per-chunk state, built now, rebuilt from ``model()`` on any
-                                            partition rebuilt after a lost worker, dropped at the end
-    engine.halo(key, need_step)             a fixed gather plan: reduce(..., halo=(key, field)) gives every
-                                            chunk the previous values of the rows it reads, partition to
-                                            partition
-    engine.rerun(phase, repair)             recovery by restart, for state no builder can rebuild: after a
-                                            lost worker, repair() then the phase again from its start
-    engine.reorder(key_step)                an Engine over the rows sorted by a key; to_input_order back
-    engine.sample(step, params, counts, e)  an Engine over the rows a step draws from every chunk (a coreset),
-                                            left on the workers that drew it unless it is small
-    engine.working_set(X, w, entropy)       an Engine over a weighted set this process holds
-    open_local(X, w, entropy)               an in-process Engine over rows this process holds, in min-chunks chunks
-    engine.sharded(key, arrays)             a model split by rows over the partitions (rule 1, large models):
-                                            model.ref() in params gives steps the whole field (each partition
-                                            gathers it from the others), reduce(..., scatter=(model, at_shard,
-                                            small)) reduce-scatters the Scatter fields and runs at_shard where
-                                            each shard lives, model.apply(fn) runs a step there,
-                                            model.gather() brings it to the driver at the end
-    engine.take(ids)                        rows by global id
-    engine.dump_rows(dir, key)              every chunk's state ``key`` written to a checkpoint where it lives;
-    engine.load_rows(dir, key, fields)      read back, checked (``restored_rows``: the same as a state's builder)
-    engine.overhead_ms()                    the cost of one empty iteration
+"""The Engine: the handful of verbs an algorithm is written against. ARCHITECTURE.md lists them, with what
+each does and what the driver receives (the one list: ``tests/test_architecture.py`` checks it against this
+class).
 
 A step is a module-level function ``step(chunk, params)`` (see ``partition.Chunk``). Every call is one
 round trip: one message from the driver to the root partition, a tree of partitions on the workers, one

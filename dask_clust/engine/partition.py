@@ -1,4 +1,4 @@
-"""Partition: one per worker, holding its row chunks and their per-algorithm state (DESIGN rule 1-2).
+"""Partition: one per worker, holding its row chunks and their per-algorithm state (ARCHITECTURE.md, rules 1-2).
 
 Rows are held in memory, or, for data larger than the cluster's memory (rule 4), a chunk holds only
 its loader (the chunk's pickled dask graph, e.g. a zarr or parquet read) and loads its rows for the

@@ -1,7 +1,7 @@
 """Partial statistics: the one-pass data summary and exact, order-independent sums.
 
 Why fixed point: float64 addition is not associative, so summing the same per-chunk partials in a
-different tree (1 worker vs 8) changes the last bits of the centres, and DESIGN rule 5 asks for the same
+different tree (1 worker vs 8) changes the last bits of the centres, and ARCHITECTURE.md's rule 5 asks for the same
 model on any number of workers. Each per-chunk float64 partial is therefore converted to a 3-word
 fixed-point number (62 bits per word, the top word signed) on a grid fixed for the whole fit; integer
 addition is exactly associative, so every tree shape gives bit-identical totals. The grid's top is set
