@@ -7,15 +7,15 @@ by tens of percent between runs. Both engines are therefore open at once and the
 interleaved, round by round, so drift hits both alike; the medians of the two interleaved series and
 the median of the per-round ratios are reported.
 """
+
 import argparse
 import contextlib
 import statistics
 
 import numpy as np
 
-from harness.common import emit, local_cluster
-
 from dask_clust.engine import as_source, open_engine
+from harness.common import emit, local_cluster
 
 
 def main():
@@ -25,8 +25,9 @@ def main():
     X = np.random.default_rng(0).random((128 * 1000, 16), dtype=np.float32)
     sizes = (16, 128)
     with local_cluster(2, 1) as client, contextlib.ExitStack() as stack:
-        engines = {c: stack.enter_context(open_engine(as_source(X, chunk_rows=X.shape[0] // c), client, 0))
-                   for c in sizes}
+        engines = {
+            c: stack.enter_context(open_engine(as_source(X, chunk_rows=X.shape[0] // c), client, 0)) for c in sizes
+        }
         for c, eng in engines.items():
             assert eng.n_chunks == c and eng.n_workers == 2
             eng.overhead_ms(10)  # warm up
@@ -37,14 +38,28 @@ def main():
     med = {c: statistics.median(series[c]) for c in sizes}
     ratio = statistics.median(b / a for a, b in zip(series[16], series[128]))
     for c in sizes:
-        emit("engine_overhead", {"backend": "cluster", "workers": 2, "threads_per_worker": 1, "chunks": c,
-                                 "rounds": args.rounds, "median_ms_per_empty_iteration": med[c]})
+        emit(
+            "engine_overhead",
+            {
+                "backend": "cluster",
+                "workers": 2,
+                "threads_per_worker": 1,
+                "chunks": c,
+                "rounds": args.rounds,
+                "median_ms_per_empty_iteration": med[c],
+            },
+        )
     emit("engine_overhead_growth", {"chunks": list(sizes), "median_ratio_128_over_16": ratio})
     with open_engine(as_source(X, chunk_rows=X.shape[0] // 16), "in-process", 0) as eng:
-        emit("engine_overhead", {"backend": "in-process", "chunks": 16, "median_ms_per_empty_iteration": eng.overhead_ms(20)})
-    print(f"\nempty iteration (median of {args.rounds} interleaved rounds): {med[16]:.2f} ms at 16 chunks, "
-          f"{med[128]:.2f} ms at 128 chunks; per-round ratio 128/16 = {ratio:.3f} "
-          f"(growth {100 * (ratio - 1):+.1f} %); target <= 10 ms and < 20 %")
+        emit(
+            "engine_overhead",
+            {"backend": "in-process", "chunks": 16, "median_ms_per_empty_iteration": eng.overhead_ms(20)},
+        )
+    print(
+        f"\nempty iteration (median of {args.rounds} interleaved rounds): {med[16]:.2f} ms at 16 chunks, "
+        f"{med[128]:.2f} ms at 128 chunks; per-round ratio 128/16 = {ratio:.3f} "
+        f"(growth {100 * (ratio - 1):+.1f} %); target <= 10 ms and < 20 %"
+    )
 
 
 if __name__ == "__main__":

@@ -13,10 +13,10 @@ processes, one real partition each,
 
     python benchmarks/bench_engine_scaling.py [--workers 1,2,4,8,16] [--parts overhead,vcgmm,coreset,sharded]
 """
+
 import argparse
 
 from harness.common import emit
-
 from harness.scaling import coreset_driver_memory, em_bytes, engine_round, sharded_lloyd
 
 
@@ -32,33 +32,41 @@ def main():
             rows.append(engine_round(int(w)))
             emit("engine_scaling", rows[-1])
         for r in rows:
-            print(f"P={r['workers']:2d}: empty iteration {r['overhead_ms']:.2f} ms "
-                  f"({r['overhead_ms'] / rows[0]['overhead_ms']:.2f}x P={rows[0]['workers']}), driver CPU "
-                  f"{r['driver_cpu_ms']:.2f} ms per round trip, Lloyd bytes in {r['lloyd_bytes_in'] / 1e3:.1f} kB, "
-                  f"out {r['lloyd_bytes_out'] / 1e3:.1f} kB")
+            print(
+                f"P={r['workers']:2d}: empty iteration {r['overhead_ms']:.2f} ms "
+                f"({r['overhead_ms'] / rows[0]['overhead_ms']:.2f}x P={rows[0]['workers']}), driver CPU "
+                f"{r['driver_cpu_ms']:.2f} ms per round trip, Lloyd bytes in {r['lloyd_bytes_in'] / 1e3:.1f} kB, "
+                f"out {r['lloyd_bytes_out'] / 1e3:.1f} kB"
+            )
         ins = [r["lloyd_bytes_in"] for r in rows]
         print(f"Lloyd bytes in: largest / smallest = {max(ins) / min(ins):.3f}")
     if "vcgmm" in parts:
-        limit = 2 * 2000 * 64 * 8 + 2 ** 20
+        limit = 2 * 2000 * 64 * 8 + 2**20
         for chunks in (16, 64):
             r = em_bytes(chunks)
             emit("engine_scaling_vcgmm", {**r, "limit": limit})
-            print(f"vc-GMM EM: {r['bytes_in'] / 1e6:.3f} MB into the driver per iteration at {r['chunks']} chunks "
-                  f"(limit {limit / 1e6:.3f} MB)")
+            print(
+                f"vc-GMM EM: {r['bytes_in'] / 1e6:.3f} MB into the driver per iteration at {r['chunks']} chunks "
+                f"(limit {limit / 1e6:.3f} MB)"
+            )
     if "coreset" in parts:
         r = coreset_driver_memory()
         emit("engine_scaling_coreset", r)
-        print(f"coreset of {r['coreset_rows']} x {r['d']} float32 ({r['coreset_bytes'] / 1e6:.0f} MB) on "
-              f"{r['workers']} workers: driver peak +{r['driver_peak_extra'] / 1e6:.1f} MB = {r['ratio']:.3f} x")
+        print(
+            f"coreset of {r['coreset_rows']} x {r['d']} float32 ({r['coreset_bytes'] / 1e6:.0f} MB) on "
+            f"{r['workers']} workers: driver peak +{r['driver_peak_extra'] / 1e6:.1f} MB = {r['ratio']:.3f} x"
+        )
     if "sharded" in parts:
         for w in (1, 2, 4):
             r = sharded_lloyd(w)
             emit("engine_scaling_sharded", r)
-            print(f"Lloyd k={r['k']} D={r['d']} ({r['model_bytes'] / 1e6:.1f} MB of centres), P={w}: driver "
-                  f"{r['driver_bytes_in'] / 1e6:.3f} MB in / {r['driver_bytes_out'] / 1e6:.3f} MB out, "
-                  f"{r['driver_s_per_iteration'] * 1e3:.0f} ms per iteration; sharded "
-                  f"{r['sharded_bytes_in'] / 1e6:.3f} MB in / {r['sharded_bytes_out'] / 1e6:.3f} MB out, "
-                  f"{r['sharded_s_per_iteration'] * 1e3:.0f} ms; same bits: {r['same_bits']}")
+            print(
+                f"Lloyd k={r['k']} D={r['d']} ({r['model_bytes'] / 1e6:.1f} MB of centres), P={w}: driver "
+                f"{r['driver_bytes_in'] / 1e6:.3f} MB in / {r['driver_bytes_out'] / 1e6:.3f} MB out, "
+                f"{r['driver_s_per_iteration'] * 1e3:.0f} ms per iteration; sharded "
+                f"{r['sharded_bytes_in'] / 1e6:.3f} MB in / {r['sharded_bytes_out'] / 1e6:.3f} MB out, "
+                f"{r['sharded_s_per_iteration'] * 1e3:.0f} ms; same bits: {r['same_bits']}"
+            )
 
 
 if __name__ == "__main__":

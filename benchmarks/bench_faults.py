@@ -31,6 +31,7 @@
                  same store with the default 128 MiB chunks (refused when a worker cannot hold a chunk and its
                  input blocks) and with --chunk-mib chunks.
 """
+
 import argparse
 import contextlib
 import logging
@@ -56,7 +57,7 @@ from harness.measure import Workers
 
 
 def store(path, rows, d):
-    X, _ = make_blobs(rows, d, 100, random_state=0, chunks=(32 << 20) // (4 * d))   # 32 MiB zarr chunks
+    X, _ = make_blobs(rows, d, 100, random_state=0, chunks=(32 << 20) // (4 * d))  # 32 MiB zarr chunks
     da.to_zarr(X.astype("float32"), path)
     return da.from_zarr(path)
 
@@ -73,8 +74,13 @@ def fit(X, client, algo, settings, **kw):
         estimate = m.engine_.get("stream_estimate_bytes")
     except dask_clust.InputError as exc:
         outcome = f"refused: {exc}"
-    return {"algo": algo, "outcome": outcome, "s": time.perf_counter() - t, "peak_worker_bytes": workers.peak(),
-            "estimate_bytes": estimate}
+    return {
+        "algo": algo,
+        "outcome": outcome,
+        "s": time.perf_counter() - t,
+        "peak_worker_bytes": workers.peak(),
+        "estimate_bytes": estimate,
+    }
 
 
 def memory(args):
@@ -86,22 +92,33 @@ def memory(args):
         t = time.perf_counter()
         X = store(os.path.join(scratch, "x.zarr"), rows, d)
         print(f"wrote {X.nbytes / 2**30:.2f} GiB ({rows:,} x {d} float32) in {time.perf_counter() - t:.0f} s")
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}), \
-                LocalCluster(n_workers=3, threads_per_worker=1, memory_limit=limit, dashboard_address="127.0.0.1:0") \
-                as cluster, Client(cluster) as client:
+        with (
+            dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}),
+            LocalCluster(
+                n_workers=3, threads_per_worker=1, memory_limit=limit, dashboard_address="127.0.0.1:0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             client.wait_for_workers(3)
             runs = [("vargmm", {}, {"max_iter": 3})]
-            if args.kmeans:   # random rows: a seeding of one pass, then 2 Lloyd passes and the final QE pass
+            if args.kmeans:  # random rows: a seeding of one pass, then 2 Lloyd passes and the final QE pass
                 lloyd = {"init": "random", "max_iter": 2, "tol": 0}
                 runs += [("kmeans", {}, lloyd), ("kmeans", {"dask_clust.chunk-bytes": f"{args.chunk_mib}MiB"}, lloyd)]
             for algo, settings, kw in runs:
-                row = {"rows": rows, "data_bytes": int(X.nbytes), "worker_limit": limit, "settings": settings,
-                       **fit(X, client, algo, settings, **kw)}
+                row = {
+                    "rows": rows,
+                    "data_bytes": int(X.nbytes),
+                    "worker_limit": limit,
+                    "settings": settings,
+                    **fit(X, client, algo, settings, **kw),
+                }
                 emit("faults_memory", row)
                 peak = row["peak_worker_bytes"]
-                print(f"{algo} {settings or ''}: {row['outcome']} after {row['s']:.1f} s; worker peak "
-                      f"{'?' if peak is None else f'{peak / 2**20:.0f}'} MiB of {args.worker_mib} MiB"
-                      + (f" (estimated {row['estimate_bytes'] / 2**20:.0f} MiB)" if row["estimate_bytes"] else ""))
+                print(
+                    f"{algo} {settings or ''}: {row['outcome']} after {row['s']:.1f} s; worker peak "
+                    f"{'?' if peak is None else f'{peak / 2**20:.0f}'} MiB of {args.worker_mib} MiB"
+                    + (f" (estimated {row['estimate_bytes'] / 2**20:.0f} MiB)" if row["estimate_bytes"] else "")
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -123,25 +140,40 @@ def calibrate(args):
     fits = {"kmeans": dict(init="random", max_iter=3, tol=0), "vargmm": dict(max_iter=2, tol=0)}
     try:
         stores = {gib: store(os.path.join(scratch, f"x{gib}.zarr"), int(gib * 2**30) // (4 * d), d) for gib in (1, 2)}
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}), \
-                LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=0, dashboard_address="127.0.0.1:0") \
-                as cluster, Client(cluster) as client, dask.config.set(settings):
+        with (
+            dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}),
+            LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=0, dashboard_address="127.0.0.1:0") as cluster,
+            Client(cluster) as client,
+            dask.config.set(settings),
+        ):
             for algo, kw in fits.items():
                 dask_clust.fit(stores[1][:200_000], algo=algo, n_clusters=20, random_state=0, client=client, **kw)
                 points = []
                 for gib, X in stores.items():
-                    time.sleep(2)   # the last fit's heap is given back once its keys are gone
+                    time.sleep(2)  # the last fit's heap is given back once its keys are gone
                     base = max(client.run(rss).values())
                     row = fit(X, client, algo, {}, **kw)
                     above = row["peak_worker_bytes"] - base
                     points.append((X.shape[0], above))
-                    emit("faults_stream", {**row, "rows": X.shape[0], "base_bytes": base, "above_bytes": above,
-                                           "declared": dask_clust.algorithms.state_of(
-                                               dask_clust.REGISTRY[algo], dask_clust.REGISTRY[algo].config(
-                                                   n_clusters=20, **kw), 4 * d + 8)})
-                    print(f"{algo} {X.nbytes / 2**30:.0f} GiB: {row['outcome']}; worker {base / 2**20:.0f} MiB before, "
-                          f"peak {row['peak_worker_bytes'] / 2**20:.0f} MiB ({above / 2**20:.0f} above it), "
-                          f"estimated {row['estimate_bytes'] / 2**20:.0f} MiB")
+                    emit(
+                        "faults_stream",
+                        {
+                            **row,
+                            "rows": X.shape[0],
+                            "base_bytes": base,
+                            "above_bytes": above,
+                            "declared": dask_clust.algorithms.state_of(
+                                dask_clust.REGISTRY[algo],
+                                dask_clust.REGISTRY[algo].config(n_clusters=20, **kw),
+                                4 * d + 8,
+                            ),
+                        },
+                    )
+                    print(
+                        f"{algo} {X.nbytes / 2**30:.0f} GiB: {row['outcome']}; worker {base / 2**20:.0f} MiB before, "
+                        f"peak {row['peak_worker_bytes'] / 2**20:.0f} MiB ({above / 2**20:.0f} above it), "
+                        f"estimated {row['estimate_bytes'] / 2**20:.0f} MiB"
+                    )
                 (n1, a1), (n2, a2) = points
                 slope = (a2 - a1) / (n2 - n1)
                 print(f"{algo}: {slope:.1f} B per row of state; {(a1 - slope * n1) / 2**20:.0f} MiB per pass beyond it")
@@ -149,10 +181,15 @@ def calibrate(args):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-KILL_FITS = {"kmeans": dict(tol=0, max_iter=8), "nmbatch": dict(batch_size=4000, rho=10.0, max_iter=12),
-             "minibatch": dict(batch_size=500, max_iter=12), "sbe": dict(omaxit=8, eval_every=2),
-             "vrkm": dict(max_epochs=6), "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=8),
-             "vargmm": dict(tol=0, max_iter=8)}
+KILL_FITS = {
+    "kmeans": dict(tol=0, max_iter=8),
+    "nmbatch": dict(batch_size=4000, rho=10.0, max_iter=12),
+    "minibatch": dict(batch_size=500, max_iter=12),
+    "sbe": dict(omaxit=8, eval_every=2),
+    "vrkm": dict(max_epochs=6),
+    "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=8),
+    "vargmm": dict(tol=0, max_iter=8),
+}
 WHEN = ("placement", "seeding", "call", "between")
 
 
@@ -162,8 +199,11 @@ def inputs(scratch):
     X, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)
     da.to_zarr(X.astype("float32"), os.path.join(scratch, "x.zarr"))
     local = X.astype("float32").compute()
-    return {"persisted": lambda client: client.persist(da.from_array(local, chunks=6000)),
-            "zarr": lambda client: da.from_zarr(os.path.join(scratch, "x.zarr")), "numpy": lambda client: local}
+    return {
+        "persisted": lambda client: client.persist(da.from_array(local, chunks=6000)),
+        "zarr": lambda client: da.from_zarr(os.path.join(scratch, "x.zarr")),
+        "numpy": lambda client: local,
+    }
 
 
 class Killer:
@@ -187,7 +227,7 @@ class Killer:
     def callback(self, record):
         if self.when == "between" and record["iteration"] == 2:
             self.fire()
-        if self.when == "call" and record["iteration"] == 2:   # lands in iteration 3's calls
+        if self.when == "call" and record["iteration"] == 2:  # lands in iteration 3's calls
             self.timer = threading.Timer(self.iteration_s / 2, self.fire)
             self.timer.start()
 
@@ -220,9 +260,23 @@ class ProcessCluster:
         self.nanny = nanny
         self.scheduler_file = os.path.join(scratch, f"scheduler-{'nanny' if nanny else 'bare'}.json")
         self.bin = os.path.dirname(sys.executable)
-        self.procs = [subprocess.Popen([os.path.join(self.bin, "dask"), "scheduler", "--host", "127.0.0.1",
-                                        "--port", "0", "--no-dashboard", "--scheduler-file", self.scheduler_file],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        self.procs = [
+            subprocess.Popen(
+                [
+                    os.path.join(self.bin, "dask"),
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    self.scheduler_file,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        ]
         while not os.path.exists(self.scheduler_file):
             time.sleep(0.2)
         self.client = Client(scheduler_file=self.scheduler_file)
@@ -231,10 +285,23 @@ class ProcessCluster:
 
     def _start(self):
         env = {**os.environ, **{k: str(v) for k, v in worker_environ().items()}}
-        return subprocess.Popen([os.path.join(self.bin, "dask"), "worker", "--scheduler-file", self.scheduler_file,
-                                 "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"]
-                                + ([] if self.nanny else ["--no-nanny"]),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        return subprocess.Popen(
+            [
+                os.path.join(self.bin, "dask"),
+                "worker",
+                "--scheduler-file",
+                self.scheduler_file,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+            ]
+            + ([] if self.nanny else ["--no-nanny"]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
 
     def refill(self):
         """The worker pids, once 3 workers are there."""
@@ -246,9 +313,9 @@ class ProcessCluster:
             while time.monotonic() < deadline:
                 try:
                     if len(self.client.scheduler_info()["workers"]) == 3:
-                        time.sleep(0.5)   # a nanny that has just restarted its worker settles
+                        time.sleep(0.5)  # a nanny that has just restarted its worker settles
                         return sorted(self.client.run(os.getpid).values())
-                except OSError:   # a worker left while asked
+                except OSError:  # a worker left while asked
                     pass
                 time.sleep(0.2)
             print("3 workers did not come back within 30 s: starting them again", flush=True)
@@ -268,18 +335,32 @@ def kill_case(client, algo, form, X, when, victim, calm, calm_s, iteration_s, se
     t = time.perf_counter()
     try:
         with killing(killer):
-            hit = dask_clust.fit(X, callback=killer.callback, algo=algo, n_clusters=20, random_state=0, client=client,
-                                 **KILL_FITS[algo])
+            hit = dask_clust.fit(
+                X, callback=killer.callback, algo=algo, n_clusters=20, random_state=0, client=client, **KILL_FITS[algo]
+            )
         same = bool(np.array_equal(hit.cluster_centers_, calm.cluster_centers_) and hit.objective_ == calm.objective_)
         outcome, rebuilds = ("same bits" if same else "DIFFERENT MODEL"), hit.engine_["rebuilds"]
-    except Exception as exc:   # reported, never hidden: the case failed
+    except Exception as exc:  # reported, never hidden: the case failed
         outcome, rebuilds = f"FAILED: {type(exc).__name__}: {str(exc)[:160]}", None
     wall = time.perf_counter() - t
-    row = {"algo": algo, "form": form, "setup": setup, "when": when, "killed": killer.fired, "outcome": outcome,
-           "rebuilds": rebuilds, "calm_s": calm_s, "hit_s": wall, "extra_s": wall - calm_s}
+    row = {
+        "algo": algo,
+        "form": form,
+        "setup": setup,
+        "when": when,
+        "killed": killer.fired,
+        "outcome": outcome,
+        "rebuilds": rebuilds,
+        "calm_s": calm_s,
+        "hit_s": wall,
+        "extra_s": wall - calm_s,
+    }
     emit("faults_kill", row)
-    print(f"{setup:8} {form:9} {algo:9} {when:9} {outcome:10} killed={killer.fired} rebuilds={rebuilds} "
-          f"+{wall - calm_s:.1f} s", flush=True)
+    print(
+        f"{setup:8} {form:9} {algo:9} {when:9} {outcome:10} killed={killer.fired} rebuilds={rebuilds} "
+        f"+{wall - calm_s:.1f} s",
+        flush=True,
+    )
     return row
 
 
@@ -288,8 +369,12 @@ def kill(args):
     algos = args.algos.split(",") if args.algos else list(KILL_FITS)
     forms = args.forms.split(",") if args.forms else ["persisted", "zarr", "numpy"]
     # every worker holds partitions (about 30 chunks), and vc-GMM's coreset stays on the workers
-    settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000,
-                "dask_clust.min-chunk-bytes": "64KiB", "dask_clust.lost-worker-timeout": "30s"}
+    settings = {
+        "dask_clust.in-process-bytes": "1KiB",
+        "dask_clust.working-set-chunk-rows": 4000,
+        "dask_clust.min-chunk-bytes": "64KiB",
+        "dask_clust.lost-worker-timeout": "30s",
+    }
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     summary = []
     try:
@@ -301,36 +386,58 @@ def kill(args):
                     for form in forms:
                         for algo in algos:
                             workers.refill()
-                            for _ in range(2):   # the second run's time: the first compiles and warms up
+                            for _ in range(2):  # the second run's time: the first compiles and warms up
                                 t = time.perf_counter()
-                                calm = dask_clust.fit(data[form](workers.client), algo=algo, n_clusters=20,
-                                                      random_state=0, client=workers.client, **KILL_FITS[algo])
+                                calm = dask_clust.fit(
+                                    data[form](workers.client),
+                                    algo=algo,
+                                    n_clusters=20,
+                                    random_state=0,
+                                    client=workers.client,
+                                    **KILL_FITS[algo],
+                                )
                                 calm_s = time.perf_counter() - t
                             iteration_s = float(np.median([h["wall_s"] for h in calm.history_]))
                             for when in WHEN:
                                 pids = workers.refill()
-                                summary.append(kill_case(workers.client, algo, form, data[form](workers.client), when,
-                                                         pids[len(summary) % 3], calm, calm_s, iteration_s, setup))
+                                summary.append(
+                                    kill_case(
+                                        workers.client,
+                                        algo,
+                                        form,
+                                        data[form](workers.client),
+                                        when,
+                                        pids[len(summary) % 3],
+                                        calm,
+                                        calm_s,
+                                        iteration_s,
+                                        setup,
+                                    )
+                                )
                 finally:
                     workers.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     same = sum(r["outcome"] == "same bits" for r in summary)
     extra = sorted(r["extra_s"] for r in summary if r["outcome"] == "same bits")
-    print(f"{same} of {len(summary)} cases ended with the undisturbed model's bits; extra wall time median "
-          f"{np.median(extra) if extra else float('nan'):.1f} s, max {max(extra) if extra else float('nan'):.1f} s")
+    print(
+        f"{same} of {len(summary)} cases ended with the undisturbed model's bits; extra wall time median "
+        f"{np.median(extra) if extra else float('nan'):.1f} s, max {max(extra) if extra else float('nan'):.1f} s"
+    )
 
 
 # (rows of the 8-d blobs, clusters, parameters, working-set-chunk-rows): SLK on fewer rows (its kNN graph), 10
 # outer iterations; the working sets (vc-GMM's coreset, SLK's normalised rows) in 5 or 10 chunks
-CHURN_FITS = {"kmeans": (60_000, 20, dict(tol=0, max_iter=14), 4000),
-              "nmbatch": (60_000, 20, dict(batch_size=4000, rho=10.0, max_iter=14), 4000),
-              "vcgmm": (60_000, 20, dict(coreset_size=20_000, tol=0, max_iter=14), 4000),
-              "slk": (6000, 5, dict(tol=0, min_iter=10, max_iter=10), 600),
-              "minibatch": (60_000, 20, dict(batch_size=500, max_iter=14), 4000),
-              "vrkm": (60_000, 20, dict(max_epochs=14), 4000),
-              "sbe": (60_000, 20, dict(omaxit=14, eval_every=2), 4000),
-              "vargmm": (60_000, 20, dict(tol=0, max_iter=14), 4000)}
+CHURN_FITS = {
+    "kmeans": (60_000, 20, dict(tol=0, max_iter=14), 4000),
+    "nmbatch": (60_000, 20, dict(batch_size=4000, rho=10.0, max_iter=14), 4000),
+    "vcgmm": (60_000, 20, dict(coreset_size=20_000, tol=0, max_iter=14), 4000),
+    "slk": (6000, 5, dict(tol=0, min_iter=10, max_iter=10), 600),
+    "minibatch": (60_000, 20, dict(batch_size=500, max_iter=14), 4000),
+    "vrkm": (60_000, 20, dict(max_epochs=14), 4000),
+    "sbe": (60_000, 20, dict(omaxit=14, eval_every=2), 4000),
+    "vargmm": (60_000, 20, dict(tol=0, max_iter=14), 4000),
+}
 
 
 class Churn:
@@ -344,7 +451,7 @@ class Churn:
         self.done, self.thread, self.frozen = set(), None, []
         # a rolling restart or a shrinking cluster takes longer than these fits: they are slowed while it runs
         self.paced_s = 0.0
-        self.handover_s = None   # a shrink's call until the scheduler has dropped the workers it retires
+        self.handover_s = None  # a shrink's call until the scheduler has dropped the workers it retires
 
     def _kill(self, pid):
         with contextlib.suppress(ProcessLookupError):
@@ -359,7 +466,7 @@ class Churn:
             return
         self.done.add(it)
         if it == 3 and self.case in ("two at once", "all at once"):
-            for pid in self.victims[:2 if self.case == "two at once" else None]:
+            for pid in self.victims[: 2 if self.case == "two at once" else None]:
                 self._kill(pid)
         elif self.case == "two apart" and it in (3, 8):
             self._kill(self.victims[0 if it == 3 else 2])
@@ -369,10 +476,12 @@ class Churn:
             self.frozen.append(self.victims[1])
             os.kill(self.victims[1], signal.SIGSTOP)
         elif it == 3 and self.case == "rolling restart":
+
             def roll():
                 for addr in sorted(self.pids):
                     with contextlib.suppress(Exception):
                         self.client.restart_workers([addr], timeout=60)
+
             self.thread = threading.Thread(target=roll, daemon=True)
             self.thread.start()
         elif it == 3 and self.case in SHRINKS:
@@ -440,11 +549,14 @@ def churn_case(client, cluster, X, algo, case, calm, calm_s):
 
     def run():
         try:
-            with killing_the_first_rebuild_target(client) if case == "kill during rebuild" else contextlib.nullcontext():
+            with (
+                killing_the_first_rebuild_target(client) if case == "kill during rebuild" else contextlib.nullcontext()
+            ):
                 rows, k, params, _ = CHURN_FITS[algo]
-                got["model"] = dask_clust.fit(X, callback=event.callback, algo=algo, n_clusters=k, random_state=0,
-                                              client=client, **params)
-        except Exception as exc:   # reported, never hidden: the case failed
+                got["model"] = dask_clust.fit(
+                    X, callback=event.callback, algo=algo, n_clusters=k, random_state=0, client=client, **params
+                )
+        except Exception as exc:  # reported, never hidden: the case failed
             got["error"] = f"FAILED: {type(exc).__name__}: {str(exc)[:200]}"
 
     t = time.perf_counter()
@@ -461,11 +573,23 @@ def churn_case(client, cluster, X, algo, case, calm, calm_s):
         hit = got["model"]
         same = bool(np.array_equal(hit.cluster_centers_, calm.cluster_centers_) and hit.objective_ == calm.objective_)
         outcome, rebuilds = ("same bits" if same else "DIFFERENT MODEL"), hit.engine_["rebuilds"]
-    row = {"algo": algo, "case": case, "outcome": outcome, "rebuilds": rebuilds, "calm_s": calm_s, "hit_s": wall,
-           "extra_s": wall - calm_s, "handover_s": event.handover_s,
-           "workers_after": len(client.scheduler_info()["workers"])}
+    row = {
+        "algo": algo,
+        "case": case,
+        "outcome": outcome,
+        "rebuilds": rebuilds,
+        "calm_s": calm_s,
+        "hit_s": wall,
+        "extra_s": wall - calm_s,
+        "handover_s": event.handover_s,
+        "workers_after": len(client.scheduler_info()["workers"]),
+    }
     emit("faults_churn", row)
-    shrink = "" if event.handover_s is None else f" handed over in {event.handover_s:.2f} s, {row['workers_after']} workers left"
+    shrink = (
+        ""
+        if event.handover_s is None
+        else f" handed over in {event.handover_s:.2f} s, {row['workers_after']} workers left"
+    )
     print(f"{algo:8} {case:20} {outcome:12} rebuilds={rebuilds} +{wall - calm_s:.1f} s{shrink}", flush=True)
     return row
 
@@ -482,44 +606,69 @@ def churn(args):
             X0, _ = make_blobs(rows, 8, k, chunks=rows // 10, random_state=5)
             for case in args.cases.split(",") if args.cases else CHURN_CASES:
                 # a cluster per case: a hung case leaves its fit's thread behind
-                with LocalCluster(n_workers=4, threads_per_worker=1, dashboard_address=":0") as lc, \
-                        Client(lc) as client, dask.config.set({"dask_clust.working-set-chunk-rows": working_rows}):
+                with (
+                    LocalCluster(n_workers=4, threads_per_worker=1, dashboard_address=":0") as lc,
+                    Client(lc) as client,
+                    dask.config.set({"dask_clust.working-set-chunk-rows": working_rows}),
+                ):
                     X = client.persist(X0)
-                    for _ in range(2):   # the second run's time: the first warms the workers up
+                    for _ in range(2):  # the second run's time: the first warms the workers up
                         t = time.perf_counter()
                         calm = dask_clust.fit(X, algo=algo, n_clusters=k, random_state=0, client=client, **params)
                         calm_s = time.perf_counter() - t
                     summary.append(churn_case(client, lc, X, algo, case, calm, calm_s))
     same = [r for r in summary if r["outcome"] == "same bits"]
-    print(f"{len(same)} of {len(summary)} churn cases ended with the undisturbed model's bits; extra wall time: "
-          + ", ".join(f"{r['algo']} {r['case']} +{r['extra_s']:.1f} s" for r in summary))
+    print(
+        f"{len(same)} of {len(summary)} churn cases ended with the undisturbed model's bits; extra wall time: "
+        + ", ".join(f"{r['algo']} {r['case']} +{r['extra_s']:.1f} s" for r in summary)
+    )
 
 
 def checkpoint_cost(args):
     X, _ = make_blobs(2_000_000, 32, 100, random_state=0)
     scratch = tempfile.mkdtemp(prefix="bench-ckpt-")
     try:
-        with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as cluster, \
-                Client(cluster) as client:
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as cluster,
+            Client(cluster) as client,
+        ):
             X = X.persist()
-            for algo, kw in (("kmeans", {"init": "random", "max_iter": 20, "tol": 0}), ("vargmm", {"max_iter": 10, "tol": 0})):
-                dask_clust.fit(X, algo=algo, n_clusters=100, random_state=0, client=client, max_iter=1)   # warm-up
+            for algo, kw in (
+                ("kmeans", {"init": "random", "max_iter": 20, "tol": 0}),
+                ("vargmm", {"max_iter": 10, "tol": 0}),
+            ):
+                dask_clust.fit(X, algo=algo, n_clusters=100, random_state=0, client=client, max_iter=1)  # warm-up
                 times, models = {}, {}
                 for every in (None, 1):
                     path = os.path.join(scratch, f"{algo}-{every}")
                     t = time.perf_counter()
-                    models[every] = dask_clust.fit(X, algo=algo, n_clusters=100, random_state=0, client=client,
-                                                   checkpoint=path if every else None, checkpoint_every=every or 1,
-                                                   **kw)
+                    models[every] = dask_clust.fit(
+                        X,
+                        algo=algo,
+                        n_clusters=100,
+                        random_state=0,
+                        client=client,
+                        checkpoint=path if every else None,
+                        checkpoint_every=every or 1,
+                        **kw,
+                    )
                     times[every] = time.perf_counter() - t
                 size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
                 same = bool(np.array_equal(models[None].cluster_centers_, models[1].cluster_centers_))
-                row = {"algo": algo, "iterations": models[1].n_iter_, "plain_s": times[None],
-                       "checkpointed_s": times[1], "ratio": times[1] / times[None], "checkpoint_bytes": size,
-                       "same_bits": same}
+                row = {
+                    "algo": algo,
+                    "iterations": models[1].n_iter_,
+                    "plain_s": times[None],
+                    "checkpointed_s": times[1],
+                    "ratio": times[1] / times[None],
+                    "checkpoint_bytes": size,
+                    "same_bits": same,
+                }
                 emit("faults_checkpoint", row)
-                print(f"{algo}: {times[None]:.1f} s plain, {times[1]:.1f} s with a checkpoint every iteration "
-                      f"(x{times[1] / times[None]:.2f}); checkpoint {size / 2**20:.1f} MiB; same bits: {same}")
+                print(
+                    f"{algo}: {times[None]:.1f} s plain, {times[1]:.1f} s with a checkpoint every iteration "
+                    f"(x{times[1] / times[None]:.2f}); checkpoint {size / 2**20:.1f} MiB; same bits: {same}"
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

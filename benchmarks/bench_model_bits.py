@@ -4,19 +4,21 @@ centres' bits per fit. Run it before and after an engine change: equal lines mea
 
     python benchmarks/bench_model_bits.py [--workers 1,2,4] > before.txt
 """
+
 import argparse
 import hashlib
 
 import dask
 import numpy as np
 
+import dask_clust
 from harness.common import blobs, emit, local_cluster
 
-import dask_clust
-
-FITS = [(algo, {}) for algo in sorted(dask_clust.REGISTRY)] + [
-    ("kmeans", {"init": init}) for init in ("k-means++", "afkmc2", "random")] + [
-    ("kmeans", {"coreset_size": 4000}), ("vcgmm", {"init": "k-means++"})]
+FITS = (
+    [(algo, {}) for algo in sorted(dask_clust.REGISTRY)]
+    + [("kmeans", {"init": init}) for init in ("k-means++", "afkmc2", "random")]
+    + [("kmeans", {"coreset_size": 4000}), ("vcgmm", {"init": "k-means++"})]
+)
 
 
 def fingerprint(model):
@@ -26,8 +28,17 @@ def fingerprint(model):
 def run(X, client, where):
     for algo, params in FITS:
         m = dask_clust.fit(X, algo=algo, n_clusters=12, random_state=3, client=client, **params)
-        emit("model_bits", {"where": where, "algo": algo, "params": params, "objective": repr(m.objective_),
-                            "n_iter": m.n_iter_, "centers_sha": fingerprint(m)})
+        emit(
+            "model_bits",
+            {
+                "where": where,
+                "algo": algo,
+                "params": params,
+                "objective": repr(m.objective_),
+                "n_iter": m.n_iter_,
+                "centers_sha": fingerprint(m),
+            },
+        )
 
 
 def main():

@@ -10,38 +10,44 @@
 Parts 1 and 2 are the paper suite's experiments (``harness.paper.sbe_iris``, ``sbe_digitlike``), run here at
 full size, their rows in results/sbe_iris.jsonl and results/sbe_digitlike.jsonl.
 """
+
 import argparse
 import time
 
 import numpy as np
 
+import dask_clust
 from harness import paper
 from harness.common import Rows, blobs, emit, local_cluster
-
-import dask_clust
 
 
 def iris(out, runs):
     rows = Rows("sbe_iris")
     paper.sbe_iris(rows, runs)
     good, stuck = paper.iris_counts(rows.rows)
-    out.append(f"Iris: SBE ends with f in [{paper.IRIS_GLOBAL[0]}, {paper.IRIS_GLOBAL[1]}] in {good}/{runs} runs "
-               f"(target ≥ 95 of 100); Lloyd from the same starts ends near 0.48 (f > {paper.IRIS_STUCK}) in "
-               f"{stuck}/{runs} (the paper: about 18 %)")
+    out.append(
+        f"Iris: SBE ends with f in [{paper.IRIS_GLOBAL[0]}, {paper.IRIS_GLOBAL[1]}] in {good}/{runs} runs "
+        f"(target ≥ 95 of 100); Lloyd from the same starts ends near 0.48 (f > {paper.IRIS_STUCK}) in "
+        f"{stuck}/{runs} (the paper: about 18 %)"
+    )
 
 
 def digitlike(out, runs):
     rows = Rows("sbe_digitlike")
     paper.sbe_digitlike(rows, runs)
     for k in sorted({r["k"] for r in rows.rows}):
-        f = {a: np.array([r["f"] for r in rows.rows if r["k"] == k and r["algo"] == a])
-             for a in ("SBE", "Lloyd", "mini-batch")}
+        f = {
+            a: np.array([r["f"] for r in rows.rows if r["k"] == k and r["algo"] == a])
+            for a in ("SBE", "Lloyd", "mini-batch")
+        }
         mean = {a: v.mean() for a, v in f.items()}
-        out.append(f"digit-like 784-d k={k}: mean f over {runs} runs SBE {mean['SBE']:.3f} (sd "
-                   f"{f['SBE'].std():.3f}), Lloyd {mean['Lloyd']:.3f} (sd {f['Lloyd'].std():.3f}), Sculley "
-                   f"mini-batch {mean['mini-batch']:.3f} (sd {f['mini-batch'].std():.3f}); SBE below both: "
-                   f"{mean['SBE'] < min(mean['Lloyd'], mean['mini-batch'])} (reconstruction: SBE 20.7 / 17.0 / "
-                   f"15.85, Lloyd 21.9 / 18.5 / 16.7 at k = 6 / 8 / 10)")
+        out.append(
+            f"digit-like 784-d k={k}: mean f over {runs} runs SBE {mean['SBE']:.3f} (sd "
+            f"{f['SBE'].std():.3f}), Lloyd {mean['Lloyd']:.3f} (sd {f['Lloyd'].std():.3f}), Sculley "
+            f"mini-batch {mean['mini-batch']:.3f} (sd {f['mini-batch'].std():.3f}); SBE below both: "
+            f"{mean['SBE'] < min(mean['Lloyd'], mean['mini-batch'])} (reconstruction: SBE 20.7 / 17.0 / "
+            f"15.85, Lloyd 21.9 / 18.5 / 16.7 at k = 6 / 8 / 10)"
+        )
 
 
 def blobs1m(out):
@@ -57,9 +63,11 @@ def blobs1m(out):
             row[algo] = {"qe": m.objective_, "wall_s": time.perf_counter() - t, "n_iter": m.n_iter_}
     emit("sbe_blobs1m", row)
     s, ll = row["sbe"], row["kmeans"]
-    out.append(f"blobs1m_d16 k=200 from the same random rows, 2 workers: SBE (defaults) QE {s['qe']:.5g} in "
-               f"{s['wall_s']:.2f} s; Lloyd QE {ll['qe']:.5g} ({100 * (s['qe'] / ll['qe'] - 1):+.2f} %) in "
-               f"{ll['wall_s']:.2f} s ({ll['n_iter']} iterations)")
+    out.append(
+        f"blobs1m_d16 k=200 from the same random rows, 2 workers: SBE (defaults) QE {s['qe']:.5g} in "
+        f"{s['wall_s']:.2f} s; Lloyd QE {ll['qe']:.5g} ({100 * (s['qe'] / ll['qe'] - 1):+.2f} %) in "
+        f"{ll['wall_s']:.2f} s ({ll['n_iter']} iterations)"
+    )
 
 
 def main():

@@ -7,19 +7,19 @@ cluster run), the graph's recall@4 (1000 random rows against brute force), NMI o
 against the nearest-seed partition's (the seeds SLK started from), and whether the two runs' labels are
 equal. ``--rows`` scales the experiment down (nlist ≈ 4√N) for a quick look.
 """
+
 import argparse
 import time
 import warnings
 
 import numpy as np
 
-from harness.common import emit, local_cluster
-
 import dask_clust
-from harness.measure import Workers
-from harness.scaling import PeakRSS
 from dask_clust.datasets import make_blobs
 from dask_clust.metrics import nmi
+from harness.common import emit, local_cluster
+from harness.measure import Workers
+from harness.scaling import PeakRSS
 
 
 def nearest_seed(X, seeds):
@@ -27,17 +27,26 @@ def nearest_seed(X, seeds):
     cc = (seeds * seeds).sum(1)
     out = np.empty(len(X), np.int64)
     for s in range(0, len(X), 65536):
-        x = np.asarray(X[s:s + 65536], np.float64)
+        x = np.asarray(X[s : s + 65536], np.float64)
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
-        out[s:s + 65536] = (cc[None] - 2 * x @ seeds.T).argmin(1)
+        out[s : s + 65536] = (cc[None] - 2 * x @ seeds.T).argmin(1)
     return out
 
 
 def fit(X, client, k, nlist, nprobe):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)   # a lost cluster is reported below
-        return dask_clust.fit(X, algo="slk", n_clusters=k, mode="bo", knn_method="ivf", nlist=nlist, nprobe=nprobe,
-                              random_state=0, client=client)
+        warnings.simplefilter("ignore", RuntimeWarning)  # a lost cluster is reported below
+        return dask_clust.fit(
+            X,
+            algo="slk",
+            n_clusters=k,
+            mode="bo",
+            knn_method="ivf",
+            nlist=nlist,
+            nprobe=nprobe,
+            random_state=0,
+            client=client,
+        )
 
 
 def main():
@@ -68,17 +77,34 @@ def main():
     seeded = nearest_seed(X.compute(), m.seeds_)
     base = nmi(y[fg], seeded[fg])
     for where, (model, wall, worker_peak, driver_peak) in rows.items():
-        row = {"where": where, "n": n, "k": k, "nlist": nlist, "nprobe": args.nprobe, "wall_s": wall,
-               "worker_peak_bytes": worker_peak, "driver_peak_extra_bytes": driver_peak,
-               "recall": model.graph_recall_, "nmi_fg": nmi(y[fg], model.labels_[fg]), "nmi_fg_nearest_seed": base,
-               "outer": model.n_iter_, "inner": model.inner_iterations_, "lost": model.lost_cluster_,
-               "labels_equal_cluster": bool(np.array_equal(model.labels_, rows["cluster"][0].labels_))}
+        row = {
+            "where": where,
+            "n": n,
+            "k": k,
+            "nlist": nlist,
+            "nprobe": args.nprobe,
+            "wall_s": wall,
+            "worker_peak_bytes": worker_peak,
+            "driver_peak_extra_bytes": driver_peak,
+            "recall": model.graph_recall_,
+            "nmi_fg": nmi(y[fg], model.labels_[fg]),
+            "nmi_fg_nearest_seed": base,
+            "outer": model.n_iter_,
+            "inner": model.inner_iterations_,
+            "lost": model.lost_cluster_,
+            "labels_equal_cluster": bool(np.array_equal(model.labels_, rows["cluster"][0].labels_)),
+        }
         emit("slk_scale", row)
-        peaks = "" if worker_peak is None else (f", worker peak {worker_peak / 2**30:.2f} GiB, driver peak "
-                                                f"+{driver_peak / 2**30:.2f} GiB")
-        print(f"{where}: {n:,} x 16, K = {k}: {wall:.0f} s{peaks}, recall@4 {row['recall']:.3f}, NMI (blobs) "
-              f"{row['nmi_fg']:.4f} vs nearest-seed {base:.4f}, outer {row['outer']}, inner {sum(row['inner'])}, "
-              f"lost {row['lost']}, labels equal the cluster run's: {row['labels_equal_cluster']}")
+        peaks = (
+            ""
+            if worker_peak is None
+            else (f", worker peak {worker_peak / 2**30:.2f} GiB, driver peak +{driver_peak / 2**30:.2f} GiB")
+        )
+        print(
+            f"{where}: {n:,} x 16, K = {k}: {wall:.0f} s{peaks}, recall@4 {row['recall']:.3f}, NMI (blobs) "
+            f"{row['nmi_fg']:.4f} vs nearest-seed {base:.4f}, outer {row['outer']}, inner {sum(row['inner'])}, "
+            f"lost {row['lost']}, labels equal the cluster run's: {row['labels_equal_cluster']}"
+        )
 
 
 if __name__ == "__main__":

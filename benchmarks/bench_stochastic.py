@@ -12,15 +12,15 @@ was both faster and better (dominated); nmbatch's η and time against MiniBatchK
 QE against MiniBatchKMeans's; and on the image patches at k = 50, wall time per distance evaluation of nmbatch,
 VRKM and SBE over our Lloyd's.
 """
+
 import argparse
 import statistics
 from collections import defaultdict
 
+from dask_clust.engine.cluster import connect
 from harness import measure
 from harness.common import HERE
 from harness.suites import Run
-
-from dask_clust.engine.cluster import connect
 
 CASES = (("imgpatches", 50), ("imgpatches", 200), ("blobs1m_d16", 200), ("blobs200k_d32", 100))
 FAST = ("nmbatch", "minibatch", "sbe", "vcgmm")
@@ -41,8 +41,18 @@ def measure_case(run, name, k, seeds, algos):
             got[algo].append(run.ours_row(path, X, algo, k, seed, {}, overhead, repeats=1))
     for method, rows in got.items():
         for seed, row in enumerate(rows):
-            run.emit({"kind": "stochastic", "data": name, "k": k, "n": X.shape[0], "d": X.shape[1], "seed": seed,
-                      "method": method, **row})
+            run.emit(
+                {
+                    "kind": "stochastic",
+                    "data": name,
+                    "k": k,
+                    "n": X.shape[0],
+                    "d": X.shape[1],
+                    "seed": seed,
+                    "method": method,
+                    **row,
+                }
+            )
     return got
 
 
@@ -50,8 +60,12 @@ def medians(rows):
     ok = [r for r in rows if "qe" in r]
     if not ok:
         return None
-    return {"wall_s": statistics.median(r["wall_s"] for r in ok), "qe": statistics.median(r["qe"] for r in ok),
-            "evals": statistics.median(r.get("distance_evals") or 0 for r in ok), "runs": len(ok)}
+    return {
+        "wall_s": statistics.median(r["wall_s"] for r in ok),
+        "qe": statistics.median(r["qe"] for r in ok),
+        "evals": statistics.median(r.get("distance_evals") or 0 for r in ok),
+        "runs": len(ok),
+    }
 
 
 def summary(name, k, got):
@@ -65,24 +79,32 @@ def summary(name, k, got):
             continue
         beaten = [p for p, v in peers.items() if p != method and v["wall_s"] < m["wall_s"] and v["qe"] < m["qe"]]
         mine = method not in peers
-        out.append(f"  {method:18s} wall {m['wall_s']:8.3f} s  QE {m['qe']:.5g}  η {m['qe'] / base['qe'] - 1:+.2%}"
-                   + (f"  dominated by {', '.join(beaten)}" if mine and beaten else ("  not dominated" if mine else ""))
-                   + f"  ({m['runs']} seed{'s' if m['runs'] > 1 else ''})")
+        out.append(
+            f"  {method:18s} wall {m['wall_s']:8.3f} s  QE {m['qe']:.5g}  η {m['qe'] / base['qe'] - 1:+.2%}"
+            + (f"  dominated by {', '.join(beaten)}" if mine and beaten else ("  not dominated" if mine else ""))
+            + f"  ({m['runs']} seed{'s' if m['runs'] > 1 else ''})"
+        )
     mbk, nm, mb = med.get("sklearn-minibatch"), med.get("nmbatch"), med.get("minibatch")
     if mbk and nm:
-        out.append(f"  nmbatch: η {nm['qe'] / base['qe'] - 1:+.2%} (target ≤ +0.5 %) in {nm['wall_s']:.3f} s vs "
-                   f"MiniBatchKMeans {mbk['wall_s']:.3f} s ({'within' if nm['wall_s'] <= mbk['wall_s'] else 'over'})")
+        out.append(
+            f"  nmbatch: η {nm['qe'] / base['qe'] - 1:+.2%} (target ≤ +0.5 %) in {nm['wall_s']:.3f} s vs "
+            f"MiniBatchKMeans {mbk['wall_s']:.3f} s ({'within' if nm['wall_s'] <= mbk['wall_s'] else 'over'})"
+        )
     if mbk and mb:
-        out.append(f"  minibatch: {mb['wall_s']:.3f} s vs {mbk['wall_s']:.3f} s, QE {mb['qe'] / mbk['qe'] - 1:+.2%} "
-                   "against MiniBatchKMeans's")
+        out.append(
+            f"  minibatch: {mb['wall_s']:.3f} s vs {mbk['wall_s']:.3f} s, QE {mb['qe'] / mbk['qe'] - 1:+.2%} "
+            "against MiniBatchKMeans's"
+        )
     lloyd = med.get("kmeans")
     if name == "imgpatches" and k == 50 and lloyd and lloyd["evals"]:
         per = lloyd["wall_s"] / lloyd["evals"]
         for algo in ("nmbatch", "vrkm", "sbe"):
             m = med.get(algo)
             if m and m["evals"]:
-                out.append(f"  {algo}: {1e9 * m['wall_s'] / m['evals']:.1f} ns per distance evaluation, "
-                           f"{m['wall_s'] / m['evals'] / per:.2f}× our Lloyd's {1e9 * per:.1f} ns (target ≤ 5×)")
+                out.append(
+                    f"  {algo}: {1e9 * m['wall_s'] / m['evals']:.1f} ns per distance evaluation, "
+                    f"{m['wall_s'] / m['evals'] / per:.2f}× our Lloyd's {1e9 * per:.1f} ns (target ≤ 5×)"
+                )
     return out
 
 

@@ -9,18 +9,18 @@
 3. E-step cost: EM CPU time / distance evaluations, in-process, one thread (target ≤ 20 ns);
 4. identical models on 1 and 2 workers.
 """
+
 import argparse
 import time
 
 import dask
 import numpy as np
 
-from harness.common import blobs, emit, local_cluster
-
 import dask_clust
 from dask_clust.engine import as_source, open_engine
+from harness.common import blobs, emit, local_cluster
 
-SETTING = dict(G=5, chain_length=2, coreset_size=2 ** 16)
+SETTING = dict(G=5, chain_length=2, coreset_size=2**16)
 
 
 def quality(name, X, C, seeds, client):
@@ -31,9 +31,19 @@ def quality(name, X, C, seeds, client):
         qes.append(m.objective_)
         iters.append(m.n_iter_)
         per_it.append(float(np.mean(em)))
-        emit("vcgmm_quality", {"data": name, "C": C, "seed": s, "qe": m.objective_, "n_iter": m.n_iter_,
-                               "evals_per_iter": per_it[-1], "phase_s": m.extras_["phase_s"],
-                               "sigma2": m.sigma2_})
+        emit(
+            "vcgmm_quality",
+            {
+                "data": name,
+                "C": C,
+                "seed": s,
+                "qe": m.objective_,
+                "n_iter": m.n_iter_,
+                "evals_per_iter": per_it[-1],
+                "phase_s": m.extras_["phase_s"],
+                "sigma2": m.sigma2_,
+            },
+        )
     return float(np.mean(qes)), iters, float(np.mean(per_it))
 
 
@@ -46,21 +56,34 @@ def main():
     out = []
     if "quality" in parts:
         X200k, _ = blobs(200_000, 32, 100, seed=0)
-        for name, X, C, seeds, target, rule in (("blobs1m_d16", X1m, 1000, 3, 6.06e7, "±2 %"),
-                                                ("blobs200k_d32", X200k, 400, 3, 3.42e7, "±2 %"),
-                                                ("blobs200k_d32", X200k, 100, 5, 5.33e7, "≤ +5 %")):
+        for name, X, C, seeds, target, rule in (
+            ("blobs1m_d16", X1m, 1000, 3, 6.06e7, "±2 %"),
+            ("blobs200k_d32", X200k, 400, 3, 3.42e7, "±2 %"),
+            ("blobs200k_d32", X200k, 100, 5, 5.33e7, "≤ +5 %"),
+        ):
             qe, iters, per_it = quality(name, X, C, seeds, "in-process")
-            out.append(f"{name} C={C}: mean QE {qe:.4g} ({100 * (qe / target - 1):+.2f} % vs {target:.3g}, target "
-                       f"{rule}); iterations {iters}; {per_it / 1e6:.3f} M distance evaluations per EM iteration")
+            out.append(
+                f"{name} C={C}: mean QE {qe:.4g} ({100 * (qe / target - 1):+.2f} % vs {target:.3g}, target "
+                f"{rule}); iterations {iters}; {per_it / 1e6:.3f} M distance evaluations per EM iteration"
+            )
     if "estep" in parts:
         with dask.config.set({"dask_clust.in-process-threads": 1}):  # one thread: CPU time is the E-step's own
             m = dask_clust.fit(X1m, algo="vcgmm", n_clusters=1000, random_state=0, client="in-process", **SETTING)
         em_evals = m.extras_["em_distance_evals"]
         ns = 1e9 * m.extras_["phase_s"]["em_cpu"] / em_evals
-        emit("vcgmm_estep", {"em_cpu_s": m.extras_["phase_s"]["em_cpu"], "em_wall_s": m.extras_["phase_s"]["em"],
-                             "em_distance_evals": em_evals, "ns_per_eval": ns})
-        out.append(f"E-step cost: EM CPU {m.extras_['phase_s']['em_cpu']:.2f} s / {em_evals / 1e6:.1f} M evaluations "
-                   f"= {ns:.1f} ns per evaluation (target ≤ 20 ns)")
+        emit(
+            "vcgmm_estep",
+            {
+                "em_cpu_s": m.extras_["phase_s"]["em_cpu"],
+                "em_wall_s": m.extras_["phase_s"]["em"],
+                "em_distance_evals": em_evals,
+                "ns_per_eval": ns,
+            },
+        )
+        out.append(
+            f"E-step cost: EM CPU {m.extras_['phase_s']['em_cpu']:.2f} s / {em_evals / 1e6:.1f} M evaluations "
+            f"= {ns:.1f} ns per evaluation (target ≤ 20 ns)"
+        )
     with local_cluster(2, 1) as client:
         if "speed" in parts:
             # warm workers (imports, compiled kernels loaded) for both fits, as in a running session
@@ -76,15 +99,29 @@ def main():
             km_s = time.perf_counter() - t
             # cluster round trips of the vcgmm fit: first pass, 2 coreset passes, final QE (EM runs in-process)
             share = 4 * overhead_ms / 1000 / vc_s
-            emit("vcgmm_speed", {"vcgmm_s": vc_s, "lloyd_s": km_s, "speedup": km_s / vc_s, "vcgmm_qe": vc.objective_,
-                                 "lloyd_qe": km.objective_, "lloyd_iter": km.n_iter_, "phases": vc.extras_["phase_s"],
-                                 "overhead_ms": overhead_ms, "overhead_share": share})
+            emit(
+                "vcgmm_speed",
+                {
+                    "vcgmm_s": vc_s,
+                    "lloyd_s": km_s,
+                    "speedup": km_s / vc_s,
+                    "vcgmm_qe": vc.objective_,
+                    "lloyd_qe": km.objective_,
+                    "lloyd_iter": km.n_iter_,
+                    "phases": vc.extras_["phase_s"],
+                    "overhead_ms": overhead_ms,
+                    "overhead_share": share,
+                },
+            )
             ph = ", ".join(f"{k} {v:.3f} s" for k, v in vc.extras_["phase_s"].items())
-            out.append(f"speed, 2 workers x 1 thread, blobs1m_d16 C=1000: vcgmm {vc_s:.2f} s, Lloyd k-means++ "
-                       f"{km_s:.1f} s ({km.n_iter_} iterations): x{km_s / vc_s:.0f} (target ≥ 100); QE "
-                       f"{100 * (vc.objective_ / km.objective_ - 1):+.1f} % vs Lloyd (target ≤ +12 %)")
-            out.append(f"  phases: {ph}; engine overhead {overhead_ms:.1f} ms per round trip, "
-                       f"{100 * share:.1f} % of the fit")
+            out.append(
+                f"speed, 2 workers x 1 thread, blobs1m_d16 C=1000: vcgmm {vc_s:.2f} s, Lloyd k-means++ "
+                f"{km_s:.1f} s ({km.n_iter_} iterations): x{km_s / vc_s:.0f} (target ≥ 100); QE "
+                f"{100 * (vc.objective_ / km.objective_ - 1):+.1f} % vs Lloyd (target ≤ +12 %)"
+            )
+            out.append(
+                f"  phases: {ph}; engine overhead {overhead_ms:.1f} ms per round trip, {100 * share:.1f} % of the fit"
+            )
         if "workers" in parts:
             kw = dict(n_clusters=1000, random_state=1, **SETTING)
             one = dask_clust.fit(X1m, algo="vcgmm", client="in-process", **kw)

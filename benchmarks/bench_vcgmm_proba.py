@@ -4,23 +4,23 @@ worker's peak resident size (target <= 2 GB per worker), what the driver receive
 (n, C) form would have been. The model's means are 4096 rows of the data and σ² their mean squared
 distance: predict_proba needs nothing else from a fit.
 """
+
 import time
 
 import dask
 import numpy as np
 
-from harness.common import emit, local_cluster
-
 import dask_clust
-from harness.measure import Workers
 from dask_clust.datasets import make_blobs
 from dask_clust.models import ClusteringModel
+from harness.common import emit, local_cluster
+from harness.measure import Workers
 
 N, D, C, CP = 1_000_000, 16, 4096, 5
 
 
 def main():
-    X, _ = make_blobs(N, D, 200, random_state=0)   # lazy, generated on the workers
+    X, _ = make_blobs(N, D, 200, random_state=0)  # lazy, generated on the workers
     means = np.asarray(X[:: N // C][:C].compute(), dtype=np.float64)
     model = ClusteringModel("vcgmm", {"n_clusters": C}, means, extras_={"sigma2_": 1.0, "n_truncated_": CP})
     with local_cluster(2, 1) as client:
@@ -32,13 +32,24 @@ def main():
         ids, p = dask.compute(*model.predict_proba(X))
         wall = time.perf_counter() - t
         peak = workers.peak()
-    row = {"n": N, "d": D, "C": C, "n_truncated": CP, "wall_s": wall, "worker_peak_bytes": peak,
-           "worker_rss_before_bytes": base, "driver_received_bytes": ids.nbytes + p.nbytes,
-           "dense_bytes": N * C * 8, "rows_sum_to_one": bool(np.allclose(p.sum(1), 1.0))}
+    row = {
+        "n": N,
+        "d": D,
+        "C": C,
+        "n_truncated": CP,
+        "wall_s": wall,
+        "worker_peak_bytes": peak,
+        "worker_rss_before_bytes": base,
+        "driver_received_bytes": ids.nbytes + p.nbytes,
+        "dense_bytes": N * C * 8,
+        "rows_sum_to_one": bool(np.allclose(p.sum(1), 1.0)),
+    }
     emit("vcgmm_proba", row)
-    print(f"\npredict_proba 1M x 16, C = 4096: {wall:.1f} s, worker peak {peak / 2**30:.2f} GiB (target <= 2 GB; "
-          f"{base / 2**30:.2f} GiB before), driver received {row['driver_received_bytes'] / 1e6:.0f} MB "
-          f"(dense would be {row['dense_bytes'] / 1e9:.1f} GB)")
+    print(
+        f"\npredict_proba 1M x 16, C = 4096: {wall:.1f} s, worker peak {peak / 2**30:.2f} GiB (target <= 2 GB; "
+        f"{base / 2**30:.2f} GiB before), driver received {row['driver_received_bytes'] / 1e6:.0f} MB "
+        f"(dense would be {row['dense_bytes'] / 1e9:.1f} GB)"
+    )
 
 
 if __name__ == "__main__":

@@ -11,16 +11,17 @@ LocalCluster(2 workers x 1 thread):
 An iteration's (epoch's) objective is the QE of the centres it starts from, so a curve's point i is
 (wall time of iterations 1..i−1, objective of iteration i); both methods start from the same centres.
 """
+
 import argparse
 
 import dask
 import dask.array as da
 import numpy as np
 
-from harness.common import blobs, emit, local_cluster
-
 import dask_clust
-from harness.paper import qe_curve as curve, time_to
+from harness.common import blobs, emit, local_cluster
+from harness.paper import qe_curve as curve
+from harness.paper import time_to
 
 DATA = {"blobs200k_d32": ((200_000, 32, 100), 100), "blobs1m_d16": ((1_000_000, 16, 200), 200)}
 
@@ -44,25 +45,41 @@ def curves(client, out):
             target = lloyd.objective_
             rows = {"lloyd": (curve(lloyd), lloyd)}
             for scale in (1, 10):
-                m = dask_clust.fit(X, algo="vrkm", n_clusters=k, init=init, learning_rate=scale * k / N, client=client,
-                                   random_state=0)
+                m = dask_clust.fit(
+                    X, algo="vrkm", n_clusters=k, init=init, learning_rate=scale * k / N, client=client, random_state=0
+                )
                 rows[f"vrkm++ eta={scale}k/N"] = (curve(m), m)
             line = []
             for label, (pts, m) in rows.items():
                 t = time_to(pts, target)
-                emit("vrkm_curve", {"data": name, "k": k, "init": kind, "method": label, "points": pts,
-                                    "final_qe": m.objective_, "iterations": m.n_iter_, "time_to_lloyd_final_s": t})
-                line.append(f"{label}: final QE {m.objective_:.5g} ({100 * (m.objective_ / target - 1):+.2f} %), "
-                            f"{m.n_iter_} it, {pts[-1][0]:.2f} s, reaches Lloyd's final QE "
-                            f"{'never' if t is None else f'after {t:.2f} s'}")
+                emit(
+                    "vrkm_curve",
+                    {
+                        "data": name,
+                        "k": k,
+                        "init": kind,
+                        "method": label,
+                        "points": pts,
+                        "final_qe": m.objective_,
+                        "iterations": m.n_iter_,
+                        "time_to_lloyd_final_s": t,
+                    },
+                )
+                line.append(
+                    f"{label}: final QE {m.objective_:.5g} ({100 * (m.objective_ / target - 1):+.2f} %), "
+                    f"{m.n_iter_} it, {pts[-1][0]:.2f} s, reaches Lloyd's final QE "
+                    f"{'never' if t is None else f'after {t:.2f} s'}"
+                )
             out.append(f"{name} k={k} init={kind}:\n    " + "\n    ".join(line))
             if name == "blobs1m_d16":
                 epoch = np.median([h["wall_s"] for h in rows["vrkm++ eta=1k/N"][1].history_])
                 it = np.median([h["wall_s"] for h in lloyd.history_])
                 ratios.append(epoch / it)
                 emit("vrkm_epoch_cost", {"init": kind, "epoch_s": epoch, "lloyd_iteration_s": it, "ratio": epoch / it})
-    out.append(f"one epoch = {', '.join(f'{r:.2f}' for r in ratios)} Lloyd iterations of wall time on blobs1m_d16, "
-               f"k = 200, 2 workers (median epoch / median iteration, random and k-means++ starts; target ≤ 2.5)")
+    out.append(
+        f"one epoch = {', '.join(f'{r:.2f}' for r in ratios)} Lloyd iterations of wall time on blobs1m_d16, "
+        f"k = 200, 2 workers (median epoch / median iteration, random and k-means++ starts; target ≤ 2.5)"
+    )
 
 
 def chunks(out):
@@ -77,8 +94,10 @@ def chunks(out):
         assert m.engine_["chunks"] == parts
         qe[parts] = m.objective_
         emit("vrkm_chunks", {"chunks": parts, "qe": m.objective_, "epochs": m.n_iter_})
-    out.append(f"blobs200k_d32 k=100: final QE with 8 chunks {qe[8]:.6g} vs 1 chunk {qe[1]:.6g}: "
-               f"{100 * (qe[8] / qe[1] - 1):+.3f} % (target within 1 %)")
+    out.append(
+        f"blobs200k_d32 k=100: final QE with 8 chunks {qe[8]:.6g} vs 1 chunk {qe[1]:.6g}: "
+        f"{100 * (qe[8] / qe[1] - 1):+.3f} % (target within 1 %)"
+    )
 
 
 def main():

@@ -7,6 +7,7 @@
 The public names are imported on first use (PEP 562), so ``dask-clust --help`` and ``--version`` do not
 pay for numba, dask and scikit-learn.
 """
+
 import importlib
 import importlib.util
 import logging
@@ -15,10 +16,21 @@ logging.getLogger("dask_clust").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
-_LAZY = {"fit": "api", "load": "api", "ClusteringModel": "models", "InputError": "errors",
-         "InvalidParameterError": "errors", "StopFit": "loop", "REGISTRY": "algorithms", "InvalidModelError": "errors",
-         "UnguardedScript": "errors", "TLSRefused": "errors", "ClusterLost": "errors", "ConvergenceWarning": "errors",
-         "kneighbors_graph": "blocks.knn"}
+_LAZY = {
+    "fit": "api",
+    "load": "api",
+    "ClusteringModel": "models",
+    "InputError": "errors",
+    "InvalidParameterError": "errors",
+    "StopFit": "loop",
+    "REGISTRY": "algorithms",
+    "InvalidModelError": "errors",
+    "UnguardedScript": "errors",
+    "TLSRefused": "errors",
+    "ClusterLost": "errors",
+    "ConvergenceWarning": "errors",
+    "kneighbors_graph": "blocks.knn",
+}
 
 
 def _estimators():
@@ -30,8 +42,9 @@ def __getattr__(name):
         value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
     elif name == "__all__":
         value = [*_LAZY, *_estimators()]
-    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is None \
-            and name in _estimators():   # a submodule's name (``from . import algorithms``) is not an estimator
+    elif (
+        not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is None and name in _estimators()
+    ):  # a submodule's name (``from . import algorithms``) is not an estimator
         value = _estimators()[name]
     else:
         raise AttributeError(f"module 'dask_clust' has no attribute {name!r}")

@@ -1,5 +1,6 @@
 """Parameter constraints, declared once on each algorithm's config dataclass and checked at the edge
 (``api``), as scikit-learn's ``_parameter_constraints``. Below the edge, parameters are trusted."""
+
 import math
 import numbers
 from dataclasses import dataclass, fields
@@ -95,15 +96,15 @@ class NoneOK:
 COMMON_DOCS = {
     "n_clusters": "Number of clusters (centres) to find; at most the number of rows.",
     "init": "Seeding: 'k-means||' (Bahmani et al., oversampled rounds), 'k-means++' (greedy, "
-            "n_local_trials candidates per centre), 'afkmc2' (Bachem et al.'s Markov-chain approximation of "
-            "k-means++), 'random' (distinct rows), or an (n_clusters, n_features) array of initial centres.",
+    "n_local_trials candidates per centre), 'afkmc2' (Bachem et al.'s Markov-chain approximation of "
+    "k-means++), 'random' (distinct rows), or an (n_clusters, n_features) array of initial centres.",
     "max_iter": "Most iterations of the main loop; the fit stops earlier when tol is met.",
     "oversampling_factor": "k-means||: candidates drawn per round, as a multiple of n_clusters (l = factor * k).",
     "init_max_iter": "k-means||: most sampling rounds (fewer when the candidates' cost stops falling).",
     "n_local_trials": "Greedy k-means++: candidates tried per centre (None: 2 + ln k, scikit-learn's choice).",
     "chain_length": "AFK-MC2: Markov-chain length m per centre (the paper's default is 20).",
     "coreset_size": "Rows of the lightweight coreset (Bachem et al., KDD 2018) the algorithm runs on; "
-                    "None runs on all rows. The model's objective is still the QE over all rows.",
+    "None runs on all rows. The model's objective is still the QE over all rows.",
     "batch_size": "Rows per mini-batch.",
 }
 
@@ -123,9 +124,7 @@ def build_config(config_cls, owner, params):
     names = [f.name for f in fields(config_cls)]
     unknown = sorted(set(params) - set(names))
     if unknown:
-        raise InvalidParameterError(
-            f"{owner} got unknown parameter(s) {unknown}; valid parameters are {sorted(names)}"
-        )
+        raise InvalidParameterError(f"{owner} got unknown parameter(s) {unknown}; valid parameters are {sorted(names)}")
     for name, value in params.items():
         check(owner, name, value, config_cls.constraints[name])
     return config_cls(**params)

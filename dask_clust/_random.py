@@ -8,6 +8,7 @@ for, never on the worker count, the chunk placement or the thread that runs it.
   draws do not depend on how the rows are chunked (vc-GMM's K^(n) and search spaces, nmbatch's nesting
   order).
 """
+
 import zlib
 
 import numpy as np

@@ -1,5 +1,6 @@
 """Public entry points: ``fit`` and ``load`` (the estimators over ``fit``: ``estimators.py``). Parameters and
 data are validated here, once, before any work (ARCHITECTURE.md, rule 8)."""
+
 import contextlib
 import logging
 import numbers
@@ -11,9 +12,9 @@ import numpy as np
 
 from . import algorithms
 from . import checkpoint as checkpoint_
+from . import progress as progress_
 from ._params import build_config
 from ._random import check_random_state
-from . import progress as progress_
 from .engine import as_source, open_engine
 from .engine.data import feature_names, select_columns
 from .errors import ConvergenceWarning, InputError, InvalidParameterError, UnguardedScript
@@ -39,8 +40,9 @@ def _check_against_data(cfg, source):
     if init is not None and not isinstance(init, str):
         shape = np.shape(init)
         if shape != (k, source.n_features):
-            raise InputError(f"init array has shape {shape}; expected (n_clusters, n_features) = "
-                             f"({k}, {source.n_features})")
+            raise InputError(
+                f"init array has shape {shape}; expected (n_clusters, n_features) = ({k}, {source.n_features})"
+            )
 
 
 LOOP_LIMITS = ("max_iter", "max_epochs", "omaxit")
@@ -58,16 +60,42 @@ def _warn_unconverged(algo, cfg, result, loop):
     """A ConvergenceWarning when the loop ran out before the stopping rule held; an algorithm without one
     (``tol`` 0 or none: SBE, mini-batch by default) and a fit the callback stopped do not warn."""
     limit = next((name for name in LOOP_LIMITS if hasattr(cfg, name)), None)
-    if (limit is None or result.converged or loop.stopped or not getattr(cfg, "tol", 0)
-            or result.n_iter < getattr(cfg, limit)):
+    if (
+        limit is None
+        or result.converged
+        or loop.stopped
+        or not getattr(cfg, "tol", 0)
+        or result.n_iter < getattr(cfg, limit)
+    ):
         return
-    warnings.warn(f"{algo} ended at {limit}={getattr(cfg, limit)} before its stopping rule (tol={cfg.tol}) held: "
-                  f"raise {limit} or tol", ConvergenceWarning, stacklevel=3)
+    warnings.warn(
+        f"{algo} ended at {limit}={getattr(cfg, limit)} before its stopping rule (tol={cfg.tol}) held: "
+        f"raise {limit} or tol",
+        ConvergenceWarning,
+        stacklevel=3,
+    )
 
 
-def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_iter=DEFAULT, tol=DEFAULT,
-        client=None, sample_weight=None, progress=None, callback=None, checkpoint=None, resume=None,
-        checkpoint_every=10, checkpoint_seconds=300.0, columns=None, **params):
+def fit(
+    X,
+    algo="kmeans",
+    n_clusters=8,
+    *,
+    init=DEFAULT,
+    random_state=None,
+    max_iter=DEFAULT,
+    tol=DEFAULT,
+    client=None,
+    sample_weight=None,
+    progress=None,
+    callback=None,
+    checkpoint=None,
+    resume=None,
+    checkpoint_every=10,
+    checkpoint_seconds=300.0,
+    columns=None,
+    **params,
+):
     """Fit a clustering model to X and return a ``ClusteringModel``.
 
     X: numpy or dask array, pandas or dask DataFrame (numeric columns), or a path to a .npy file, a zarr
@@ -111,24 +139,37 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
     params_out["random_state"] = entropy
     saved = None
     if checkpoint is not None or resume is not None:
-        saved = checkpoint_.Checkpoint(checkpoint, resume, checkpoint_.identity(algo, params_out, source),
-                                       checkpoint_every, checkpoint_seconds,
-                                       spec.saved(cfg, source.n_samples, source.n_features))
-    row_bytes = source.n_features * np.dtype(source.dtype).itemsize + 8   # a row and its weight
+        saved = checkpoint_.Checkpoint(
+            checkpoint,
+            resume,
+            checkpoint_.identity(algo, params_out, source),
+            checkpoint_every,
+            checkpoint_seconds,
+            spec.saved(cfg, source.n_samples, source.n_features),
+        )
+    row_bytes = source.n_features * np.dtype(source.dtype).itemsize + 8  # a row and its weight
     t0 = time.perf_counter()
     with progress_.reporting(progress), contextlib.ExitStack() as stack:
         if saved is not None:
             stack.callback(saved.release)
-        with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks,
-                             "chunk") as shown:
+        with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks, "chunk") as shown:
             try:
-                engine = stack.enter_context(open_engine(source, client, entropy,
-                                                         algorithms.state_of(spec, cfg, row_bytes)))
-            except UnguardedScript as exc:   # the explanation, without the cluster's start-up frames
+                engine = stack.enter_context(
+                    open_engine(source, client, entropy, algorithms.state_of(spec, cfg, row_bytes))
+                )
+            except UnguardedScript as exc:  # the explanation, without the cluster's start-up frames
                 raise UnguardedScript(str(exc)) from None
             shown.update(source.n_chunks - shown.n)
-        logger.info("fitting %s (k=%s) on %d x %d %s in %d chunks (%s)", algo, getattr(cfg, "n_clusters", "-"),
-                    source.n_samples, source.n_features, source.dtype, source.n_chunks, engine.backend.kind)
+        logger.info(
+            "fitting %s (k=%s) on %d x %d %s in %d chunks (%s)",
+            algo,
+            getattr(cfg, "n_clusters", "-"),
+            source.n_samples,
+            source.n_features,
+            source.dtype,
+            source.n_chunks,
+            engine.backend.kind,
+        )
         told = engine.publisher(algo)
         if told is not None:
             stack.enter_context(progress_.publishing(told))
@@ -141,18 +182,34 @@ def fit(X, algo="kmeans", n_clusters=8, *, init=DEFAULT, random_state=None, max_
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0
     _warn_unconverged(algo, cfg, result, loop)
-    logger.info("%s finished: %d iterations, objective %s, %.2f s", algo, result.n_iter,
-                "not computed" if result.objective is None else f"{result.objective:.6g}", info["wall_s"])
-    return ClusteringModel(algo, params_out, result.centers, n_iter_=result.n_iter,
-                           converged_=result.converged, history_=result.history,
-                           n_distance_evals_=result.distance_evals, objective_=result.objective,
-                           extras_=result.extras, engine_=info, feature_names_in_=names)
+    logger.info(
+        "%s finished: %d iterations, objective %s, %.2f s",
+        algo,
+        result.n_iter,
+        "not computed" if result.objective is None else f"{result.objective:.6g}",
+        info["wall_s"],
+    )
+    return ClusteringModel(
+        algo,
+        params_out,
+        result.centers,
+        n_iter_=result.n_iter,
+        converged_=result.converged,
+        history_=result.history,
+        n_distance_evals_=result.distance_evals,
+        objective_=result.objective,
+        extras_=result.extras,
+        engine_=info,
+        feature_names_in_=names,
+    )
 
 
 def _check_checkpointing(spec, checkpoint, resume, every, seconds):
     if (checkpoint is not None or resume is not None) and not spec.resumable:
-        raise InvalidParameterError(f"algo={spec.name!r} cannot be checkpointed or resumed yet; the algorithms "
-                                    f"that can are {algorithms.resumable()}")
+        raise InvalidParameterError(
+            f"algo={spec.name!r} cannot be checkpointed or resumed yet; the algorithms "
+            f"that can are {algorithms.resumable()}"
+        )
     if not (isinstance(every, numbers.Integral) and not isinstance(every, bool) and every >= 1):
         raise InvalidParameterError(f"checkpoint_every must be an int >= 1 (iterations); got {every!r}")
     if not (isinstance(seconds, numbers.Real) and not isinstance(seconds, bool) and seconds > 0):

@@ -25,6 +25,7 @@ hash of the first pass's exact summary (n, Σw, per-feature mean and variance, m
 value, at no extra cost), checked once that pass has run. A checkpoint of other data or other parameters
 is never resumed from, nor overwritten.
 """
+
 import contextlib
 import hashlib
 import json
@@ -38,12 +39,12 @@ import uuid
 import numpy as np
 import psutil
 
-from .outputs import FULL, UNREADABLE, file_sha256, stored_arrays
 from .errors import InputError, InvalidModelError
+from .outputs import FULL, UNREADABLE, file_sha256, stored_arrays
 
 logger = logging.getLogger("dask_clust")
 
-FORMAT_VERSION = 3   # 2: each generation carries a checksum; 3: and the checksums of its per-row files
+FORMAT_VERSION = 3  # 2: each generation carries a checksum; 3: and the checksums of its per-row files
 INDEX = "checkpoint.json"
 LOCK = "checkpoint.lock"
 # a lock file still empty this long after it was made belongs to a process that died while writing it
@@ -81,17 +82,29 @@ def _plain(value):
 def identity(algo, params, source):
     """What a checkpoint must match to be resumed: the algorithm, its parameters (random_state included)
     and the data's shape, dtype, weighting and chunk boundaries."""
-    ident = {"algo": algo, "params": {k: _plain(v) for k, v in sorted(params.items())},
-            "data": {"shape": [int(source.n_samples), int(source.n_features)], "dtype": str(np.dtype(source.dtype)),
-                     "weighted": getattr(source, "weights", None) is not None, "n_chunks": int(source.n_chunks),
-                     "chunks": _digest(np.asarray(source.starts, np.int64))}}
-    return json.loads(json.dumps(ident))   # as a checkpoint holds it: lists, not tuples
+    ident = {
+        "algo": algo,
+        "params": {k: _plain(v) for k, v in sorted(params.items())},
+        "data": {
+            "shape": [int(source.n_samples), int(source.n_features)],
+            "dtype": str(np.dtype(source.dtype)),
+            "weighted": getattr(source, "weights", None) is not None,
+            "n_chunks": int(source.n_chunks),
+            "chunks": _digest(np.asarray(source.starts, np.int64)),
+        },
+    }
+    return json.loads(json.dumps(ident))  # as a checkpoint holds it: lists, not tuples
 
 
 def summary_digest(summary):
     """The hash of the first pass's exact summary: equal for equal data on any layout (exact sums)."""
-    return _digest(np.int64(summary.n_samples), np.float64(summary.total_weight), np.asarray(summary.mean, np.float64),
-                   np.asarray(summary.var, np.float64), np.float64(summary.max_abs))
+    return _digest(
+        np.int64(summary.n_samples),
+        np.float64(summary.total_weight),
+        np.asarray(summary.mean, np.float64),
+        np.asarray(summary.var, np.float64),
+        np.float64(summary.max_abs),
+    )
 
 
 def _difference(there, here):
@@ -100,8 +113,8 @@ def _difference(there, here):
         return f"algo={there['algo']!r} there, {here['algo']!r} here"
     for what in ("data", "params"):
         a, b = there[what], here[what]
-        for k in list(b) + [k for k in a if k not in b]:   # the data's shape before its chunks
-            if a.get(k) == b.get(k):   # by value: tol=0 is tol=0.0
+        for k in list(b) + [k for k in a if k not in b]:  # the data's shape before its chunks
+            if a.get(k) == b.get(k):  # by value: tol=0 is tol=0.0
                 continue
             if k == "chunks":
                 return "the data's chunk boundaries differ"
@@ -121,8 +134,15 @@ def read(path):
             raise ValueError("checkpoint.json holds no fit identity")
         if meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"format_version {meta.get('format_version')!r} is not {FORMAT_VERSION}")
-        for key, kind in (("generation", str), ("iteration", int), ("history", list), ("scalars", dict),
-                          ("converged", bool), ("checksum", str), ("rows", dict)):
+        for key, kind in (
+            ("generation", str),
+            ("iteration", int),
+            ("history", list),
+            ("scalars", dict),
+            ("converged", bool),
+            ("checksum", str),
+            ("rows", dict),
+        ):
             if not isinstance(meta.get(key), kind):
                 raise ValueError(f"{key} is missing or has the wrong type")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta["rows"].items()):
@@ -153,7 +173,7 @@ class Checkpoint:
         self.every, self.seconds = every, seconds
         self.restored = self.restored_rows = None
         self.meta = self.digest = None
-        self._keep = set()   # generations still read by this fit (the one it resumed from)
+        self._keep = set()  # generations still read by this fit (the one it resumed from)
         self._last = time.monotonic()
         self._written = 0
         if self.path is not None:
@@ -161,8 +181,9 @@ class Checkpoint:
             other = read(self.path) if resume is not None else None
             diff = other and _difference(other["identity"], ident)
             if diff:
-                raise InputError(f"checkpoint={self.path} holds a checkpoint of another fit ({diff}); refusing to "
-                                 "replace it")
+                raise InputError(
+                    f"checkpoint={self.path} holds a checkpoint of another fit ({diff}); refusing to replace it"
+                )
         source = resume if resume is not None else self.path
         if source is not None:
             self._open(os.fspath(source), resume is not None, declared)
@@ -179,14 +200,18 @@ class Checkpoint:
             return
         diff = _difference(meta["identity"], self.ident)
         if diff is not None:
-            raise InputError(f"{what}={path} holds a checkpoint of another fit ({diff}); refusing to "
-                             f"{'resume from' if required else 'resume from or replace'} it")
+            raise InputError(
+                f"{what}={path} holds a checkpoint of another fit ({diff}); refusing to "
+                f"{'resume from' if required else 'resume from or replace'} it"
+            )
         generation = os.path.join(path, meta["generation"])
-        try:   # sizes checked against the bytes stored before any is allocated, as a saved model's
+        try:  # sizes checked against the bytes stored before any is allocated, as a saved model's
             arrays = stored_arrays(os.path.join(generation, "arrays.npz"))
             if _generation_digest(generation, meta) != meta["checksum"]:
-                raise ValueError(f"generation {meta['generation']} does not match its checksum (its arrays or "
-                                 f"{INDEX} were edited or damaged)")
+                raise ValueError(
+                    f"generation {meta['generation']} does not match its checksum (its arrays or "
+                    f"{INDEX} were edited or damaged)"
+                )
         except UNREADABLE as exc:
             raise InvalidModelError(f"{path} is not a valid dask_clust checkpoint: {exc}") from None
         # the state against what its algorithm declares it saves (``AlgorithmSpec.saved``), before any work:
@@ -203,20 +228,24 @@ class Checkpoint:
         if os.path.abspath(path) == os.path.abspath(self.path or ""):
             self._keep.add(meta["generation"])
         self._written = meta["iteration"]
-        logger.info("resuming %s from the checkpoint at %s after iteration %d", self.ident["algo"], path,
-                    meta["iteration"])
+        logger.info(
+            "resuming %s from the checkpoint at %s after iteration %d", self.ident["algo"], path, meta["iteration"]
+        )
 
     def check_summary(self, summary):
         """After the first pass: the data's values are those the checkpoint was written from."""
         digest = summary_digest(summary)
         if self.meta is not None and self.meta["summary"] != digest:
-            raise InputError("the checkpoint was written from other data (same shape, dtype and chunks, but "
-                             "the exact sums of the values differ); refusing to resume from it")
+            raise InputError(
+                "the checkpoint was written from other data (same shape, dtype and chunks, but "
+                "the exact sums of the values differ); refusing to resume from it"
+            )
         self.digest = digest
 
     def due(self, n_iter, final):
-        return self.path is not None and (final or n_iter - self._written >= self.every
-                                          or time.monotonic() - self._last >= self.seconds)
+        return self.path is not None and (
+            final or n_iter - self._written >= self.every or time.monotonic() - self._last >= self.seconds
+        )
 
     def write(self, n_iter, history, converged, state, rows=None):
         """Write generation ``n_iter``: ``state``'s arrays to npz and its scalars to the index, ``rows(dir)``
@@ -236,11 +265,22 @@ class Checkpoint:
                 np.savez(f, **arrays)
                 f.flush()
                 os.fsync(f.fileno())
-            meta = json.loads(json.dumps(
-                {"format_version": FORMAT_VERSION, "identity": self.ident, "summary": self.digest, "generation": gen,
-                 "iteration": int(n_iter), "converged": bool(converged), "history": history, "scalars": scalars,
-                 "rows": files},
-                default=_plain))
+            meta = json.loads(
+                json.dumps(
+                    {
+                        "format_version": FORMAT_VERSION,
+                        "identity": self.ident,
+                        "summary": self.digest,
+                        "generation": gen,
+                        "iteration": int(n_iter),
+                        "converged": bool(converged),
+                        "history": history,
+                        "scalars": scalars,
+                        "rows": files,
+                    },
+                    default=_plain,
+                )
+            )
             meta["checksum"] = _generation_digest(gdir, meta)
             text = json.dumps(meta, indent=1)
             tmp = os.path.join(self.path, f".{INDEX}.{gen}")
@@ -252,16 +292,20 @@ class Checkpoint:
         except BaseException as exc:
             shutil.rmtree(gdir, ignore_errors=True)
             if isinstance(exc, OSError) and exc.errno in FULL:
-                kept = (f"the checkpoint after iteration {self._written} is intact: free space and resume from it"
-                        if self._written else "no checkpoint was written before")
-                raise InputError(f"checkpoint={self.path}: no space left on its device writing the checkpoint "
-                                 f"after iteration {n_iter} (the last one took {_size(self.path) / 2**20:.1f} MiB); "
-                                 f"{kept}") from None
+                kept = (
+                    f"the checkpoint after iteration {self._written} is intact: free space and resume from it"
+                    if self._written
+                    else "no checkpoint was written before"
+                )
+                raise InputError(
+                    f"checkpoint={self.path}: no space left on its device writing the checkpoint "
+                    f"after iteration {n_iter} (the last one took {_size(self.path) / 2**20:.1f} MiB); "
+                    f"{kept}"
+                ) from None
             raise
         self._written, self._last = n_iter, time.monotonic()
         self._prune(keep={gen} | self._keep)
-        logger.info("checkpoint after iteration %d written to %s (%.2f s)", n_iter, self.path,
-                    time.perf_counter() - t)
+        logger.info("checkpoint after iteration %d written to %s (%.2f s)", n_iter, self.path, time.perf_counter() - t)
 
     def _prune(self, keep):
         """Remove the generations (and index files) a crash or an older checkpoint left, but ``keep``."""
@@ -316,10 +360,14 @@ def _number(v, least, bound, nullable):
     return None if ok else f"is {_shown(v)}, not a number in [{least}, {bound}]" + (" or None" if nullable else "")
 
 
-_SAVED = {"floats": lambda v, *spec: _array(v, "floats", *spec), "ints": lambda v, *spec: _array(v, "ints", *spec),
-          "int": _integer, "float": _number,
-          "bool": lambda v: None if isinstance(v, bool) else f"is {_shown(v)}, not true or false",
-          "choice": lambda v, options: None if v in options else f"is {_shown(v)}, not one of {list(options)}"}
+_SAVED = {
+    "floats": lambda v, *spec: _array(v, "floats", *spec),
+    "ints": lambda v, *spec: _array(v, "ints", *spec),
+    "int": _integer,
+    "float": _number,
+    "bool": lambda v: None if isinstance(v, bool) else f"is {_shown(v)}, not true or false",
+    "choice": lambda v, options: None if v in options else f"is {_shown(v)}, not one of {list(options)}",
+}
 
 
 def check_saved(state, declared):
@@ -347,8 +395,10 @@ def _check_dir(path):
     if os.path.isdir(path):
         other = [n for n in os.listdir(path) if n not in (INDEX, LOCK) and not n.startswith(("it-", f".{INDEX}."))]
         if other:
-            raise InputError(f"checkpoint={path}: holds files that are not a dask_clust checkpoint ({other[0]!r}, "
-                             "...); give an empty or new directory")
+            raise InputError(
+                f"checkpoint={path}: holds files that are not a dask_clust checkpoint ({other[0]!r}, "
+                "...); give an empty or new directory"
+            )
         _check_writable(path)
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -393,10 +443,12 @@ def _take_lock(path):
         except FileExistsError:
             holder = _holder(where)
             if holder is None:
-                continue   # taken over, or removed by its fit meanwhile
-            raise InputError(f"checkpoint={path} is in use by another fit (pid {holder.get('pid')} on "
-                             f"{holder.get('host')}): two fits writing one directory destroy each other's "
-                             f"checkpoints; give another directory, or remove {where} if that fit is gone") from None
+                continue  # taken over, or removed by its fit meanwhile
+            raise InputError(
+                f"checkpoint={path} is in use by another fit (pid {holder.get('pid')} on "
+                f"{holder.get('host')}): two fits writing one directory destroy each other's "
+                f"checkpoints; give another directory, or remove {where} if that fit is gone"
+            ) from None
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
         return where
@@ -416,7 +468,7 @@ def _holder(where):
         holder = json.loads(text)
         pid, host = int(holder["pid"]), str(holder["host"])
     except (ValueError, KeyError, TypeError):
-        if age < LOCK_WRITE_S:   # being written by its fit right now
+        if age < LOCK_WRITE_S:  # being written by its fit right now
             return {"pid": "?", "host": "?"}
         holder, pid, host = None, None, socket.gethostname()
     if host != socket.gethostname():

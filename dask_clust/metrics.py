@@ -1,5 +1,6 @@
 """Clustering quality: quantization error (any size, lazy blockwise), and for label vectors that fit in
 memory: NMI, ACC (Hungarian matching of clusters to classes) and purity."""
+
 import numpy as np
 
 

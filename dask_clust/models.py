@@ -3,6 +3,7 @@
 Saved as a directory: ``model.json`` (metadata) + ``arrays.npz`` (centres and other arrays); never a
 pickle, so a model can be read by any version and inspected by hand.
 """
+
 import json
 import math
 import os
@@ -11,10 +12,19 @@ import dask
 import dask.array as da
 import numpy as np
 
+from .engine.data import (
+    as_dask_rows,
+    check_finite_block,
+    frame_dtype,
+    frame_rows,
+    is_frame,
+    is_pandas,
+    l2_rows,
+    map_rows,
+)
 from .errors import InputError, InvalidModelError
-from .engine.data import as_dask_rows, check_finite_block, frame_dtype, frame_rows, is_frame, is_pandas, l2_rows, map_rows
-from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
 from .kernels.assign import Prepared, all_sqdist, nearest
+from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
 
 FORMAT_VERSION = 1
 
@@ -73,12 +83,15 @@ def _truncated_ids_block(x, C, n_truncated, block_info=None):
     rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
     buf = np.empty((min(n, rows), k))
     for b0 in range(0, n, rows):
-        d2 = buf[:min(rows, n - b0)]
-        all_sqdist(x[b0:b0 + rows], C, d2)
-        top = np.argpartition(d2, n_truncated - 1, axis=1)[:, :n_truncated] if n_truncated < k else \
-            np.broadcast_to(np.arange(k), d2.shape)
+        d2 = buf[: min(rows, n - b0)]
+        all_sqdist(x[b0 : b0 + rows], C, d2)
+        top = (
+            np.argpartition(d2, n_truncated - 1, axis=1)[:, :n_truncated]
+            if n_truncated < k
+            else np.broadcast_to(np.arange(k), d2.shape)
+        )
         order = np.argsort(np.take_along_axis(d2, top, 1), axis=1, kind="stable")
-        ids[b0:b0 + len(d2)] = np.take_along_axis(top, order, 1)
+        ids[b0 : b0 + len(d2)] = np.take_along_axis(top, order, 1)
     return ids
 
 
@@ -108,8 +121,21 @@ class ClusteringModel:
     ``feature_names_in_`` (the column names) when it was fitted on a table.
     """
 
-    def __init__(self, algo, params, cluster_centers_, *, n_iter_=0, converged_=False, history_=(),
-                 n_distance_evals_=0, objective_=None, extras_=None, engine_=None, feature_names_in_=None):
+    def __init__(
+        self,
+        algo,
+        params,
+        cluster_centers_,
+        *,
+        n_iter_=0,
+        converged_=False,
+        history_=(),
+        n_distance_evals_=0,
+        objective_=None,
+        extras_=None,
+        engine_=None,
+        feature_names_in_=None,
+    ):
         self.algo = algo
         self.params = dict(params)
         self.cluster_centers_ = np.asarray(cluster_centers_, dtype=np.float64)
@@ -120,7 +146,7 @@ class ClusteringModel:
         self.objective_ = None if objective_ is None else float(objective_)
         self.extras_ = dict(extras_ or {})
         self.engine_ = dict(engine_ or {})
-        if feature_names_in_ is not None:   # as scikit-learn: only a model fitted on a table has it
+        if feature_names_in_ is not None:  # as scikit-learn: only a model fitted on a table has it
             self.feature_names_in_ = np.asarray(list(feature_names_in_), dtype=object)
 
     def __getattr__(self, name):
@@ -154,8 +180,9 @@ class ClusteringModel:
         model beyond float32's range would turn into infinities and give every float32 row label 0)."""
         top = float(np.abs(self.cluster_centers_).max())
         if top > float(np.finfo(dtype).max):
-            raise InputError(f"the model's centres reach {top:.3g}, beyond {np.dtype(dtype).name}'s range: "
-                             "pass X as float64")
+            raise InputError(
+                f"the model's centres reach {top:.3g}, beyond {np.dtype(dtype).name}'s range: pass X as float64"
+            )
         return Prepared(self.cluster_centers_, dtype)
 
     def predict(self, X):
@@ -179,10 +206,14 @@ class ClusteringModel:
             raise InputError("Expected a 2-D input; got a Series")
         names, fitted = [str(c) for c in X.columns], self.__dict__.get("feature_names_in_")
         if fitted is not None and names != list(fitted):
-            raise InputError(f"X's columns {names} are not the ones the model was fitted on, {list(fitted)}: "
-                             "pass X[model.feature_names_in_]")
+            raise InputError(
+                f"X's columns {names} are not the ones the model was fitted on, {list(fitted)}: "
+                "pass X[model.feature_names_in_]"
+            )
         if len(names) != self.n_features_in_:
-            raise InputError(f"X has {len(names)} features, but the model was fitted with {self.n_features_in_} features")
+            raise InputError(
+                f"X has {len(names)} features, but the model was fitted with {self.n_features_in_} features"
+            )
         normalise = self.extras_.get("row_normalization_") == "l2"
         centers = self._prepared(np.dtype(np.float64) if normalise else frame_dtype(X))
         if is_pandas(X):
@@ -214,13 +245,21 @@ class ClusteringModel:
             if max(X.chunks[0]) > rows:
                 X = X.rechunk({0: rows})
         ids = map_rows(X, _truncated_ids_block, np.int32, Cp, self.cluster_centers_, Cp)
-        p = da.map_blocks(_truncated_proba_block, X, ids, self.cluster_centers_, float(self.extras_["sigma2_"]),
-                          dtype=np.float64, meta=np.empty((0, 0)))
+        p = da.map_blocks(
+            _truncated_proba_block,
+            X,
+            ids,
+            self.cluster_centers_,
+            float(self.extras_["sigma2_"]),
+            dtype=np.float64,
+            meta=np.empty((0, 0)),
+        )
         if output == "truncated":
             return ids, p
         if output == "dense":
-            return da.map_blocks(_dense_block, ids, p, k, dtype=np.float64, chunks=(X.chunks[0], (k,)),
-                                 meta=np.empty((0, 0)))
+            return da.map_blocks(
+                _dense_block, ids, p, k, dtype=np.float64, chunks=(X.chunks[0], (k,)), meta=np.empty((0, 0))
+            )
         from scipy import sparse
 
         ids, p = dask.compute(ids, p)
@@ -234,7 +273,11 @@ class ClusteringModel:
         X, centers = self._rows(X)
         d2 = map_rows(X, _qe_block, np.float64, None, centers)
         if sample_weight is not None:
-            w = sample_weight if isinstance(sample_weight, da.Array) else da.from_array(np.asarray(sample_weight, float))
+            w = (
+                sample_weight
+                if isinstance(sample_weight, da.Array)
+                else da.from_array(np.asarray(sample_weight, float))
+            )
             if w.shape != d2.shape:
                 raise ValueError(f"sample_weight must have shape {d2.shape}; got {w.shape}")
             d2 = d2 * w.rechunk(d2.chunks)
@@ -247,8 +290,14 @@ class ClusteringModel:
     def _summary(self):
         """(name, value) pairs of the fit's summary, for the text and HTML reprs."""
         objective = "not computed" if self.objective_ is None else f"{self.objective_:.6g}"
-        rows = [("algo", self.algo), ("n_clusters", self.n_clusters), ("n_features", self.n_features_in_),
-                ("n_iter", self.n_iter_), ("converged", self.converged_), ("objective", objective)]
+        rows = [
+            ("algo", self.algo),
+            ("n_clusters", self.n_clusters),
+            ("n_features", self.n_features_in_),
+            ("n_iter", self.n_iter_),
+            ("converged", self.converged_),
+            ("objective", objective),
+        ]
         if "sigma2_" in self.extras_:
             rows.append(("sigma2", f"{self.extras_['sigma2_']:.6g}"))
         if "wall_s" in self.engine_:
@@ -256,7 +305,11 @@ class ClusteringModel:
         return rows
 
     def __repr__(self):
-        return "ClusteringModel(" + ", ".join(f"{k}={v!r}" if k == "algo" else f"{k}={v}" for k, v in self._summary()) + ")"
+        return (
+            "ClusteringModel("
+            + ", ".join(f"{k}={v!r}" if k == "algo" else f"{k}={v}" for k, v in self._summary())
+            + ")"
+        )
 
     def plot(self):
         """A matplotlib Figure: the objective against the iteration, and the centres in the plane of their two
@@ -272,10 +325,12 @@ class ClusteringModel:
         C = self.cluster_centers_
         if C.shape[1] == 2:
             xy, axes = C, ("feature 0", "feature 1")
-        else:   # the plane that keeps most of the centres' spread
+        else:  # the plane that keeps most of the centres' spread
             centred = C - C.mean(axis=0)
-            xy, axes = centred @ np.linalg.svd(centred, full_matrices=False)[2][:2].T, ("principal axis 1",
-                                                                                         "principal axis 2")
+            xy, axes = (
+                centred @ np.linalg.svd(centred, full_matrices=False)[2][:2].T,
+                ("principal axis 1", "principal axis 2"),
+            )
         if C.shape[1] > 1:
             centres.scatter(xy[:, 0], xy[:, 1], s=12)
         centres.set(xlabel=axes[0], ylabel=axes[1], title=f"{self.n_clusters} centres")
@@ -286,10 +341,14 @@ class ClusteringModel:
         """Jupyter's view: the summary as a table beside the objective against the iteration (inline SVG)."""
         import html
 
-        cells = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
-                        for k, v in self._summary())
-        return (f"<div style='display:flex;gap:2em;align-items:flex-start'><table>{cells}</table>"
-                f"{_history_svg([h.get('objective') for h in self.history_])}</div>")
+        cells = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+            for k, v in self._summary()
+        )
+        return (
+            f"<div style='display:flex;gap:2em;align-items:flex-start'><table>{cells}</table>"
+            f"{_history_svg([h.get('objective') for h in self.history_])}</div>"
+        )
 
     # ---------------------------------------------------------------- persistence
     def save(self, path):
@@ -300,7 +359,7 @@ class ClusteringModel:
         params = {}
         for k, v in self.params.items():
             if isinstance(v, np.ndarray) or (hasattr(v, "__array__") and np.ndim(v) > 0):
-                arrays[f"param:{k}"] = np.asarray(v)   # an init given as a DataFrame or dask array, as its values
+                arrays[f"param:{k}"] = np.asarray(v)  # an init given as a DataFrame or dask array, as its values
             else:
                 params[k] = v
         extras = {}
@@ -309,13 +368,21 @@ class ClusteringModel:
                 arrays[f"extra:{k}"] = v
             else:
                 extras[k] = v
-        meta = {"format_version": FORMAT_VERSION, "algo": self.algo, "params": params, "n_iter_": self.n_iter_,
-                "converged_": self.converged_, "history_": self.history_,
-                "n_distance_evals_": self.n_distance_evals_, "objective_": self.objective_, "extras_": extras,
-                "engine_": self.engine_}
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "algo": self.algo,
+            "params": params,
+            "n_iter_": self.n_iter_,
+            "converged_": self.converged_,
+            "history_": self.history_,
+            "n_distance_evals_": self.n_distance_evals_,
+            "objective_": self.objective_,
+            "extras_": extras,
+            "engine_": self.engine_,
+        }
         if "feature_names_in_" in self.__dict__:
             meta["feature_names_in_"] = list(self.feature_names_in_)
-        text = json.dumps(meta, indent=1, default=_json_default)   # fails here, before anything is written
+        text = json.dumps(meta, indent=1, default=_json_default)  # fails here, before anything is written
         with replacing(path) as tmp:
             os.makedirs(tmp)
             np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
@@ -335,10 +402,19 @@ class ClusteringModel:
             params, extras = _check_model(meta, arrays)
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidModelError(f"{path} is not a valid dask_clust model: {_reason(exc)}") from None
-        return cls(meta["algo"], params, arrays["cluster_centers_"], n_iter_=meta["n_iter_"],
-                   converged_=meta["converged_"], history_=meta["history_"],
-                   n_distance_evals_=meta["n_distance_evals_"], objective_=meta["objective_"], extras_=extras,
-                   engine_=meta.get("engine_"), feature_names_in_=meta.get("feature_names_in_"))
+        return cls(
+            meta["algo"],
+            params,
+            arrays["cluster_centers_"],
+            n_iter_=meta["n_iter_"],
+            converged_=meta["converged_"],
+            history_=meta["history_"],
+            n_distance_evals_=meta["n_distance_evals_"],
+            objective_=meta["objective_"],
+            extras_=extras,
+            engine_=meta.get("engine_"),
+            feature_names_in_=meta.get("feature_names_in_"),
+        )
 
 
 def _history_svg(values, width=320, height=160, pad=28):
@@ -348,13 +424,18 @@ def _history_svg(values, width=320, height=160, pad=28):
         return ""
     lo, hi = min(v for _, v in points), max(v for _, v in points)
     span = (hi - lo) or 1.0
-    xy = " ".join(f"{pad + (i - 1) * (width - 2 * pad) / (len(values) - 1):.1f},"
-                  f"{height - pad - (v - lo) * (height - 2 * pad) / span:.1f}" for i, v in points)
-    return (f"<svg width='{width}' height='{height}' role='img' aria-label='objective against iteration'>"
-            f"<polyline points='{xy}' fill='none' stroke='#1f77b4' stroke-width='1.5'/>"
-            f"<text x='{pad}' y='{pad - 10}' font-size='11'>objective: max {hi:.4g}</text>"
-            f"<text x='{pad}' y='{height - 8}' font-size='11'>min {lo:.4g}; iterations 1 to {len(values)}</text>"
-            f"</svg>")
+    xy = " ".join(
+        f"{pad + (i - 1) * (width - 2 * pad) / (len(values) - 1):.1f},"
+        f"{height - pad - (v - lo) * (height - 2 * pad) / span:.1f}"
+        for i, v in points
+    )
+    return (
+        f"<svg width='{width}' height='{height}' role='img' aria-label='objective against iteration'>"
+        f"<polyline points='{xy}' fill='none' stroke='#1f77b4' stroke-width='1.5'/>"
+        f"<text x='{pad}' y='{pad - 10}' font-size='11'>objective: max {hi:.4g}</text>"
+        f"<text x='{pad}' y='{height - 8}' font-size='11'>min {lo:.4g}; iterations 1 to {len(values)}</text>"
+        f"</svg>"
+    )
 
 
 # model.json's largest size: a model's metadata is kilobytes (its history a few hundred records)
@@ -391,8 +472,17 @@ def _reason(exc):
 
 
 # model.json's keys and their types (``engine_`` is optional: informative only)
-_SCHEMA = {"format_version": int, "algo": str, "params": dict, "n_iter_": int, "converged_": bool,
-           "history_": list, "n_distance_evals_": int, "objective_": (int, float, type(None)), "extras_": dict}
+_SCHEMA = {
+    "format_version": int,
+    "algo": str,
+    "params": dict,
+    "n_iter_": int,
+    "converged_": bool,
+    "history_": list,
+    "n_distance_evals_": int,
+    "objective_": (int, float, type(None)),
+    "extras_": dict,
+}
 
 
 def _check_model(meta, arrays):
@@ -407,8 +497,10 @@ def _check_model(meta, arrays):
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise TypeError(f"{key} has type {type(value).__name__}")
     if not 1 <= meta["format_version"] <= FORMAT_VERSION:
-        raise ValueError(f"format_version {meta['format_version']} is not one this dask_clust reads "
-                         f"(1..{FORMAT_VERSION}; a newer dask_clust wrote it?)")
+        raise ValueError(
+            f"format_version {meta['format_version']} is not one this dask_clust reads "
+            f"(1..{FORMAT_VERSION}; a newer dask_clust wrote it?)"
+        )
     if meta["n_iter_"] < 0 or meta["n_distance_evals_"] < 0:
         raise ValueError("n_iter_ and n_distance_evals_ must be >= 0")
     if meta["objective_"] is not None and not math.isfinite(meta["objective_"]):
@@ -422,8 +514,9 @@ def _check_model(meta, arrays):
     if not np.isfinite(centers).all():
         raise ValueError("cluster_centers_ holds NaN or infinity")
     names = meta.get("feature_names_in_")
-    if names is not None and not (isinstance(names, list) and all(isinstance(c, str) for c in names)
-                                  and len(names) == centers.shape[1]):
+    if names is not None and not (
+        isinstance(names, list) and all(isinstance(c, str) for c in names) and len(names) == centers.shape[1]
+    ):
         raise ValueError(f"feature_names_in_ must be a list of {centers.shape[1]} column names")
     params, extras = dict(meta["params"]), dict(meta["extras_"])
     for k, v in arrays.items():
@@ -436,8 +529,9 @@ def _check_model(meta, arrays):
     given = {k: v for k, v in params.items() if k != "random_state"}
     build_config(spec.config, f"algo={meta['algo']!r}", given)
     if given.get("n_clusters") != centers.shape[0]:
-        raise ValueError(f"params n_clusters={given.get('n_clusters')} but cluster_centers_ has "
-                         f"{centers.shape[0]} rows")
+        raise ValueError(
+            f"params n_clusters={given.get('n_clusters')} but cluster_centers_ has {centers.shape[0]} rows"
+        )
     _check_used_extras(spec, extras, centers.shape[0])
     return params, extras
 

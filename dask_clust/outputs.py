@@ -2,6 +2,7 @@
 the suffix, and every output written beside its place under a temporary name and moved into place only
 once complete, so a failure leaves the old output (or nothing) and never a partial one that looks valid;
 and the arrays of a model or checkpoint read back as untrusted input (``stored_arrays``)."""
+
 import contextlib
 import errno
 import hashlib
@@ -21,7 +22,7 @@ LABEL_FORMATS = (".npy", ".parquet", ".zarr")
 
 
 def _kind_of_dir(path):
-    """"model", "zarr", "parquet", "empty" or None (a directory of something else)."""
+    """ "model", "zarr", "parquet", "empty" or None (a directory of something else)."""
     names = os.listdir(path)
     if not names:
         return "empty"
@@ -90,8 +91,9 @@ def replacing(path):
     except OSError as exc:
         _remove(tmp)
         if exc.errno in FULL:
-            raise InputError(f"{path}: no space left on its device ({os.strerror(exc.errno)}); nothing was "
-                             "written there") from None
+            raise InputError(
+                f"{path}: no space left on its device ({os.strerror(exc.errno)}); nothing was written there"
+            ) from None
         raise
     except BaseException:
         _remove(tmp)
@@ -166,12 +168,13 @@ def stored_arrays(npz):
                 version = np.lib.format.read_magic(f)
                 if version not in ((1, 0), (2, 0)):
                     raise ValueError(f"arrays.npz member {name!r} has .npy format version {version}")
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                    np.lib.format.read_array_header_2_0
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, _, dtype = read(f)
                 claimed = math.prod(shape) * dtype.itemsize
                 if dtype.hasobject or f.tell() + claimed != info.file_size:
-                    raise ValueError(f"arrays.npz member {name!r} claims {claimed:,} bytes of {dtype} "
-                                     f"{shape} but stores {info.file_size - f.tell():,}")
+                    raise ValueError(
+                        f"arrays.npz member {name!r} claims {claimed:,} bytes of {dtype} "
+                        f"{shape} but stores {info.file_size - f.tell():,}"
+                    )
     with np.load(npz, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}

@@ -6,6 +6,7 @@ scripts, CI and schedulers get no carriage-return lines; ``True`` asks for progr
 terminal or in a kernel, one line per finished phase elsewhere; ``False`` is silent. Bars are tqdm's: its
 notebook widgets in a kernel where ipywidgets is installed, its text bars otherwise.
 """
+
 import contextlib
 import contextvars
 import sys
@@ -25,7 +26,7 @@ def in_kernel():
 
 
 def mode_for(progress):
-    """"widgets", "bars", "lines" or "off" for a ``progress`` argument (None: bars on a terminal or in a
+    """ "widgets", "bars", "lines" or "off" for a ``progress`` argument (None: bars on a terminal or in a
     kernel, else off)."""
     if progress is not None and not progress:
         return "off"
@@ -112,8 +113,9 @@ class _Bar:
         else:
             from tqdm.std import tqdm
 
-        self.bar = tqdm(total=total, desc=name, unit=unit, file=sys.stderr, leave=True, dynamic_ncols=True,
-                        mininterval=0.2)
+        self.bar = tqdm(
+            total=total, desc=name, unit=unit, file=sys.stderr, leave=True, dynamic_ncols=True, mininterval=0.2
+        )
         self._done = threading.Event()
         threading.Thread(target=self._tick, daemon=True, name="dask-clust-progress").start()
 
@@ -169,8 +171,13 @@ def phase(name, total=None, unit="step"):
     if mode == "off" and listener is None:
         yield SILENT
         return
-    shown = SILENT if mode == "off" else _Lines(name, total, unit) if mode == "lines" else \
-        _Bar(name, total, unit, widget=mode == "widgets")
+    shown = (
+        SILENT
+        if mode == "off"
+        else _Lines(name, total, unit)
+        if mode == "lines"
+        else _Bar(name, total, unit, widget=mode == "widgets")
+    )
     if listener is not None:
         shown = _Told(shown, listener, name, total)
     token = _CURRENT.set(shown)

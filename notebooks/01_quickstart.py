@@ -26,10 +26,10 @@
 # larger than a machine's memory, on a real cluster.
 
 # %% tags=["parameters"]
-n_rows = 20_000       # rows of synthetic data
-n_features = 4        # columns; the plots show the first two
-n_clusters = 5        # k, and the number of blobs generated
-seed = 0              # one seed for the data, the baseline and the fit
+n_rows = 20_000  # rows of synthetic data
+n_features = 4  # columns; the plots show the first two
+n_clusters = 5  # k, and the number of blobs generated
+seed = 0  # one seed for the data, the baseline and the fit
 n_workers = 2
 
 # %%
@@ -38,8 +38,8 @@ import tempfile
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import MaxNLocator
 from distributed import Client, LocalCluster
+from matplotlib.ticker import MaxNLocator
 
 import dask_clust
 from dask_clust.datasets import make_blobs
@@ -57,8 +57,7 @@ workdir = tempfile.TemporaryDirectory(prefix="dask_clust_quickstart_")
 # `dashboard_address=":0"` picks a free port, so the notebook does not clash with another running cluster.
 
 # %%
-cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=":0",
-                       local_directory=workdir.name)
+cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=":0", local_directory=workdir.name)
 client = Client(cluster)
 print("dashboard:", client.dashboard_link)
 
@@ -137,8 +136,15 @@ assert np.isclose(model.objective_, qe, rtol=1e-9)
 X_local = X.compute()  # small enough to plot; never do this with the real data
 fig, ax = plt.subplots(figsize=(6, 5))
 ax.scatter(X_local[:, 0], X_local[:, 1], c=labels, s=2, cmap="tab10", alpha=0.4)
-ax.scatter(model.cluster_centers_[:, 0], model.cluster_centers_[:, 1], c="black", marker="x", s=120,
-           linewidths=3, label="cluster centres")
+ax.scatter(
+    model.cluster_centers_[:, 0],
+    model.cluster_centers_[:, 1],
+    c="black",
+    marker="x",
+    s=120,
+    linewidths=3,
+    label="cluster centres",
+)
 ax.set_xlabel("feature 0")
 ax.set_ylabel("feature 1")
 ax.set_title(f"k-means, k = {n_clusters}")

@@ -28,10 +28,10 @@
 # Everything is written to a temporary directory that is removed at the end.
 
 # %% tags=["parameters"]
-n_rows = 32_000       # rows of synthetic data
+n_rows = 32_000  # rows of synthetic data
 n_features = 4
 n_clusters = 5
-n_chunks = 8          # row chunks of the generated array: several per worker
+n_chunks = 8  # row chunks of the generated array: several per worker
 seed = 0
 n_workers = 2
 
@@ -66,14 +66,14 @@ parquet_path = os.path.join(workdir.name, "X.parquet")
 # %%
 rows_per_chunk = -(-n_rows // n_chunks)  # ceiling division
 chunk_bytes = rows_per_chunk * n_features * np.dtype(np.float32).itemsize
-dask.config.set({"dask_clust.chunk-bytes": chunk_bytes, "dask_clust.min-chunk-bytes": "1KiB",
-                 "dask_clust.min-chunks": 1})
+dask.config.set(
+    {"dask_clust.chunk-bytes": chunk_bytes, "dask_clust.min-chunk-bytes": "1KiB", "dask_clust.min-chunks": 1}
+)
 print(f"{n_chunks} chunks of {rows_per_chunk} rows, {chunk_bytes / 1024:.0f} KiB each")
 
 # %%
 # worker scratch space (spilled data) goes under our temporary directory too
-cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=":0",
-                       local_directory=workdir.name)
+cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=":0", local_directory=workdir.name)
 client = Client(cluster)
 print("dashboard:", client.dashboard_link)
 
@@ -105,8 +105,7 @@ for path in (zarr_path, parquet_path):
 
 # %%
 model_zarr = dask_clust.fit(zarr_path, algo="kmeans", n_clusters=n_clusters, random_state=seed, client=client)
-model_parquet = dask_clust.fit(parquet_path, algo="kmeans", n_clusters=n_clusters, random_state=seed,
-                               client=client)
+model_parquet = dask_clust.fit(parquet_path, algo="kmeans", n_clusters=n_clusters, random_state=seed, client=client)
 for name, m in [("zarr", model_zarr), ("parquet", model_parquet)]:
     print(f"{name:8s} {m!r}\n         {m.engine_}")
     # every worker held a share of the chunks
@@ -122,8 +121,7 @@ for name, m in [("zarr", model_zarr), ("parquet", model_parquet)]:
 
 # %%
 with dask.config.set({"dask_clust.stream": True}):
-    model_streamed = dask_clust.fit(zarr_path, algo="kmeans", n_clusters=n_clusters, random_state=seed,
-                                    client=client)
+    model_streamed = dask_clust.fit(zarr_path, algo="kmeans", n_clusters=n_clusters, random_state=seed, client=client)
 print(model_streamed.engine_)
 assert model_streamed.engine_["streaming"] and not model_zarr.engine_["streaming"]
 np.testing.assert_array_equal(model_streamed.cluster_centers_, model_zarr.cluster_centers_)
@@ -173,7 +171,7 @@ assert np.isclose(quantization_error(X, model_zarr.cluster_centers_), qe_zarr, r
 labels_zarr_path = os.path.join(workdir.name, "labels.zarr")
 labels_parquet_path = os.path.join(workdir.name, "labels.parquet")
 
-labels = model_zarr.predict(zarr_path)              # lazy int32, one label per row
+labels = model_zarr.predict(zarr_path)  # lazy int32, one label per row
 labels.to_zarr(labels_zarr_path)
 dd.from_dask_array(labels, columns="label").to_frame().to_parquet(labels_parquet_path, write_index=False)
 
@@ -208,11 +206,13 @@ table["source"] = "sensor-" + (table["id"] % 3).astype(str)
 table.to_parquet(table_path, write_index=False)
 
 events = dd.read_parquet(table_path)
-model_table = dask_clust.fit(events, algo="kmeans", n_clusters=n_clusters, random_state=seed, client=client,
-                             columns=columns)
+model_table = dask_clust.fit(
+    events, algo="kmeans", n_clusters=n_clusters, random_state=seed, client=client, columns=columns
+)
 print(model_table.feature_names_in_)
 events[["id"]].assign(cluster=model_table.predict(events[columns])).to_parquet(
-    os.path.join(workdir.name, "clusters.parquet"))
+    os.path.join(workdir.name, "clusters.parquet")
+)
 
 # %% [markdown]
 # The same rows in the same chunks: the parquet model again, and each label beside its row's key.

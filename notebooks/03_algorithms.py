@@ -25,14 +25,14 @@
 # demonstration of the API, not as a benchmark. `benchmarks/` has the real comparisons.
 
 # %% tags=["parameters"]
-n_rows = 16_000       # rows of synthetic data
+n_rows = 16_000  # rows of synthetic data
 n_features = 4
-n_clusters = 6        # k for every algorithm, and the number of blobs generated
-n_chunks = 8          # row chunks of the data: several per worker
-seed = 0              # the data's and every fit's random_state
+n_clusters = 6  # k for every algorithm, and the number of blobs generated
+n_chunks = 8  # row chunks of the data: several per worker
+seed = 0  # the data's and every fit's random_state
 n_workers = 2
-n_repeats = 2         # fits per algorithm; the time reported is the fastest
-in_process = False    # True: fit in this process on all cores, without a cluster
+n_repeats = 2  # fits per algorithm; the time reported is the fastest
+in_process = False  # True: fit in this process on all cores, without a cluster
 
 # %%
 import tempfile
@@ -40,10 +40,10 @@ import time
 
 import dask
 import matplotlib.pyplot as plt
-from matplotlib.ticker import FormatStrFormatter
 import numpy as np
 import pandas as pd
 from distributed import Client, LocalCluster
+from matplotlib.ticker import FormatStrFormatter
 
 import dask_clust
 from dask_clust.datasets import make_blobs
@@ -71,8 +71,9 @@ if in_process:
     X = X.compute()  # in-memory input: what dask_clust fits in-process by itself when no client runs
 else:
     # worker scratch space goes under our temporary directory, removed at the end
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=":0",
-                           local_directory=workdir.name)
+    cluster = LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, dashboard_address=":0", local_directory=workdir.name
+    )
     client = Client(cluster)
     print("dashboard:", client.dashboard_link)
 
@@ -116,9 +117,17 @@ for name, spec in dask_clust.REGISTRY.items():
         labels, Xm = model.labels_, np.asarray(X, dtype=np.float64)
         centres = np.stack([Xm[labels == j].mean(axis=0) for j in np.unique(labels)])
     qe = quantization_error(X, centres)
-    rows.append({"algo": name, "estimator": spec.estimator, "n_iter": model.n_iter_,
-                 "wall_s": min(times), "qe": qe, "qe_per_row": qe / n_rows,
-                 "distance_evals": model.n_distance_evals_})
+    rows.append(
+        {
+            "algo": name,
+            "estimator": spec.estimator,
+            "n_iter": model.n_iter_,
+            "wall_s": min(times),
+            "qe": qe,
+            "qe_per_row": qe / n_rows,
+            "distance_evals": model.n_distance_evals_,
+        }
+    )
     print(f"{name:10s} {min(times):7.3f} s  QE {qe:.6g}")
 
 results = pd.DataFrame(rows).set_index("algo")
@@ -145,8 +154,13 @@ fig, ax = plt.subplots(figsize=(7, 4.5))
 ax.scatter(results["wall_s"], results["qe"], s=40, zorder=3)
 # several algorithms reach the same optimum in similar times: stagger their labels so all stay readable
 for i, (name, row) in enumerate(results.sort_values("wall_s").iterrows()):
-    ax.annotate(name, (row["wall_s"], row["qe"]), textcoords="offset points", xytext=(6, 6 + 14 * (i % 4)),
-                arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5})
+    ax.annotate(
+        name,
+        (row["wall_s"], row["qe"]),
+        textcoords="offset points",
+        xytext=(6, 6 + 14 * (i % 4)),
+        arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5},
+    )
 ax.axhline(results["qe"].min(), color="grey", linestyle=":", linewidth=1, label="best QE here")
 ax.set_xscale("log")
 ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
@@ -154,8 +168,9 @@ ax.xaxis.set_minor_formatter(FormatStrFormatter("%g"))
 ax.margins(y=0.15)
 ax.set_xlabel("wall time of the fit (s, log scale)")
 ax.set_ylabel("quantization error")
-ax.set_title(f"{n_rows} x {n_features} blobs, k = {n_clusters}, "
-             f"{'in-process' if in_process else f'{n_workers} workers'}")
+ax.set_title(
+    f"{n_rows} x {n_features} blobs, k = {n_clusters}, {'in-process' if in_process else f'{n_workers} workers'}"
+)
 ax.legend(loc="upper right")
 plt.show()
 

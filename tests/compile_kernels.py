@@ -5,6 +5,7 @@ and the workers of one cluster reach each kernel at the same moment, so on a fre
 was compiled once per worker instead of once (about 3 of a CI run's 14 minutes). Run as
 ``python -m tests.compile_kernels PART`` for PART in 0 .. PARTS-1, the parts in parallel; conftest.py does.
 """
+
 import sys
 
 import numpy as np
@@ -12,11 +13,23 @@ import numpy as np
 PARTS = 2
 # each part's fits: (algorithm, parameters); the kernels the two parts share are compiled by both
 FITS = (
-    (("kmeans", {"init": "k-means||"}), ("kmeans", {"init": "k-means++"}), ("kmeans", {"init": "afkmc2"}),
-     ("vcgmm", {}), ("vargmm", {}), ("minibatch", {}), ("slk", {"mode": "ms", "knn_method": "exact"}),
-     ("slk", {"mode": "bo", "knn_method": "ivf"})),
-    (("nmbatch", {"bounds": "elkan"}), ("nmbatch", {"bounds": "hamerly"}), ("vrkm", {}), ("sbe", {}),
-     ("slk", {"mode": "bo", "knn_method": "exact"})),
+    (
+        ("kmeans", {"init": "k-means||"}),
+        ("kmeans", {"init": "k-means++"}),
+        ("kmeans", {"init": "afkmc2"}),
+        ("vcgmm", {}),
+        ("vargmm", {}),
+        ("minibatch", {}),
+        ("slk", {"mode": "ms", "knn_method": "exact"}),
+        ("slk", {"mode": "bo", "knn_method": "ivf"}),
+    ),
+    (
+        ("nmbatch", {"bounds": "elkan"}),
+        ("nmbatch", {"bounds": "hamerly"}),
+        ("vrkm", {}),
+        ("sbe", {}),
+        ("slk", {"mode": "bo", "knn_method": "exact"}),
+    ),
 )
 
 
@@ -29,8 +42,9 @@ def main(part):
     for dtype in (np.float32, np.float64):
         X = (rng.normal(size=(2000, 6)) + 4 * truth[:, None]).astype(dtype)
         for algo, params in FITS[part]:
-            model = dask_clust.fit(X, algo=algo, n_clusters=4, client="in-process", random_state=0,
-                                   progress=False, **params)
+            model = dask_clust.fit(
+                X, algo=algo, n_clusters=4, client="in-process", random_state=0, progress=False, **params
+            )
             labels = np.asarray(model.predict(X))
             nmi(truth, labels), acc(truth, labels), quantization_error(X, model.cluster_centers_)
 

@@ -29,15 +29,16 @@ def pytest_sessionstart(session):
     or worker process would compile them itself (tests/compile_kernels.py). Runs in the xdist controller,
     before it starts its workers; skipped once the cache holds the kernels."""
     from dask_clust import kernels
-
     from tests import compile_kernels
 
     if hasattr(session.config, "workerinput") or any((Path(kernels.__file__).parent / "__pycache__").glob("*.nbi")):
         return
-    parts = [subprocess.Popen([sys.executable, "-m", "tests.compile_kernels", str(part)], cwd=ROOT)
-             for part in range(compile_kernels.PARTS)]
+    parts = [
+        subprocess.Popen([sys.executable, "-m", "tests.compile_kernels", str(part)], cwd=ROOT)
+        for part in range(compile_kernels.PARTS)
+    ]
     for part in parts:
-        part.wait()   # a part that fails leaves its kernels to be compiled where the tests need them
+        part.wait()  # a part that fails leaves its kernels to be compiled where the tests need them
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 is ``test_layout.LAYERS`` top first, the verb table names every public verb of ``Engine`` (and
 ``open_local``), and the combine table every combine of ``engine/combine.py``. A row added to the code
 and not to the page, or the other way round, fails here."""
+
 import ast
 import pathlib
 import re
@@ -19,7 +20,7 @@ def table(text, heading):
     lines = text.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith(heading))
     rows = []
-    for line in lines[at + 1:]:
+    for line in lines[at + 1 :]:
         if line.startswith("#"):
             break
         if line.startswith("|") and not line.startswith("|---"):
@@ -77,8 +78,9 @@ def combine_classes():
                 own |= methods(classes[base.id])
         return own
 
-    return {name for name, cls in classes.items()
-            if not name.startswith("_") and {"lift", "add", "finish"} <= methods(cls)}
+    return {
+        name for name, cls in classes.items() if not name.startswith("_") and {"lift", "add", "finish"} <= methods(cls)
+    }
 
 
 def test_the_layer_table_is_test_layouts_list_top_first():
@@ -93,15 +95,21 @@ def test_the_combine_table_names_every_combine():
     assert page_combines(PAGE.read_text()) == combine_classes()
 
 
-@pytest.mark.parametrize("edit", [
-    ("| `engine/` |", "| `engine/`, `tls.py` |"),                      # a layer that does not exist
-    ("| `kernels/` |", "| `kernel/` |"),
-    ("| `engine.take(ids, weights=False)` |", "| `engine.fetch(ids)` |"),  # a renamed verb
-    ("| `RowTop(r)` |", "| `RowTopK(r)` |"),                              # a renamed combine
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("| `engine/` |", "| `engine/`, `tls.py` |"),  # a layer that does not exist
+        ("| `kernels/` |", "| `kernel/` |"),
+        ("| `engine.take(ids, weights=False)` |", "| `engine.fetch(ids)` |"),  # a renamed verb
+        ("| `RowTop(r)` |", "| `RowTopK(r)` |"),  # a renamed combine
+    ],
+)
 def test_a_mismatch_on_the_page_is_caught(edit):
     text = PAGE.read_text()
     assert edit[0] in text
     broken = text.replace(edit[0], edit[1], 1)
-    assert (page_layers(broken) != [set(u) for u in reversed(LAYERS)] or page_verbs(broken) != engine_verbs()
-            or page_combines(broken) != combine_classes())
+    assert (
+        page_layers(broken) != [set(u) for u in reversed(LAYERS)]
+        or page_verbs(broken) != engine_verbs()
+        or page_combines(broken) != combine_classes()
+    )

@@ -1,6 +1,7 @@
 """The benchmark harness: a smoke run of ``python benchmarks/run.py --suite quick --tiny`` (every algorithm and
 competitor on 2,000 rows of each set, one repeat: that it runs and reports, not how fast), and the page's
 arithmetic on rows whose answers are known."""
+
 import json
 import math
 import statistics
@@ -17,8 +18,7 @@ from harness.suites import BASELINE, NOT_QE, QUICK_TABLES
 def smoke(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     page = results / "BENCHMARKS.md"
-    assert main(["--suite", "quick", "--tiny", "--results", str(results), "--page", str(page),
-                 "--report"]) == 0
+    assert main(["--suite", "quick", "--tiny", "--results", str(results), "--page", str(page), "--report"]) == 0
     rows = [json.loads(line) for line in (results / "suite-quick-tiny.jsonl").read_text().splitlines()]
     return rows, page, results
 
@@ -56,15 +56,30 @@ def test_smoke_page_has_a_table_and_a_plot_per_set(smoke):
 
 
 def _table_row(algo, eta, speedup, evals=None, seed=0, extras=None):
-    return {"kind": "vcgmm_table", "run": "r", "data": "d", "n": 100, "d": 2, "k": 4, "coreset_size": 64,
-            "seed": seed, "algo": algo, "eta": eta, "speedup": speedup, "distance_evals": evals, "n_iter": 3,
-            "wall_s": 1.0, "extras": extras or {}}
+    return {
+        "kind": "vcgmm_table",
+        "run": "r",
+        "data": "d",
+        "n": 100,
+        "d": 2,
+        "k": 4,
+        "coreset_size": 64,
+        "seed": seed,
+        "algo": algo,
+        "eta": eta,
+        "speedup": speedup,
+        "distance_evals": evals,
+        "n_iter": 3,
+        "wall_s": 1.0,
+        "extras": extras or {},
+    }
 
 
 def test_vcgmm_table_reports_mean_and_sem_of_eta_and_median_speedup():
     etas = [0.08, 0.10, 0.12]
-    rows = [_table_row("vc-GMM", e, s, evals=1000 * (i + 1), seed=i)
-            for i, (e, s) in enumerate(zip(etas, [90, 110, 100]))]
+    rows = [
+        _table_row("vc-GMM", e, s, evals=1000 * (i + 1), seed=i) for i, (e, s) in enumerate(zip(etas, [90, 110, 100]))
+    ]
     rows += [_table_row("k-means++ (ours)", 0.0, 1.0, evals=400_000, seed=i) for i in range(3)]
     text = "\n".join(report.vcgmm_section(rows, lambda *a: "x.png"))
     sem = statistics.stdev(etas) / math.sqrt(3)
@@ -73,8 +88,10 @@ def test_vcgmm_table_reports_mean_and_sem_of_eta_and_median_speedup():
 
 def test_nmbatch_section_measures_time_to_within_one_and_two_percent_of_the_best():
     curve = {"kind": "curve", "data": "d", "n_train": 90, "n_validation": 10, "k": 5, "tool": "dask_clust"}
-    rows = [{**curve, "algo": "lloyd", "points": [[1.0, 130.0], [2.0, 101.5], [4.0, 100.5], [8.0, 100.0]]},
-            {**curve, "algo": "nmbatch", "points": [[0.1, 104.0], [0.2, 101.9], [0.4, 100.9]]}]
+    rows = [
+        {**curve, "algo": "lloyd", "points": [[1.0, 130.0], [2.0, 101.5], [4.0, 100.5], [8.0, 100.0]]},
+        {**curve, "algo": "nmbatch", "points": [[0.1, 104.0], [0.2, 101.9], [0.4, 100.9]]},
+    ]
     text = "\n".join(report.nmbatch_section(rows, lambda *a: "x.png"))
     assert "| dask_clust | nmbatch | 0.2 | 0.4 | +0.90 % | 0.4 |" in text
     assert "nmbatch reaches 2 % of E* 10.0× sooner than Lloyd" in text  # 2.0 s / 0.2 s
@@ -89,8 +106,9 @@ def test_quick_suite_scores_slk_labels_next_to_kmeans(smoke):
 
     rows, page, _ = smoke
     slk = [r for r in rows if r["kind"] == "slk_quality"]
-    assert {(r["data"], r["algo"]) for r in slk} == {(name, algo) for name, _, _ in SLK_SETS
-                                                      for algo in ("SLK-BO", "SLK-MS", "k-means++ (ours)")}
+    assert {(r["data"], r["algo"]) for r in slk} == {
+        (name, algo) for name, _, _ in SLK_SETS for algo in ("SLK-BO", "SLK-MS", "k-means++ (ours)")
+    }
     assert all(0.3 < r["nmi"] <= 1 and 0.3 < r["acc"] <= 1 for r in slk if r["data"] != "segment"), slk
     assert all(0 < r["nmi"] <= 1 and 1 / 7 < r["acc"] <= 1 for r in slk), slk
     assert "## SLK: NMI and ACC on the authors' sets" in page.read_text()
@@ -98,8 +116,10 @@ def test_quick_suite_scores_slk_labels_next_to_kmeans(smoke):
 
 def test_slk_section_reports_mean_scores_and_lost_runs():
     common = {"kind": "slk_quality", "data": "digits", "n": 1797, "d": 64, "k": 10}
-    rows = [{**common, "seed": s, "algo": "SLK-BO", "nmi": nmi, "acc": a, "lost": lost, "wall_s": w}
-            for s, (nmi, a, lost, w) in enumerate([(0.8, 0.7, False, 0.1), (0.7, 0.6, True, 0.3), (0.9, 0.8, False, 0.2)])]
+    rows = [
+        {**common, "seed": s, "algo": "SLK-BO", "nmi": nmi, "acc": a, "lost": lost, "wall_s": w}
+        for s, (nmi, a, lost, w) in enumerate([(0.8, 0.7, False, 0.1), (0.7, 0.6, True, 0.3), (0.9, 0.8, False, 0.2)])
+    ]
     text = "\n".join(report.slk_section(rows))
     assert "| digits (1,797 × 64, K = 10) | SLK-BO | 3 | 0.800 | 0.700 | 1 | 0.20 | 0.809 / 0.769 |" in text
 
@@ -129,14 +149,32 @@ def test_sweep_suite_runs_every_fit_at_every_c(tmp_path):
 
 def test_sweep_section_extrapolated_baseline_gives_speedup_only():
     common = {"kind": "sweep", "data": "d", "n": 1000, "d": 2, "seed": 0}
-    rows = [{**common, "k": 10, "algo": BASELINE, "wall_s": 100.0, "qe": 50.0, "speedup": 1.0, "eta": 0.0},
-            {**common, "k": 10, "algo": "vcgmm", "wall_s": 2.0, "qe": 55.0, "speedup": 50.0, "eta": 0.1,
-             "extras": {"phase_s": {"seeding": 0.5, "final_qe": 1.0}}},
-            {**common, "k": 10, "algo": "faiss", "wall_s": 4.0, "qe": 50.0, "speedup": 25.0, "eta": 0.0},
-            {**common, "k": 40, "algo": BASELINE, "wall_s": 400.0, "extrapolated": True, "n_iter": 30},
-            {**common, "k": 40, "algo": "vcgmm", "wall_s": 4.0, "qe": 44.0, "speedup": 100.0, "eta": None,
-             "extras": {"phase_s": {"seeding": 1.0, "final_qe": 1.0}}},
-            {**common, "k": 40, "algo": "faiss", "wall_s": 8.0, "qe": 40.0, "speedup": 50.0, "eta": None}]
+    rows = [
+        {**common, "k": 10, "algo": BASELINE, "wall_s": 100.0, "qe": 50.0, "speedup": 1.0, "eta": 0.0},
+        {
+            **common,
+            "k": 10,
+            "algo": "vcgmm",
+            "wall_s": 2.0,
+            "qe": 55.0,
+            "speedup": 50.0,
+            "eta": 0.1,
+            "extras": {"phase_s": {"seeding": 0.5, "final_qe": 1.0}},
+        },
+        {**common, "k": 10, "algo": "faiss", "wall_s": 4.0, "qe": 50.0, "speedup": 25.0, "eta": 0.0},
+        {**common, "k": 40, "algo": BASELINE, "wall_s": 400.0, "extrapolated": True, "n_iter": 30},
+        {
+            **common,
+            "k": 40,
+            "algo": "vcgmm",
+            "wall_s": 4.0,
+            "qe": 44.0,
+            "speedup": 100.0,
+            "eta": None,
+            "extras": {"phase_s": {"seeding": 1.0, "final_qe": 1.0}},
+        },
+        {**common, "k": 40, "algo": "faiss", "wall_s": 8.0, "qe": 40.0, "speedup": 50.0, "eta": None},
+    ]
     text = "\n".join(report.sweep_section(rows, lambda *a: "x.png"))
     assert "| 10 | vcgmm | 2 | 50.0× | +10.00 % | +10.00 % | – | 25 % |" in text
     assert "| 40 | sklearn-lloyd | 400 (extrapolated) | – | – | – | – | – |" in text

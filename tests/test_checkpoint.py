@@ -1,5 +1,6 @@
 """Checkpoint and resume (issue #20): a fit killed at any moment continues from its last checkpoint to the
 bits of the uninterrupted fit; a checkpoint of other data or parameters is refused, never replaced."""
+
 import json
 import os
 import subprocess
@@ -15,10 +16,15 @@ from dask_clust.checkpoint import INDEX
 from dask_clust.errors import InvalidParameterError
 
 # 30 iterations each (tol=0: no early stop); vc-GMM on a coreset, var-GMM-S on every row
-FITS = {"kmeans": {"init": "random", "tol": 0.0}, "vcgmm": {"tol": 0.0, "coreset_size": 3000},
-        "vargmm": {"tol": 0.0}, "nmbatch": {"tol": 0.0, "batch_size": 500}, "vrkm": {"tol": 0.0, "epoch_size": 0.05},
-        "minibatch": {"tol": 0.0, "max_no_improvement": None, "batch_size": 500},
-        "sbe": {"batch_size": 200, "eval_every": 4}}
+FITS = {
+    "kmeans": {"init": "random", "tol": 0.0},
+    "vcgmm": {"tol": 0.0, "coreset_size": 3000},
+    "vargmm": {"tol": 0.0},
+    "nmbatch": {"tol": 0.0, "batch_size": 500},
+    "vrkm": {"tol": 0.0, "epoch_size": 0.05},
+    "minibatch": {"tol": 0.0, "max_no_improvement": None, "batch_size": 500},
+    "sbe": {"batch_size": 200, "eval_every": 4},
+}
 LENGTH = {"vrkm": "max_epochs", "sbe": "omaxit"}
 
 _DRIVER = """
@@ -50,7 +56,7 @@ def assert_same_model(a, b, iterations=30):
     assert a.n_iter_ == b.n_iter_ == iterations
     assert np.array_equal(a.cluster_centers_, b.cluster_centers_)
     assert a.objective_ == b.objective_ and a.n_distance_evals_ == b.n_distance_evals_
-    strip = lambda h: json.dumps([{k: v for k, v in r.items() if k != "wall_s"} for r in h])   # noqa: E731  (NaN)
+    strip = lambda h: json.dumps([{k: v for k, v in r.items() if k != "wall_s"} for r in h])  # noqa: E731  (NaN)
     assert strip(a.history_) == strip(b.history_)
     assert a.extras_.get("sigma2_") == b.extras_.get("sigma2_")
 
@@ -61,14 +67,18 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_bits(tmp_path, data, algo)
     with resume= ends with the uninterrupted model: centres, objective, evaluations and every history record."""
     np.save(tmp_path / "X.npy", data)
     path = tmp_path / "ck"
-    run = subprocess.run([sys.executable, "-c", _DRIVER, str(tmp_path / "X.npy"), algo, str(path), "14",
-                          repr(FITS[algo])], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(tmp_path / "X.npy"), algo, str(path), "14", repr(FITS[algo])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == -9, run.stderr[-2000:]
     with open(path / INDEX) as f:
         assert json.load(f)["iteration"] == 12
     calls = []
     resumed = _fit(data, algo, client="in-process", resume=path, callback=calls.append)
-    assert [c["iteration"] for c in calls] == list(range(13, 31))   # only the iterations the kill lost ran again
+    assert [c["iteration"] for c in calls] == list(range(13, 31))  # only the iterations the kill lost ran again
     assert_same_model(resumed, _fit(data, algo, client="in-process"))
 
 
@@ -76,9 +86,19 @@ def test_every_resumable_algorithm_is_tested():
     assert set(dask_clust.algorithms.resumable()) == set(FITS)
 
 
-@pytest.mark.parametrize("algo,sharded", [("kmeans", False), ("kmeans", True), ("vargmm", False), ("vargmm", True),
-                                          ("nmbatch", False), ("vrkm", False), ("minibatch", False),
-                                          ("sbe", False)])
+@pytest.mark.parametrize(
+    "algo,sharded",
+    [
+        ("kmeans", False),
+        ("kmeans", True),
+        ("vargmm", False),
+        ("vargmm", True),
+        ("nmbatch", False),
+        ("vrkm", False),
+        ("minibatch", False),
+        ("sbe", False),
+    ],
+)
 def test_a_checkpoint_written_by_workers_resumes_anywhere(tmp_path, data, cluster, algo, sharded):
     """On a cluster the per-row state (Lloyd's labels, var-GMM-S's K^(n), nmbatch's labels, distances and
     bounds) is written by the workers holding the rows, and sharded centres are gathered; a fit stopped
@@ -93,8 +113,8 @@ def test_a_checkpoint_written_by_workers_resumes_anywhere(tmp_path, data, cluste
     with dask.config.set({"dask_clust.model-bytes": "256B" if sharded else "64MiB"}):
         _fit(data, algo, client=cluster, checkpoint=path, checkpoint_every=100, callback=stop)
     generation = path / json.load(open(path / INDEX))["generation"]
-    if algo in ("kmeans", "vargmm", "nmbatch"):   # the others keep no per-row state across iterations
-        assert len(os.listdir(generation / "rows")) > 4   # one file per chunk
+    if algo in ("kmeans", "vargmm", "nmbatch"):  # the others keep no per-row state across iterations
+        assert len(os.listdir(generation / "rows")) > 4  # one file per chunk
     with dask.config.set({"dask_clust.model-bytes": "256B"}):
         resumed = _fit(data, algo, client=cluster if not sharded else "in-process", checkpoint=path)
     whole = _fit(data, algo, client="in-process")
@@ -107,7 +127,9 @@ def test_a_finished_checkpoint_gives_the_model_without_iterating(tmp_path, data)
     first = _fit(data, "kmeans", client="in-process", checkpoint=path)
     calls = []
     again = _fit(data, "kmeans", client="in-process", checkpoint=path, callback=calls.append)
-    assert calls == [] and [n for n in os.listdir(path) if n.startswith("it-")] == [json.load(open(path / INDEX))["generation"]]
+    assert calls == [] and [n for n in os.listdir(path) if n.startswith("it-")] == [
+        json.load(open(path / INDEX))["generation"]
+    ]
     assert_same_model(first, again)
 
 
@@ -117,16 +139,19 @@ def test_a_failed_write_keeps_the_last_checkpoint(tmp_path, data, monkeypatch):
     path = tmp_path / "ck"
     real, writes = np.savez, []
 
-    def savez(f, **arrays):   # the second checkpoint fails after its rows are written, at its arrays
+    def savez(f, **arrays):  # the second checkpoint fails after its rows are written, at its arrays
         writes.extend([1] if getattr(f, "name", "").endswith("arrays.npz") else [])
         if len(writes) == 2:
             raise OSError(28, "No space left on device")
         real(f, **arrays)
 
     monkeypatch.setattr(np, "savez", savez)
-    with pytest.raises(InputError, match=r"^checkpoint=\S+ck: no space left on its device writing the checkpoint after "
-                                         r"iteration 10 \(the last one took \d+\.\d MiB\); the checkpoint after "
-                                         r"iteration 5 is intact: free space and resume from it$"):
+    with pytest.raises(
+        InputError,
+        match=r"^checkpoint=\S+ck: no space left on its device writing the checkpoint after "
+        r"iteration 10 \(the last one took \d+\.\d MiB\); the checkpoint after "
+        r"iteration 5 is intact: free space and resume from it$",
+    ):
         _fit(data, "vcgmm", client="in-process", checkpoint=path, checkpoint_every=5)
     monkeypatch.setattr(np, "savez", real)
     index = json.load(open(path / INDEX))
@@ -151,19 +176,37 @@ def _checkpointed_then_stopped(tmp_path, data, algo):
     return path
 
 
-ROWS_DAMAGE = {   # (algo, what is done to each per-row file's arrays, the refusal)
-    "vcgmm cluster indices of 2**30": ("vcgmm", lambda z: {**z, "K": np.full_like(z["K"], 2 ** 30)},
-                                       r"'K' holds values outside \[0, 24\)"),
-    "vcgmm NaN distances": ("vcgmm", lambda z: {**z, "Kd2": np.full_like(z["Kd2"], np.nan)},
-                            r"'Kd2' holds values outside \[0\.0, inf\)"),
-    "vcgmm half the rows": ("vcgmm", lambda z: {k: v[:len(v) // 2] for k, v in z.items()},
-                            r"'K' is int32 \(\d+, 5\), not int32 \(\d+, 5\) \(the rows its name covers\)"),
-    "vcgmm a field missing": ("vcgmm", lambda z: {k: v for k, v in z.items() if k != "winner"},
-                              r"holds fields \['K', 'Kd2'\], not \['K', 'Kd2', 'winner'\]"),
-    "vcgmm a float field as integers": ("vcgmm", lambda z: {**z, "Kd2": z["Kd2"].astype(np.int64)},
-                                        r"'Kd2' is int64 .*, not float64"),
-    "nmbatch labels of 2**30": ("nmbatch", lambda z: {**z, "labels": np.full_like(z["labels"], 2 ** 30)},
-                                r"'labels' holds values outside \[0, 24\)"),
+ROWS_DAMAGE = {  # (algo, what is done to each per-row file's arrays, the refusal)
+    "vcgmm cluster indices of 2**30": (
+        "vcgmm",
+        lambda z: {**z, "K": np.full_like(z["K"], 2**30)},
+        r"'K' holds values outside \[0, 24\)",
+    ),
+    "vcgmm NaN distances": (
+        "vcgmm",
+        lambda z: {**z, "Kd2": np.full_like(z["Kd2"], np.nan)},
+        r"'Kd2' holds values outside \[0\.0, inf\)",
+    ),
+    "vcgmm half the rows": (
+        "vcgmm",
+        lambda z: {k: v[: len(v) // 2] for k, v in z.items()},
+        r"'K' is int32 \(\d+, 5\), not int32 \(\d+, 5\) \(the rows its name covers\)",
+    ),
+    "vcgmm a field missing": (
+        "vcgmm",
+        lambda z: {k: v for k, v in z.items() if k != "winner"},
+        r"holds fields \['K', 'Kd2'\], not \['K', 'Kd2', 'winner'\]",
+    ),
+    "vcgmm a float field as integers": (
+        "vcgmm",
+        lambda z: {**z, "Kd2": z["Kd2"].astype(np.int64)},
+        r"'Kd2' is int64 .*, not float64",
+    ),
+    "nmbatch labels of 2**30": (
+        "nmbatch",
+        lambda z: {**z, "labels": np.full_like(z["labels"], 2**30)},
+        r"'labels' holds values outside \[0, 24\)",
+    ),
 }
 
 
@@ -193,8 +236,11 @@ def test_an_edited_generation_is_refused_not_resumed(tmp_path, data, damage):
     carries a checksum of its arrays and of all the index says of it."""
     path = _checkpointed_then_stopped(tmp_path, data, "kmeans")
     GENERATION_DAMAGE[damage](path)
-    with pytest.raises(dask_clust.InvalidModelError, match=r"is not a valid dask_clust checkpoint: generation it-000005"
-                                                           r"-\w+ does not match its checksum"):
+    with pytest.raises(
+        dask_clust.InvalidModelError,
+        match=r"is not a valid dask_clust checkpoint: generation it-000005"
+        r"-\w+ does not match its checksum",
+    ):
         _fit(data, "kmeans", client="in-process", resume=path)
 
 
@@ -246,21 +292,40 @@ def _edit_state(path, change):
     _resign(path)
 
 
-STATE_DAMAGE = {   # (algo, what is done to the generation's state, the refusal)
-    "kmeans centres not finite": ("kmeans", lambda st: st["centers"].fill(np.nan),
-                                  r"'centers' holds values that are not finite"),
-    "kmeans centres of another width": ("kmeans", lambda st: st.update(centers=st["centers"][:, :-1]),
-                                        r"'centers' is float64 \(24, 4\), not floats \(24, 5\)"),
-    "vcgmm neighbour indices of 2**30": ("vcgmm", lambda st: st["Gc"].fill(2 ** 30),
-                                         r"'Gc' holds values outside \[0, 24\)"),
+STATE_DAMAGE = {  # (algo, what is done to the generation's state, the refusal)
+    "kmeans centres not finite": (
+        "kmeans",
+        lambda st: st["centers"].fill(np.nan),
+        r"'centers' holds values that are not finite",
+    ),
+    "kmeans centres of another width": (
+        "kmeans",
+        lambda st: st.update(centers=st["centers"][:, :-1]),
+        r"'centers' is float64 \(24, 4\), not floats \(24, 5\)",
+    ),
+    "vcgmm neighbour indices of 2**30": (
+        "vcgmm",
+        lambda st: st["Gc"].fill(2**30),
+        r"'Gc' holds values outside \[0, 24\)",
+    ),
     "vcgmm sigma2 a string": ("vcgmm", lambda st: st.update(sigma2="big"), r"'sigma2' is 'big', not a number"),
-    "minibatch counts one short": ("minibatch", lambda st: st.update(counts=st["counts"][:-1]),
-                                   r"'counts' is float64 \(23,\), not floats \(24,\)"),
-    "nmbatch a batch beyond the rows": ("nmbatch", lambda st: st.update(b=10 ** 9),
-                                        r"'b' is 1000000000, not an integer in \[1, 12001\)"),
+    "minibatch counts one short": (
+        "minibatch",
+        lambda st: st.update(counts=st["counts"][:-1]),
+        r"'counts' is float64 \(23,\), not floats \(24,\)",
+    ),
+    "nmbatch a batch beyond the rows": (
+        "nmbatch",
+        lambda st: st.update(b=10**9),
+        r"'b' is 1000000000, not an integer in \[1, 12001\)",
+    ),
     "sbe an entry of another algorithm": ("sbe", lambda st: st.update(Gc=[0]), r"its state holds \['Gc', "),
-    "vrkm an entry missing": ("vrkm", lambda st: st.pop("warned"), r"its state holds \['C', 'best', 'evals', "
-                                                                   r"'seed_evals'\], not"),
+    "vrkm an entry missing": (
+        "vrkm",
+        lambda st: st.pop("warned"),
+        r"its state holds \['C', 'best', 'evals', "
+        r"'seed_evals'\], not",
+    ),
 }
 
 
@@ -293,12 +358,15 @@ def test_a_rows_file_edited_within_its_ranges_is_refused_not_resumed(tmp_path, d
 
     def another_cluster(z):
         v = z[field].copy()
-        v.flat[0] = (v.flat[0] + 1) % 24   # still one of the 24 clusters
+        v.flat[0] = (v.flat[0] + 1) % 24  # still one of the 24 clusters
         return {**z, field: v}
 
     _change_rows(path, another_cluster)
-    with pytest.raises(InputError, match=r"the checkpoint's rows file \S+\.npz cannot be read: its bytes do not "
-                                         r"match the checksum its generation recorded"):
+    with pytest.raises(
+        InputError,
+        match=r"the checkpoint's rows file \S+\.npz cannot be read: its bytes do not "
+        r"match the checksum its generation recorded",
+    ):
         _fit(data, algo, client="in-process", resume=path)
 
 
@@ -307,24 +375,39 @@ def test_checkpoints_of_another_fit_are_refused(tmp_path, data):
     _fit(data, "kmeans", client="in-process", checkpoint=path, max_iter=3)
     before = sorted(os.listdir(path))
     with pytest.raises(InputError, match=r"another fit \(parameter n_clusters=24 there, 25 here\)"):
-        dask_clust.fit(data, "kmeans", 25, random_state=3, max_iter=3, client="in-process", checkpoint=path,
-                       **FITS["kmeans"])
+        dask_clust.fit(
+            data, "kmeans", 25, random_state=3, max_iter=3, client="in-process", checkpoint=path, **FITS["kmeans"]
+        )
     with pytest.raises(InputError, match=r"another fit \(parameter random_state=3 there, 4 here\)"):
         _fit(data, "kmeans", client="in-process", resume=path, max_iter=3, random_state=4)
     with pytest.raises(InputError, match=r"another fit \(the data shape=\[12000, 5\] there, \[11999, 5\] here\)"):
         _fit(data[1:], "kmeans", client="in-process", resume=path, max_iter=3)
-    with pytest.raises(InputError, match=r"checkpoint=\S*ck holds a checkpoint of another fit \(parameter "
-                                         r"n_clusters=24 there, 25 here\); refusing to replace it"):
-        dask_clust.fit(data, "kmeans", 25, random_state=3, max_iter=3, client="in-process", resume=tmp_path / "x",
-                       checkpoint=path, **FITS["kmeans"])
+    with pytest.raises(
+        InputError,
+        match=r"checkpoint=\S*ck holds a checkpoint of another fit \(parameter "
+        r"n_clusters=24 there, 25 here\); refusing to replace it",
+    ):
+        dask_clust.fit(
+            data,
+            "kmeans",
+            25,
+            random_state=3,
+            max_iter=3,
+            client="in-process",
+            resume=tmp_path / "x",
+            checkpoint=path,
+            **FITS["kmeans"],
+        )
     changed = data.copy()
     changed[7_777, 2] += 1
     with pytest.raises(InputError, match="written from other data"):
         _fit(changed, "kmeans", client="in-process", resume=path, max_iter=3)
-    assert sorted(os.listdir(path)) == before   # nothing replaced
+    assert sorted(os.listdir(path)) == before  # nothing replaced
     # random_state=None takes the checkpoint's
-    assert _fit(data, "kmeans", client="in-process", resume=path, max_iter=3, random_state=None).params[
-        "random_state"] == 3
+    assert (
+        _fit(data, "kmeans", client="in-process", resume=path, max_iter=3, random_state=None).params["random_state"]
+        == 3
+    )
 
 
 def test_a_checkpoint_of_other_chunks_is_refused(tmp_path, data, input_chunks):
@@ -336,8 +419,13 @@ def test_a_checkpoint_of_other_chunks_is_refused(tmp_path, data, input_chunks):
     with pytest.raises(InputError, match=r"another fit \(the data n_chunks=4 there, 3 here\)"):
         _fit(da.from_array(data, chunks=(4_000, 5)), "kmeans", client="in-process", resume=path, max_iter=3)
     with pytest.raises(InputError, match=r"another fit \(the data's chunk boundaries differ\)"):
-        _fit(da.from_array(data, chunks=((2_000, 4_000, 3_000, 3_000), (5,))), "kmeans", client="in-process",
-             resume=path, max_iter=3)
+        _fit(
+            da.from_array(data, chunks=((2_000, 4_000, 3_000, 3_000), (5,))),
+            "kmeans",
+            client="in-process",
+            resume=path,
+            max_iter=3,
+        )
 
 
 def test_a_read_only_checkpoint_directory_is_refused_before_work(tmp_path, data, monkeypatch):
@@ -393,8 +481,30 @@ def test_the_estimator_and_the_command_line_continue_a_checkpoint(tmp_path, data
     KMeans(24, init="random", tol=0.0, max_iter=30, random_state=3).fit(data, checkpoint=path, callback=stop)
     assert json.load(open(path / INDEX))["iteration"] == 6
     np.save(tmp_path / "X.npy", data)
-    assert main(["fit", str(tmp_path / "X.npy"), "-k", "24", "--init", "random", "--tol", "0", "--max-iter", "30",
-                 "--seed", "3", "--checkpoint", str(path), "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(tmp_path / "X.npy"),
+                "-k",
+                "24",
+                "--init",
+                "random",
+                "--tol",
+                "0",
+                "--max-iter",
+                "30",
+                "--seed",
+                "3",
+                "--checkpoint",
+                str(path),
+                "--out",
+                str(tmp_path / "m"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert_same_model(dask_clust.load(tmp_path / "m"), _fit(data, "kmeans", client="in-process"))
 
 
@@ -415,16 +525,24 @@ def test_two_fits_on_one_checkpoint_directory_the_second_is_refused(tmp_path, da
             go_on.wait(60)
 
     got = {}
-    first = threading.Thread(target=lambda: got.update(m=_fit(data, "kmeans", client="in-process", checkpoint_every=4,
-                                                              checkpoint=tmp_path / "ck", callback=wait_at_2)))
+    first = threading.Thread(
+        target=lambda: got.update(
+            m=_fit(
+                data, "kmeans", client="in-process", checkpoint_every=4, checkpoint=tmp_path / "ck", callback=wait_at_2
+            )
+        )
+    )
     first.start()
     try:
         assert inside.wait(60)
         held = json.loads((tmp_path / "ck" / LOCK).read_text())
         assert held["pid"] == os.getpid() and held["started"] > 0
         calls = []
-        with pytest.raises(InputError, match=rf"^checkpoint=\S+ck is in use by another fit \(pid {os.getpid()} on "
-                                             r"\S+\): .*remove \S+checkpoint.lock if that fit is gone$"):
+        with pytest.raises(
+            InputError,
+            match=rf"^checkpoint=\S+ck is in use by another fit \(pid {os.getpid()} on "
+            r"\S+\): .*remove \S+checkpoint.lock if that fit is gone$",
+        ):
             _fit(data, "kmeans", client="in-process", checkpoint=tmp_path / "ck", callback=calls.append)
         assert calls == []
     finally:
@@ -449,9 +567,11 @@ def test_a_lock_left_by_a_fit_that_is_gone_is_taken_over(tmp_path, data):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     me = psutil.Process(os.getpid())
-    for left in ({"host": socket.gethostname(), "pid": gone.pid, "started": 1.0},   # the pid is gone (or reused)
-                 {"host": socket.gethostname(), "pid": os.getpid(), "started": me.create_time() - 5},   # reused
-                 "{\"host\": "):   # cut while written, long ago
+    for left in (
+        {"host": socket.gethostname(), "pid": gone.pid, "started": 1.0},  # the pid is gone (or reused)
+        {"host": socket.gethostname(), "pid": os.getpid(), "started": me.create_time() - 5},  # reused
+        '{"host": ',
+    ):  # cut while written, long ago
         (ck / LOCK).write_text(left if isinstance(left, str) else json.dumps(left))
         os.utime(ck / LOCK, (1, 1))
         _fit(data, "kmeans", client="in-process", max_iter=3, checkpoint=ck)

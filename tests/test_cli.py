@@ -1,5 +1,6 @@
 """The command line as a user meets it: every bad input gets status 2 and one line before any work,
 Ctrl-C gets 130 and one line, outputs appear whole or not at all, and --help does not import the engine."""
+
 import json
 import os
 import re
@@ -21,8 +22,9 @@ ENV = {**os.environ, "DASK_DASK_CLUST__CONNECT_TIMEOUT": "2s"}
 
 
 def run(*argv, cwd):
-    return subprocess.run([sys.executable, "-m", "dask_clust.cli", *argv], capture_output=True, text=True,
-                          cwd=cwd, env=ENV, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "dask_clust.cli", *argv], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=240
+    )
 
 
 def free_port():
@@ -69,30 +71,40 @@ def work(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["fit", "object.npy", "-k", "2"], r"Cannot read object\.npy: .*must hold a numeric array"),
-    (["fit", "huge.npy", "-k", "2"], r"values reach 1e\+300 in magnitude.*rescale"),
-    (["fit", "na.parquet", "-k", "2"], r"Column 'n' has a missing value \(NA\) at row 1"),
-    (["fit", "missing.npy"], r"Input path does not exist: missing\.npy"),
-    (["fit", "x.npy", "-k", "0"], r"'n_clusters' parameter .* must be an int in the range \[1, inf\]; got 0"),
-    (["fit", "x.npy", "--algo", "kmedoids"], r"invalid choice: 'kmedoids'"),
-    (["fit", "x.npy", "--bogus"], r"unrecognized arguments: --bogus"),
-    (["fit", "x.npy", "--scheduler", "tcp://127.0.0.1:{port}"], r"no Dask scheduler answered at tcp://127\.0\.0\.1"),
-    (["fit", "x.npy", "--out", "/proc/x"], r"--out /proc/x: cannot write in /proc"),
-    (["fit", "x.npy", "--labels-out", "/missing/l.npy"], r"the directory /missing does not exist"),
-    (["fit", "x.npy", "--labels-out", "l.txt"], r"the format follows the suffix; use one of \.npy, \.parquet, \.zarr"),
-    (["fit", "x.npy", "--out", "x.npy"], r"exists and is not a dask_clust model directory"),
-    (["predict", "model", "x.npy", "--out", "p.txt"], r"the format follows the suffix"),
-    (["predict", "missing-key", "x.npy", "--out", "l.npy"], r"not a valid dask_clust model: missing key 'n_iter_'"),
-    (["predict", "bad-json", "x.npy", "--out", "l.npy"], r"model\.json is not valid JSON"),
-    (["predict", "made-up-algo", "x.npy", "--out", "l.npy"], r"unknown algorithm 'kmedoids'"),
-    (["predict", "wrong-k", "x.npy", "--out", "l.npy"], r"params n_clusters=7 but cluster_centers_ has 5 rows"),
-    (["predict", "nan-centres", "x.npy", "--out", "l.npy"], r"cluster_centers_ holds NaN or infinity"),
-    (["predict", "bad-type", "x.npy", "--out", "l.npy"], r"converged_ has type str"),
-    (["predict", "nowhere", "x.npy", "--out", "l.npy"], r"nowhere is not a saved dask_clust model"),
-    (["demo", "--n", "0"], r"argument --n: expected a positive integer; got 0"),
-    (["demo", "--n", "10", "-k", "20"], r"-k \(20\) and --true-clusters \(100\) must be <= --n \(10\)"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["fit", "object.npy", "-k", "2"], r"Cannot read object\.npy: .*must hold a numeric array"),
+        (["fit", "huge.npy", "-k", "2"], r"values reach 1e\+300 in magnitude.*rescale"),
+        (["fit", "na.parquet", "-k", "2"], r"Column 'n' has a missing value \(NA\) at row 1"),
+        (["fit", "missing.npy"], r"Input path does not exist: missing\.npy"),
+        (["fit", "x.npy", "-k", "0"], r"'n_clusters' parameter .* must be an int in the range \[1, inf\]; got 0"),
+        (["fit", "x.npy", "--algo", "kmedoids"], r"invalid choice: 'kmedoids'"),
+        (["fit", "x.npy", "--bogus"], r"unrecognized arguments: --bogus"),
+        (
+            ["fit", "x.npy", "--scheduler", "tcp://127.0.0.1:{port}"],
+            r"no Dask scheduler answered at tcp://127\.0\.0\.1",
+        ),
+        (["fit", "x.npy", "--out", "/proc/x"], r"--out /proc/x: cannot write in /proc"),
+        (["fit", "x.npy", "--labels-out", "/missing/l.npy"], r"the directory /missing does not exist"),
+        (
+            ["fit", "x.npy", "--labels-out", "l.txt"],
+            r"the format follows the suffix; use one of \.npy, \.parquet, \.zarr",
+        ),
+        (["fit", "x.npy", "--out", "x.npy"], r"exists and is not a dask_clust model directory"),
+        (["predict", "model", "x.npy", "--out", "p.txt"], r"the format follows the suffix"),
+        (["predict", "missing-key", "x.npy", "--out", "l.npy"], r"not a valid dask_clust model: missing key 'n_iter_'"),
+        (["predict", "bad-json", "x.npy", "--out", "l.npy"], r"model\.json is not valid JSON"),
+        (["predict", "made-up-algo", "x.npy", "--out", "l.npy"], r"unknown algorithm 'kmedoids'"),
+        (["predict", "wrong-k", "x.npy", "--out", "l.npy"], r"params n_clusters=7 but cluster_centers_ has 5 rows"),
+        (["predict", "nan-centres", "x.npy", "--out", "l.npy"], r"cluster_centers_ holds NaN or infinity"),
+        (["predict", "bad-type", "x.npy", "--out", "l.npy"], r"converged_ has type str"),
+        (["predict", "nowhere", "x.npy", "--out", "l.npy"], r"nowhere is not a saved dask_clust model"),
+        (["demo", "--n", "0"], r"argument --n: expected a positive integer; got 0"),
+        (["demo", "--n", "10", "-k", "20"], r"-k \(20\) and --true-clusters \(100\) must be <= --n \(10\)"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_bad_input_exits_2_with_one_line_before_any_work(work, argv, msg):
     argv = [a.format(port=free_port()) for a in argv]
     before = set(os.listdir(work))
@@ -102,7 +114,7 @@ def test_bad_input_exits_2_with_one_line_before_any_work(work, argv, msg):
     assert len(lines) == 1 and lines[0].startswith("dask-clust"), proc.stderr
     assert re.search(msg, lines[0]), lines[0]
     assert proc.stdout == ""
-    assert set(os.listdir(work)) == before   # nothing written, not even a partial output
+    assert set(os.listdir(work)) == before  # nothing written, not even a partial output
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".parquet", ".zarr"])
@@ -137,12 +149,32 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     import dask.array as da
 
     da.random.RandomState(0).random_sample((400_000, 8), chunks=(50_000, 8)).astype("float32").to_zarr(
-        str(tmp_path / "x.zarr"))
-    proc = subprocess.Popen([sys.executable, "-m", "dask_clust.cli", "fit", "x.zarr", "-k", "50", "--tol", "0",
-                             "--max-iter", "100000", "--progress"], cwd=tmp_path, env=ENV, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        str(tmp_path / "x.zarr")
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dask_clust.cli",
+            "fit",
+            "x.zarr",
+            "-k",
+            "50",
+            "--tol",
+            "0",
+            "--max-iter",
+            "100000",
+            "--progress",
+        ],
+        cwd=tmp_path,
+        env=ENV,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     seen = ""
-    while "seeding" not in seen:   # the cluster is up and the data loaded: the iterations are running
+    while "seeding" not in seen:  # the cluster is up and the data loaded: the iterations are running
         line = proc.stderr.readline()
         assert line, "the fit ended before it could be interrupted"
         seen += line
@@ -154,22 +186,26 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
 
 
 def test_help_and_version_do_not_import_the_engine():
-    code = ("import sys; from dask_clust.cli import build_parser; build_parser([]).format_help(); "
-            "print(sorted(m for m in ('numba', 'dask', 'distributed', 'sklearn') if m in sys.modules))")
+    code = (
+        "import sys; from dask_clust.cli import build_parser; build_parser([]).format_help(); "
+        "print(sorted(m for m in ('numba', 'dask', 'distributed', 'sklearn') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     version = subprocess.run([sys.executable, "-m", "dask_clust.cli", "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.strip() == "dask-clust 0.1.0"
 
+
 def test_fit_and_predict_do_not_import_scikit_learn(work):
     """scikit-learn is the estimators' base (1.5 s to import): a command that fits or predicts never needs it."""
-    code = ("import sys, numpy as np; from dask_clust import api; m = api.load('model'); "
-            "m.predict(np.load('x.npy')); api.fit(np.load('x.npy'), 'kmeans', 3, max_iter=2); "
-            "print('sklearn' in sys.modules)")
+    code = (
+        "import sys, numpy as np; from dask_clust import api; m = api.load('model'); "
+        "m.predict(np.load('x.npy')); api.fit(np.load('x.npy'), 'kmeans', 3, max_iter=2); "
+        "print('sklearn' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=work, env=ENV)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
-
 
 
 def test_global_flags_after_the_command():

@@ -2,6 +2,7 @@
 spread over partitions in contiguous ranges, each partition combining its own chunks first, the
 partitions then combined in the tree of fan-in ``split_every`` the cluster backend builds. Every tree
 shape must give the same bits, and those bits must be the brute-force answer."""
+
 import math
 
 import numpy as np
@@ -27,8 +28,10 @@ def through_partitions(partials, combine, n_parts, split_every, threads=1):
     groups = np.array_split(np.arange(len(partials)), n_parts)
     parts = []
     for ids in groups:
-        p = Partition({"chunks": [(i, i, i + 1) for i in ids], "entropy": 0, "threads": threads},
-                      *[(np.zeros((1, 1)), None)] * len(ids))
+        p = Partition(
+            {"chunks": [(i, i, i + 1) for i in ids], "entropy": 0, "threads": threads},
+            *[(np.zeros((1, 1)), None)] * len(ids),
+        )
         parts.append(p.local(Call(0, _given, partials, combine, TOP)))
         p.close()
 
@@ -55,9 +58,17 @@ def assert_same(a, b):
 @pytest.mark.parametrize("n_parts,split_every", SHAPES)
 def test_sum_fold_rows_min_max_match_brute_force(n_parts, split_every):
     rng = np.random.default_rng(0)
-    partials = [(rng.standard_normal((4, 3)) * 10.0 ** rng.integers(-8, 8), np.int64(rng.integers(100)),
-                 rng.standard_normal(5), rng.standard_normal((rng.integers(0, 4), 2)),
-                 rng.standard_normal(3), rng.standard_normal(3)) for _ in range(N_CHUNKS)]
+    partials = [
+        (
+            rng.standard_normal((4, 3)) * 10.0 ** rng.integers(-8, 8),
+            np.int64(rng.integers(100)),
+            rng.standard_normal(5),
+            rng.standard_normal((rng.integers(0, 4), 2)),
+            rng.standard_normal(3),
+            rng.standard_normal(3),
+        )
+        for _ in range(N_CHUNKS)
+    ]
     combine = (c.Sum(), c.Sum(), c.Fold(start=np.full(5, 0.1)), c.Rows(), c.Min(), c.Max())
     got = through_partitions(partials, combine, n_parts, split_every)
     exact = np.vectorize(lambda i, j: math.fsum(p[0][i, j] for p in partials))(*np.indices((4, 3)))
@@ -78,14 +89,15 @@ def test_threads_adding_into_one_sum_give_the_bits_of_one_thread(threads):
     """A partition's threads add their chunks' partials into one sum at once (a large float field in row
     stripes, the others under a lock): exact, so the bits of one thread, and the brute-force sums."""
     rng = np.random.default_rng(5)
-    big = (300, 256)   # over the size from which a field is striped
+    big = (300, 256)  # over the size from which a field is striped
     partials = []
     for _ in range(N_CHUNKS):
         x = rng.standard_normal(big) * 10.0 ** rng.integers(-6, 6)
-        x[rng.random(big[0]) < 0.7] = 0.0   # rows a chunk never reached
+        x[rng.random(big[0]) < 0.7] = 0.0  # rows a chunk never reached
         keys = rng.integers(0, 50, 20)
-        partials.append((x, rng.integers(0, 9, big).astype(np.int64), (keys, rng.standard_normal(20)),
-                         rng.standard_normal((1, 3))))
+        partials.append(
+            (x, rng.integers(0, 9, big).astype(np.int64), (keys, rng.standard_normal(20)), rng.standard_normal((1, 3)))
+        )
     combine = (c.Sum(), c.Scatter(c.Sum()), c.KeyedSum(), c.Rows())
     got = through_partitions(partials, combine, 2, 2, threads=threads)
     assert_same(got, through_partitions(partials, combine, 1, 2, threads=1))
@@ -101,8 +113,10 @@ def test_argmin_argmax_ties_go_to_the_lowest_id(n_parts, split_every, kind):
     rng = np.random.default_rng(1)
     k = 6
     # few distinct values, so most elements tie across chunks; ids are global row ids
-    partials = [((rng.integers(0, 3, k).astype(np.float64), rng.permutation(1000)[:k] + 1000 * i,
-                  rng.standard_normal((k, 2))),) for i in range(N_CHUNKS)]
+    partials = [
+        ((rng.integers(0, 3, k).astype(np.float64), rng.permutation(1000)[:k] + 1000 * i, rng.standard_normal((k, 2))),)
+        for i in range(N_CHUNKS)
+    ]
     ((values, ids, rows),) = through_partitions(partials, (kind(),), n_parts, split_every)
     allv = np.stack([p[0][0] for p in partials])
     alli = np.stack([p[0][1] for p in partials])
@@ -121,8 +135,9 @@ def test_top_r_by_value_then_id(n_parts, split_every, largest):
     partials = []
     for i in range(N_CHUNKS):
         m = int(rng.integers(0, 6))
-        partials.append(((rng.integers(0, 4, m).astype(np.float64), np.arange(m) + 100 * i,
-                          rng.standard_normal((m, 3))),))
+        partials.append(
+            ((rng.integers(0, 4, m).astype(np.float64), np.arange(m) + 100 * i, rng.standard_normal((m, 3))),)
+        )
     ((values, ids, rows),) = through_partitions(partials, (c.Top(7, largest),), n_parts, split_every)
     allv = np.concatenate([p[0][0] for p in partials])
     alli = np.concatenate([p[0][1] for p in partials])
@@ -141,8 +156,15 @@ def test_keyed_sum_adds_equal_keys_exactly(n_parts, split_every):
     partials = []
     for _ in range(N_CHUNKS):
         m = int(rng.integers(0, 12))
-        partials.append(((rng.integers(0, 15, m), rng.integers(1, 5, m).astype(np.int32),
-                          rng.standard_normal(m) * 10.0 ** rng.integers(-6, 6, m)),))
+        partials.append(
+            (
+                (
+                    rng.integers(0, 15, m),
+                    rng.integers(1, 5, m).astype(np.int32),
+                    rng.standard_normal(m) * 10.0 ** rng.integers(-6, 6, m),
+                ),
+            )
+        )
     got = through_partitions(partials, (c.KeyedSum(),), n_parts, split_every)[0]
     entries = {}
     for ((keys, counts, values),) in partials:
@@ -165,8 +187,7 @@ def test_scattered_keyed_sum_gives_each_shard_its_rows(n_parts):
     partials = []
     for _ in range(N_CHUNKS):
         m = int(rng.integers(0, 12))
-        partials.append(((rng.integers(0, R * R, m), rng.integers(1, 5, m).astype(np.int32),
-                          rng.standard_normal(m)),))
+        partials.append(((rng.integers(0, R * R, m), rng.integers(1, 5, m).astype(np.int32), rng.standard_normal(m)),))
     whole = through_partitions(partials, (c.KeyedSum(),), 1, 2)[0]
     sc = c.Scatter(c.KeyedSum(rows=R))
     groups = np.array_split(np.arange(N_CHUNKS), n_parts)

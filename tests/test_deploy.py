@@ -5,6 +5,7 @@ schemas of kubernetes-validate, the operator's CRD through check-jsonschema, yam
 arithmetic a worker pod must satisfy (threads = CPU limit, dask's memory limit = the pod's, requests =
 limits), computed here from the files themselves.
 """
+
 import copy
 import importlib.util
 import json
@@ -26,8 +27,17 @@ KUBE_VERSION = "1.33.0"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 IMAGE = f"ghcr.io/dask-clust/dask-clust:{VERSION}"
 QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
-SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-         **{p + "i": 2 ** (10 * (i + 1)) for i, p in enumerate("KMGTPE")}}
+SCALE = {
+    None: 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    **{p + "i": 2 ** (10 * (i + 1)) for i, p in enumerate("KMGTPE")},
+}
 
 
 def load(rel):
@@ -65,8 +75,13 @@ def pod_problems(where, replicas, threads, limits, requests, dask_memory_limit):
 # --- private by default: TLS addresses and settings, locked-down pods, NetworkPolicies ------------------
 
 # every container of a scheduler or worker pod (and the operator's)
-CONTAINER_SECURITY = {"runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
-                      "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {
+    "runAsNonRoot": True,
+    "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 DASK_ADDRESS = re.compile(r"\b([a-z]+)://")
 
 
@@ -83,8 +98,11 @@ def pods(docs):
 def container_problems(where, pod, token=False):
     """A pod that is not locked down: a service-account token it does not need (``token``: the operator's,
     which does), a container's securityContext short of CONTAINER_SECURITY, a read-only root without /tmp."""
-    problems = [] if token or pod.get("automountServiceAccountToken") is False else [
-        f"{where}: mounts a service-account token"]
+    problems = (
+        []
+        if token or pod.get("automountServiceAccountToken") is False
+        else [f"{where}: mounts a service-account token"]
+    )
     for c in pod.get("initContainers", []) + pod["containers"]:
         context = c.get("securityContext") or {}
         wrong = {key: context.get(key) for key, value in CONTAINER_SECURITY.items() if context.get(key) != value}
@@ -109,23 +127,42 @@ def tls_problems(where, pod):
         with dask.config.set(dask.config.merge(dask.config.config, dask.config.collect_env(env))):
             security = Security()
             scheme = dask.config.get("distributed.comm.default-scheme")
-        missing = [name for name in ("tls_ca_file", "tls_scheduler_cert", "tls_scheduler_key", "tls_worker_cert",
-                                     "tls_worker_key", "tls_client_cert", "tls_client_key")
-                   if not getattr(security, name)]
+        missing = [
+            name
+            for name in (
+                "tls_ca_file",
+                "tls_scheduler_cert",
+                "tls_scheduler_key",
+                "tls_worker_cert",
+                "tls_worker_key",
+                "tls_client_cert",
+                "tls_client_key",
+            )
+            if not getattr(security, name)
+        ]
         if scheme != "tls" or not security.require_encryption or missing:
-            problems.append(f"{where}/{c['name']}: default scheme {scheme!r}, require_encryption "
-                            f"{security.require_encryption}, no {missing}")
+            problems.append(
+                f"{where}/{c['name']}: default scheme {scheme!r}, require_encryption "
+                f"{security.require_encryption}, no {missing}"
+            )
     return problems
 
 
 def policy_problems(docs):
     """Workloads no NetworkPolicy fences (ingress), and policies that admit any peer."""
     policies = [d["spec"] for d in docs if d["kind"] == "NetworkPolicy"]
-    problems = [f"NetworkPolicy {p['podSelector']}: an ingress rule admits any peer"
-                for p in policies for rule in p.get("ingress", []) if not rule.get("from")]
+    problems = [
+        f"NetworkPolicy {p['podSelector']}: an ingress rule admits any peer"
+        for p in policies
+        for rule in p.get("ingress", [])
+        if not rule.get("from")
+    ]
     for name, labels, _ in pods(docs):
-        if not any(p["podSelector"].get("matchLabels", {}).items() <= labels.items()
-                   and "Ingress" in p.get("policyTypes", ["Ingress"]) for p in policies):
+        if not any(
+            p["podSelector"].get("matchLabels", {}).items() <= labels.items()
+            and "Ingress" in p.get("policyTypes", ["Ingress"])
+            for p in policies
+        ):
             problems.append(f"{name}: no NetworkPolicy selects its pods")
     return problems
 
@@ -145,8 +182,14 @@ def worker_problems(docs):
         if d["kind"] != "Deployment" or "worker" not in d["metadata"]["name"]:
             continue
         (c,) = d["spec"]["template"]["spec"]["containers"]
-        problems += pod_problems(d["metadata"]["name"], d["spec"]["replicas"], int(arg(c["args"], "--nthreads")),
-                                 c["resources"]["limits"], c["resources"]["requests"], arg(c["args"], "--memory-limit"))
+        problems += pod_problems(
+            d["metadata"]["name"],
+            d["spec"]["replicas"],
+            int(arg(c["args"], "--nthreads")),
+            c["resources"]["limits"],
+            c["resources"]["requests"],
+            arg(c["args"], "--memory-limit"),
+        )
     return problems
 
 
@@ -168,8 +211,11 @@ def daskhub_problems(v):
     for role in ("scheduler", "worker"):
         extra = gateway["backend"][role]
         # the gateway's pod: its own credentials mount, no token; ours merged in (lists appended)
-        pod = {**extra.get("extraPodConfig", {}), "automountServiceAccountToken": False,
-               "containers": [{"name": role, **extra.get("extraContainerConfig", {})}]}
+        pod = {
+            **extra.get("extraPodConfig", {}),
+            "automountServiceAccountToken": False,
+            "containers": [{"name": role, **extra.get("extraContainerConfig", {})}],
+        }
         problems += container_problems(f"gateway {role}", pod)
     return problems
 
@@ -185,6 +231,7 @@ def gateway_commands(v):
 
 
 # --- yamllint ---------------------------------------------------------------------------------------
+
 
 def yamllint_problems(text, path):
     from yamllint import linter
@@ -216,8 +263,7 @@ def render(chart, values, name="dask-operator", namespace="dask-operator"):
 
     with helm.Chart.load(chart) as c:
         rendered = c.render(values, name=name, namespace=namespace)
-    return [doc for name, text in rendered.items() if name.endswith(".yaml")
-            for doc in yaml.safe_load_all(text) if doc]
+    return [doc for name, text in rendered.items() if name.endswith(".yaml") for doc in yaml.safe_load_all(text) if doc]
 
 
 def manifest_errors(docs):
@@ -240,6 +286,7 @@ def lint_errors(chart, values, namespace="dask-operator"):
 
 # --- the dask-clust chart ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def chart_docs():
     return render(CHART, load("helm/dask-clust/values.yaml"), name="clust", namespace="dask")
@@ -247,8 +294,13 @@ def chart_docs():
 
 def test_chart_lints_strictly_and_renders_valid_manifests(chart_docs):
     assert lint_errors(CHART, load("helm/dask-clust/values.yaml"), namespace="dask") == []
-    assert sorted(d["kind"] for d in chart_docs) == ["Deployment", "Deployment", "NetworkPolicy", "NetworkPolicy",
-                                                     "Service"]
+    assert sorted(d["kind"] for d in chart_docs) == [
+        "Deployment",
+        "Deployment",
+        "NetworkPolicy",
+        "NetworkPolicy",
+        "Service",
+    ]
     assert manifest_errors(chart_docs) == []
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["version"] == chart["appVersion"] == VERSION
@@ -268,8 +320,10 @@ def test_rendered_workers_are_consistent(chart_docs):
 def test_chart_check_fails_on_a_broken_value():
     values = load("helm/dask-clust/values.yaml")
     values["worker"]["threads"] = 8
-    assert any("8 threads for a CPU limit of 4" in p
-               for p in worker_problems(render(CHART, values, name="clust", namespace="dask")))
+    assert any(
+        "8 threads for a CPU limit of 4" in p
+        for p in worker_problems(render(CHART, values, name="clust", namespace="dask"))
+    )
 
 
 def pod_of(docs, name):
@@ -317,17 +371,20 @@ def broken_open_ingress(docs):
     policy["spec"]["ingress"].append({"ports": [{"port": 8786}]})
 
 
-@pytest.mark.parametrize("breaks, complaint", [
-    (broken_security, "clust-worker/worker: securityContext has {'readOnlyRootFilesystem': False}"),
-    (broken_capabilities, "clust-scheduler/scheduler: securityContext has {'capabilities': None}"),
-    (broken_token, "clust-scheduler: mounts a service-account token"),
-    (broken_scratch, "clust-worker/worker: no writable /tmp"),
-    (broken_address, "clust-worker/worker: addresses that are not tls://: ['tcp://clust-scheduler:8786']"),
-    (broken_scheme, "clust-scheduler/scheduler: default scheme 'tcp'"),
-    (broken_ca, "clust-worker/worker: default scheme 'tls', require_encryption True, no ['tls_ca_file']"),
-    (broken_policy, "clust-worker: no NetworkPolicy selects its pods"),
-    (broken_open_ingress, "an ingress rule admits any peer"),
-])
+@pytest.mark.parametrize(
+    "breaks, complaint",
+    [
+        (broken_security, "clust-worker/worker: securityContext has {'readOnlyRootFilesystem': False}"),
+        (broken_capabilities, "clust-scheduler/scheduler: securityContext has {'capabilities': None}"),
+        (broken_token, "clust-scheduler: mounts a service-account token"),
+        (broken_scratch, "clust-worker/worker: no writable /tmp"),
+        (broken_address, "clust-worker/worker: addresses that are not tls://: ['tcp://clust-scheduler:8786']"),
+        (broken_scheme, "clust-scheduler/scheduler: default scheme 'tcp'"),
+        (broken_ca, "clust-worker/worker: default scheme 'tls', require_encryption True, no ['tls_ca_file']"),
+        (broken_policy, "clust-worker: no NetworkPolicy selects its pods"),
+        (broken_open_ingress, "an ingress rule admits any peer"),
+    ],
+)
 def test_private_check_fails_on_a_broken_manifest(chart_docs, breaks, complaint):
     docs = copy.deepcopy(chart_docs)
     breaks(docs)
@@ -336,27 +393,35 @@ def test_private_check_fails_on_a_broken_manifest(chart_docs, breaks, complaint)
 
 # --- daskhub ------------------------------------------------------------------------------------------
 
+
 def test_daskhub_values_are_consistent_and_locked_down():
     assert daskhub_problems(load("helm/daskhub-values.yaml")) == []
 
 
-@pytest.mark.parametrize("path, value, complaint", [
-    (("worker", "memory", "request"), "32G", "requests"),
-    (("worker", "extraContainerConfig", "securityContext", "allowPrivilegeEscalation"), True,
-     "gateway worker/worker: securityContext has {'allowPrivilegeEscalation': True}"),
-    (("scheduler", "extraContainerConfig", "volumeMounts"), [], "gateway scheduler/scheduler: no writable /tmp"),
-])
+@pytest.mark.parametrize(
+    "path, value, complaint",
+    [
+        (("worker", "memory", "request"), "32G", "requests"),
+        (
+            ("worker", "extraContainerConfig", "securityContext", "allowPrivilegeEscalation"),
+            True,
+            "gateway worker/worker: securityContext has {'allowPrivilegeEscalation': True}",
+        ),
+        (("scheduler", "extraContainerConfig", "volumeMounts"), [], "gateway scheduler/scheduler: no writable /tmp"),
+    ],
+)
 def test_daskhub_check_fails_on_a_broken_value(path, value, complaint):
     v = copy.deepcopy(load("helm/daskhub-values.yaml"))
     node = v["dask-gateway"]["gateway"]["backend"]
     for key in path[:-1]:
-        node[key] = copy.deepcopy(node[key])   # the YAML anchors share these between scheduler and worker
+        node[key] = copy.deepcopy(node[key])  # the YAML anchors share these between scheduler and worker
         node = node[key]
     node[path[-1]] = value
     assert any(complaint in p for p in daskhub_problems(v)), daskhub_problems(v)
 
 
 # --- the image and the commands it must have -------------------------------------------------------------
+
 
 def images_in_configs(chart_docs, daskcluster_docs):
     hub = load("helm/daskhub-values.yaml")
@@ -401,8 +466,9 @@ def command_problems(commands):
     """Commands whose executable no distribution the image installs provides as a console script, whose
     ``dask`` subcommand no installed distribution registers, or whose arguments that subcommand's parser
     (click) refuses."""
-    import click
     from importlib.metadata import entry_points
+
+    import click
 
     scripts = {e.name: canonical(e.dist.name) for e in entry_points(group="console_scripts")}
     subcommands = {e.name: e for e in entry_points(group="dask_cli")}
@@ -438,18 +504,22 @@ def test_every_command_in_the_configs_exists_in_the_image(chart_docs, daskcluste
     assert "dask-gateway" in image_requirements() and importlib.util.find_spec("dask_gateway.scheduler_preload")
 
 
-@pytest.mark.parametrize("command, complaint", [
-    (["dask-scheduler", "--port", "8786"], "no 'dask-scheduler' among the console scripts"),
-    (["dask-worker", "tls://clust-scheduler:8786"], "no 'dask-worker' among the console scripts"),
-    (["dask", "schedule"], "dask has no subcommand 'schedule'"),
-    (["dask", "worker", "--nanny-prot", "8790"], "Got unexpected extra argument: (8790)"),
-    (["dask", "scheduler", "--port"], "Option '--port' requires an argument"),
-])
+@pytest.mark.parametrize(
+    "command, complaint",
+    [
+        (["dask-scheduler", "--port", "8786"], "no 'dask-scheduler' among the console scripts"),
+        (["dask-worker", "tls://clust-scheduler:8786"], "no 'dask-worker' among the console scripts"),
+        (["dask", "schedule"], "dask has no subcommand 'schedule'"),
+        (["dask", "worker", "--nanny-prot", "8790"], "Got unexpected extra argument: (8790)"),
+        (["dask", "scheduler", "--port"], "Option '--port' requires an argument"),
+    ],
+)
 def test_command_check_fails_on_a_command_the_image_lacks(command, complaint):
     assert any(complaint in p for p in command_problems([command]))
 
 
 # --- the dask-kubernetes operator chart: rendered, strictly linted, manifests validated --------------
+
 
 @pytest.fixture(scope="module")
 def operator_chart():
@@ -487,6 +557,7 @@ def test_manifest_validation_fails_on_a_broken_value(operator_chart):
 
 # --- the DaskCluster resource ------------------------------------------------------------------------
 
+
 def operator_objects(dc, namespace="dask"):
     """The Deployments and Service the operator makes of a DaskCluster, by its own code (its controller's
     builders, which add its labels and, unless given, a tcp:// scheduler address to the workers): one
@@ -494,22 +565,29 @@ def operator_objects(dc, namespace="dask"):
     from dask_kubernetes.operator.controller import controller
 
     name, spec = dc["metadata"]["name"], copy.deepcopy(dc["spec"])
-    return [controller.build_scheduler_deployment_spec(name, spec["scheduler"]["spec"], {}, {}),
-            controller.build_scheduler_service_spec(name, spec["scheduler"]["service"], {}, {}),
-            controller.build_worker_deployment_spec(f"{name}-default", namespace, name, "0a1b2c",
-                                                    spec["worker"]["spec"], {}, {})]
+    return [
+        controller.build_scheduler_deployment_spec(name, spec["scheduler"]["spec"], {}, {}),
+        controller.build_scheduler_service_spec(name, spec["scheduler"]["service"], {}, {}),
+        controller.build_worker_deployment_spec(
+            f"{name}-default", namespace, name, "0a1b2c", spec["worker"]["spec"], {}, {}
+        ),
+    ]
 
 
 @pytest.fixture(scope="module")
 def daskcluster_docs():
     return operator_objects(load("kubernetes/daskcluster.yaml")) + list(
-        yaml.safe_load_all((DEPLOY / "kubernetes/networkpolicy.yaml").read_text()))
+        yaml.safe_load_all((DEPLOY / "kubernetes/networkpolicy.yaml").read_text())
+    )
 
 
 def check_jsonschema(path):
     schema = DEPLOY / "kubernetes/daskcluster.schema.json"
-    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--schemafile", str(schema), str(path)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--schemafile", str(schema), str(path)],
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_daskcluster_validates_against_the_operator_schema():
@@ -525,8 +603,11 @@ def test_daskcluster_as_the_operator_deploys_it_is_private_and_valid(daskcluster
 
 def test_daskcluster_and_chart_give_every_container_the_same_tls_settings(chart_docs, daskcluster_docs):
     def settings(docs):
-        return {frozenset((e["name"], e["value"]) for e in c["env"] if "__COMM__" in e["name"])
-                for _, _, pod in pods(docs) for c in pod["containers"]}
+        return {
+            frozenset((e["name"], e["value"]) for e in c["env"] if "__COMM__" in e["name"])
+            for _, _, pod in pods(docs)
+            for c in pod["containers"]
+        }
 
     assert len(settings(chart_docs)) == 1 and settings(chart_docs) == settings(daskcluster_docs)
 
@@ -536,15 +617,20 @@ def test_the_operator_would_give_workers_a_tcp_address_without_ours():
     env = dc["spec"]["worker"]["spec"]["containers"][0]["env"]
     env[:] = [e for e in env if e["name"] != "DASK_SCHEDULER_ADDRESS"]
     docs = operator_objects(dc) + list(yaml.safe_load_all((DEPLOY / "kubernetes/networkpolicy.yaml").read_text()))
-    assert any("addresses that are not tls://: ['tcp://dask-clust-scheduler.dask.svc.cluster.local:8786']" in p
-               for p in private_problems(docs))
+    assert any(
+        "addresses that are not tls://: ['tcp://dask-clust-scheduler.dask.svc.cluster.local:8786']" in p
+        for p in private_problems(docs)
+    )
 
 
-@pytest.mark.parametrize("old, new, complaint", [
-    ("    replicas: 4\n", "    replicas: four\n", "'four' is not of type 'integer'"),
-    ("              memory: 16Gi\n", "              memory: -16Gi\n", "'-16Gi' does not match"),
-    ("    replicas: 4\n", "    replica: 4\n", "'replica' was unexpected"),
-])
+@pytest.mark.parametrize(
+    "old, new, complaint",
+    [
+        ("    replicas: 4\n", "    replicas: four\n", "'four' is not of type 'integer'"),
+        ("              memory: 16Gi\n", "              memory: -16Gi\n", "'-16Gi' does not match"),
+        ("    replicas: 4\n", "    replica: 4\n", "'replica' was unexpected"),
+    ],
+)
 def test_daskcluster_schema_check_fails_on_a_broken_value(tmp_path, old, new, complaint):
     text = (DEPLOY / "kubernetes/daskcluster.yaml").read_text()
     assert old in text

@@ -1,5 +1,6 @@
 """deploy/jobqueue/jobqueue.yaml through dask_clust.deploy: job scripts checked against the YAML read
 independently, and the cluster private (TLS workers, nothing listening on every interface)."""
+
 import os
 import re
 import shlex
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import dask
 import numpy as np
-import pytest
 import psutil
+import pytest
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 from distributed import Client
@@ -66,7 +67,7 @@ def check_script(kind, script, cfg, interface):
 
     command_at = next(i for i, line in enumerate(lines) if "distributed.cli.dask_worker" in line)
     prologue = cfg["job-script-prologue"]
-    assert lines[command_at - len(prologue):command_at] == prologue
+    assert lines[command_at - len(prologue) : command_at] == prologue
     args = shlex.split(lines[command_at])
 
     def flag(name):
@@ -79,7 +80,7 @@ def check_script(kind, script, cfg, interface):
     assert flag("--local-directory") == cfg["local-directory"]
     assert flag("--interface") == interface
     extra = cfg["worker-extra-args"]
-    assert any(args[i:i + len(extra)] == extra for i in range(len(args)))
+    assert any(args[i : i + len(extra)] == extra for i in range(len(args)))
     # TLS with temporary credentials: the workers listen with TLS and read theirs from the shared directory
     assert cfg["security"] is True and args[3].startswith("tls://") and flag("--protocol") == "tls://"
     for name in ("--tls-ca-file", "--tls-cert", "--tls-key"):
@@ -97,11 +98,12 @@ def without_random_names(script):
 def test_yaml_values_are_consistent(kind):
     cfg = settings(kind)
     assert cfg["cores"] % cfg["processes"] == 0
-    assert parse_bytes(cfg["memory"]) / cfg["processes"] >= 4 * 2**30   # a worker holds a partition
+    assert parse_bytes(cfg["memory"]) / cfg["processes"] >= 4 * 2**30  # a worker holds a partition
     lifetime = cfg["worker-extra-args"]
     # workers leave, staggered, before the batch system kills them at the walltime
-    assert (parse_timedelta(lifetime[lifetime.index("--lifetime") + 1])
-            + parse_timedelta(lifetime[lifetime.index("--lifetime-stagger") + 1]) < seconds(cfg["walltime"]))
+    assert parse_timedelta(lifetime[lifetime.index("--lifetime") + 1]) + parse_timedelta(
+        lifetime[lifetime.index("--lifetime-stagger") + 1]
+    ) < seconds(cfg["walltime"])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -141,13 +143,22 @@ def test_cluster_job_script_matches_yaml_and_the_cluster_listens_on_its_interfac
 def test_job_script_workers_join_over_tls_only(tmp_path):
     """The worker command of the job script, run here: the worker it starts listens with TLS and joins; a
     client without the cluster's credentials is refused, naming why."""
-    overrides = {"interface": "lo", "shared_temp_directory": str(tmp_path), "cores": 1, "processes": 1,
-                 "memory": "2GiB"}
+    overrides = {
+        "interface": "lo",
+        "shared_temp_directory": str(tmp_path),
+        "cores": 1,
+        "processes": 1,
+        "memory": "2GiB",
+    }
     with hpc_cluster("slurm", config=JOBQUEUE_YAML, **overrides) as cluster:
         command = cluster.job_script().splitlines()[-1]
         assert command.startswith("python -m distributed.cli.dask_worker tls://")
-        worker = subprocess.Popen(["bash", "-c", shlex.quote(sys.executable) + command[len("python"):]],
-                                  start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        worker = subprocess.Popen(
+            ["bash", "-c", shlex.quote(sys.executable) + command[len("python") :]],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             with Client(cluster) as client:
                 client.wait_for_workers(1, timeout=60)
@@ -201,18 +212,21 @@ def test_unknown_kind():
 
 
 def test_missing_dask_jobqueue(monkeypatch):
-    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)   # makes `import dask_jobqueue` fail
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # makes `import dask_jobqueue` fail
     with pytest.raises(ImportError, match=r"pip install 'dask_clust\[hpc\]'"):
         job_script("slurm", config=JOBQUEUE_YAML)
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("cores", "four", r"cores='four' \(.*jobqueue.yaml\): expected a positive integer"),
-    ("memory", "-4GB", r"memory='-4GB' .*: expected a positive size"),
-    ("memory", "lots", r"memory='lots' .*: expected a positive size"),
-    ("processes", 5, r"processes=5 .*: expected a positive integer dividing cores=32"),
-    ("walltime", yaml.safe_load("4:00:00"), r"walltime=14400 .*: expected 'HH:MM:SS' \(quoted in YAML"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("cores", "four", r"cores='four' \(.*jobqueue.yaml\): expected a positive integer"),
+        ("memory", "-4GB", r"memory='-4GB' .*: expected a positive size"),
+        ("memory", "lots", r"memory='lots' .*: expected a positive size"),
+        ("processes", 5, r"processes=5 .*: expected a positive integer dividing cores=32"),
+        ("walltime", yaml.safe_load("4:00:00"), r"walltime=14400 .*: expected 'HH:MM:SS' \(quoted in YAML"),
+    ],
+)
 def test_broken_value_fails_with_a_clear_error(tmp_path, key, value, message):
     doc = yaml.safe_load(JOBQUEUE_YAML.read_text())
     doc["jobqueue"]["slurm"][key] = value

@@ -1,5 +1,6 @@
 """The engine on real clusters: LocalCluster processes, a scheduler + workers as separate processes on
 loopback, a worker killed mid-fit, and reductions that are independent of the tree's shape."""
+
 import contextlib
 import json
 import os
@@ -28,7 +29,7 @@ def test_take_and_first_pass_on_cluster(cluster, small_blobs):
         np.testing.assert_allclose(eng.summary.var, X.astype(np.float64).var(0), rtol=1e-9)
         trips = eng.round_trips
         eng.overhead_ms(5)
-        assert eng.round_trips - trips == 5 + 2   # the repeats and two warm-up round trips, nothing else
+        assert eng.round_trips - trips == 5 + 2  # the repeats and two warm-up round trips, nothing else
 
 
 @pytest.mark.parametrize("init", ["k-means||", "k-means++", "afkmc2", "random"])
@@ -65,7 +66,9 @@ def _held_bytes(value):
 
 
 DECLARED = [(algo, {}) for algo in sorted(dask_clust.REGISTRY) if algo != "nmbatch"] + [
-    ("nmbatch", {"bounds": "elkan"}), ("nmbatch", {"bounds": "hamerly"})]   # "auto" is one of the two
+    ("nmbatch", {"bounds": "elkan"}),
+    ("nmbatch", {"bounds": "hamerly"}),
+]  # "auto" is one of the two
 
 
 @pytest.mark.parametrize("algo,params", DECLARED)
@@ -126,8 +129,10 @@ def _worker_pids(client):
 def _three_worker_client():
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
-            Client(lc, set_as_default=False) as client:
+    with (
+        LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0") as lc,
+        Client(lc, set_as_default=False) as client,
+    ):
         yield client
 
 
@@ -155,9 +160,15 @@ def test_any_tree_gives_the_same_model(three_workers, small_blobs, split_every):
     assert m.objective_ == ref_model.objective_
 
 
-KILL_PARAMS = {"kmeans": dict(tol=0), "nmbatch": dict(batch_size=4000, rho=10.0), "minibatch": dict(batch_size=500),
-               "sbe": dict(omaxit=8, eval_every=2), "vrkm": dict(max_epochs=6),
-               "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=8), "vargmm": dict(tol=0, max_iter=8)}
+KILL_PARAMS = {
+    "kmeans": dict(tol=0),
+    "nmbatch": dict(batch_size=4000, rho=10.0),
+    "minibatch": dict(batch_size=500),
+    "sbe": dict(omaxit=8, eval_every=2),
+    "vrkm": dict(max_epochs=6),
+    "vcgmm": dict(coreset_size=20_000, tol=0, max_iter=8),
+    "vargmm": dict(tol=0, max_iter=8),
+}
 
 
 # SLK restarts an outer iteration instead of repeating a call: test_slk_worker_killed_mid_fit_gives_the_same_model
@@ -174,8 +185,9 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypatch, 
     lost shard restored from its buddy's copy. The victim is the first, second or third worker by pid, in turn."""
     rebuilt = _counting_rebuilds(monkeypatch)
     victim = KILL_CASES.index(algo) % 3
-    calm, hit, _ = _churn_fit(three_workers, algo, lambda pids: os.kill(sorted(pids.values())[victim], signal.SIGKILL),
-                              rebuilt)
+    calm, hit, _ = _churn_fit(
+        three_workers, algo, lambda pids: os.kill(sorted(pids.values())[victim], signal.SIGKILL), rebuilt
+    )
     assert rebuilt
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_
@@ -187,7 +199,9 @@ def _counting_rebuilds(monkeypatch):
 
     rebuilt = []
     recover = ClusterBackend._recover
-    monkeypatch.setattr(ClusterBackend, "_recover", lambda self, *a, **k: rebuilt.append(a[0]) or recover(self, *a, **k))
+    monkeypatch.setattr(
+        ClusterBackend, "_recover", lambda self, *a, **k: rebuilt.append(a[0]) or recover(self, *a, **k)
+    )
     return rebuilt
 
 
@@ -264,8 +278,10 @@ def test_a_state_lost_with_every_copy_and_not_kept_ends_the_fit_in_one_line(thre
 
     from dask_clust.errors import ClusterLost
 
-    with dask.config.set({"dask_clust.replay-bytes": 0}), \
-            pytest.raises(ClusterLost, match=r"its state 'vcgmm' and every copy of it were lost") as got:
+    with (
+        dask.config.set({"dask_clust.replay-bytes": 0}),
+        pytest.raises(ClusterLost, match=r"its state 'vcgmm' and every copy of it were lost") as got,
+    ):
         _churn_fit(three_workers, "vcgmm", _kill_all)
     assert "\n" not in str(got.value) and "replay-bytes" in str(got.value)
 
@@ -279,15 +295,15 @@ def test_a_rebuilt_partition_is_placed_apart_from_its_copies():
 
     assert BACKUP_COPIES == 2
     backend = object.__new__(ClusterBackend)
-    backend.placement = [(f"w{i}", [i]) for i in range(6)]   # partition 0's worker w0 is lost
+    backend.placement = [(f"w{i}", [i]) for i in range(6)]  # partition 0's worker w0 is lost
     live = {f"w{i}": 1 for i in range(1, 7)}
     # partitions 1, 2 keep partition 0's copies and 4, 5 give theirs to it: w3 and the new w6 are apart,
     # and w6 holds nothing
     assert backend._target(0, live) == "w6"
-    backend.placement[3] = ("w6", [3])   # now w3 holds nothing
+    backend.placement[3] = ("w6", [3])  # now w3 holds nothing
     assert backend._target(0, live) == "w3"
     backend.placement = [("w0", [0]), ("w1", [1]), ("w2", [2])]
-    assert backend._target(0, {"w1": 1, "w2": 1}) == "w1"   # every worker is near: the least loaded, first
+    assert backend._target(0, {"w1": 1, "w2": 1}) == "w1"  # every worker is near: the least loaded, first
     backend.placement = [("w0", [0]), ("w1", [1]), ("w1", [2])]
     assert backend._target(0, {"w1": 1, "w2": 1}) == "w2"
 
@@ -333,8 +349,10 @@ def test_a_worker_retired_during_a_fit_leaves_and_the_fit_gives_the_same_model(m
         addr = sorted(pids)[0]
         retired["asked"], retired["done"] = addr, list(client.retire_workers([addr]))
 
-    with LocalCluster(n_workers=3, threads_per_worker=1, dashboard_address=":0") as lc, \
-            Client(lc, set_as_default=False) as client:
+    with (
+        LocalCluster(n_workers=3, threads_per_worker=1, dashboard_address=":0") as lc,
+        Client(lc, set_as_default=False) as client,
+    ):
         calm, hit, took = _churn_fit(client, "vcgmm", retire, rebuilt)
         left = sorted(client.scheduler_info()["workers"])
     assert retired["done"] == [retired["asked"]] and retired["asked"] not in left and len(left) == 2
@@ -354,20 +372,21 @@ def test_a_rebuild_target_lost_before_its_partition_starts_is_placed_again(three
 
     def spawn_then_kill(self, pid, ids, addr, futs, threads):
         made = spawn(self, pid, ids, addr, futs, threads)
-        if rebuilt and not targets:   # the first rebuild's target
+        if rebuilt and not targets:  # the first rebuild's target
             targets.append(addr)
             os.kill(self.client.run(os.getpid, workers=[addr])[addr], signal.SIGKILL)
         return made
 
     monkeypatch.setattr(ClusterBackend, "_spawn", spawn_then_kill)
-    calm, hit, took = _churn_fit(three_workers, "kmeans",
-                                 lambda pids: os.kill(sorted(pids.values())[0], signal.SIGKILL), rebuilt)
+    calm, hit, took = _churn_fit(
+        three_workers, "kmeans", lambda pids: os.kill(sorted(pids.values())[0], signal.SIGKILL), rebuilt
+    )
     assert targets and len(rebuilt) >= 1
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 45, took
 
 
-SEEDING_KILLS = {   # phase: (fit parameters, the step before whose nth call the worker dies, n)
+SEEDING_KILLS = {  # phase: (fit parameters, the step before whose nth call the worker dies, n)
     "k-means|| round 0": (dict(algo="kmeans", init="k-means||"), "seeding._oversample", 1),
     "k-means++ centre 3": (dict(algo="kmeans", init="k-means++"), "seeding._propose", 3),
     "afkmc2 chains": (dict(algo="kmeans", init="afkmc2"), "seeding._afk_chains", 2),
@@ -413,9 +432,11 @@ def test_worker_killed_during_seeding_or_coreset_gives_the_same_model(three_work
             return reduce(self, fn, *args, **kwargs)
 
         monkeypatch.setattr(Engine, "reduce", killing)
-        rebuilt = []   # every engine's rebuilds (a coreset engine's are not in engine_)
+        rebuilt = []  # every engine's rebuilds (a coreset engine's are not in engine_)
         recover = ClusterBackend._recover
-        monkeypatch.setattr(ClusterBackend, "_recover", lambda self, *a, **k: rebuilt.append(a[0]) or recover(self, *a, **k))
+        monkeypatch.setattr(
+            ClusterBackend, "_recover", lambda self, *a, **k: rebuilt.append(a[0]) or recover(self, *a, **k)
+        )
         t = time.monotonic()
         hit = dask_clust.fit(X, client=three_workers, **kw)
     assert len(seen) >= nth and rebuilt, len(seen)
@@ -454,7 +475,7 @@ def test_slk_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypat
                 os.kill(victim, signal.SIGKILL)
 
         hit = dask_clust.fit(X, client=three_workers, callback=kill_at_2, **kw)
-    assert repairs   # the restart ran: the worker was lost in the bound updates
+    assert repairs  # the restart ran: the worker was lost in the bound updates
     assert hit.n_iter_ == calm.n_iter_ == 5 and hit.inner_iterations_ == calm.inner_iterations_
     np.testing.assert_array_equal(hit.labels_, calm.labels_)
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
@@ -474,9 +495,11 @@ def test_knn_graph_is_searched_again_after_a_lost_worker(three_workers, method):
 
     # a dask input in 10 chunks: a lost chunk (and IVF's reordered rows built from it) is recomputed
     X = da.from_array(blobs(3000, 6, 4, seed=2)[0].astype(np.float32), chunks=(300, 6))
-    with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.chunking": "input"}), \
-            open_engine(as_source(X), three_workers, 0) as eng, \
-            neighbour_graph(eng, 4, normalize=True, method=method, nlist=20, nprobe=4) as graph:
+    with (
+        dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.chunking": "input"}),
+        open_engine(as_source(X), three_workers, 0) as eng,
+        neighbour_graph(eng, 4, normalize=True, method=method, nlist=20, nprobe=4) as graph,
+    ):
         before = graph.gather()
         assert graph.engine.n_workers == 3
         os.kill(sorted(_worker_pids(three_workers).values())[1], signal.SIGKILL)
@@ -528,8 +551,15 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
     loops = {"vrkm": {"max_epochs": 3}}
 
     def fit(algo, callback=None):
-        return dask_clust.fit(X, algo=algo, n_clusters=8, random_state=0, client=cluster, callback=callback,
-                              **loops.get(algo, {"max_iter": 3}))
+        return dask_clust.fit(
+            X,
+            algo=algo,
+            n_clusters=8,
+            random_state=0,
+            client=cluster,
+            callback=callback,
+            **loops.get(algo, {"max_iter": 3}),
+        )
 
     def boom(record):
         raise RuntimeError("the user's callback failed")
@@ -543,7 +573,7 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
             time.sleep(0.05)
 
     algos = ("kmeans", "vcgmm", "vargmm", "nmbatch", "minibatch", "vrkm")
-    for algo in algos:   # numba compiles each algorithm's kernels on the workers at its first fit
+    for algo in algos:  # numba compiles each algorithm's kernels on the workers at its first fit
         fit(algo)
     # the start may still hold keys of the last warm-up fit on their way out (a CI run under load saw 4): each
     # fit must end with no more than it, so a leak still grows past it within the 18 fits
@@ -554,7 +584,7 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
         with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4096}):
             for i in range(18):
                 algo = algos[i % 6]
-                if i == 7:   # its traceback kept, as Jupyter keeps sys.last_traceback: its frames hold the engines
+                if i == 7:  # its traceback kept, as Jupyter keeps sys.last_traceback: its frames hold the engines
                     with pytest.raises(RuntimeError, match="the user's callback failed") as failed:
                         fit(algo, callback=boom)
                 else:
@@ -565,9 +595,10 @@ def test_fits_leave_no_partition_or_rows_on_the_workers(cluster):
     finally:
         gc.enable()
     # the leak check is the one above (no partition, no key beyond the start's); resident memory is the issue's
-    # line: within 10 % of the start (the heap a fit frees is given back when it ends: before, glibc kept it, +11 % here);
+    # line: within 10 % of the start (the heap a fit frees is given back when it ends: before, glibc kept it,
+    # +11 % here);
     # 18 fits' leaked rows would be 6.4 MB each, +51 %
-    time.sleep(0.5)   # the last fit's heap is given back once its keys are gone
+    time.sleep(0.5)  # the last fit's heap is given back once its keys are gone
     held = cluster.run(_held)
     for w, (_, _, rss) in held.items():
         assert rss <= 1.10 * start[w][2], (w, rss / start[w][2])
@@ -624,7 +655,7 @@ def test_library_local_cluster_is_loopback_only_and_sets_the_mmap_threshold(tmp_
     got = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else out.stderr[-2000:]
     want = [preset or str(MMAP_THRESHOLD)]
     assert got["mmap"] == [want, want], got
-    if dashboard:   # the dashboard on every interface, the rest still on loopback
+    if dashboard:  # the dashboard on every interface, the rest still on loopback
         assert "127.0.0.1" in got["listening"] and set(got["listening"]) & {"0.0.0.0", "::"}, got
     else:
         assert got["listening"] == ["127.0.0.1"], got
@@ -637,17 +668,47 @@ def separate_cluster(d, n_workers=2, nanny=True):
     sched_file = str(d / "scheduler.json")
     bin_dir = os.path.dirname(sys.executable)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    procs = [subprocess.Popen([os.path.join(bin_dir, "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", sched_file],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+    procs = [
+        subprocess.Popen(
+            [
+                os.path.join(bin_dir, "dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                sched_file,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+    ]
     deadline = time.time() + 60
     while not os.path.exists(sched_file) and time.time() < deadline:
         time.sleep(0.2)
     for _ in range(n_workers):
-        procs.append(subprocess.Popen([os.path.join(bin_dir, "dask"), "worker", "--scheduler-file", sched_file,
-                                       "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"]
-                                      + ([] if nanny else ["--no-nanny"]),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+        procs.append(
+            subprocess.Popen(
+                [
+                    os.path.join(bin_dir, "dask"),
+                    "worker",
+                    "--scheduler-file",
+                    sched_file,
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--host",
+                    "127.0.0.1",
+                ]
+                + ([] if nanny else ["--no-nanny"]),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        )
     try:
         from distributed import Client
 
@@ -683,8 +744,10 @@ def test_workers_without_a_nanny_run_blas_on_one_thread(tmp_path):
     fits = {"nmbatch": {}, "vrkm": {"max_epochs": 4}}
 
     def models(client):
-        return {algo: dask_clust.fit(X, algo=algo, n_clusters=40, random_state=2, client=client, **kw)
-                for algo, kw in fits.items()}
+        return {
+            algo: dask_clust.fit(X, algo=algo, n_clusters=40, random_state=2, client=client, **kw)
+            for algo, kw in fits.items()
+        }
 
     with separate_cluster(tmp_path, nanny=False, n_workers=3) as (client, _):
         remote = models(client)
@@ -696,8 +759,9 @@ def test_workers_without_a_nanny_run_blas_on_one_thread(tmp_path):
             if record["iteration"] == 2:
                 os.kill(victim, signal.SIGKILL)
 
-        hit = dask_clust.fit(X, algo="vrkm", n_clusters=40, random_state=2, client=client, callback=kill_at_2,
-                             **fits["vrkm"])
+        hit = dask_clust.fit(
+            X, algo="vrkm", n_clusters=40, random_state=2, client=client, callback=kill_at_2, **fits["vrkm"]
+        )
         assert hit.engine_["rebuilds"] >= 1 and len(client.scheduler_info()["workers"]) == 2
     local = models("in-process")
     assert set(threads.values()) == {1}, threads
@@ -718,8 +782,7 @@ def test_a_worker_killed_while_vcgmm_iterates_on_a_coreset_of_numpy_rows(three_w
     from dask_clust.datasets import make_blobs
 
     X = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)[0].compute()
-    kw = dict(algo="vcgmm", n_clusters=20, random_state=0, coreset_size=20_000, tol=0, max_iter=6,
-              client=three_workers)
+    kw = dict(algo="vcgmm", n_clusters=20, random_state=0, coreset_size=20_000, tol=0, max_iter=6, client=three_workers)
     with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}):
         calm = dask_clust.fit(X, **kw)
         victim = sorted(_worker_pids(three_workers).values())[1]
@@ -758,8 +821,11 @@ def test_losing_the_scheduler_or_every_worker_ends_the_fit_with_one_line(tmp_pat
                 p.kill()
             killed.append(time.monotonic())
 
-    message = r"lost the Dask scheduler at tcp://127\.0\.0\.1:\d+ .*the fit cannot continue" if lose == "scheduler" \
+    message = (
+        r"lost the Dask scheduler at tcp://127\.0\.0\.1:\d+ .*the fit cannot continue"
+        if lose == "scheduler"
         else r"lost the workers holding partitions \[\d.*\]: the cluster has no worker left \(it had 2; none came back"
+    )
     with separate_cluster(tmp_path) as (client, procs), dask.config.set({"dask_clust.lost-worker-timeout": "10s"}):
         with pytest.raises(ClusterLost, match=message) as got:
             dask_clust.fit(X, n_clusters=10, max_iter=30, tol=0, random_state=0, client=client, callback=kill)
@@ -788,7 +854,7 @@ def test_a_call_waiting_on_a_lost_worker_is_abandoned_at_once(cluster):
     live = sorted(cluster.scheduler_info()["workers"])
     backend.placement = [(addr, [i]) for i, addr in enumerate(live)]
     assert cluster.sync(backend._watched, answer(4 * WATCH_S)) == 42
-    backend.placement.append(("tcp://127.0.0.1:9", [2]))   # a worker the scheduler no longer has
+    backend.placement.append(("tcp://127.0.0.1:9", [2]))  # a worker the scheduler no longer has
     t = time.perf_counter()
     with pytest.raises(CommClosedError, match=r"tcp://127\.0\.0\.1:9.* left the cluster during a call"):
         cluster.sync(backend._watched, answer(60))
@@ -822,7 +888,7 @@ def test_a_question_to_a_lost_scheduler_is_given_up_once_the_client_sees_it_go()
     from dask_clust.engine.cluster import ClusterBackend
     from dask_clust.errors import ClusterLost
 
-    class Scheduler:   # a scheduler that no longer answers
+    class Scheduler:  # a scheduler that no longer answers
         address = "tcp://127.0.0.1:9"
 
         async def identity(self, **kwargs):
@@ -882,7 +948,7 @@ def test_stream_auto_switch_and_small_loaders(input_chunks):
     X, _ = make_blobs(64_000, 4, 3, chunks=1000, random_state=0)
     src = as_source(X)
     assert src.n_chunks == 64
-    assert should_stream(src, memory_bytes=src.nbytes)          # data > half the memory: stream
+    assert should_stream(src, memory_bytes=src.nbytes)  # data > half the memory: stream
     assert not should_stream(src, memory_bytes=4 * src.nbytes)
     assert not should_stream(as_source(X.compute()), memory_bytes=1)  # in driver memory already
     assert isinstance(as_source(X.compute()), ArraySource)
@@ -939,18 +1005,23 @@ def test_streaming_counts_the_fits_state_and_refuses_what_cannot_fit(input_chunk
     from dask_clust.engine.ops import Engine
     from dask_clust.errors import InputError
 
-    X, _ = make_blobs(64_000, 4, 3, chunks=8000, random_state=0)   # 16 B of float32 data per row
+    X, _ = make_blobs(64_000, 4, 3, chunks=8000, random_state=0)  # 16 B of float32 data per row
     src = as_source(X)
-    memory = 4 * src.nbytes   # half of it holds the data alone: persisted without state
+    memory = 4 * src.nbytes  # half of it holds the data alone: persisted without state
     assert not should_stream(src, memory, (0, "kmeans"))
-    assert should_stream(src, memory, (24, "nmbatch"))             # 16 + 24 B per row > half
-    with pytest.raises(InputError, match=r"^x keeps 40 B of state per row: 0\.00256 GB for 64,000 rows, over "
-                                         r"stream-fraction = 0\.5 of the 0\.0041 GB of memory it runs in; add"):
+    assert should_stream(src, memory, (24, "nmbatch"))  # 16 + 24 B per row > half
+    with pytest.raises(
+        InputError,
+        match=r"^x keeps 40 B of state per row: 0\.00256 GB for 64,000 rows, over "
+        r"stream-fraction = 0\.5 of the 0\.0041 GB of memory it runs in; add",
+    ):
         should_stream(src, memory + 96, (40, "x"))
     reduces = []
     monkeypatch.setattr(Engine, "reduce", lambda *a, **k: reduces.append(a) or pytest.fail("work before refusing"))
-    with dask.config.set({"dask_clust.stream-fraction": 1e-6}), \
-            pytest.raises(InputError, match=r"^algo='vargmm' keeps 64 B of state per row: .* GB for 64,000 rows"):
+    with (
+        dask.config.set({"dask_clust.stream-fraction": 1e-6}),
+        pytest.raises(InputError, match=r"^algo='vargmm' keeps 64 B of state per row: .* GB for 64,000 rows"),
+    ):
         dask_clust.fit(X, algo="vargmm", n_clusters=3, client="in-process")
     assert reduces == []
 
@@ -969,13 +1040,16 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeyp
 
     backend = object.__new__(ClusterBackend)
     limit = 768 << 20
-    workers = {f"tcp://w{i}": {"memory_limit": limit, "nthreads": 1, "metrics": {"memory": 90 << 20}}
-               for i in range(3)}
+    workers = {f"tcp://w{i}": {"memory_limit": limit, "nthreads": 1, "metrics": {"memory": 90 << 20}} for i in range(3)}
     monkeypatch.setattr(backend, "_worker_info", lambda: workers)
     rows = 50_331_648
     share = rows * 16 / 3
-    for chunk_mib, block_mib, buffer_mib, refused in ((128, 32, 0, True), (32, 128, 0, True), (32, 32, 48, True),
-                                                      (32, 32, 0, False)):
+    for chunk_mib, block_mib, buffer_mib, refused in (
+        (128, 32, 0, True),
+        (32, 128, 0, True),
+        (32, 32, 48, True),
+        (32, 32, 0, False),
+    ):
         per = (chunk_mib << 20) // 128
         src = Source(rows, 32, np.float32, np.r_[np.arange(0, rows, per), rows], False)
         src.input_chunk_bytes = block_mib << 20
@@ -984,10 +1058,13 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeyp
         state = (16, "algo='kmeans'", buffer_mib << 20)
         if refused:
             buffers = rf" \+ {buffer_mib} MiB of buffers" if buffer_mib else ""
-            with pytest.raises(InputError, match=rf"^algo='kmeans' streams chunks of {chunk_mib} MiB cut from input "
-                                                 rf"blocks of up to {block_mib} MiB: worker tcp://w0 "
-                                                 rf"would need about {need / 2**20:.0f} MiB \(1 thread\(s\) x both"
-                                                 rf"{buffers}, .* of its 768 MiB limit"):
+            with pytest.raises(
+                InputError,
+                match=rf"^algo='kmeans' streams chunks of {chunk_mib} MiB cut from input "
+                rf"blocks of up to {block_mib} MiB: worker tcp://w0 "
+                rf"would need about {need / 2**20:.0f} MiB \(1 thread\(s\) x both"
+                rf"{buffers}, .* of its 768 MiB limit",
+            ):
                 backend._check_streaming_memory(src, state)
         else:
             assert backend._check_streaming_memory(src, state) == int(need)
@@ -1042,7 +1119,7 @@ def _reads(chunk, params):
 
 
 def _init_z(chunk, params):
-    chunk.state["z"] = Z0[chunk.start:chunk.stop].copy()
+    chunk.state["z"] = Z0[chunk.start : chunk.stop].copy()
 
 
 def _jacobi(chunk, params):
@@ -1066,8 +1143,9 @@ def test_halo_gives_the_hand_computed_jacobi_step(cluster, where):
             (one,) = eng.reduce(_jacobi, None, (Rows(),), halo=("graph", "z"))
             (two,) = eng.reduce(_jacobi, None, (Rows(),), halo=("graph", "z"))
     # by hand: z1_i = (z0_i + z0_a + z0_b) / 3
-    hand = np.array([(1 + 2 + 8) / 3, (2 + 4 + 16) / 3, (4 + 1 + 32) / 3, (8 + 1 + 16) / 3, (16 + 2 + 32) / 3,
-                     (32 + 4 + 8) / 3])
+    hand = np.array(
+        [(1 + 2 + 8) / 3, (2 + 4 + 16) / 3, (4 + 1 + 32) / 3, (8 + 1 + 16) / 3, (16 + 2 + 32) / 3, (32 + 4 + 8) / 3]
+    )
     np.testing.assert_allclose(one, hand, rtol=1e-15, atol=0)
     again = np.array([(hand[i] + hand[NEIGHBOURS[i]].sum()) / 3 for i in range(6)])
     np.testing.assert_allclose(two, again, rtol=1e-15, atol=0)
@@ -1085,7 +1163,7 @@ def _init_v(chunk, params):
 def _check_v(chunk, n):
     half = n // 2
     want = np.arange(half, n) if chunk.start < half else np.arange(0, half)
-    return np.int64(np.array_equal(chunk.halo["v"], want)),
+    return (np.int64(np.array_equal(chunk.halo["v"], want)),)
 
 
 def test_halo_rows_go_partition_to_partition(cluster):
@@ -1133,11 +1211,11 @@ def test_reorder_sorts_by_key_and_maps_back(cluster, where):
             rows, ids = sorted_eng.reduce(_rows_and_ids, None, (Rows(), Rows()))
             after = sorted_eng.reduce(_moments)
             back = sorted_eng.to_input_order(rows)
-    order = np.lexsort((np.arange(len(X)), keys))   # by key, ties in input order
+    order = np.lexsort((np.arange(len(X)), keys))  # by key, ties in input order
     np.testing.assert_array_equal(ids, order)
     np.testing.assert_array_equal(rows, X[order])
-    np.testing.assert_array_equal(back, X)          # reorder then to_input_order: the identity
-    for a, b in zip(before, after):                 # an exact reduce: the same bits on both orders
+    np.testing.assert_array_equal(back, X)  # reorder then to_input_order: the identity
+    for a, b in zip(before, after):  # an exact reduce: the same bits on both orders
         np.testing.assert_array_equal(a, b)
 
 
@@ -1153,7 +1231,7 @@ def test_halo_survives_a_lost_worker(three_workers):
 
     def run(kill_after):
         z_now["z"] = np.arange(n, dtype=np.float64)
-        three_workers.wait_for_workers(3, timeout=60)   # back from the run before
+        three_workers.wait_for_workers(3, timeout=60)  # back from the run before
         with open_engine(as_source(X, chunk_rows=500), three_workers, 0) as eng:
             assert eng.n_workers == 3
             with eng.state("z", _set_z, lambda: z_now["z"]), eng.halo("ring", _ring, n):
@@ -1175,7 +1253,7 @@ def _ring(chunk, n):
 
 
 def _set_z(chunk, z):
-    chunk.state["z"] = np.array(z[chunk.start:chunk.stop], dtype=np.float64)
+    chunk.state["z"] = np.array(z[chunk.start : chunk.stop], dtype=np.float64)
 
 
 def _ring_step(chunk, params):
@@ -1223,8 +1301,12 @@ def test_reduce_scatter_leaves_the_sums_sharded_on_the_workers(three_workers, wh
         assert eng.n_workers == (1 if where == "in-process" else 3)
         sums, counts, n = eng.reduce(_sums_per_label, (k, 1.0))
         with eng.sharded("means", (start,)) as model:
-            n2, ids, counts2 = eng.reduce(_sums_per_label, (k, 1.0), (Scatter(), Scatter(), Sum()),
-                                          scatter=(model, _mean_of_shard, (Rows(), Rows())))
+            n2, ids, counts2 = eng.reduce(
+                _sums_per_label,
+                (k, 1.0),
+                (Scatter(), Scatter(), Sum()),
+                scatter=(model, _mean_of_shard, (Rows(), Rows())),
+            )
             means = model.gather()
             (scaled,) = eng.reduce(_scaled_by_model, (k, model.ref()))
     want = start.copy()
@@ -1238,7 +1320,7 @@ def test_reduce_scatter_leaves_the_sums_sharded_on_the_workers(three_workers, wh
 
 def _sharded_kmeans_cases():
     X, _ = blobs(3000, 4, 6, seed=1)
-    duplicated = np.repeat(X[:10].astype(np.float64), 3, axis=0)   # 20 empty clusters: relocations
+    duplicated = np.repeat(X[:10].astype(np.float64), 3, axis=0)  # 20 empty clusters: relocations
     return X, [dict(n_clusters=30, init=duplicated), dict(n_clusters=40, init="k-means++", random_state=3)]
 
 
@@ -1257,8 +1339,9 @@ def test_sharded_lloyd_gives_the_model_of_the_driver(three_workers, case):
             sharded = dask_clust.fit(X, client=client, **kw)
             np.testing.assert_array_equal(sharded.cluster_centers_, driver.cluster_centers_)
             assert sharded.objective_ == driver.objective_
-            assert [(h["objective"], h["center_shift"], h["relocated"]) for h in sharded.history_] == \
-                   [(h["objective"], h["center_shift"], h["relocated"]) for h in driver.history_]
+            assert [(h["objective"], h["center_shift"], h["relocated"]) for h in sharded.history_] == [
+                (h["objective"], h["center_shift"], h["relocated"]) for h in driver.history_
+            ]
     assert sum(h["relocated"] for h in driver.history_) == (20 if case == 0 else 0)
 
 
@@ -1274,17 +1357,19 @@ def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo):
     kw = dict(algo=algo, n_clusters=40, G=4, n_init_esteps=1, random_state=2, max_iter=8)
     if algo == "vcgmm":
         kw["coreset_size"] = 2000
-    with dask.config.set({"dask_clust.working-set-chunk-rows": 400}):   # several chunks per partition
+    with dask.config.set({"dask_clust.working-set-chunk-rows": 400}):  # several chunks per partition
         driver = dask_clust.fit(X, client="in-process", **kw)
-    with dask.config.set({"dask_clust.model-bytes": "1", "dask_clust.in-process-bytes": "1",
-                          "dask_clust.working-set-chunk-rows": 400}):
+    with dask.config.set(
+        {"dask_clust.model-bytes": "1", "dask_clust.in-process-bytes": "1", "dask_clust.working-set-chunk-rows": 400}
+    ):
         for client in ("in-process", three_workers):
             sharded = dask_clust.fit(X, client=client, **kw)
             np.testing.assert_array_equal(sharded.cluster_centers_, driver.cluster_centers_)
             assert sharded.objective_ == driver.objective_
             assert sharded.extras_["sigma2_"] == driver.extras_["sigma2_"]
-            assert [(h["objective"], h["sigma2"], h["active_clusters"]) for h in sharded.history_] == \
-                   [(h["objective"], h["sigma2"], h["active_clusters"]) for h in driver.history_]
+            assert [(h["objective"], h["sigma2"], h["active_clusters"]) for h in sharded.history_] == [
+                (h["objective"], h["sigma2"], h["active_clusters"]) for h in driver.history_
+            ]
     assert driver.n_iter_ > 2
 
 
@@ -1327,8 +1412,8 @@ def test_a_sharded_model_never_passes_through_the_driver(cluster):
     import dask
 
     from dask_clust.blocks import lloyd as L
-    from harness.scaling import DriverBytes
     from dask_clust.engine.combine import Rows
+    from harness.scaling import DriverBytes
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((20_000, 64)).astype(np.float32)
@@ -1340,9 +1425,10 @@ def test_a_sharded_model_never_passes_through_the_driver(cluster):
         with eng.sharded("c", (C,)) as model:
             eng.reduce(L.lloyd_step, model.ref(), L.SHARDED_STEP, scatter=(model, L.sharded_m_step, (Rows(), Rows())))
             with DriverBytes() as io:
-                eng.reduce(L.lloyd_step, model.ref(), L.SHARDED_STEP,
-                           scatter=(model, L.sharded_m_step, (Rows(), Rows())))
-    assert on_driver.read > C.nbytes              # the finished sums: 8 bytes a value
+                eng.reduce(
+                    L.lloyd_step, model.ref(), L.SHARDED_STEP, scatter=(model, L.sharded_m_step, (Rows(), Rows()))
+                )
+    assert on_driver.read > C.nbytes  # the finished sums: 8 bytes a value
     assert io.read + io.written < 2 * 4096 * 8 + 100_000, (io.read, io.written)
     with dask.config.set({"dask_clust.model-bytes": "1MiB"}):
         assert eng.shards_model(C.nbytes) and not eng.shards_model(C[:100].nbytes)

@@ -1,4 +1,5 @@
 """Saved models, zarr / parquet / .npy inputs, labels written back, and the command line."""
+
 import json
 import os
 import re
@@ -46,8 +47,11 @@ def test_a_failed_save_leaves_the_model_already_there(tmp_path, small_blobs, mon
 
     with monkeypatch.context() as m:
         m.setattr(np, "savez", disk_full)
-        with pytest.raises(dask_clust.InputError, match=r"model: no space left on its device \(No space left on "
-                                                        r"device\); nothing was written there$"):   # one line (#35)
+        with pytest.raises(
+            dask_clust.InputError,
+            match=r"model: no space left on its device \(No space left on "
+            r"device\); nothing was written there$",
+        ):  # one line (#35)
             framed.save(tmp_path / "model")
     assert sorted(os.listdir(tmp_path)) == ["model"]
     kept = dask_clust.load(tmp_path / "model")
@@ -100,24 +104,50 @@ def _fifo(d, name):
 
 UNTRUSTED_MODELS = {
     # a megabyte that would expand to 1.6 GB: refused before any of it is inflated
-    "zip bomb": ("kmeans", lambda d: np.savez_compressed(d / "arrays.npz", cluster_centers_=np.zeros((20_000, 10_000))),
-                 r"member 'cluster_centers_\.npy' is compressed"),
-    "header claiming 32 GB": ("kmeans", lambda d: _npz_member(
-        d / "arrays.npz", "cluster_centers_", {"descr": "<f8", "fortran_order": False, "shape": (2 ** 30, 4)},
-        np.zeros((4, 4)).tobytes()), r"claims 34,359,738,368 bytes of float64 \(1073741824, 4\) but stores 128"),
-    "object array": ("kmeans", lambda d: _npz_member(
-        d / "arrays.npz", "cluster_centers_", {"descr": "|O", "fortran_order": False, "shape": (1,)}, b"\0" * 8),
-                     r"claims .* of object"),
-    "deep nesting": ("kmeans", lambda d: (d / "model.json").write_text("[" * 100_000 + "]" * 100_000),
-                     r"model\.json nests too deeply"),
+    "zip bomb": (
+        "kmeans",
+        lambda d: np.savez_compressed(d / "arrays.npz", cluster_centers_=np.zeros((20_000, 10_000))),
+        r"member 'cluster_centers_\.npy' is compressed",
+    ),
+    "header claiming 32 GB": (
+        "kmeans",
+        lambda d: _npz_member(
+            d / "arrays.npz",
+            "cluster_centers_",
+            {"descr": "<f8", "fortran_order": False, "shape": (2**30, 4)},
+            np.zeros((4, 4)).tobytes(),
+        ),
+        r"claims 34,359,738,368 bytes of float64 \(1073741824, 4\) but stores 128",
+    ),
+    "object array": (
+        "kmeans",
+        lambda d: _npz_member(
+            d / "arrays.npz", "cluster_centers_", {"descr": "|O", "fortran_order": False, "shape": (1,)}, b"\0" * 8
+        ),
+        r"claims .* of object",
+    ),
+    "deep nesting": (
+        "kmeans",
+        lambda d: (d / "model.json").write_text("[" * 100_000 + "]" * 100_000),
+        r"model\.json nests too deeply",
+    ),
     "FIFO model.json": ("kmeans", lambda d: _fifo(d, "model.json"), r"model\.json is not a regular file"),
     "FIFO arrays.npz": ("kmeans", lambda d: _fifo(d, "arrays.npz"), r"arrays\.npz is not a regular file"),
-    "another algorithm's extra": ("kmeans", lambda d: _rewrite_meta(d, lambda m: m["extras_"].update(
-        row_normalization_="l2")), r"extras_ holds 'row_normalization_', which an algo='kmeans' model does not have"),
-    "a missing extra": ("vcgmm", lambda d: _rewrite_meta(d, lambda m: m["extras_"].pop("sigma2_")),
-                        r"missing key 'sigma2_'"),
-    "a bad extra": ("vcgmm", lambda d: _rewrite_meta(d, lambda m: m["extras_"].update(n_truncated_=True)),
-                    r"extras_ n_truncated_ must be an int in \[1, n_clusters\]; got True"),
+    "another algorithm's extra": (
+        "kmeans",
+        lambda d: _rewrite_meta(d, lambda m: m["extras_"].update(row_normalization_="l2")),
+        r"extras_ holds 'row_normalization_', which an algo='kmeans' model does not have",
+    ),
+    "a missing extra": (
+        "vcgmm",
+        lambda d: _rewrite_meta(d, lambda m: m["extras_"].pop("sigma2_")),
+        r"missing key 'sigma2_'",
+    ),
+    "a bad extra": (
+        "vcgmm",
+        lambda d: _rewrite_meta(d, lambda m: m["extras_"].update(n_truncated_=True)),
+        r"extras_ n_truncated_ must be an int in \[1, n_clusters\]; got True",
+    ),
 }
 
 
@@ -146,7 +176,7 @@ def test_an_untrusted_model_file_is_refused_in_one_line(tmp_path, small_blobs, k
 def _refusal(d):
     try:
         dask_clust.load(d)
-    except Exception as exc:   # noqa: BLE001 - the test inspects whatever was raised
+    except Exception as exc:  # noqa: BLE001 - the test inspects whatever was raised
         return exc
     return None
 
@@ -182,8 +212,7 @@ def test_parquet_input_and_cli_labels(tmp_path, small_blobs):
     pd.DataFrame(X, columns=list("abcd")).to_parquet(pq)
     model_dir = str(tmp_path / "model")
     labels_out = str(tmp_path / "labels.parquet")
-    assert main(["fit", pq, "-k", "3", "--seed", "0", "--out", model_dir, "--labels-out", labels_out,
-                 "--quiet"]) == 0
+    assert main(["fit", pq, "-k", "3", "--seed", "0", "--out", model_dir, "--labels-out", labels_out, "--quiet"]) == 0
     m = dask_clust.load(model_dir)
     got = pd.read_parquet(labels_out)["label"].to_numpy()
     np.testing.assert_array_equal(got, ref.assign(X, m.cluster_centers_)[0])
@@ -193,8 +222,24 @@ def test_cli_fit_predict_npy(tmp_path, small_blobs, capsys):
     X, _ = small_blobs
     np.save(tmp_path / "x.npy", X)
     np.save(tmp_path / "init.npy", X[:3].astype(np.float64))
-    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--init", str(tmp_path / "init.npy"), "--tol", "0",
-                 "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(tmp_path / "x.npy"),
+                "-k",
+                "3",
+                "--init",
+                str(tmp_path / "init.npy"),
+                "--tol",
+                "0",
+                "--out",
+                str(tmp_path / "m"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     C, _, qe, n_iter, _ = ref.lloyd(X, X[:3], tol=0)
     assert summary["objective"] == pytest.approx(qe, rel=1e-9) and summary["n_iter"] == n_iter
@@ -202,16 +247,22 @@ def test_cli_fit_predict_npy(tmp_path, small_blobs, capsys):
     np.testing.assert_array_equal(np.load(tmp_path / "l.npy"), ref.assign(X, C)[0])
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["fit", "/nonexistent/x.npy"], r"Input path does not exist"),
-    (["fit", "X", "-k", "0"], None),
-    (["fit", "X", "--tol", "-1"], r"'tol' parameter of algo='kmeans' must be"),
-    (["fit", "X", "--scheduler", "nonsense"], r"'nonsense' is not a Dask scheduler address: expected tcp://host:port"),
-    (["fit", "X", "--scheduler", "localhost:8786x"], r"'localhost:8786x' is not a Dask scheduler address"),
-    (["fit", "X", "--scheduler", "http://127.0.0.1:8787/status"], r"that is a dashboard's web address"),
-    (["fit", "TEXT"], r"Cannot read .*text\.npy: not a \.npy file \(no NumPy header\)"),
-    (["fit", "DIR"], r"Cannot read .*dir\.npy: not a \.npy file \(a directory"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["fit", "/nonexistent/x.npy"], r"Input path does not exist"),
+        (["fit", "X", "-k", "0"], None),
+        (["fit", "X", "--tol", "-1"], r"'tol' parameter of algo='kmeans' must be"),
+        (
+            ["fit", "X", "--scheduler", "nonsense"],
+            r"'nonsense' is not a Dask scheduler address: expected tcp://host:port",
+        ),
+        (["fit", "X", "--scheduler", "localhost:8786x"], r"'localhost:8786x' is not a Dask scheduler address"),
+        (["fit", "X", "--scheduler", "http://127.0.0.1:8787/status"], r"that is a dashboard's web address"),
+        (["fit", "TEXT"], r"Cannot read .*text\.npy: not a \.npy file \(no NumPy header\)"),
+        (["fit", "DIR"], r"Cannot read .*dir\.npy: not a \.npy file \(a directory"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, small_blobs, argv, msg):
     X, _ = small_blobs
     np.save(tmp_path / "x.npy", X)
@@ -230,8 +281,11 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, small_blobs, argv, msg):
 
 
 def test_cli_shows_no_distributed_info_lines_without_v():
-    proc = subprocess.run([sys.executable, "-m", "dask_clust.cli", "demo", "--n", "4000", "-k", "3",
-                           "--true-clusters", "3", "--quiet"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dask_clust.cli", "demo", "--n", "4000", "-k", "3", "--true-clusters", "3", "--quiet"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "kmeans (k-means||)" in proc.stdout and "distributed" not in proc.stderr, proc.stderr
 
@@ -258,10 +312,10 @@ def test_model_plot_shows_the_history_and_the_centres(small_blobs):
         xy = centres.collections[0].get_offsets()
         if m.n_features_in_ == 2:
             np.testing.assert_array_equal(xy, m.cluster_centers_)
-        else:   # a projection onto orthonormal axes: distances shrink, the largest spread is kept
+        else:  # a projection onto orthonormal axes: distances shrink, the largest spread is kept
             C = m.cluster_centers_ - m.cluster_centers_.mean(0)
             s = np.linalg.svd(C, compute_uv=False)
-            np.testing.assert_allclose((xy ** 2).sum(), (s[:2] ** 2).sum(), rtol=1e-9)
+            np.testing.assert_allclose((xy**2).sum(), (s[:2] ** 2).sum(), rtol=1e-9)
 
 
 def test_make_blobs_equals_shared_generator_when_one_chunk():
@@ -306,7 +360,7 @@ def test_pandas_and_dask_dataframe_inputs(small_blobs):
     for data in (df, dd.from_pandas(df, npartitions=4)):
         m = dask_clust.fit(data, n_clusters=3, init=init, client="in-process")
         np.testing.assert_allclose(m.cluster_centers_, C, rtol=1e-10)
-        got = m.predict(data)   # a Series on the frame's index: computed for pandas, lazy for dask
+        got = m.predict(data)  # a Series on the frame's index: computed for pandas, lazy for dask
         assert isinstance(got, pd.Series if data is df else dd.Series)
         np.testing.assert_array_equal(dask.compute(got)[0].to_numpy(), labels)
 
@@ -319,8 +373,9 @@ def test_load_digits_clusters_like_scikit_learn():
 
     X, y = load_digits()
     assert X.shape == (1797, 64) and X.dtype == np.float64
-    ours = np.mean([metrics.nmi(y, dask_clust.fit(X, n_clusters=10, random_state=s).predict(X).compute())
-                    for s in range(3)])
+    ours = np.mean(
+        [metrics.nmi(y, dask_clust.fit(X, n_clusters=10, random_state=s).predict(X).compute()) for s in range(3)]
+    )
     sk = np.mean([metrics.nmi(y, KMeans(10, n_init=1, random_state=s).fit_predict(X)) for s in range(3)])
     assert ours >= sk - 0.05, (ours, sk)
 
@@ -343,8 +398,12 @@ def test_every_input_format_gives_the_same_model_and_uses_every_worker(tmp_path,
     np.save(tmp_path / "x.npy", X)
     pd.DataFrame(X, columns=list("abcd")).to_parquet(tmp_path / "x.parquet")
     da.from_array(X, chunks=(300_000, 4)).to_zarr(str(tmp_path / "x.zarr"))
-    inputs = {"npy": str(tmp_path / "x.npy"), "parquet": str(tmp_path / "x.parquet"),
-              "zarr": str(tmp_path / "x.zarr"), "dask": da.from_array(X, chunks=X.shape)}
+    inputs = {
+        "npy": str(tmp_path / "x.npy"),
+        "parquet": str(tmp_path / "x.parquet"),
+        "zarr": str(tmp_path / "x.zarr"),
+        "dask": da.from_array(X, chunks=X.shape),
+    }
     models = {name: dask_clust.fit(data, n_clusters=8, random_state=4, client=cluster) for name, data in inputs.items()}
     first = models["npy"]
     for name, m in models.items():
@@ -368,11 +427,12 @@ def test_npy_chunks_are_read_by_the_workers_that_see_the_file(tmp_path, cluster,
     X, _ = blobs(20_000, 4, 5, seed=3)
     path = str(tmp_path / "x.npy")
     np.save(path, X.astype(np.float32))
-    if not seen:   # the driver's stamp no longer matches the file the workers find at that path
+    if not seen:  # the driver's stamp no longer matches the file the workers find at that path
         monkeypatch.setattr(data, "file_stamp", lambda p: (0, 0))
     held = []
-    m = dask_clust.fit(path, n_clusters=5, random_state=2, client=cluster,
-                       callback=lambda rec: held.append(_loaded_keys(cluster)))
+    m = dask_clust.fit(
+        path, n_clusters=5, random_state=2, client=cluster, callback=lambda rec: held.append(_loaded_keys(cluster))
+    )
     ref_m = dask_clust.fit(np.load(path), n_clusters=5, random_state=2, client="in-process")
     np.testing.assert_array_equal(m.cluster_centers_, ref_m.cluster_centers_)
     assert m.objective_ == ref_m.objective_

@@ -1,9 +1,11 @@
 """Kernels against brute force (hypothesis)."""
+
 import math
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dask_clust.kernels.assign import Prepared, accumulate, all_sqdist, candidate_potentials, nearest, update_mind
@@ -71,7 +73,7 @@ def test_second_nearest_bound_never_exceeds_brute_force(xc):
     others = D.min(1)
     assert np.all(mind2 <= others)
     if len(C) > 1:
-        scale = (X.astype(np.float64) ** 2).sum(1) + (C ** 2).sum(1).max()
+        scale = (X.astype(np.float64) ** 2).sum(1) + (C**2).sum(1).max()
         assert np.all(others - mind2 <= 1e-3 * scale + 1e-9)
 
 
@@ -153,7 +155,7 @@ def test_greedy_plusplus_matches_the_step_by_step_reference(seed):
     evals = greedy_plusplus(X, w, first, u, gemm_tolerance(np.float64, d), chosen)
     ref = _greedy_plusplus_reference(X, w, first, u)
     np.testing.assert_array_equal(chosen, ref)
-    assert n < evals <= n * (k - 1) * u.shape[1] + n   # rows without mass are left out as they appear
+    assert n < evals <= n * (k - 1) * u.shape[1] + n  # rows without mass are left out as they appear
 
 
 @settings(max_examples=150, deadline=None)
@@ -166,11 +168,11 @@ def test_fixed_point_sums_are_exact_and_order_free(values, seed):
 
     def total(order, split):
         acc = np.zeros((1, N_WORDS), np.int64)
-        parts = [order[i:i + split] for i in range(0, len(order), split)]
+        parts = [order[i : i + split] for i in range(0, len(order), split)]
         for part in parts:  # a tree: sum each group, then the groups
             sub = np.zeros((1, N_WORDS), np.int64)
             for i in part:
-                fixed_add(sub, words[i:i + 1])
+                fixed_add(sub, words[i : i + 1])
             fixed_add(acc, sub)
         out = np.empty(1)
         from_fixed(acc, top, out)
@@ -185,7 +187,7 @@ def test_fixed_point_sums_are_exact_and_order_free(values, seed):
 
 def test_fixed_point_reports_overflow():
     words = np.empty((2, N_WORDS), np.int64)
-    assert to_fixed(np.array([1.0, 2.0 ** 40]), 20, words) == 1
+    assert to_fixed(np.array([1.0, 2.0**40]), 20, words) == 1
     assert to_fixed(np.array([1.0, np.nan]), 20, words) == 1
 
 
@@ -247,8 +249,10 @@ def test_nearest_centres_match_brute_force(problem):
 
 
 @settings(max_examples=200, deadline=None)
-@given(arrays(np.float64, st.integers(1, 30), elements=st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0])),
-       st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=40))
+@given(
+    arrays(np.float64, st.integers(1, 30), elements=st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0])),
+    st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=40),
+)
 def test_sample_proportional_is_the_inverse_cdf(p, u):
     """Each uniform maps to the first index whose cumulative weight exceeds u·Σp (dyadic weights: exact
     sums), and never to a zero weight."""
@@ -264,7 +268,7 @@ def test_sample_proportional_is_the_inverse_cdf(p, u):
 
 def test_chunk_summary_finds_first_bad_row_and_the_largest_value():
     X = np.arange(12, dtype=np.float32).reshape(4, 3)
-    X[1, 2] = -11   # ties the largest magnitude first: its row is the one named
+    X[1, 2] = -11  # ties the largest magnitude first: its row is the one named
     s, s2 = np.empty(3), np.empty(3)
     m, at, bad = chunk_summary(X, s, s2)
     assert bad == -1 and m == 11 and at == 1
@@ -288,7 +292,7 @@ def vr_problem(draw):
     X = draw(arrays(draw(st.sampled_from([np.float32, np.float64])), (n, d), elements=grid))
     Ct = draw(arrays(np.float64, (k, d), elements=grid))
     for j, i in enumerate(draw(st.lists(st.integers(0, n - 1), max_size=k))):
-        Ct[j] = X[i]   # rows on a centre: zero distances and ties
+        Ct[j] = X[i]  # rows on a centre: zero distances and ties
     A = draw(arrays(np.float64, (k, d), elements=grid))
     idx = draw(arrays(np.int64, draw(st.integers(0, 8)), elements=st.integers(0, n - 1)))
     return X, Ct, A, idx, draw(st.sampled_from([0.5, 0.25]))
@@ -330,9 +334,8 @@ def sbe_problem(draw):
     b, steps = draw(st.sampled_from([1, 2, 4, 8])), draw(st.integers(1, 3))
     batches = draw(arrays(draw(st.sampled_from([np.float32, np.float64])), (steps, b, d), elements=grid))
     x = draw(arrays(np.float64, (k, d), elements=grid))
-    for j, (m, i) in enumerate(draw(st.lists(st.tuples(st.integers(0, steps - 1), st.integers(0, b - 1)),
-                                             max_size=k))):
-        x[j] = batches[m, i]   # centres on rows: ties
+    for j, (m, i) in enumerate(draw(st.lists(st.tuples(st.integers(0, steps - 1), st.integers(0, b - 1)), max_size=k))):
+        x[j] = batches[m, i]  # centres on rows: ties
     return batches, x, draw(st.sampled_from([0.5, 0.25]))
 
 
@@ -367,7 +370,7 @@ def slk_problem(draw):
     n, k, r, d = draw(st.integers(1, 12)), draw(st.integers(1, 5)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
     m = draw(st.integers(1, 15))
     unit = st.integers(0, 4).map(float)
-    z = draw(arrays(np.float64, (n, k), elements=unit)) + 1.0   # few distinct values: ties in rows and columns
+    z = draw(arrays(np.float64, (n, k), elements=unit)) + 1.0  # few distinct values: ties in rows and columns
     z /= z.sum(1, keepdims=True)
     H = draw(arrays(np.float64, (m, k), elements=st.floats(0, 1, allow_nan=False)))
     at = draw(arrays(np.int64, draw(st.integers(1, 10)), elements=st.integers(0, m - 1)))
@@ -390,7 +393,7 @@ def test_slk_bound_update_matches_numpy(problem):
     n, k = z0.shape
     a = np.empty((n, k))
     affinities(X, M, sigma, a)
-    np.testing.assert_allclose(a, np.exp(-((X[:, None] - M[None]) ** 2).sum(-1) / (2 * sigma ** 2)), rtol=1e-13)
+    np.testing.assert_allclose(a, np.exp(-((X[:, None] - M[None]) ** 2).sum(-1) / (2 * sigma**2)), rtol=1e-13)
     outs = []
     for held in (a, np.empty((0, k))):
         z, labels, col_max, col_arg = z0.copy(), np.empty(n, np.int64), np.empty(k), np.empty(k, np.int64)
@@ -406,8 +409,9 @@ def test_slk_bound_update_matches_numpy(problem):
     v = a + lmbda * b
     e = np.exp(v - v.max(1, keepdims=True))
     np.testing.assert_allclose(z, e / e.sum(1, keepdims=True), rtol=1e-14, atol=1e-300)
-    np.testing.assert_allclose([zlogz, az, bz], [(z0 * np.log(z0)).sum(), (a * z0).sum(), (b * z0).sum()],
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        [zlogz, az, bz], [(z0 * np.log(z0)).sum(), (a * z0).sum(), (b * z0).sum()], rtol=1e-12, atol=1e-12
+    )
     np.testing.assert_array_equal(labels, z0.argmax(1))
     np.testing.assert_array_equal(col_max, z0.max(0))
     for l in range(k):
@@ -473,17 +477,17 @@ def test_nested_round_keeps_exact_labels_sums_and_lower_bounds(problem):
     best = D.min(1)
     np.testing.assert_array_equal(dist[rows], best)
     lowest = (D == best[:, None]).argmax(1)
-    np.testing.assert_array_equal(labels[new], lowest[n_old:])   # joining rows: the lowest index
-    ties = D[np.arange(n_old), before] == best[:n_old]   # a reused row whose label is still a nearest
+    np.testing.assert_array_equal(labels[new], lowest[n_old:])  # joining rows: the lowest index
+    ties = D[np.arange(n_old), before] == best[:n_old]  # a reused row whose label is still a nearest
     if elkan:
         np.testing.assert_array_equal(labels[old], np.where(ties, before, lowest[:n_old]))
-    else:   # Hamerly keeps it while its bound holds, else searches all: the lowest index
+    else:  # Hamerly keeps it while its bound holds, else searches all: the lowest index
         assert np.all((labels[old] == lowest[:n_old]) | (ties & (labels[old] == before)))
     lab = labels[rows]
     np.testing.assert_allclose(v, np.bincount(lab, w[rows], k), rtol=1e-12, atol=1e-12)
     for j in range(k):
         np.testing.assert_allclose(S[j], (w[rows][lab == j, None] * X[rows][lab == j]).sum(0), rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose(sse, np.bincount(lab, w[rows] * best ** 2, k), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sse, np.bincount(lab, w[rows] * best**2, k), rtol=1e-12, atol=1e-12)
     if elkan:
         assert np.all(lower[rows] <= D)
     else:
@@ -514,8 +518,8 @@ def test_draw_distinct_rows_are_distinct_and_keyed_by_row(n, n_clusters, seed, r
     assert all(len(set(r)) == m for r in out.tolist())
     np.testing.assert_array_equal(out[first >= 0, 0], first[first >= 0])
     tail = np.empty((n - n // 2, m), np.int32)
-    draw_distinct(first[n // 2:], row0 + n // 2, n_clusters, seed, tail)
-    np.testing.assert_array_equal(tail, out[n // 2:])
+    draw_distinct(first[n // 2 :], row0 + n // 2, n_clusters, seed, tail)
+    np.testing.assert_array_equal(tail, out[n // 2 :])
 
 
 @settings(max_examples=100, deadline=None)

@@ -1,12 +1,13 @@
 """Lloyd k-means against the plain-numpy reference, scikit-learn and hand-worked toys."""
+
 import math
 
 import numpy as np
 import pytest
 
 import dask_clust
-from dask_clust.engine import as_source, open_engine
 from dask_clust.blocks.seeding import seed
+from dask_clust.engine import as_source, open_engine
 from tests.conftest import rtol_for
 from tests.reference import lloyd as ref
 
@@ -24,8 +25,7 @@ def test_hand_worked_toy():
 
 def test_hand_worked_weighted_toy():
     # weights 1,3 on the left pair: centre (0, 0.75); QE = 0.75² + 3·0.25² + 2·0.5² = 1.25
-    m = dask_clust.fit(TOY, n_clusters=2, init=np.array([[0.0, 0.0], [10.0, 0.0]]),
-                       sample_weight=[1.0, 3.0, 1.0, 1.0])
+    m = dask_clust.fit(TOY, n_clusters=2, init=np.array([[0.0, 0.0], [10.0, 0.0]]), sample_weight=[1.0, 3.0, 1.0, 1.0])
     np.testing.assert_allclose(m.cluster_centers_, [[0.0, 0.75], [10.0, 0.5]], rtol=0, atol=1e-15)
     assert m.objective_ == pytest.approx(1.25, rel=1e-15)
     assert m.score(TOY, sample_weight=[1.0, 3.0, 1.0, 1.0]) == pytest.approx(-1.25, rel=1e-15)
@@ -72,6 +72,7 @@ def test_same_as_scikit_learn_from_same_init(small_blobs, dtype):
 @pytest.mark.parametrize("init", ["k-means||", "k-means++"])
 def test_quality_close_to_scikit_learn(init):
     from sklearn.cluster import KMeans
+
     from tests.reference.make_blobs import blobs
 
     X, _ = blobs(20_000, 8, 30, seed=2)
@@ -97,6 +98,7 @@ def test_seeders_pick_distinct_rows_reproducibly(small_blobs, init):
 
 def test_kmeans_plusplus_seeding_potential_like_scikit_learn():
     from sklearn.cluster import kmeans_plusplus
+
     from tests.reference.make_blobs import blobs
 
     X, _ = blobs(5000, 4, 20, seed=4)
@@ -131,13 +133,13 @@ def test_estimator_conventions(small_blobs):
     assert est.fit(X) is est
     assert est.cluster_centers_.shape == (6, 4)
     labels = est.labels_
-    assert isinstance(labels, np.ndarray) and labels.dtype == np.int32   # numpy in, numpy out
+    assert isinstance(labels, np.ndarray) and labels.dtype == np.int32  # numpy in, numpy out
     np.testing.assert_array_equal(labels, est.predict(X))
     assert est.inertia_ == pytest.approx(-est.score(X), rel=1e-9)
     assert est.transform(X).shape == (3000, 6)
     clone = type(est)(**est.get_params())
     assert clone.get_params() == est.get_params()
-    assert repr(est) == "KMeans(n_clusters=6, random_state=0, tol=1e-06)"   # scikit-learn: changed params, sorted
+    assert repr(est) == "KMeans(n_clusters=6, random_state=0, tol=1e-06)"  # scikit-learn: changed params, sorted
     from sklearn.base import clone as sk_clone
 
     assert sk_clone(est).get_params() == est.get_params()

@@ -1,22 +1,25 @@
 """The kNN graph (dask_clust/blocks/knn.py) against brute force, scikit-learn and the SLK authors' graphs, under
 every chunking and on a cluster."""
+
 import pathlib
 
 import numpy as np
 import pytest
 
+from dask_clust.blocks.knn import kneighbors_graph, neighbour_graph
 from dask_clust.datasets import load_digits, load_mnist_5k
 from dask_clust.engine import as_source, open_engine
 from dask_clust.errors import InputError
-from dask_clust.blocks.knn import kneighbors_graph, neighbour_graph
 from tests.reference import slk as ref
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "slk"
 
 
 def graph_of(X, r, chunk_rows=None, client="in-process", normalize=False):
-    with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng, \
-            neighbour_graph(eng, r, normalize=normalize) as g:
+    with (
+        open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng,
+        neighbour_graph(eng, r, normalize=normalize) as g,
+    ):
         ids, d2 = g.gather()
         return ids, d2, g.reference_sigma()
 
@@ -33,14 +36,22 @@ def test_graph_is_brute_force_with_ties_to_the_lower_id(chunk_rows):
     ids, d2, _ = graph_of(X, 5, chunk_rows)
     want_ids, want_d2 = ref.knn_graph(X, 5)
     np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_array_equal(d2, want_d2)   # integer data: every distance is exact
+    np.testing.assert_array_equal(d2, want_d2)  # integer data: every distance is exact
 
 
 def test_graph_bits_do_not_depend_on_chunks_or_workers(cluster):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((2000, 7)).astype(np.float32)
-    runs = [graph_of(X, 4, rows, client) for rows, client in
-            ((None, "in-process"), (500, "in-process"), (125, "in-process"), (125, cluster), (333, cluster))]
+    runs = [
+        graph_of(X, 4, rows, client)
+        for rows, client in (
+            (None, "in-process"),
+            (500, "in-process"),
+            (125, "in-process"),
+            (125, cluster),
+            (333, cluster),
+        )
+    ]
     for ids, d2, sigma in runs[1:]:
         np.testing.assert_array_equal(ids, runs[0][0])
         np.testing.assert_array_equal(d2, runs[0][1])
@@ -50,8 +61,10 @@ def test_graph_bits_do_not_depend_on_chunks_or_workers(cluster):
     np.testing.assert_allclose(runs[0][1], want_d2, rtol=1e-13)
 
 
-@pytest.mark.parametrize("data,load,edges,sigma", [("digits", load_digits, 7188, 0.26722976069924),
-                                                    ("mnist5k", load_mnist_5k, 20_000, 0.50823005501820)])
+@pytest.mark.parametrize(
+    "data,load,edges,sigma",
+    [("digits", load_digits, 7188, 0.26722976069924), ("mnist5k", load_mnist_5k, 20_000, 0.50823005501820)],
+)
 def test_slk_graph_and_sigma_are_the_authors(data, load, edges, sigma):
     """Issue #18, line 1: on the normalised rows, the authors' 4-NN graph (row sets) and σ, with 4 chunks."""
     X = load()[0]
@@ -74,15 +87,18 @@ def test_kneighbors_graph_is_scikit_learns(mode):
     np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"n_neighbors": 10}, r"n_neighbors=10 needs more than n_neighbors rows; got n_samples=10"),
-    ({"n_neighbors": 0}, r"n_neighbors must be an int >= 1; got 0"),
-    ({"n_neighbors": 2.5}, r"n_neighbors must be an int >= 1; got 2.5"),
-    ({"mode": "weights"}, r"mode must be 'connectivity' or 'distance'; got 'weights'"),
-    ({"method": "hnsw"}, r"method must be one of \['auto', 'exact', 'ivf'\]; got 'hnsw'"),
-    ({"nprobe": 0}, r"nprobe must be None or an int >= 1; got 0"),
-    ({"nlist": 11}, r"nlist=11 cells need at least as many rows; got n_samples=10"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"n_neighbors": 10}, r"n_neighbors=10 needs more than n_neighbors rows; got n_samples=10"),
+        ({"n_neighbors": 0}, r"n_neighbors must be an int >= 1; got 0"),
+        ({"n_neighbors": 2.5}, r"n_neighbors must be an int >= 1; got 2.5"),
+        ({"mode": "weights"}, r"mode must be 'connectivity' or 'distance'; got 'weights'"),
+        ({"method": "hnsw"}, r"method must be one of \['auto', 'exact', 'ivf'\]; got 'hnsw'"),
+        ({"nprobe": 0}, r"nprobe must be None or an int >= 1; got 0"),
+        ({"nlist": 11}, r"nlist=11 cells need at least as many rows; got n_samples=10"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(InputError, match=message):
         kneighbors_graph(np.random.default_rng(0).standard_normal((10, 2)), **kwargs)
@@ -91,14 +107,18 @@ def test_bad_arguments_are_named(kwargs, message):
 def test_the_exact_graph_is_refused_over_its_budget():
     import dask
 
-    with dask.config.set({"dask_clust.knn-exact-budget": 1e6}), \
-            pytest.raises(InputError, match=r"1,000 rows x 2 features is 2e\+06 multiply-adds, over .*budget = 1e\+06"):
+    with (
+        dask.config.set({"dask_clust.knn-exact-budget": 1e6}),
+        pytest.raises(InputError, match=r"1,000 rows x 2 features is 2e\+06 multiply-adds, over .*budget = 1e\+06"),
+    ):
         kneighbors_graph(np.random.default_rng(0).standard_normal((1000, 2)), 3, method="exact")
 
 
 def ivf_graph_of(X, r, chunk_rows=None, client="in-process", **kw):
-    with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng, \
-            neighbour_graph(eng, r, method="ivf", entropy=0, **kw) as g:
+    with (
+        open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng,
+        neighbour_graph(eng, r, method="ivf", entropy=0, **kw) as g,
+    ):
         ids, d2 = g.gather()
         return ids, d2, g.reference_sigma(), g.recall
 
@@ -153,6 +173,6 @@ def test_a_zero_row_stays_zero_when_normalised():
     X[13] = 0
     got = kneighbors_graph(X, 3, mode="distance", normalize=True)
     want, _ = ref.knn_graph(normalize(X), 3)
-    others = np.arange(20) != 13   # row 13 is at distance 1 ± rounding from all: its order is rounding's
+    others = np.arange(20) != 13  # row 13 is at distance 1 ± rounding from all: its order is rounding's
     np.testing.assert_array_equal(got.indices.reshape(20, 3)[others], want[others])
     np.testing.assert_allclose(got[13].data, 1.0, rtol=1e-15)

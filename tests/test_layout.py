@@ -2,6 +2,7 @@
 imported): imports point down only, no import cycle between modules, only ``engine/`` imports
 ``distributed`` (``deploy/`` its ``Security`` settings object), no module imports another's ``_private`` name,
 and the benchmark harness is outside the package."""
+
 import ast
 import pathlib
 
@@ -43,21 +44,22 @@ def imports(module):
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     tree = ast.parse(path.read_text())
-    top = {id(node) for node in tree.body} | {id(n) for node in tree.body if isinstance(node, (ast.If, ast.Try))
-                                               for n in ast.walk(node)}
+    top = {id(node) for node in tree.body} | {
+        id(n) for node in tree.body if isinstance(node, (ast.If, ast.Try)) for n in ast.walk(node)
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, (), id(node) in top
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module
             names = tuple(a.name for a in node.names)
             subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES]
-            for sub in subs:   # ``from . import kmeans``: the submodule, not the package
+            for sub in subs:  # ``from . import kmeans``: the submodule, not the package
                 yield sub, (), id(node) in top
             rest = tuple(n for n in names if f"{target}.{n}" not in MODULES)
             if rest:
@@ -91,13 +93,12 @@ def test_imports_point_down_and_name_nothing_private(module):
 
 def test_no_import_cycle_between_modules():
     """Module-level imports only (a function's import runs after every module has loaded)."""
-    graph = {m: {own(t) for t, _, top in imports(m) if top and t.startswith("dask_clust")} - {m, None}
-             for m in MODULES}
+    graph = {m: {own(t) for t, _, top in imports(m) if top and t.startswith("dask_clust")} - {m, None} for m in MODULES}
     done, path = set(), []
 
     def visit(m):
         if m in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(m):] + [m]))
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(m) :] + [m]))
         if m in done:
             return
         path.append(m)

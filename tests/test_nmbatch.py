@@ -1,5 +1,6 @@
 """Nested mini-batch k-means and Sculley's mini-batch k-means against the plain-numpy references
 (tests/reference/nmbatch.py), the bounds against brute force, and the nesting's invariances."""
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ def data():
 
 
 def _order(n, random_state):
-    key = int(stream(check_random_state(random_state), "nmbatch", "nesting").integers(2 ** 63))
+    key = int(stream(check_random_state(random_state), "nmbatch", "nesting").integers(2**63))
     ranks = np.empty(n, np.int64)
     nested_ranks(0, n, key, ranks)
     return np.argsort(ranks)
@@ -27,12 +28,25 @@ def _rounds(m):
     return [(h["batch_size"], h["objective"], h["changed"], h["distance_evals"]) for h in m.history_]
 
 
-@pytest.mark.parametrize("rho,mode,bounds", [(10.0, "paper", "elkan"), (300.0, "reference", "elkan"),
-                                             (10.0, "paper", "hamerly")])
+@pytest.mark.parametrize(
+    "rho,mode,bounds", [(10.0, "paper", "elkan"), (300.0, "reference", "elkan"), (10.0, "paper", "hamerly")]
+)
 def test_rounds_match_reference(data, rho, mode, bounds):
     k, b0, rs = 8, 150, 3
-    m = dask_clust.fit(data, algo="nmbatch", n_clusters=k, init="first-k", batch_size=b0, rho=rho, rho_mode=mode,
-                       bounds=bounds, tol=0.0, max_iter=60, random_state=rs, client="in-process")
+    m = dask_clust.fit(
+        data,
+        algo="nmbatch",
+        n_clusters=k,
+        init="first-k",
+        batch_size=b0,
+        rho=rho,
+        rho_mode=mode,
+        bounds=bounds,
+        tol=0.0,
+        max_iter=60,
+        random_state=rs,
+        client="in-process",
+    )
     order = _order(len(data), rs)
     rounds, centers = ref.nmbatch(data, order, data[order[:k]], b0, rho, 60, mode)
     ours = _rounds(m)
@@ -42,7 +56,7 @@ def test_rounds_match_reference(data, rho, mode, bounds):
     np.testing.assert_allclose(m.cluster_centers_, centers, rtol=1e-9, atol=1e-12)
     assert len({r[0] for r in ours}) >= 3  # the batch really grew
     if bounds == "elkan":  # float32 bounds rounded down may only add a few evaluations; a joining row adds
-        for h, (*_, ref_e) in zip(m.history_, rounds):   # the exact distance to its GEMM-found centre
+        for h, (*_, ref_e) in zip(m.history_, rounds):  # the exact distance to its GEMM-found centre
             assert ref_e <= h["distance_evals"] <= 1.01 * ref_e + 2 + h["joined"]
     assert m.extras_["bounds_"] == bounds
 
@@ -96,8 +110,17 @@ def test_nesting_is_one_permutation_whatever_the_chunking():
 
 
 def test_chunking_does_not_change_the_fit(data, input_chunks):
-    kw = dict(algo="nmbatch", n_clusters=8, init="first-k", batch_size=150, rho=10.0, tol=0.0, max_iter=40,
-              random_state=1, client="in-process")
+    kw = dict(
+        algo="nmbatch",
+        n_clusters=8,
+        init="first-k",
+        batch_size=150,
+        rho=10.0,
+        tol=0.0,
+        max_iter=40,
+        random_state=1,
+        client="in-process",
+    )
     one = dask_clust.fit(da.from_array(data, chunks=(3000, 4)), **kw)
     seven = dask_clust.fit(da.from_array(data, chunks=(430, 4)), **kw)
     assert one.engine_["chunks"] == 1 and seven.engine_["chunks"] == 7
@@ -108,8 +131,16 @@ def test_chunking_does_not_change_the_fit(data, input_chunks):
 
 
 def test_memory_budget_switches_to_one_bound_per_row(data):
-    kw = dict(algo="nmbatch", n_clusters=8, init="first-k", batch_size=150, rho=10.0, max_iter=30, random_state=2,
-              client="in-process")
+    kw = dict(
+        algo="nmbatch",
+        n_clusters=8,
+        init="first-k",
+        batch_size=150,
+        rho=10.0,
+        max_iter=30,
+        random_state=2,
+        client="in-process",
+    )
     roomy = dask_clust.fit(data, **kw)
     tight = dask_clust.fit(data, bounds_memory=3000 * 8 * 4 - 1, **kw)  # k bounds for 3000 rows do not fit
     assert roomy.extras_["bounds_"] == "elkan" and tight.extras_["bounds_"] == "hamerly"
@@ -118,8 +149,17 @@ def test_memory_budget_switches_to_one_bound_per_row(data):
 
 
 def test_stops_when_the_whole_data_is_stable(data):
-    m = dask_clust.fit(data, algo="nmbatch", n_clusters=5, init="first-k", batch_size=100, rho=1.0, tol=0.0,
-                       random_state=0, client="in-process")
+    m = dask_clust.fit(
+        data,
+        algo="nmbatch",
+        n_clusters=5,
+        init="first-k",
+        batch_size=100,
+        rho=1.0,
+        tol=0.0,
+        random_state=0,
+        client="in-process",
+    )
     assert m.converged_
     last = m.history_[-1]
     assert last["batch_size"] == len(data) and last["changed"] == 0 and last["joined"] == 0
@@ -135,26 +175,38 @@ def test_minibatch_matches_sculley_reference(data, ratio):
 
     k, b, rs, steps = 6, 64, 4, 12
     init = data[[0, 500, 1000, 1500, 2000, 2500]].astype(np.float64)
-    m = dask_clust.fit(da.from_array(data, chunks=(700, 4)), algo="minibatch", n_clusters=k, init=init,
-                       batch_size=b, max_iter=steps, max_no_improvement=None, reassignment_ratio=ratio,
-                       random_state=rs, client="in-process")
+    m = dask_clust.fit(
+        da.from_array(data, chunks=(700, 4)),
+        algo="minibatch",
+        n_clusters=k,
+        init=init,
+        batch_size=b,
+        max_iter=steps,
+        max_no_improvement=None,
+        reassignment_ratio=ratio,
+        random_state=rs,
+        client="in-process",
+    )
     entropy = check_random_state(rs)
     length = steps_per_gather(b, data.shape[1])
-    batches = [stream(entropy, "minibatch", "batches", s // length).integers(0, len(data), (length, b))[s % length]
-               for s in range(steps)]
+    batches = [
+        stream(entropy, "minibatch", "batches", s // length).integers(0, len(data), (length, b))[s % length]
+        for s in range(steps)
+    ]
     want, counts, _ = ref.minibatch(data, init, batches, ratio, lambda s: stream(entropy, "minibatch", "reassign", s))
     np.testing.assert_allclose(m.cluster_centers_, want, rtol=1e-10)
     np.testing.assert_array_equal(m.counts_, counts)
     assert m.n_iter_ == steps
     if ratio:
-        assert sum(r["changed"] for r in m.history_) > 0   # the reassignment ran
+        assert sum(r["changed"] for r in m.history_) > 0  # the reassignment ran
 
 
 def test_minibatch_early_stop_and_quality(data):
     from sklearn.cluster import KMeans
 
-    m = dask_clust.fit(data, algo="minibatch", n_clusters=10, batch_size=256, max_iter=500, random_state=0,
-                       client="in-process")
+    m = dask_clust.fit(
+        data, algo="minibatch", n_clusters=10, batch_size=256, max_iter=500, random_state=0, client="in-process"
+    )
     assert m.converged_ and m.n_iter_ < 500
     best = KMeans(10, n_init=5, random_state=0).fit(data).inertia_
     assert m.objective_ < 1.1 * best

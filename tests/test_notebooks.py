@@ -8,6 +8,7 @@ ipykernel's "python3": jupyter_client finds it even without an installed kernels
 importable, and starts it with this interpreter (``sys.executable``), so the notebooks see the same
 environment as the test.
 """
+
 import html
 import os
 import time
@@ -62,14 +63,22 @@ def shown_text(nb):
     in the notebook's metadata) and its stream outputs."""
     state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
     texts = [str(w.get("state", {}).get("value", "")) for w in state.values()]
-    texts += [out.get("text", "") for cell in nb.cells for out in cell.get("outputs", [])
-              if out.get("output_type") == "stream"]
-    return html.unescape("\n".join(texts)).replace("\u2007", " ")   # tqdm's widgets space with figure spaces
+    texts += [
+        out.get("text", "")
+        for cell in nb.cells
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "stream"
+    ]
+    return html.unescape("\n".join(texts)).replace("\u2007", " ")  # tqdm's widgets space with figure spaces
 
 
 def html_outputs(nb):
-    return [out["data"]["text/html"] for cell in nb.cells for out in cell.get("outputs", [])
-            if "text/html" in out.get("data", {})]
+    return [
+        out["data"]["text/html"]
+        for cell in nb.cells
+        for out in cell.get("outputs", [])
+        if "text/html" in out.get("data", {})
+    ]
 
 
 def error_outputs(nb):
@@ -92,8 +101,7 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
 
     before = snapshot(REPO)
     t0 = time.perf_counter()
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     elapsed = time.perf_counter() - t0
     after = snapshot(REPO)
@@ -103,13 +111,15 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     for text in SHOWN.get(path.stem, ()):
         assert text in shown_text(nb), f"{path.name}: no progress showing {text!r}"
     if path.stem in SHOWN:
-        assert any("<table>" in h and "objective" in h and "<svg" in h for h in html_outputs(nb)), \
+        assert any("<table>" in h and "objective" in h and "<svg" in h for h in html_outputs(nb)), (
             f"{path.name}: no HTML view of the model"
+        )
     created = sorted(set(after) - set(before))
     removed = sorted(set(before) - set(after))
     changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
-    assert not (created or removed or changed), \
-        (f"{path.name} touched the repository: created {created}, removed {removed}, changed {changed} "
-         "(a false positive if something else edited the checkout while the notebook ran)")
+    assert not (created or removed or changed), (
+        f"{path.name} touched the repository: created {created}, removed {removed}, changed {changed} "
+        "(a false positive if something else edited the checkout while the notebook ran)"
+    )
     # the kernel ran in tmp_path: anything written to the working directory is a stray file too
     assert not list(tmp_path.iterdir()), f"{path.name} wrote {sorted(os.listdir(tmp_path))} to its cwd"

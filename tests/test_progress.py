@@ -1,5 +1,6 @@
 """Progress as a user sees it: a bar per phase on a terminal (a pseudo-terminal here), nothing by default
 in a log (CI), one line per phase when asked for there; and the README's Quick start, run as a script."""
+
 import fcntl
 import os
 import pathlib
@@ -12,26 +13,38 @@ import termios
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FIT = ("import numpy as np, dask_clust\n"
-       "X = np.random.default_rng(0).random((20_000, 4)).astype('float32')\n"
-       "dask_clust.fit(X, algo='vcgmm', n_clusters=5, random_state=0{progress})\n"
-       "dask_clust.KMeans(5, init='k-means++', random_state=0).fit(X{progress})\n")
+FIT = (
+    "import numpy as np, dask_clust\n"
+    "X = np.random.default_rng(0).random((20_000, 4)).astype('float32')\n"
+    "dask_clust.fit(X, algo='vcgmm', n_clusters=5, random_state=0{progress})\n"
+    "dask_clust.KMeans(5, init='k-means++', random_state=0).fit(X{progress})\n"
+)
 # the phases of those two fits, in order
-PHASES = ["loading 20,000 x 4", "coreset of 20,000 rows", "seeding k-means||", "vcgmm iterations", "refit on 20,000 rows",
-          "final pass", "loading 20,000 x 4", "seeding k-means++", "kmeans iterations", "labels of the training rows"]
+PHASES = [
+    "loading 20,000 x 4",
+    "coreset of 20,000 rows",
+    "seeding k-means||",
+    "vcgmm iterations",
+    "refit on 20,000 rows",
+    "final pass",
+    "loading 20,000 x 4",
+    "seeding k-means++",
+    "kmeans iterations",
+    "labels of the training rows",
+]
 
 
 def on_a_terminal(argv, cwd=None, timeout=600):
     """Run argv with stderr on a pseudo-terminal; returns (status, what the terminal showed)."""
     controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))   # a 100-column terminal
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a 100-column terminal
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal, cwd=cwd)
     os.close(terminal)
     shown = b""
     while True:
         try:
             data = os.read(controller, 65536)
-        except OSError:   # EIO: every writer closed the terminal
+        except OSError:  # EIO: every writer closed the terminal
             break
         if not data:
             break
@@ -56,8 +69,9 @@ def test_no_progress_in_a_log_by_default():
 
 
 def test_progress_asked_for_in_a_log_is_one_line_per_phase():
-    proc = subprocess.run([sys.executable, "-c", FIT.format(progress=", progress=True")], capture_output=True,
-                          text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", FIT.format(progress=", progress=True")], capture_output=True, text=True, check=True
+    )
     assert "\r" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == len(PHASES) and all(line.startswith(p) for line, p in zip(lines, PHASES)), lines
@@ -67,7 +81,7 @@ def test_progress_asked_for_in_a_log_is_one_line_per_phase():
 def test_a_terminal_shows_a_bar_per_phase():
     status, shown = on_a_terminal([sys.executable, "-c", FIT.format(progress="")])
     assert status == 0, shown
-    assert "\r" in shown and "%|" in shown, shown   # tqdm's bars, redrawn in place
+    assert "\r" in shown and "%|" in shown, shown  # tqdm's bars, redrawn in place
     assert in_order(shown, PHASES), shown
 
 
@@ -83,8 +97,8 @@ def test_a_jupyter_kernel_gets_widgets_by_default_and_text_bars_without_ipywidge
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))
     assert progress.mode_for(None) == "bars"
-    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))   # plain IPython
-    assert progress.mode_for(None) in ("off", "bars")   # as the terminal says
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))  # plain IPython
+    assert progress.mode_for(None) in ("off", "bars")  # as the terminal says
 
 
 def test_the_dashboard_shows_a_running_fit(cluster):
@@ -98,16 +112,27 @@ def test_the_dashboard_shows_a_running_fit(cluster):
     X = np.random.default_rng(2).random((20_000, 4)).astype(np.float32)
     pages = []
 
-    def look(record):   # called on the driver after each iteration, while the fit runs
+    def look(record):  # called on the driver after each iteration, while the fit runs
         if record["iteration"] == 3:
             pages.append(urllib.request.urlopen(page_link(cluster), timeout=10).read().decode())
 
-    dask_clust.fit(X, "kmeans", 5, init="k-means++", max_iter=6, tol=0, random_state=0, client=cluster,
-                   callback=look, progress=False)
-    assert re.search(r"<td>kmeans</td><td>kmeans iterations</td><td>[0-3]/6</td><td>[^<]*</td><td>running</td>",
-                     pages[0]), pages[0]
+    dask_clust.fit(
+        X,
+        "kmeans",
+        5,
+        init="k-means++",
+        max_iter=6,
+        tol=0,
+        random_state=0,
+        client=cluster,
+        callback=look,
+        progress=False,
+    )
+    assert re.search(
+        r"<td>kmeans</td><td>kmeans iterations</td><td>[0-3]/6</td><td>[^<]*</td><td>running</td>", pages[0]
+    ), pages[0]
     finished = r"<td>kmeans</td><td>kmeans iterations</td><td>6/6</td><td>objective [\d.e+]+</td><td>finished</td>"
-    for _ in range(50):   # the fit does not wait for its last messages to the scheduler
+    for _ in range(50):  # the fit does not wait for its last messages to the scheduler
         after = urllib.request.urlopen(page_link(cluster), timeout=10).read().decode()
         if re.search(finished, after):
             break
@@ -140,8 +165,10 @@ def without_upstream_teardown(shown):
 
 
 def test_upstream_teardown_filter_removes_that_record_only():
-    record = ("2026-11-22 21:50:01,123 - distributed.worker - ERROR - " + UPSTREAM_TEARDOWN + ".\r\n"
-              "Traceback (most recent call last):\r\n  File \"tcp.py\"\r\nStreamClosedError: Stream is closed\r\n")
+    record = (
+        "2026-11-22 21:50:01,123 - distributed.worker - ERROR - " + UPSTREAM_TEARDOWN + ".\r\n"
+        'Traceback (most recent call last):\r\n  File "tcp.py"\r\nStreamClosedError: Stream is closed\r\n'
+    )
     other = "2026-11-22 21:50:02,000 - distributed.core - ERROR - boom\r\nTraceback (most recent call last):\r\n"
     assert "Traceback" not in without_upstream_teardown("bars\r\n" + record)
     assert without_upstream_teardown("vcgmm iterations 6/6\r" + record) == "vcgmm iterations 6/6\r"
@@ -153,9 +180,22 @@ def test_readme_quick_start_runs_as_a_script_with_progress(tmp_path):
     (tmp_path / "quickstart.py").write_text(quickstart(20_000))
     status, shown = on_a_terminal([sys.executable, "quickstart.py"], cwd=tmp_path)
     assert status == 0, shown
-    assert in_order(shown, ["loading 20,000 x 32", "seeding k-means||", "kmeans iterations",
-                            "loading 20,000 x 32", "coreset of 20,000 rows", "seeding k-means||",
-                            "vcgmm iterations", "final pass", "loading 20,000 x 32", "seeding k-means||",
-                            "kmeans iterations", "labels of the training rows"]), shown
+    assert in_order(
+        shown,
+        [
+            "loading 20,000 x 32",
+            "seeding k-means||",
+            "kmeans iterations",
+            "loading 20,000 x 32",
+            "coreset of 20,000 rows",
+            "seeding k-means||",
+            "vcgmm iterations",
+            "final pass",
+            "loading 20,000 x 32",
+            "seeding k-means||",
+            "kmeans iterations",
+            "labels of the training rows",
+        ],
+    ), shown
     assert "Traceback" not in without_upstream_teardown(shown), shown
     assert (tmp_path / "model" / "model.json").exists()

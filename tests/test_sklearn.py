@@ -1,5 +1,6 @@
 """The estimators are scikit-learn estimators: scikit-learn's own estimator checks, a Pipeline, model
 selection, and results that follow the input's kind (numpy in, numpy out; dask in, dask out)."""
+
 import pickle
 import warnings
 
@@ -16,15 +17,15 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dask_clust
 from dask_clust.estimators import ESTIMATORS
-from tests.reference.make_blobs import blobs
 from tests.reference import lloyd as ref
 from tests.reference import nmbatch as ref_nmbatch
+from tests.reference.make_blobs import blobs
 
 # Checks that cannot apply, with the reason (the same list scikit-learn keeps for its own KMeans)
 EXPECTED_FAILURES = {
-    "check_sample_weight_equivalence_on_dense_data":
-        "the seeding draws rows with probability proportional to their weight: a row repeated twice is two "
-        "draws, a row of weight 2 is one, so the random streams (and the model) differ",
+    "check_sample_weight_equivalence_on_dense_data": "the seeding draws rows with probability proportional to "
+    "their weight: a row repeated twice is two draws, a row of weight 2 is one, so the random streams (and the "
+    "model) differ",
 }
 
 
@@ -32,8 +33,7 @@ def _expected(estimator):
     return EXPECTED_FAILURES if "sample_weight" in estimator.fit.__code__.co_varnames else {}
 
 
-@parametrize_with_checks([cls(random_state=0) for cls in ESTIMATORS.values()],
-                         expected_failed_checks=_expected)
+@parametrize_with_checks([cls(random_state=0) for cls in ESTIMATORS.values()], expected_failed_checks=_expected)
 def test_scikit_learn_estimator_checks(estimator, check):
     if check.func.__name__ == "check_array_api_input":
         # runs only for estimators that declare array-API support; ours take numpy, dask and pandas
@@ -52,7 +52,7 @@ def test_pipeline_and_cross_val_score():
     scaled = StandardScaler().fit_transform(X)
     np.testing.assert_array_equal(labels, dask_clust.fit(scaled, n_clusters=5, random_state=0).predict(scaled))
     scores = cross_val_score(pipe, X, cv=3)
-    assert scores.shape == (3,) and np.all(scores < 0)    # score is −QE of the held-out rows
+    assert scores.shape == (3,) and np.all(scores < 0)  # score is −QE of the held-out rows
 
 
 def test_results_follow_the_input_kind():
@@ -73,7 +73,7 @@ def test_labels_are_computed_when_fit_returns(cluster):
     from distributed import futures_of
 
     X, _ = blobs(4000, 3, 4, seed=4)
-    with cluster.as_current():   # persist then runs on the cluster and returns before the labels exist
+    with cluster.as_current():  # persist then runs on the cluster and returns before the labels exist
         est = dask_clust.KMeans(4, random_state=0).fit(da.from_array(X, chunks=500), client=cluster)
         futures = futures_of(est.labels_)
         assert futures and all(f.status == "finished" for f in futures)
@@ -84,7 +84,7 @@ def test_n_init_keeps_the_best_of_n_separate_fits():
     X, _ = blobs(3000, 4, 12, seed=5)
     seeds = np.random.SeedSequence(0).generate_state(5, np.uint64)
     fits = [dask_clust.fit(X, "kmeans", 8, random_state=int(s), client="in-process") for s in seeds]
-    assert len({m.objective_ for m in fits}) > 1   # the seeds lead to different optima: there is a best
+    assert len({m.objective_ for m in fits}) > 1  # the seeds lead to different optima: there is a best
     best = min(fits, key=lambda m: m.objective_)
     est = dask_clust.KMeans(8, n_init=5, random_state=0).fit(X)
     np.testing.assert_array_equal(est.cluster_centers_, best.cluster_centers_)
@@ -105,9 +105,9 @@ def test_partial_fit_is_sculleys_update_with_the_counts_carried():
     X, _ = blobs(3000, 4, 6, seed=7)
     C, v, since = X[:6].astype(np.float64), None, 0
     est = dask_clust.MiniBatchKMeans(6, init=C.copy(), reassignment_ratio=0.2, random_state=3)
-    picks = lambda step: stream(check_random_state(3), "minibatch", "reassign", "partial", step)   # noqa: E731
+    picks = lambda step: stream(check_random_state(3), "minibatch", "reassign", "partial", step)  # noqa: E731
     for step, b in enumerate(range(0, len(X), 250)):
-        batch = X[b:b + 250]
+        batch = X[b : b + 250]
         est.partial_fit(batch)
         C, v, since = ref_nmbatch.minibatch(batch, C, [np.arange(len(batch))], 0.2, lambda _: picks(step), v, since)
         np.testing.assert_allclose(est.cluster_centers_, C, rtol=1e-10)
@@ -120,10 +120,10 @@ def test_partial_fit_is_sculleys_update_with_the_counts_carried():
 
 def test_partial_fit_over_a_stream_ends_near_one_fit_of_its_rows():
     X, _ = blobs(6000, 4, 6, seed=7)
-    rows = np.random.default_rng(0).permutation(len(X))   # a stream in no particular order
+    rows = np.random.default_rng(0).permutation(len(X))  # a stream in no particular order
     stream = dask_clust.MiniBatchKMeans(6, random_state=0)
     for b in range(0, len(X), 500):
-        stream.partial_fit(X[rows[b:b + 500]])
+        stream.partial_fit(X[rows[b : b + 500]])
     whole = dask_clust.MiniBatchKMeans(6, random_state=0).fit(X)
     qe = [ref.assign(X, est.cluster_centers_)[1].sum() for est in (stream, whole)]
     assert qe[0] <= 1.01 * qe[1], qe
@@ -139,7 +139,7 @@ def test_unfitted_and_probabilistic_only():
         dask_clust.KMeans(3).predict(X)
     assert not hasattr(dask_clust.KMeans(3), "predict_proba")
     est = dask_clust.VCGMM(3, random_state=0).fit(X)
-    P = est.predict_proba(X)   # scikit-learn's (n_samples, n_clusters), sparse: n·C' non-zeros
+    P = est.predict_proba(X)  # scikit-learn's (n_samples, n_clusters), sparse: n·C' non-zeros
     assert sparse.issparse(P) and P.shape == (300, 3)
     np.testing.assert_allclose(np.asarray(P.sum(1)).ravel(), 1.0, rtol=1e-12)
     dense = est.predict_proba(X, output="dense")
@@ -164,7 +164,7 @@ def test_feature_names_are_checked():
 def test_labels_are_kept_not_the_training_data():
     """labels_ belongs to the fit: changing X afterwards changes nothing, and a pickled model holds its
     centres, not its 25.6 MB of training rows."""
-    X, _ = blobs(400_000, 16, 8, seed=7)   # float32: 25.6 MB
+    X, _ = blobs(400_000, 16, 8, seed=7)  # float32: 25.6 MB
     assert X.nbytes == 25_600_000
     est = dask_clust.KMeans(8, random_state=0, max_iter=5).fit(X)
     before = est.labels_.copy()
@@ -172,7 +172,7 @@ def test_labels_are_kept_not_the_training_data():
     np.testing.assert_array_equal(est.labels_, before)
     assert len(np.unique(before)) == 8
     size = len(pickle.dumps(est))
-    assert size < 1_000_000, size   # the labels (400 kB as uint8 in the pickle) and the centres
+    assert size < 1_000_000, size  # the labels (400 kB as uint8 in the pickle) and the centres
     again = pickle.loads(pickle.dumps(est))
     assert again.labels_.dtype == np.int32
     np.testing.assert_array_equal(again.labels_, before)

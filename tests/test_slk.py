@@ -1,6 +1,7 @@
 """SLK (Ziko, Granger & Ben Ayed, NeurIPS 2018): the plain-numpy reference (tests/reference/slk.py) against
 the facts measured by running the authors' program (tests/fixtures/slk): graphs, σ, labels, BO mode ids, inner
 and outer counts."""
+
 import json
 import pathlib
 
@@ -23,8 +24,9 @@ def reference_run(data, seed, mode, sigma=None):
     """The authors' program's run on the paper's path ("pool"), at σ (None: estimated)."""
     for line in open(FIXTURES / "reference_runs.jsonl"):
         r = json.loads(line)
-        if (r["data"], r["seed"], r["method"], r["path"]) == (data, seed, mode, "pool") and \
-                (sigma is None and data != "mnist5k" or sigma is not None and abs(r["sigma"] - sigma) < 1e-12):
+        if (r["data"], r["seed"], r["method"], r["path"]) == (data, seed, mode, "pool") and (
+            sigma is None and data != "mnist5k" or sigma is not None and abs(r["sigma"] - sigma) < 1e-12
+        ):
             return r
     raise LookupError((data, seed, mode, sigma))
 
@@ -36,8 +38,9 @@ def test_reference_graph_and_sigma_on_digits(fixtures):
     assert abs(ref.sigma_reference(d2) - 0.26722976069924) <= 1e-12
 
 
-@pytest.mark.parametrize("data,seeds,sigma", [("digits", range(10), None), ("mnist5k", [0], 0.4),
-                                              ("segment", range(5), None)])
+@pytest.mark.parametrize(
+    "data,seeds,sigma", [("digits", range(10), None), ("mnist5k", [0], 0.4), ("segment", range(5), None)]
+)
 @pytest.mark.parametrize("mode", ["BO", "MS"])
 def test_reference_reproduces_the_authors_program(fixtures, data, seeds, sigma, mode):
     """From the program's seeds and graph: its labels, BO mode ids, inner count per outer iteration, outer
@@ -45,8 +48,9 @@ def test_reference_reproduces_the_authors_program(fixtures, data, seeds, sigma, 
     X = LOADERS[data]()[0]
     for seed in seeds:
         run = reference_run(data, seed, mode, sigma)
-        out = ref.slk(X, fixtures[f"cinit__{data}_s{seed}"], mode=mode.lower(), sigma=sigma,
-                      graph=fixtures[f"graph__{data}"])
+        out = ref.slk(
+            X, fixtures[f"cinit__{data}_s{seed}"], mode=mode.lower(), sigma=sigma, graph=fixtures[f"graph__{data}"]
+        )
         assert (out["outer"], out["inner"], out["lost"]) == (run["outer"], run["inner"], run["trivial"]), seed
         np.testing.assert_array_equal(out["labels"], fixtures[f"labels__{data}_pool_{mode}_l1.3_s{seed}_k5"])
         if mode == "BO":
@@ -90,11 +94,18 @@ def test_slk_does_not_depend_on_chunks_or_workers(fixtures, cluster, mode):
     float per chunk, exact between chunks)."""
     X = load_digits()[0]
     seeds = fixtures["cinit__digits_s2"]
-    runs = [engine_slk(X, seeds, mode, client, -(-len(X) // chunks))
-            for chunks, client in ((1, "in-process"), (4, "in-process"), (16, "in-process"), (4, cluster))]
+    runs = [
+        engine_slk(X, seeds, mode, client, -(-len(X) // chunks))
+        for chunks, client in ((1, "in-process"), (4, "in-process"), (16, "in-process"), (4, cluster))
+    ]
     for out in runs[1:]:
         np.testing.assert_array_equal(out.labels, runs[0].labels)
-        assert (out.outer, out.inner, out.lost, out.sigma) == (runs[0].outer, runs[0].inner, runs[0].lost, runs[0].sigma)
+        assert (out.outer, out.inner, out.lost, out.sigma) == (
+            runs[0].outer,
+            runs[0].inner,
+            runs[0].lost,
+            runs[0].sigma,
+        )
         if mode == "bo":
             np.testing.assert_array_equal(out.modes, runs[0].modes)
         else:
@@ -124,7 +135,7 @@ def test_fit_slk_on_digits_with_our_seeds_is_as_good_as_the_authors(mode, nmi_mi
     X, y = load_digits()
     scores, lost = [], 0
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)   # a lost cluster warns; counted below
+        warnings.simplefilter("ignore", RuntimeWarning)  # a lost cluster warns; counted below
         for s in range(10):
             m = dask_clust.fit(X, algo="slk", n_clusters=10, random_state=s, mode=mode, client="in-process")
             scores.append((nmi(y, m.labels_), acc(y, m.labels_)))
@@ -155,6 +166,7 @@ def test_fit_slk_gives_one_model_in_process_and_on_the_cluster(cluster):
 
 # ---------------------------------------------------------------- z itself, row orders, IVF, the update
 
+
 def _kept_z(chunk, params):
     """The z the last inner loop kept: its own rows' values, still in the halo (input ids, z)."""
     H, at = chunk.halo["slk-z"]
@@ -164,20 +176,34 @@ def _kept_z(chunk, params):
 def engine_slk_z(X, seeds, mode, chunk_rows=None, client="in-process", **kw):
     """``slk`` step by step, keeping z: (result, z in input order)."""
     from dask_clust.algorithms import slk as s
+    from dask_clust.blocks.knn import neighbour_graph
     from dask_clust.engine import as_source, open_engine
     from dask_clust.engine.combine import Rows
     from dask_clust.loop import Loop
-    from dask_clust.blocks.knn import neighbour_graph
 
     graph_kw = {k: kw.pop(k) for k in ("knn_method", "nlist", "nprobe") if k in kw}
     graph_kw["method"] = graph_kw.pop("knn_method", "exact")
     sigma, store = kw.pop("sigma", "reference"), kw.pop("store", None)
-    with open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng, \
-            neighbour_graph(eng, 4, normalize=True, **graph_kw) as graph:
+    with (
+        open_engine(as_source(X, chunk_rows=chunk_rows), client, 0) as eng,
+        neighbour_graph(eng, 4, normalize=True, **graph_kw) as graph,
+    ):
         g = graph.engine
         with s.neighbour_lists(g):
-            out = s.bound_loops(graph, np.asarray(seeds, np.float64), Loop("slk", 100), mode, 1.3, sigma, 1e-5, 3,
-                                1e-6, 1000, True, store)
+            out = s.bound_loops(
+                graph,
+                np.asarray(seeds, np.float64),
+                Loop("slk", 100),
+                mode,
+                1.3,
+                sigma,
+                1e-5,
+                3,
+                1e-6,
+                1000,
+                True,
+                store,
+            )
             ids, z = g.reduce(_kept_z, None, (Rows(), Rows()))
     placed = np.empty_like(z)
     placed[ids] = z
@@ -264,7 +290,7 @@ def _hand_states(chunk, pos_of):
     chunk.state["knn"] = pos_of[nb], np.zeros(nb.shape), nb
     chunk.state["knn-x"] = HAND_X[rows]
     chunk.state["slk-a"], chunk.state["slk-z"] = HAND_A[rows].copy(), HAND_Z[rows].copy()
-    chunk.state["slk-modes"] = np.zeros((2, 3)), 1.0   # unread: a is held
+    chunk.state["slk-modes"] = np.zeros((2, 3)), 1.0  # unread: a is held
     chunk.state["slk-labels"] = np.zeros(len(rows), np.int64)
 
 
@@ -282,8 +308,11 @@ def one_update(g, lmbda):
     from dask_clust.engine.combine import ArgMax, Rows, Sum
 
     pos_of = g.to_input_order(np.arange(g.n_samples))
-    with g.state("hand", _hand_states, lambda: pos_of), g.state("slk-nb", s._neighbour_lists), \
-            g.halo("slk-nb", s._reads):
+    with (
+        g.state("hand", _hand_states, lambda: pos_of),
+        g.state("slk-nb", s._neighbour_lists),
+        g.halo("slk-nb", s._reads),
+    ):
         (energy,) = g.reduce(s._update, lmbda, (Sum(),), halo=("slk-nb", "slk-z", True))
         _, (_, top_ids, top_rows), _, _ = g.reduce(s._settle, lmbda, (Sum(), ArgMax(), Sum(), Sum()))
         ids, z = g.reduce(_z_of, None, (Rows(), Rows()))
@@ -299,8 +328,8 @@ def test_one_bound_update_is_jacobi_and_ties_go_to_the_lowest_input_id(cluster, 
     chunks, partitions and row orders: softmax(a + λ W z) to 1e-15, where a Gauss-Seidel sweep (each row
     reading the rows already updated) is off by > 1e-3; BO's argmax rows are the lowest input ids among
     exact ties (1 and 3), whichever rows come first."""
-    from dask_clust.engine import as_source, open_engine
     from dask_clust.algorithms.slk import softmax
+    from dask_clust.engine import as_source, open_engine
 
     lmbda = 1.3
     b = HAND_Z[HAND_W].sum(1)
@@ -311,8 +340,13 @@ def test_one_bound_update_is_jacobi_and_ties_go_to_the_lowest_input_id(cluster, 
     assert np.abs(seidel - jacobi).max() > 1e-3
     energy_want = (HAND_Z * np.log(HAND_Z)).sum() - (HAND_A * HAND_Z).sum() - lmbda * (b * HAND_Z).sum()
 
-    rows, client = {"1 chunk": (6, "in-process"), "3 chunks": (2, "in-process"), "6 chunks": (1, "in-process"),
-                    "reversed rows": (2, "in-process"), "2 workers": (3, cluster)}[layout]
+    rows, client = {
+        "1 chunk": (6, "in-process"),
+        "3 chunks": (2, "in-process"),
+        "6 chunks": (1, "in-process"),
+        "reversed rows": (2, "in-process"),
+        "2 workers": (3, cluster),
+    }[layout]
     with open_engine(as_source(HAND_X, chunk_rows=rows), client, 0) as eng:
         if layout == "reversed rows":
             with eng.reorder(_reversed) as g:

@@ -1,5 +1,6 @@
 """Tables in and out, as an ETL job uses them: a parquet dataset with a key and a label beside the features,
 its feature columns fitted (``columns=``, ``--columns``), and the labels written back beside the key."""
+
 import json
 
 import numpy as np
@@ -78,8 +79,10 @@ def test_pandas_predict_is_a_series_on_the_frame_index(events):
 def test_cli_fit_and_predict_with_columns_and_keep(events, tmp_path, capsys):
     path, X = events
     model_dir = str(tmp_path / "model")
-    assert main(["fit", path, "--columns", ",".join(FEATURES), "-k", "5", "--seed", "0", "--out", model_dir,
-                 "--quiet"]) == 0
+    assert (
+        main(["fit", path, "--columns", ",".join(FEATURES), "-k", "5", "--seed", "0", "--out", model_dir, "--quiet"])
+        == 0
+    )
     model = dask_clust.load(model_dir)
     np.testing.assert_allclose(model.cluster_centers_, _in_memory(X).cluster_centers_, rtol=1e-10)
     assert list(model.feature_names_in_) == FEATURES
@@ -92,10 +95,13 @@ def test_cli_fit_and_predict_with_columns_and_keep(events, tmp_path, capsys):
         np.testing.assert_array_equal(_labels_by_id(out)["label"].to_numpy(), want)
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--columns", "f0,nope"], r"columns \['nope'\] are not in the input; its columns are \['id', 'f0'"),
-    ([], r"non-numeric columns: \['label'\] \(choose the feature columns with columns=\[\.\.\.\], or --columns"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--columns", "f0,nope"], r"columns \['nope'\] are not in the input; its columns are \['id', 'f0'"),
+        ([], r"non-numeric columns: \['label'\] \(choose the feature columns with columns=\[\.\.\.\], or --columns"),
+    ],
+)
 def test_cli_fit_refuses_columns_it_cannot_use(events, tmp_path, capsys, argv, msg):
     import re
 
@@ -112,7 +118,9 @@ def test_cli_predict_refuses_keep_without_parquet_and_columns_of_an_array(events
     np.save(tmp_path / "x.npy", X)
     assert main(["predict", model_dir, path, "--keep", "id", "--out", str(tmp_path / "l.npy")]) == 2
     assert "--out must be a .parquet path" in capsys.readouterr().err
-    assert main(["predict", model_dir, str(tmp_path / "x.npy"), "--columns", "f0", "--out", str(tmp_path / "l.npy")]) == 2
+    assert (
+        main(["predict", model_dir, str(tmp_path / "x.npy"), "--columns", "f0", "--out", str(tmp_path / "l.npy")]) == 2
+    )
     assert "name columns of a table" in capsys.readouterr().err
     assert not (tmp_path / "l.npy").exists()
 
@@ -134,8 +142,10 @@ def test_bad_columns_and_frames_are_refused_by_name(events, tmp_path):
     assert list(dask_clust.load(tmp_path / "m").feature_names_in_) == FEATURES[:4]
     plain = dask_clust.fit(X[:, :4], "kmeans", 3, random_state=0, client="in-process")
     assert not hasattr(plain, "feature_names_in_")
-    np.testing.assert_array_equal(plain.predict(frame[["f1", "f0", "f2", "f3"]]).to_numpy(),
-                                  ref.assign(X[:, [1, 0, 2, 3]], plain.cluster_centers_)[0])
+    np.testing.assert_array_equal(
+        plain.predict(frame[["f1", "f0", "f2", "f3"]]).to_numpy(),
+        ref.assign(X[:, [1, 0, 2, 3]], plain.cluster_centers_)[0],
+    )
 
 
 def test_missing_values_in_a_dask_partition_are_named(events):

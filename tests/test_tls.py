@@ -1,5 +1,6 @@
 """TLS between a client and a cluster configured as the manifests configure theirs: a fit over TLS equals
 the in-process fit (API and CLI), and each way the two can disagree is named in one line, at once."""
+
 import os
 import re
 import subprocess
@@ -27,7 +28,10 @@ def test_tls_config_keys_are_what_security_reads(tmp_path):
     with dask.config.set(tls_config(tmp_path / "ca.pem", tmp_path / "client.pem", tmp_path / "client.key")):
         security = Security()
     assert (security.tls_ca_file, security.tls_client_cert, security.tls_client_key) == (
-        str(tmp_path / "ca.pem"), str(tmp_path / "client.pem"), str(tmp_path / "client.key"))
+        str(tmp_path / "ca.pem"),
+        str(tmp_path / "client.pem"),
+        str(tmp_path / "client.key"),
+    )
     with pytest.raises(FileNotFoundError, match="cert=.*nowhere.pem"):
         tls_config(tmp_path / "ca.pem", tmp_path / "nowhere.pem")
 
@@ -63,8 +67,15 @@ def tls_cluster(tmp_path_factory):
     with dask.config.set(manifest_settings(tmp)):
         security, scheme = Security(), dask.config.get("distributed.comm.default-scheme")
     assert security.require_encryption and scheme == "tls"
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol=f"{scheme}://", host="127.0.0.1",
-                      security=security, dashboard_address="127.0.0.1:0") as cluster:
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol=f"{scheme}://",
+        host="127.0.0.1",
+        security=security,
+        dashboard_address="127.0.0.1:0",
+    ) as cluster:
         yield cluster, (tmp / "ca.crt", tmp / "client.pem", tmp / "client.key")
 
 
@@ -88,28 +99,46 @@ def test_fit_over_tls_equals_in_process_fit(tls_cluster, tls_data):
     np.testing.assert_allclose(model.cluster_centers_, expected, rtol=1e-10)
 
 
-NO_TLS = {"distributed.comm.tls.ca-file": None, "distributed.comm.tls.client.cert": None,
-          "distributed.comm.tls.client.key": None}
+NO_TLS = {
+    "distributed.comm.tls.ca-file": None,
+    "distributed.comm.tls.client.cert": None,
+    "distributed.comm.tls.client.key": None,
+}
 
 
-@pytest.mark.parametrize("case, message", [
-    ("no settings", r"tls://127\.0\.0\.1:\d+ speaks TLS, and this client has no the cluster's CA certificate and "
-                    r"no this client's certificate: set them with dask\.config\.set\(dask_clust\.deploy\.tls_config"),
-    ("another CA", r"the scheduler at tls://127\.0\.0\.1:\d+ presented a certificate that the CA in \S+other-ca\.pem "
-                   r"did not sign \(self-signed certificate in certificate chain\)"),
-    ("a certificate of another CA", r"the scheduler at tls://127\.0\.0\.1:\d+ refused this client's certificate "
-                                    r"\(TLSV1_ALERT_UNKNOWN_CA\)"),
-    ("plain TCP", r"the scheduler at tcp://127\.0\.0\.1:(\d+) requires TLS: connect to tls://127\.0\.0\.1:\1 with"),
-])
-def test_each_tls_refusal_is_one_line_through_the_api_and_exit_2_through_the_cli(tls_cluster, tls_data, tmp_path,
-                                                                                 capsys, case, message):
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        (
+            "no settings",
+            r"tls://127\.0\.0\.1:\d+ speaks TLS, and this client has no the cluster's CA certificate and "
+            r"no this client's certificate: set them with dask\.config\.set\(dask_clust\.deploy\.tls_config",
+        ),
+        (
+            "another CA",
+            r"the scheduler at tls://127\.0\.0\.1:\d+ presented a certificate that the CA in \S+other-ca\.pem "
+            r"did not sign \(self-signed certificate in certificate chain\)",
+        ),
+        (
+            "a certificate of another CA",
+            r"the scheduler at tls://127\.0\.0\.1:\d+ refused this client's certificate "
+            r"\(TLSV1_ALERT_UNKNOWN_CA\)",
+        ),
+        ("plain TCP", r"the scheduler at tcp://127\.0\.0\.1:(\d+) requires TLS: connect to tls://127\.0\.0\.1:\1 with"),
+    ],
+)
+def test_each_tls_refusal_is_one_line_through_the_api_and_exit_2_through_the_cli(
+    tls_cluster, tls_data, tmp_path, capsys, case, message
+):
     cluster, (ca_file, cert, key) = tls_cluster
     tmp = ca_file.parent
     address = cluster.scheduler_address
-    config = {"no settings": NO_TLS,
-              "another CA": tls_config(tmp / "other-ca.pem", tmp / "other-client.pem"),
-              "a certificate of another CA": tls_config(ca_file, tmp / "other-client.pem"),
-              "plain TCP": NO_TLS}[case]
+    config = {
+        "no settings": NO_TLS,
+        "another CA": tls_config(tmp / "other-ca.pem", tmp / "other-client.pem"),
+        "a certificate of another CA": tls_config(ca_file, tmp / "other-client.pem"),
+        "plain TCP": NO_TLS,
+    }[case]
     if case == "plain TCP":
         address = address.replace("tls://", "tcp://")
     X = tls_data[0]
@@ -129,12 +158,34 @@ def test_cli_over_tls_with_environment_variables(tls_cluster, tls_data, tmp_path
     cluster, (ca_file, cert, key) = tls_cluster
     X, expected = tls_data
     np.save(tmp_path / "X.npy", X)
-    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(ca_file),
-           "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(cert),
-           "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(key),
-           # the chunking of this test session (conftest), on which the in-process model depends
-           "DASK_DASK_CLUST__MIN_CHUNK_BYTES": dask.config.get("dask_clust.min-chunk-bytes")}
-    subprocess.run([sys.executable, "-m", "dask_clust.cli", "fit", str(tmp_path / "X.npy"), "-k", "3", "--seed", "0",
-                    "--quiet", "--scheduler", cluster.scheduler_address, "--out", str(tmp_path / "model")],
-                   env=env, check=True, timeout=120, capture_output=True)
+    env = {
+        **os.environ,
+        "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(ca_file),
+        "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(cert),
+        "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(key),
+        # the chunking of this test session (conftest), on which the in-process model depends
+        "DASK_DASK_CLUST__MIN_CHUNK_BYTES": dask.config.get("dask_clust.min-chunk-bytes"),
+    }
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dask_clust.cli",
+            "fit",
+            str(tmp_path / "X.npy"),
+            "-k",
+            "3",
+            "--seed",
+            "0",
+            "--quiet",
+            "--scheduler",
+            cluster.scheduler_address,
+            "--out",
+            str(tmp_path / "model"),
+        ],
+        env=env,
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     np.testing.assert_allclose(dask_clust.load(str(tmp_path / "model")).cluster_centers_, expected, rtol=1e-10)

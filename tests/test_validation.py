@@ -1,5 +1,6 @@
-"""Every bad-input error (ARCHITECTURE.md, rule 8), matched by regex, raised before any work; nothing the caller passed is
-modified; a generated bad value for every declared constraint of every algorithm."""
+"""Every bad-input error (ARCHITECTURE.md, rule 8), matched by regex, raised before any work; nothing the caller
+passed is modified; a generated bad value for every declared constraint of every algorithm."""
+
 from dataclasses import fields
 
 import dask
@@ -45,8 +46,10 @@ def test_nan_inf_reported_with_chunk_and_row(value):
     Xb = X.copy()
     Xb[137, 2] = value
     # chunks of 20 rows (kept: within the configured bounds): row 137 is row 17 of chunk 6
-    with dask.config.set({"dask_clust.min-chunk-bytes": "200B", "dask_clust.chunking": "input"}), \
-            pytest.raises(InputError, match=r"NaN or infinity at row 137 \(chunk 6, row 17 of the chunk\)"):
+    with (
+        dask.config.set({"dask_clust.min-chunk-bytes": "200B", "dask_clust.chunking": "input"}),
+        pytest.raises(InputError, match=r"NaN or infinity at row 137 \(chunk 6, row 17 of the chunk\)"),
+    ):
         dask_clust.fit(da.from_array(Xb, chunks=(20, 3)), n_clusters=2, client="in-process")
 
 
@@ -60,9 +63,14 @@ def test_values_whose_squares_overflow_are_named_in_the_first_pass(monkeypatch):
     calls = []
     reduce = Engine.reduce
     monkeypatch.setattr(Engine, "reduce", lambda self, step, *a, **k: calls.append(step) or reduce(self, step, *a, **k))
-    with dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", "dask_clust.chunking": "input"}), \
-            pytest.raises(InputError, match=r"reach 1e\+300 in magnitude \(at row 37,777 \(chunk 3, row 7,777 of "
-                                            r"the chunk\)\): sums of squared distances .* would overflow float64"):
+    with (
+        dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", "dask_clust.chunking": "input"}),
+        pytest.raises(
+            InputError,
+            match=r"reach 1e\+300 in magnitude \(at row 37,777 \(chunk 3, row 7,777 of "
+            r"the chunk\)\): sums of squared distances .* would overflow float64",
+        ),
+    ):
         dask_clust.fit(da.from_array(Xb, chunks=(10_000, 3)), n_clusters=2, client="in-process")
     assert [c.__name__ for c in calls] == ["_summary_step"]
 
@@ -102,13 +110,19 @@ def test_unknown_parameter_lists_valid_ones():
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'copy_x'"):
         dask_clust.KMeans(copy_x=True)
     with pytest.raises(InvalidParameterError, match=r"The 'n_clusters' parameter of algo='kmeans' must be"):
-        dask_clust.KMeans(0).fit(X)   # scikit-learn's rule: __init__ stores, fit validates
+        dask_clust.KMeans(0).fit(X)  # scikit-learn's rule: __init__ stores, fit validates
 
 
-@pytest.mark.parametrize("algo,name,constraint", [
-    (a, f.name, c) for a, spec in REGISTRY.items() for f in fields(spec.config)
-    for c in spec.config.constraints[f.name] if type(c).__name__ != "NoneOK"
-])
+@pytest.mark.parametrize(
+    "algo,name,constraint",
+    [
+        (a, f.name, c)
+        for a, spec in REGISTRY.items()
+        for f in fields(spec.config)
+        for c in spec.config.constraints[f.name]
+        if type(c).__name__ != "NoneOK"
+    ],
+)
 def test_every_constraint_rejects_a_generated_bad_value(algo, name, constraint):
     bad = constraint.bad_value()
     with pytest.raises(InvalidParameterError, match=rf"The '{name}' parameter of algo='{algo}' must be"):
@@ -136,12 +150,15 @@ def test_every_parameter_has_a_meaning_in_the_docstring_and_the_cli_help():
             assert flag in fit_help and f"{spec.name}: {f.default!r}" in fit_help, (spec.name, f.name)
 
 
-@pytest.mark.parametrize("bad,msg", [
-    (np.ones(5), r"sample_weight must have shape \(200,\)"),
-    (-np.ones(200), r"sample_weight must be non-negative"),
-    (np.full(200, np.nan), r"sample_weight contains NaN or infinity at index 0"),
-    (np.zeros(200), r"positive sum"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        (np.ones(5), r"sample_weight must have shape \(200,\)"),
+        (-np.ones(200), r"sample_weight must be non-negative"),
+        (np.full(200, np.nan), r"sample_weight contains NaN or infinity at index 0"),
+        (np.zeros(200), r"positive sum"),
+    ],
+)
 def test_sample_weight_errors(bad, msg):
     with pytest.raises(InputError, match=msg):
         dask_clust.fit(X, n_clusters=2, sample_weight=bad)
@@ -152,8 +169,9 @@ def test_random_state_errors():
         dask_clust.fit(X, n_clusters=2, random_state="zero")
 
 
-@pytest.mark.parametrize("make", [lambda: X.copy(), lambda: (X * 100).astype(np.int64),
-                                  lambda: np.asfortranarray(X.astype(np.float64))])
+@pytest.mark.parametrize(
+    "make", [lambda: X.copy(), lambda: (X * 100).astype(np.int64), lambda: np.asfortranarray(X.astype(np.float64))]
+)
 def test_input_is_not_modified(make):
     data = make()
     before = data.copy()
@@ -180,10 +198,12 @@ def test_a_fit_ended_by_its_iteration_limit_warns(small_blobs):
 
     X, _ = small_blobs
     init = X[:6].astype(np.float64)
-    n_iter = ref.lloyd(X, init)[3]   # Lloyd's own count to convergence from these centres
+    n_iter = ref.lloyd(X, init)[3]  # Lloyd's own count to convergence from these centres
     assert n_iter > 2
-    with pytest.warns(dask_clust.ConvergenceWarning,
-                      match=r"kmeans ended at max_iter=2 before its stopping rule \(tol=0.0001\) held: raise max_iter or tol"):
+    with pytest.warns(
+        dask_clust.ConvergenceWarning,
+        match=r"kmeans ended at max_iter=2 before its stopping rule \(tol=0.0001\) held: raise max_iter or tol",
+    ):
         assert not dask_clust.fit(X, n_clusters=6, init=init, max_iter=2, client="in-process").converged_
     with warnings.catch_warnings():
         warnings.simplefilter("error", dask_clust.ConvergenceWarning)

@@ -1,13 +1,14 @@
 """vc-GMM / var-GMM-S against the plain-numpy reference (tests/reference/vcgmm.py) and the paper's
 invariants; the lightweight coreset and AFK-MC2 against their definitions."""
+
 import numpy as np
 import pytest
 
 import dask_clust
+from dask_clust._random import check_random_state
 from dask_clust.algorithms.vcgmm import init_neighbourhoods, kernel_key
 from dask_clust.blocks.coreset import lightweight_coreset, uniform_sample
 from dask_clust.engine import as_source, open_engine
-from dask_clust._random import check_random_state
 from dask_clust.kernels.truncated import draw_distinct
 from tests.reference import vcgmm as ref
 from tests.reference.make_blobs import blobs
@@ -39,15 +40,28 @@ def _nearest(X, mu):
     return ((X[:, None, :].astype(np.float64) - mu[None]) ** 2).sum(-1).argmin(1)
 
 
-@pytest.mark.parametrize("G,n_truncated,sets", [(5, None, "random"), (4, 2, "random"), (3, 3, "random"),
-                                                (5, None, "nearest"), (4, 2, "nearest")])
+@pytest.mark.parametrize(
+    "G,n_truncated,sets",
+    [(5, None, "random"), (4, 2, "random"), (3, 3, "random"), (5, None, "nearest"), (4, 2, "nearest")],
+)
 def test_free_energy_trajectory_matches_reference(data, G, n_truncated, sets):
     """The paper's random K^(n), and K^(n) started from each row's nearest initial mean (brute force here),
     the coreset's rows then sorted by it (stable), as the fit sorts them before its E-steps."""
     C, size, rs = 30, 800, 7
     init = data[np.linspace(0, len(data) - 1, C).astype(int)].astype(np.float64)
-    m = dask_clust.fit(data, algo="vcgmm", n_clusters=C, coreset_size=size, G=G, n_truncated=n_truncated,
-                       init=init, random_state=rs, client="in-process", truncated_init=sets, refit_size=None)
+    m = dask_clust.fit(
+        data,
+        algo="vcgmm",
+        n_clusters=C,
+        coreset_size=size,
+        G=G,
+        n_truncated=n_truncated,
+        init=init,
+        random_state=rs,
+        client="in-process",
+        truncated_init=sets,
+        refit_size=None,
+    )
     Xc, wc = _coreset(data, size, rs)
     first = None
     if sets == "nearest":
@@ -75,8 +89,17 @@ def test_several_blocks_and_chunks_change_nothing(data, monkeypatch):
     C, size, rs = 30, 800, 11
     init = data[np.linspace(0, len(data) - 1, C).astype(int)].astype(np.float64)
     with dask.config.set({"dask_clust.working-set-chunk-rows": 256}):
-        m = dask_clust.fit(data, algo="vcgmm", n_clusters=C, coreset_size=size, init=init, random_state=rs,
-                           client="in-process", truncated_init="random", refit_size=None)
+        m = dask_clust.fit(
+            data,
+            algo="vcgmm",
+            n_clusters=C,
+            coreset_size=size,
+            init=init,
+            random_state=rs,
+            client="in-process",
+            truncated_init="random",
+            refit_size=None,
+        )
     Xc, wc = _coreset(data, size, rs)
     K0, G0 = initial_sets(check_random_state(rs), size, C, 5, 5)
     mu, sigma2, F = ref.vcgmm(Xc, wc, init, K0, G0)
@@ -87,8 +110,9 @@ def test_several_blocks_and_chunks_change_nothing(data, monkeypatch):
 @pytest.mark.parametrize("algo", ["vcgmm", "vargmm"])
 def test_free_energy_never_decreases_from_iteration_two(data, algo):
     init = data[np.random.default_rng(0).choice(len(data), 40, replace=False)].astype(np.float64)
-    m = dask_clust.fit(data, algo=algo, n_clusters=40, init=init, random_state=3, tol=1e-9, max_iter=40,
-                       client="in-process")
+    m = dask_clust.fit(
+        data, algo=algo, n_clusters=40, init=init, random_state=3, tol=1e-9, max_iter=40, client="in-process"
+    )
     F = np.array([h["objective"] for h in m.history_])
     assert np.all(np.diff(F[1:]) >= -1e-9 * np.abs(F[1:-1])), np.diff(F)
     # and the fit is a real improvement over its starting means
@@ -120,14 +144,24 @@ def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
     states = []
     original_search = vcgmm.truncated_search
 
-    def spy_search(x, w, start, mu, K, *rest):   # K: a block's K^(n), updated in place by the search
+    def spy_search(x, w, start, mu, K, *rest):  # K: a block's K^(n), updated in place by the search
         out = original_search(x, w, start, mu, K, *rest)
         states.append(K.copy())
         return out
 
     monkeypatch.setattr(vcgmm, "truncated_search", spy_search)
-    dask_clust.fit(data, algo="vcgmm", n_clusters=25, G=4, n_truncated=6, extra_random=True, max_iter=8,
-                   coreset_size=600, random_state=1, client="in-process")
+    dask_clust.fit(
+        data,
+        algo="vcgmm",
+        n_clusters=25,
+        G=4,
+        n_truncated=6,
+        extra_random=True,
+        max_iter=8,
+        coreset_size=600,
+        random_state=1,
+        client="in-process",
+    )
     assert seen and states
     for Gc in seen:
         assert np.array_equal(Gc[:, 0], np.arange(25))
@@ -157,11 +191,19 @@ def test_search_buffers_are_released_with_the_fit(data, monkeypatch):
         return out
 
     monkeypatch.setattr(vcgmm, "_buffers", spy)
-    for threads in (1, 2):   # the caller's thread runs the coreset's 4 chunks, or a pool of 2 does
+    for threads in (1, 2):  # the caller's thread runs the coreset's 4 chunks, or a pool of 2 does
         made.clear()
         with dask.config.set({"dask_clust.working-set-chunk-rows": 200, "dask_clust.in-process-threads": threads}):
-            dask_clust.fit(data, algo="vcgmm", n_clusters=25, G=4, coreset_size=800, max_iter=3, random_state=1,
-                           client="in-process")
+            dask_clust.fit(
+                data,
+                algo="vcgmm",
+                n_clusters=25,
+                G=4,
+                coreset_size=800,
+                max_iter=3,
+                random_state=1,
+                client="in-process",
+            )
         assert made
         assert [r for r in made if r() is not None] == []
     assert sizes and all(held == declared for held, declared in sizes), sizes
@@ -180,10 +222,11 @@ def test_draw_distinct_is_uniform_and_keyed_by_row():
 
 # ---------------------------------------------------------------- coreset
 
+
 @pytest.mark.parametrize("random_state", [0, 1, 2])
 def test_coreset_weights_sum_to_n(random_state):
     X, _ = blobs(50000, 8, 20, seed=2)
-    rows, w = _coreset(X, 2 ** 15, random_state)
+    rows, w = _coreset(X, 2**15, random_state)
     assert abs(w.sum() / len(X) - 1) < 0.01
     assert len(np.unique(rows, axis=0)) < len(rows)  # drawn with replacement: duplicates stay rows
 
@@ -219,15 +262,14 @@ def test_uniform_sample_follows_the_weights():
     """Rows drawn ∝ w with replacement, each weighing Σw/size: the sample's weighted mean is the data's."""
     rng = np.random.default_rng(2)
     X = np.concatenate([rng.normal(0, 1, (9000, 2)), rng.normal(20, 1, (1000, 2))]).astype(np.float32)
-    sw = np.where(np.arange(10000) < 9000, 1.0, 9.0)   # the far 10 % of rows carry half the mass
+    sw = np.where(np.arange(10000) < 9000, 1.0, 9.0)  # the far 10 % of rows carry half the mass
     entropy = 4
-    with open_engine(as_source(X, sw), "in-process", entropy) as engine, \
-            uniform_sample(engine, 20000, entropy) as rows:
+    with open_engine(as_source(X, sw), "in-process", entropy) as engine, uniform_sample(engine, 20000, entropy) as rows:
         assert rows.n_samples == 20000 and rows.dtype == np.float32
         drawn = rows.take(np.arange(20000))
         assert rows.summary.total_weight == pytest.approx(sw.sum())
     assert (drawn[:, 0] > 10).mean() == pytest.approx(0.5, abs=0.02)
-    assert len(np.unique(drawn, axis=0)) < len(drawn)   # with replacement
+    assert len(np.unique(drawn, axis=0)) < len(drawn)  # with replacement
 
 
 def test_refit_is_one_lloyd_step_on_a_fresh_sample(data):
@@ -239,20 +281,20 @@ def test_refit_is_one_lloyd_step_on_a_fresh_sample(data):
     m = dask_clust.fit(data, refit_size=n, **kw)
     assert m.refit_size_ == n and em.refit_size_ is None
     entropy = check_random_state(rs)
-    with open_engine(as_source(data), "in-process", entropy) as engine, \
-            uniform_sample(engine, n, entropy) as rows:
+    with open_engine(as_source(data), "in-process", entropy) as engine, uniform_sample(engine, n, entropy) as rows:
         sample = rows.take(np.arange(n)).astype(np.float64)
     mu = em.cluster_centers_
     label = _nearest(sample, mu)
     expect = mu.copy()
     for c in np.unique(label):
         expect[c] = sample[label == c].mean(0)
-    assert len(np.unique(label)) < C   # some cluster keeps its mean
+    assert len(np.unique(label)) < C  # some cluster keeps its mean
     np.testing.assert_allclose(m.cluster_centers_, expect, rtol=1e-9, atol=1e-12)
-    assert m.objective_ == pytest.approx(((data[:, None, :].astype(np.float64) - expect[None]) ** 2).sum(-1).min(1).sum(),
-                                         rel=1e-9)
+    assert m.objective_ == pytest.approx(
+        ((data[:, None, :].astype(np.float64) - expect[None]) ** 2).sum(-1).min(1).sum(), rel=1e-9
+    )
     assert m.extras_["refit_distance_evals"] >= n * C
-    assert dask_clust.fit(data, **kw).refit_size_ == 2 * size   # 'auto'
+    assert dask_clust.fit(data, **kw).refit_size_ == 2 * size  # 'auto'
     every = dask_clust.fit(data, algo="vcgmm", n_clusters=C, coreset_size=800, random_state=rs, client="in-process")
     assert every.refit_size_ == len(data)
 
@@ -276,13 +318,16 @@ def test_kmeans_on_coreset_reports_full_data_qe(small_blobs):
     brute = ((X[:, None, :].astype(np.float64) - m.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
     assert m.objective_ == pytest.approx(brute, rel=1e-9)
     # quality: the median over seeds is close to the best full-data Lloyd (both k-means|| seeded)
-    on_coreset = [dask_clust.fit(X, n_clusters=6, coreset_size=400, random_state=r, client="in-process").objective_
-                  for r in range(5)]
+    on_coreset = [
+        dask_clust.fit(X, n_clusters=6, coreset_size=400, random_state=r, client="in-process").objective_
+        for r in range(5)
+    ]
     full = [dask_clust.fit(X, n_clusters=6, random_state=r, client="in-process").objective_ for r in range(5)]
     assert np.median(on_coreset) < 1.05 * min(full)
 
 
 # ---------------------------------------------------------------- AFK-MC2
+
 
 def test_afkmc2_chain_follows_the_acceptance_rule():
     """Two groups, the far one 1 % of the rows but nearly all of the d² mass. Chain length 1 keeps the
@@ -302,6 +347,7 @@ def test_afkmc2_chain_follows_the_acceptance_rule():
 
 
 # ---------------------------------------------------------------- model, degenerate inputs
+
 
 @pytest.mark.parametrize("C", [10, 24])
 def test_predict_proba_is_truncated_posterior(data, C, monkeypatch):
@@ -388,7 +434,10 @@ def test_final_objective_choices(data, tmp_path):
     mu = fits["exact"].cluster_centers_
     for m in fits.values():
         np.testing.assert_array_equal(m.cluster_centers_, mu)
-    d2 = lambda X: ((X[:, None, :].astype(np.float64) - mu[None]) ** 2).sum(-1).min(1)
+
+    def d2(X):
+        return ((X[:, None, :].astype(np.float64) - mu[None]) ** 2).sum(-1).min(1)
+
     assert fits["exact"].objective_ == pytest.approx(d2(data).sum(), rel=1e-9)
     Xc, wc = _coreset(data, 600, 5)
     assert fits["coreset"].objective_ == pytest.approx(np.dot(wc, d2(Xc)), rel=1e-9)

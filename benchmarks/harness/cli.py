@@ -1,5 +1,6 @@
 """``python benchmarks/run.py``: run a suite (its JSON lines to ``results/suite-<suite>.jsonl``) and write
 BENCHMARKS.md and its plots from the results directory."""
+
 import argparse
 import logging
 import os
@@ -10,15 +11,23 @@ from .common import HERE
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python benchmarks/run.py",
-                                description="Benchmark suites (JSON lines) and the BENCHMARKS.md page they make.")
-    p.add_argument("--suite", choices=["quick", "paper", "scaling", "sweep"],
-                   help="quick: every algorithm and competitor on 5 data sets (< 10 min); paper: the papers' "
-                        "experiments too (< 60 min); scaling: 1 vs 2 workers and overhead vs workers; sweep: "
-                        "time against C = 500 to 4,096 on blobs 1M x 32 (about 60 min)")
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/run.py",
+        description="Benchmark suites (JSON lines) and the BENCHMARKS.md page they make.",
+    )
+    p.add_argument(
+        "--suite",
+        choices=["quick", "paper", "scaling", "sweep"],
+        help="quick: every algorithm and competitor on 5 data sets (< 10 min); paper: the papers' "
+        "experiments too (< 60 min); scaling: 1 vs 2 workers and overhead vs workers; sweep: "
+        "time against C = 500 to 4,096 on blobs 1M x 32 (about 60 min)",
+    )
     p.add_argument("--tiny", action="store_true", help="2,000 rows per data set, one repeat: a smoke run")
-    p.add_argument("--results", default=os.path.join(HERE, "results"),
-                   help="directory of the suites' JSON lines and the plots (default: benchmarks/results)")
+    p.add_argument(
+        "--results",
+        default=os.path.join(HERE, "results"),
+        help="directory of the suites' JSON lines and the plots (default: benchmarks/results)",
+    )
     p.add_argument("--out", help="write the JSON lines here instead (the page is then not rewritten)")
     p.add_argument("--page", default=os.path.join(HERE, "BENCHMARKS.md"), help="the page to write")
     p.add_argument("--report", action="store_true", help="rewrite the page from the results directory")

@@ -1,4 +1,5 @@
 """Shared by the per-issue scripts: their JSON lines (``results/<name>.jsonl``), in-memory blobs, the LocalCluster."""
+
 import contextlib
 import json
 import os
@@ -10,8 +11,13 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def emit(name, row):
-    row = {"bench": name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(),
-           "machine": platform.machine(), **row}
+    row = {
+        "bench": name,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        **row,
+    }
     line = json.dumps(row)
     print(line, flush=True)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)

@@ -5,6 +5,7 @@ Our fits run on the suite's cluster. Competitors run in a process of their own t
 file, so a competitor that exceeds the time cap is killed and reported as "cap" instead of stalling the
 suite, and its memory is its own.
 """
+
 import multiprocessing
 import queue
 import statistics
@@ -14,8 +15,8 @@ import numpy as np
 
 from dask_clust import api
 from dask_clust.engine import as_source, open_engine
-from .data import read
 
+from .data import read
 
 # repeats stop once the fits so far took this long: a fit of minutes is timed once (its noise is small
 # against its length), which keeps the paper suite within its hour
@@ -29,7 +30,7 @@ def quantization_error(X, centers):
     cc = (C * C).sum(1)
     total = 0.0
     for s in range(0, len(X), 65536):
-        x = np.asarray(X[s:s + 65536], np.float64)
+        x = np.asarray(X[s : s + 65536], np.float64)
         total += np.maximum((x * x).sum(1)[:, None] - 2 * x @ C.T + cc[None], 0).min(1).sum()
     return float(total)
 
@@ -100,10 +101,17 @@ def ours(path, X, algo, k, seed, client, params, repeats, overhead_ms):
         peak = max(peak, workers.peak() or 0)
     wall = statistics.median(walls)
     trips = model.engine_.get("round_trips", 0)
-    return {"wall_s": wall, "wall_runs": walls, "qe": quantization_error(X, model.cluster_centers_),
-            "n_iter": model.n_iter_, "distance_evals": int(model.n_distance_evals_),
-            "overhead_share": min(1.0, trips * overhead_ms / 1000 / wall), "peak_worker_bytes": peak or None,
-            "workers": model.engine_.get("workers"), "extras": _plain(model.extras_)}
+    return {
+        "wall_s": wall,
+        "wall_runs": walls,
+        "qe": quantization_error(X, model.cluster_centers_),
+        "n_iter": model.n_iter_,
+        "distance_evals": int(model.n_distance_evals_),
+        "overhead_share": min(1.0, trips * overhead_ms / 1000 / wall),
+        "peak_worker_bytes": peak or None,
+        "workers": model.engine_.get("workers"),
+        "extras": _plain(model.extras_),
+    }
 
 
 def _plain(extras):
@@ -159,12 +167,13 @@ def ours_iteration_s(X, init, client, iters=10):
 
 # ------------------------------------------------------------------ competitors, each in its own process
 
+
 def _sklearn(X, k, seed, kind, batch_size, max_iter):
     from sklearn.cluster import KMeans, MiniBatchKMeans
 
     cut = {} if max_iter is None else {"max_iter": max_iter}
     if kind == "minibatch":
-        size = {} if batch_size is None else {"batch_size": min(batch_size, len(X))}   # None: its default (1024)
+        size = {} if batch_size is None else {"batch_size": min(batch_size, len(X))}  # None: its default (1024)
         est = MiniBatchKMeans(k, n_init=1, random_state=seed, **size, **cut)
     else:
         est = KMeans(k, init="k-means++", n_init=1, algorithm=kind, random_state=seed, **cut)
@@ -208,7 +217,7 @@ def _competitor_fits(name, path, k, seed, repeats, batch_size, max_iter=None, wa
     runner, kind, _ = COMPETITORS[name]
     X = read(path)
     if warm:  # a first fit in a fresh process pays for imports and thread pools; our workers are warm, so warm it too
-        runner(X[:max(4 * k, 200)], k, seed, kind, batch_size, max_iter)
+        runner(X[: max(4 * k, 200)], k, seed, kind, batch_size, max_iter)
     walls = []
     while len(walls) < repeats and sum(walls) < LONG_FIT_S:
         t = time.perf_counter()
@@ -237,8 +246,7 @@ def competitor(name, path, X, k, seed, repeats, cap_s, batch_size=None, isolated
         return _row(_competitor_fits(name, path, k, seed, repeats, batch_size, max_iter, warm=False), X)
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(out, (name, path, k, seed, repeats, batch_size, max_iter)),
-                       daemon=True)
+    proc = ctx.Process(target=_child, args=(out, (name, path, k, seed, repeats, batch_size, max_iter)), daemon=True)
     proc.start()
     try:
         status, got = out.get(timeout=cap_s)
@@ -254,6 +262,12 @@ def competitor(name, path, X, k, seed, repeats, cap_s, batch_size=None, isolated
 
 def _row(got, X):
     wall = statistics.median(got["walls"])
-    return {"wall_s": wall, "wall_runs": got["walls"], "qe": quantization_error(X, got["centers"]),
-            "n_iter": got["n_iter"], "distance_evals": None, "overhead_share": None,
-            "peak_worker_bytes": got["peak"]}
+    return {
+        "wall_s": wall,
+        "wall_runs": got["walls"],
+        "qe": quantization_error(X, got["centers"]),
+        "n_iter": got["n_iter"],
+        "distance_evals": None,
+        "overhead_share": None,
+        "peak_worker_bytes": got["peak"],
+    }

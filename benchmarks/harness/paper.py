@@ -13,15 +13,17 @@
 
 Every ratio is between two measurements of this run. The papers' own figures are in ``report.PAPER``.
 """
+
 import logging
 import time
 
 import numpy as np
 
 from dask_clust import api
+from dask_clust.blocks.seeding import seed as seed_centers
 from dask_clust.datasets import make_digitlike
 from dask_clust.engine import as_source, open_engine
-from dask_clust.blocks.seeding import seed as seed_centers
+
 from . import measure
 
 logger = logging.getLogger("harness")
@@ -30,6 +32,7 @@ B0, RHO = 5000, 100.0
 
 
 # ------------------------------------------------------------------ shared by the experiments (and benchmarks/)
+
 
 def energy(X, C):
     """Mean squared distance of X's rows to their nearest centre."""
@@ -94,7 +97,7 @@ def _sized(run, k, rows):
 # ------------------------------------------------------------------ vc-GMM, Table 1 and Fig. 1
 
 # (data, C, N', seeds): the image patches at the C of the paper suite's table, so its baseline is shared
-VCGMM_SETS = (("imgpatches", 50, 2 ** 16, 2), ("mnist5k", 100, 2 ** 12, 3), ("blobs200k_d32", 400, 2 ** 16, 3))
+VCGMM_SETS = (("imgpatches", 50, 2**16, 2), ("mnist5k", 100, 2**12, 3), ("blobs200k_d32", 400, 2**16, 3))
 
 
 def seeding_only(path, X, k, init, seed, client, **kw):
@@ -103,16 +106,23 @@ def seeding_only(path, X, k, init, seed, client, **kw):
     with open_engine(as_source(path), client, seed) as engine:
         centers, evals = seed_centers(engine, k, init, seed, **kw)
     wall = time.perf_counter() - t
-    return {"wall_s": wall, "wall_runs": [wall], "qe": measure.quantization_error(X, centers), "n_iter": 0,
-            "distance_evals": int(evals)}
+    return {
+        "wall_s": wall,
+        "wall_runs": [wall],
+        "qe": measure.quantization_error(X, centers),
+        "n_iter": 0,
+        "distance_evals": int(evals),
+    }
 
 
 def vcgmm_fits(n_prime):
     """Table 1's columns: (label, algo, params)."""
-    return (("vc-GMM", "vcgmm", {"G": 5, "coreset_size": n_prime, "chain_length": 2}),
-            ("var-GMM-S", "vargmm", {"G": 5}),
-            ("LWCS k-means", "kmeans", {"coreset_size": n_prime, "init": "k-means++"}),
-            ("k-means++ (ours)", "kmeans", {"init": "k-means++"}))
+    return (
+        ("vc-GMM", "vcgmm", {"G": 5, "coreset_size": n_prime, "chain_length": 2}),
+        ("var-GMM-S", "vargmm", {"G": 5}),
+        ("LWCS k-means", "kmeans", {"coreset_size": n_prime, "init": "k-means++"}),
+        ("k-means++ (ours)", "kmeans", {"init": "k-means++"}),
+    )
 
 
 def vcgmm_table(run):
@@ -124,8 +134,15 @@ def vcgmm_table(run):
         for seed in range(1 if run.tiny else seeds):
             logger.info("vc-GMM table %s C=%d seed %d", name, k, seed)
             base = run.baseline(name, path, X, k, seed)
-            common = {"kind": "vcgmm_table", "data": name, "n": len(X), "d": X.shape[1], "k": k, "seed": seed,
-                      "coreset_size": n_prime}
+            common = {
+                "kind": "vcgmm_table",
+                "data": name,
+                "n": len(X),
+                "d": X.shape[1],
+                "k": k,
+                "seed": seed,
+                "coreset_size": n_prime,
+            }
             run.emit({**common, "algo": "k-means++ (scikit-learn)", **base, **measure.versus(base, base)})
             for label, algo, params in vcgmm_fits(n_prime):
                 got = run.ours_row(path, X, algo, k, seed, params, overhead, repeats=1)
@@ -139,7 +156,7 @@ def vcgmm_table(run):
 def coreset_tradeoff(run, path, X, k, base, overhead):
     """Fig. 1 (right): η against speedup over coreset sizes (vc-GMM, LWCS), chain lengths (AFK-MC2) and
     G (var-GMM-S), on the first set of the table."""
-    sizes = (2 ** 10, 2 ** 11) if run.tiny else tuple(2 ** e for e in range(12, 18))
+    sizes = (2**10, 2**11) if run.tiny else tuple(2**e for e in range(12, 18))
     common = {"kind": "tradeoff", "data": VCGMM_SETS[0][0], "n": len(X), "k": k}
     for n_prime in sizes:
         for label, algo, params in vcgmm_fits(n_prime)[0::2]:
@@ -150,11 +167,13 @@ def coreset_tradeoff(run, path, X, k, base, overhead):
         run.emit({**common, "algo": "AFK-MC2", "chain_length": m, **got, **measure.versus(got, base)})
     for G, extra in ((3, True), (5, False), (7, False)):
         got = run.ours_row(path, X, "vargmm", k, 0, {"G": G, "extra_random": extra}, overhead, repeats=1)
-        run.emit({**common, "algo": "var-GMM-S", "G": f"{G}+1" if extra else str(G), **got,
-                  **measure.versus(got, base)})
+        run.emit(
+            {**common, "algo": "var-GMM-S", "G": f"{G}+1" if extra else str(G), **got, **measure.versus(got, base)}
+        )
 
 
 # ------------------------------------------------------------------ nmbatch, Fig. 2
+
 
 def split(X, shuffle_seed=0):
     """The paper's protocol: shuffle once, 90 % train, 10 % validation."""
@@ -171,16 +190,35 @@ def nmbatch_curves(run, name="imgpatches", k=50):
     init = Xtr[:k].astype(np.float64)
     b0 = min(B0, len(Xtr) // 4)
     common = {"kind": "curve", "data": name, "n_train": len(Xtr), "n_validation": len(Xv), "k": k}
-    for label, algo, params in (("lloyd", "kmeans", {}), ("mbatch", "minibatch", {"batch_size": b0}),
-                                ("nmbatch", "nmbatch", {"batch_size": b0, "rho": RHO})):
+    for label, algo, params in (
+        ("lloyd", "kmeans", {}),
+        ("mbatch", "minibatch", {"batch_size": b0}),
+        ("nmbatch", "nmbatch", {"batch_size": b0, "rho": RHO}),
+    ):
         logger.info("Fig. 2 analog: %s", label)
         clock = Clock(Xv)
         m = api.fit(train, algo, k, init=init, random_state=0, client=run.client, callback=clock, **params)
-        run.emit({**common, "algo": label, "tool": "dask_clust", "points": clock.points, "n_iter": m.n_iter_,
-                  "distance_evals": int(m.n_distance_evals_)})
+        run.emit(
+            {
+                **common,
+                "algo": label,
+                "tool": "dask_clust",
+                "points": clock.points,
+                "n_iter": m.n_iter_,
+                "distance_evals": int(m.n_distance_evals_),
+            }
+        )
     points, total, steps = sklearn_minibatch_curve(Xtr, Xv, init, b0)
-    run.emit({**common, "algo": "mbatch (scikit-learn)", "tool": "scikit-learn", "points": points, "n_iter": steps,
-              "fit_s": total})
+    run.emit(
+        {
+            **common,
+            "algo": "mbatch (scikit-learn)",
+            "tool": "scikit-learn",
+            "points": points,
+            "n_iter": steps,
+            "fit_s": total,
+        }
+    )
 
 
 # ------------------------------------------------------------------ VRKM, Table 3
@@ -195,9 +233,13 @@ def vrkm_table(run):
         with open_engine(as_source(path), run.client, 0) as engine:  # the same k-means++ centres for every method
             init, _ = seed_centers(engine, k, "k-means++", 0)
         common = {"kind": "vrkm_table", "data": name, "n": len(X), "d": X.shape[1], "k": k}
-        fits = (("batch KM", "kmeans", {}), ("mini-batch KM", "minibatch", {}),
-                ("growbatch (nmbatch)", "nmbatch", {}), ("VRKM", "vrkm", {"variant": "vrkm"}),
-                ("VRKM++", "vrkm", {"variant": "vrkm++"}))
+        fits = (
+            ("batch KM", "kmeans", {}),
+            ("mini-batch KM", "minibatch", {}),
+            ("growbatch (nmbatch)", "nmbatch", {}),
+            ("VRKM", "vrkm", {"variant": "vrkm"}),
+            ("VRKM++", "vrkm", {"variant": "vrkm++"}),
+        )
         target = None
         for label, algo, params in fits:
             logger.info("VRKM table %s: %s", name, label)
@@ -208,8 +250,17 @@ def vrkm_table(run):
             curve = qe_curve(m) if algo in ("kmeans", "vrkm") else [(wall, m.objective_)]
             target = m.objective_ if target is None else target
             reach = time_to(curve, target)
-            run.emit({**common, "algo": label, "wall_s": wall, "loss": m.objective_, "n_iter": m.n_iter_,
-                      "time_to_batch_loss_s": reach, "batch_loss": target})
+            run.emit(
+                {
+                    **common,
+                    "algo": label,
+                    "wall_s": wall,
+                    "loss": m.objective_,
+                    "n_iter": m.n_iter_,
+                    "time_to_batch_loss_s": reach,
+                    "batch_loss": target,
+                }
+            )
 
 
 # ------------------------------------------------------------------ SBE: Iris and 784-d
@@ -229,11 +280,27 @@ def sbe_iris(run, runs=100):
     rng = np.random.default_rng(0)
     for r in range(runs):
         init = X[rng.choice(len(X), 3, replace=False)]
-        s = api.fit(X, "sbe", 3, init=init, batch_size=30, omaxit=5 if run.tiny else 100, imaxit=10, step_size=1.0,
-                    random_state=r, client="in-process")
+        s = api.fit(
+            X,
+            "sbe",
+            3,
+            init=init,
+            batch_size=30,
+            omaxit=5 if run.tiny else 100,
+            imaxit=10,
+            step_size=1.0,
+            random_state=r,
+            client="in-process",
+        )
         km = api.fit(X, "kmeans", 3, init=init, client="in-process")
-        run.emit({"kind": "sbe_iris", "run_index": r, "f_sbe": s.objective_ / (2 * len(X)),
-                  "f_lloyd": km.objective_ / (2 * len(X))})
+        run.emit(
+            {
+                "kind": "sbe_iris",
+                "run_index": r,
+                "f_sbe": s.objective_ / (2 * len(X)),
+                "f_lloyd": km.objective_ / (2 * len(X)),
+            }
+        )
 
 
 def iris_counts(rows):
@@ -252,10 +319,13 @@ def sbe_digitlike(run, runs=10):
         for r in range(runs):
             init = X[rng.choice(n, k, replace=False)]
             common = dict(init=init, random_state=r, client="in-process")
-            fits = {"SBE": api.fit(X, "sbe", k, batch_size=500, omaxit=5 if run.tiny else 100, imaxit=5, step_size=1.0,
-                                   **common),
-                    "Lloyd": api.fit(X, "kmeans", k, **common),
-                    "mini-batch": api.fit(X, "minibatch", k, batch_size=500, **common)}
+            fits = {
+                "SBE": api.fit(
+                    X, "sbe", k, batch_size=500, omaxit=5 if run.tiny else 100, imaxit=5, step_size=1.0, **common
+                ),
+                "Lloyd": api.fit(X, "kmeans", k, **common),
+                "mini-batch": api.fit(X, "minibatch", k, batch_size=500, **common),
+            }
             for label, m in fits.items():
                 run.emit({"kind": "sbe_784", "k": k, "run_index": r, "algo": label, "f": m.objective_ / (2 * n)})
 
@@ -270,10 +340,12 @@ SLK_SETS = (("digits", 10, 10), ("mnist5k", 10, 5), ("segment", 7, 10))
 def labelled(name, tiny):
     """(X, labels) of an SLK set; tiny: its first ``TINY_ROWS`` rows (after mnist5k's shuffle)."""
     from dask_clust import datasets
+
     from .data import TINY_ROWS
 
-    X, y = {"digits": datasets.load_digits, "mnist5k": datasets.load_mnist_5k,
-            "segment": datasets.load_image_segments}[name]()
+    X, y = {"digits": datasets.load_digits, "mnist5k": datasets.load_mnist_5k, "segment": datasets.load_image_segments}[
+        name
+    ]()
     if name == "mnist5k":
         order = np.random.default_rng(0).permutation(len(X))
         X, y = X[order], y[order]
@@ -292,18 +364,30 @@ def slk_quality(run):
         Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
         common = {"kind": "slk_quality", "data": name, "n": X.shape[0], "d": X.shape[1], "k": k}
         for seed in range(1 if run.tiny else seeds):
-            fits = {"SLK-BO": lambda: api.fit(X, "slk", k, mode="bo", random_state=seed, client="in-process"),
-                    "SLK-MS": lambda: api.fit(X, "slk", k, mode="ms", random_state=seed, client="in-process"),
-                    "k-means++ (ours)": lambda: api.fit(Xn, "kmeans", k, init="k-means++", random_state=seed,
-                                                        client="in-process")}
+            fits = {
+                "SLK-BO": lambda: api.fit(X, "slk", k, mode="bo", random_state=seed, client="in-process"),
+                "SLK-MS": lambda: api.fit(X, "slk", k, mode="ms", random_state=seed, client="in-process"),
+                "k-means++ (ours)": lambda: api.fit(
+                    Xn, "kmeans", k, init="k-means++", random_state=seed, client="in-process"
+                ),
+            }
             for label, fit in fits.items():
                 t = time.perf_counter()
                 with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)   # a lost cluster warns; it is in the row
+                    warnings.simplefilter("ignore", RuntimeWarning)  # a lost cluster warns; it is in the row
                     m = fit()
                 labels = m.labels_ if label.startswith("SLK") else np.asarray(m.predict(Xn))
-                run.emit({**common, "seed": seed, "algo": label, "wall_s": time.perf_counter() - t,
-                          "nmi": nmi(y, labels), "acc": acc(y, labels), "lost": bool(getattr(m, "lost_cluster_", False))})
+                run.emit(
+                    {
+                        **common,
+                        "seed": seed,
+                        "algo": label,
+                        "wall_s": time.perf_counter() - t,
+                        "nmi": nmi(y, labels),
+                        "acc": acc(y, labels),
+                        "lost": bool(getattr(m, "lost_cluster_", False)),
+                    }
+                )
 
 
 def run_all(run):
@@ -313,4 +397,3 @@ def run_all(run):
     sbe_iris(run)
     sbe_digitlike(run)
     slk_quality(run)
-

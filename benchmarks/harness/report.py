@@ -3,6 +3,7 @@
 Every ratio on the page is computed from two rows of the same run; the papers' figures, which come from
 their authors' machines and data, sit beside ours and are never divided into them.
 """
+
 import json
 import math
 import os
@@ -62,12 +63,18 @@ every time" (the histogram's values are not in the text)."""
 
 # The authors' SLK program run on this project's machine (issue #18): mean NMI / ACC from
 # k-means++ seeds (digits and segment 10 seeds, mnist5k 5), λ = 1.3, σ from the 4-NN graph.
-PAPER_SLK = {("digits", "SLK-BO"): (0.809, 0.769), ("digits", "SLK-MS"): (0.801, 0.760),
-             ("mnist5k", "SLK-BO"): (0.634, 0.606), ("mnist5k", "SLK-MS"): (0.744, 0.732),
-             ("segment", "SLK-BO"): (0.394, 0.450), ("segment", "SLK-MS"): (0.369, 0.457)}
+PAPER_SLK = {
+    ("digits", "SLK-BO"): (0.809, 0.769),
+    ("digits", "SLK-MS"): (0.801, 0.760),
+    ("mnist5k", "SLK-BO"): (0.634, 0.606),
+    ("mnist5k", "SLK-MS"): (0.744, 0.732),
+    ("segment", "SLK-BO"): (0.394, 0.450),
+    ("segment", "SLK-MS"): (0.369, 0.457),
+}
 
 
 # ------------------------------------------------------------------ reading
+
 
 def read_rows(results_dir, tiny=False):
     """{suite: rows of its latest run} from ``suite-<name>.jsonl`` files (``-tiny.jsonl`` for smoke runs)."""
@@ -88,6 +95,7 @@ def of(rows, kind):
 
 # ------------------------------------------------------------------ formatting
 
+
 def fmt(v, spec=".3g", none="–"):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return none
@@ -103,7 +111,7 @@ def times(v):
 
 
 def mib(v):
-    return "–" if not v else f"{v / 2 ** 20:.0f}"
+    return "–" if not v else f"{v / 2**20:.0f}"
 
 
 def table(header, rows):
@@ -114,42 +122,81 @@ def table(header, rows):
 
 # ------------------------------------------------------------------ sections
 
+
 def machine_section(runs):
     lines = ["## Machine", ""]
     for suite, rows in runs.items():
         m = next((r for r in rows if r.get("kind") == "machine"), None)
         if m:
-            lines.append(f"- `--suite {suite}` (run {m['run']}): {m['cpu']}, {m['cores']} cores, "
-                         f"{mib(m['memory_bytes'])} MiB, Python {m['python']}, numpy {m['numpy']}, numba {m['numba']}, "
-                         f"dask {m['dask']}, {m['platform']}.")
-    return lines + ["", "Our fits run on a LocalCluster of this machine (2 workers × 1 thread unless noted); each "
-                    "competitor runs in a fresh process with the library's default threading (all cores).", ""]
+            lines.append(
+                f"- `--suite {suite}` (run {m['run']}): {m['cpu']}, {m['cores']} cores, "
+                f"{mib(m['memory_bytes'])} MiB, Python {m['python']}, numpy {m['numpy']}, numba {m['numba']}, "
+                f"dask {m['dask']}, {m['platform']}."
+            )
+    return lines + [
+        "",
+        "Our fits run on a LocalCluster of this machine (2 workers × 1 thread unless noted); each "
+        "competitor runs in a fresh process with the library's default threading (all cores).",
+        "",
+    ]
 
 
 def tables_section(suite, rows, plot):
     rows = of(rows, "table")
     if not rows:
         return []
-    lines = [f"## Every algorithm on real and synthetic data (`{COMMAND.format(suite=suite)}`)", "",
-             "η = QE / QE of scikit-learn's k-means++ Lloyd − 1 and speedup = its wall time / ours, both from the "
-             "same run, data, k and seed. Wall time is the median of 3 fits (of fewer when they took over 30 s: "
-             "`wall_runs` in the JSON lines has each); QE is on the full data; overhead is "
-             "the engine's share of the wall time (round trips × an empty iteration); memory is the peak resident "
-             "size of the busiest worker (or the competitor's process). Dominated: a scikit-learn or faiss "
-             "method on the same data was both faster and at a lower QE (it names the first such).", ""]
+    lines = [
+        f"## Every algorithm on real and synthetic data (`{COMMAND.format(suite=suite)}`)",
+        "",
+        "η = QE / QE of scikit-learn's k-means++ Lloyd − 1 and speedup = its wall time / ours, both from the "
+        "same run, data, k and seed. Wall time is the median of 3 fits (of fewer when they took over 30 s: "
+        "`wall_runs` in the JSON lines has each); QE is on the full data; overhead is "
+        "the engine's share of the wall time (round trips × an empty iteration); memory is the peak resident "
+        "size of the busiest worker (or the competitor's process). Dominated: a scikit-learn or faiss "
+        "method on the same data was both faster and at a lower QE (it names the first such).",
+        "",
+    ]
     by_data = defaultdict(list)
     for r in rows:
         if r["seed"] == 0:
             by_data[(r["data"], r["k"], r["n"], r["d"])].append(r)
     for (name, k, n, d), rs in by_data.items():
         lines += [f"### {name} ({n:,} × {d}, k = {k})", ""]
-        lines.append(table(["tool", "algorithm", "wall s", "QE", "η", "speedup", "iterations", "distance evals",
-                            "overhead", "peak MiB", "dominated", "status"],
-                           [[r["tool"], r["algo"], fmt(r.get("wall_s")), fmt(r.get("qe"), ".5g"), pct(r.get("eta")),
-                             times(r.get("speedup")), fmt(r.get("n_iter"), "d"), fmt(r.get("distance_evals"), ".3g"),
-                             "–" if r.get("overhead_share") is None else f"{100 * r['overhead_share']:.0f} %",
-                             mib(r.get("peak_worker_bytes")), dominated_by(r, rs) or "–", r.get("status", "ok")]
-                            for r in rs]))
+        lines.append(
+            table(
+                [
+                    "tool",
+                    "algorithm",
+                    "wall s",
+                    "QE",
+                    "η",
+                    "speedup",
+                    "iterations",
+                    "distance evals",
+                    "overhead",
+                    "peak MiB",
+                    "dominated",
+                    "status",
+                ],
+                [
+                    [
+                        r["tool"],
+                        r["algo"],
+                        fmt(r.get("wall_s")),
+                        fmt(r.get("qe"), ".5g"),
+                        pct(r.get("eta")),
+                        times(r.get("speedup")),
+                        fmt(r.get("n_iter"), "d"),
+                        fmt(r.get("distance_evals"), ".3g"),
+                        "–" if r.get("overhead_share") is None else f"{100 * r['overhead_share']:.0f} %",
+                        mib(r.get("peak_worker_bytes")),
+                        dominated_by(r, rs) or "–",
+                        r.get("status", "ok"),
+                    ]
+                    for r in rs
+                ],
+            )
+        )
         lines.append("")
     lines += [f"![QE against time for every data set]({plot(_plot_tables, by_data, f'{suite}_tables.png')})", ""]
     return lines
@@ -165,18 +212,32 @@ def dominated_by(row, rows):
     peer's own row and for a row without figures)."""
     if row["tool"] in PEERS or "qe" not in row or "wall_s" not in row:
         return None
-    return next((r["algo"] for r in rows if r["tool"] in PEERS and "qe" in r and "wall_s" in r
-                 and r["wall_s"] < row["wall_s"] and r["qe"] < row["qe"]), None)
+    return next(
+        (
+            r["algo"]
+            for r in rows
+            if r["tool"] in PEERS
+            and "qe" in r
+            and "wall_s" in r
+            and r["wall_s"] < row["wall_s"]
+            and r["qe"] < row["qe"]
+        ),
+        None,
+    )
 
 
 def vcgmm_section(rows, plot):
     t = of(rows, "vcgmm_table")
     if not t:
         return []
-    lines = ["## vc-GMM: Table 1 and Fig. 1 analog", "",
-             "η against scikit-learn's k-means++ (mean ± SEM over seeds), speedup in wall time (median over "
-             "seeds) and in distance evaluations (against our own k-means++ Lloyd, which counts them), both from "
-             "the same run. vc-GMM and LWCS on N′ rows; AFK-MC2 alone is its seeding without Lloyd.", ""]
+    lines = [
+        "## vc-GMM: Table 1 and Fig. 1 analog",
+        "",
+        "η against scikit-learn's k-means++ (mean ± SEM over seeds), speedup in wall time (median over "
+        "seeds) and in distance evaluations (against our own k-means++ Lloyd, which counts them), both from "
+        "the same run. vc-GMM and LWCS on N′ rows; AFK-MC2 alone is its seeding without Lloyd.",
+        "",
+    ]
     by = defaultdict(lambda: defaultdict(list))
     for r in t:
         by[(r["data"], r["n"], r["d"], r["k"], r["coreset_size"])][r["algo"]].append(r)
@@ -192,13 +253,34 @@ def vcgmm_section(rows, plot):
             speeds = [r["speedup"] for r in rs if r.get("speedup")]
             share = [s for s in map(_setup_share, rs) if s is not None]
             eta = "–" if mean is None else f"{100 * mean:+.2f} %" + ("" if sem is None else f" ± {100 * sem:.2f}")
-            out.append([algo, len(rs), eta, times(statistics.median(speeds)) if speeds else "–",
-                        times(base_evals / statistics.median(ev)) if base_evals and ev else "–",
-                        fmt(statistics.median([r.get("n_iter") or 0 for r in rs]), ".1f"),
-                        f"{100 * statistics.mean(share):.0f} %" if share else "–"])
-        lines += [f"### {name} ({n:,} × {d}, C = {k}, N′ = {n_prime:,})", "",
-                  table(["algorithm", "seeds", "η ± SEM", "speedup (time)", "speedup (distances)", "iterations",
-                         "coreset + seeding share"], out), ""]
+            out.append(
+                [
+                    algo,
+                    len(rs),
+                    eta,
+                    times(statistics.median(speeds)) if speeds else "–",
+                    times(base_evals / statistics.median(ev)) if base_evals and ev else "–",
+                    fmt(statistics.median([r.get("n_iter") or 0 for r in rs]), ".1f"),
+                    f"{100 * statistics.mean(share):.0f} %" if share else "–",
+                ]
+            )
+        lines += [
+            f"### {name} ({n:,} × {d}, C = {k}, N′ = {n_prime:,})",
+            "",
+            table(
+                [
+                    "algorithm",
+                    "seeds",
+                    "η ± SEM",
+                    "speedup (time)",
+                    "speedup (distances)",
+                    "iterations",
+                    "coreset + seeding share",
+                ],
+                out,
+            ),
+            "",
+        ]
     lines += ["The paper's Table 1 (for comparison; other data, one thread per run):", "", PAPER_VCGMM, ""]
     trade = of(rows, "tradeoff")
     if trade:
@@ -222,8 +304,17 @@ def nmbatch_section(rows, plot):
     for c in curves:
         rel = [(t, e / best - 1) for t, e in c["points"]]
         reach = {g: next((t for t, v in rel if v <= g), None) for g in (0.02, 0.01)}
-        out.append([c["tool"], c["algo"], fmt(reach[0.02]), fmt(reach[0.01]), pct(rel[-1][1]), fmt(rel[-1][0]),
-                    c.get("n_iter")])
+        out.append(
+            [
+                c["tool"],
+                c["algo"],
+                fmt(reach[0.02]),
+                fmt(reach[0.01]),
+                pct(rel[-1][1]),
+                fmt(rel[-1][0]),
+                c.get("n_iter"),
+            ]
+        )
     lloyd = next((c for c in curves if c["algo"] == "lloyd"), None)
     ratio = []
     if lloyd:
@@ -234,34 +325,62 @@ def nmbatch_section(rows, plot):
                 if a and b and c is not lloyd:
                     ratio.append(f"{c['algo']} reaches {100 * g:.0f} % of E* {a / b:.1f}× sooner than Lloyd")
     c0 = curves[0]
-    return ["## Nested mini-batch k-means: Fig. 2 analog", "",
-            f"{c0['data']}: {c0['n_train']:,} training and {c0['n_validation']:,} validation rows, k = {c0['k']}; "
-            "the paper's protocol (shuffle, first k rows as centres, b0 = 5,000, ρ = 100). E* is the lowest "
-            "validation energy reached by any method here; times exclude the energy evaluations.", "",
-            table(["tool", "method", "s to 2 % of E*", "s to 1 % of E*", "final vs E*", "total s", "rounds"], out), "",
-            "; ".join(ratio) + ("." if ratio else ""), "",
-            f"![validation energy against time]({plot(_plot_curves, (curves, best), 'nmbatch_fig2.png')})", "",
-            "The paper:", "", PAPER_NMBATCH, ""]
+    return [
+        "## Nested mini-batch k-means: Fig. 2 analog",
+        "",
+        f"{c0['data']}: {c0['n_train']:,} training and {c0['n_validation']:,} validation rows, k = {c0['k']}; "
+        "the paper's protocol (shuffle, first k rows as centres, b0 = 5,000, ρ = 100). E* is the lowest "
+        "validation energy reached by any method here; times exclude the energy evaluations.",
+        "",
+        table(["tool", "method", "s to 2 % of E*", "s to 1 % of E*", "final vs E*", "total s", "rounds"], out),
+        "",
+        "; ".join(ratio) + ("." if ratio else ""),
+        "",
+        f"![validation energy against time]({plot(_plot_curves, (curves, best), 'nmbatch_fig2.png')})",
+        "",
+        "The paper:",
+        "",
+        PAPER_NMBATCH,
+        "",
+    ]
 
 
 def vrkm_section(rows):
     t = of(rows, "vrkm_table")
     if not t:
         return []
-    lines = ["## VRKM: Table 3 analog", "",
-             "Every method from the same k-means++ centres; time to reach batch k-means' (our Lloyd's) final loss, "
-             "speedup = Lloyd's time to its own final loss / that time, and the final loss. Lloyd and VRKM report "
-             "the full-data loss per iteration; the mini-batch methods only at the end.", ""]
+    lines = [
+        "## VRKM: Table 3 analog",
+        "",
+        "Every method from the same k-means++ centres; time to reach batch k-means' (our Lloyd's) final loss, "
+        "speedup = Lloyd's time to its own final loss / that time, and the final loss. Lloyd and VRKM report "
+        "the full-data loss per iteration; the mini-batch methods only at the end.",
+        "",
+    ]
     by = defaultdict(list)
     for r in t:
         by[(r["data"], r["n"], r["d"], r["k"])].append(r)
     for (name, n, d, k), rs in by.items():
         base = next((r["time_to_batch_loss_s"] for r in rs if r["algo"] == "batch KM"), None)
-        lines += [f"### {name} ({n:,} × {d}, K = {k})", "",
-                  table(["method", "wall s", "s to batch loss", "speedup", "final loss", "iterations / epochs"],
-                        [[r["algo"], fmt(r["wall_s"]), fmt(r["time_to_batch_loss_s"]),
-                          times(base / r["time_to_batch_loss_s"]) if base and r["time_to_batch_loss_s"] else "–",
-                          fmt(r["loss"], ".7g"), r["n_iter"]] for r in rs]), ""]
+        lines += [
+            f"### {name} ({n:,} × {d}, K = {k})",
+            "",
+            table(
+                ["method", "wall s", "s to batch loss", "speedup", "final loss", "iterations / epochs"],
+                [
+                    [
+                        r["algo"],
+                        fmt(r["wall_s"]),
+                        fmt(r["time_to_batch_loss_s"]),
+                        times(base / r["time_to_batch_loss_s"]) if base and r["time_to_batch_loss_s"] else "–",
+                        fmt(r["loss"], ".7g"),
+                        r["n_iter"],
+                    ]
+                    for r in rs
+                ],
+            ),
+            "",
+        ]
     return lines + ["The paper:", "", PAPER_VRKM, ""]
 
 
@@ -270,20 +389,36 @@ def sbe_section(rows, plot):
     lines = []
     if iris:
         good, stuck = paper.iris_counts(iris)
-        lines += ["## SBE: Iris and 784-d analogs", "",
-                  f"Iris, k = 3, {len(iris)} runs from 3 random rows (batch 30, (100, 10), step 1.0, decay 0.95): "
-                  f"SBE ends at the global minimum (f in [0.2628, 0.2640]) in {good}/{len(iris)} runs; Lloyd from "
-                  f"the same starts stops near 0.48 in {stuck}/{len(iris)}.", "",
-                  f"![final objective of SBE and Lloyd on Iris]({plot(_plot_iris, iris, 'sbe_iris.png')})", ""]
+        lines += [
+            "## SBE: Iris and 784-d analogs",
+            "",
+            f"Iris, k = 3, {len(iris)} runs from 3 random rows (batch 30, (100, 10), step 1.0, decay 0.95): "
+            f"SBE ends at the global minimum (f in [0.2628, 0.2640]) in {good}/{len(iris)} runs; Lloyd from "
+            f"the same starts stops near 0.48 in {stuck}/{len(iris)}.",
+            "",
+            f"![final objective of SBE and Lloyd on Iris]({plot(_plot_iris, iris, 'sbe_iris.png')})",
+            "",
+        ]
     if t784:
         by = defaultdict(lambda: defaultdict(list))
         for r in t784:
             by[r["k"]][r["algo"]].append(r["f"])
-        out = [[k, algo, f"{min(v):.2f} / {max(v):.2f} / {statistics.mean(v):.2f}", len(v)]
-               for k, algos in sorted(by.items()) for algo, v in algos.items()]
-        lines += ["784-d digit-like data (`datasets.make_digitlike`: 8 smooth random centres + noise, f = 15.68 at "
-                  "the centres; the paper used real MNIST digits as centres):", "",
-                  table(["k", "method", "f min / max / mean", "runs"], out), "", "The paper:", "", PAPER_SBE, ""]
+        out = [
+            [k, algo, f"{min(v):.2f} / {max(v):.2f} / {statistics.mean(v):.2f}", len(v)]
+            for k, algos in sorted(by.items())
+            for algo, v in algos.items()
+        ]
+        lines += [
+            "784-d digit-like data (`datasets.make_digitlike`: 8 smooth random centres + noise, f = 15.68 at "
+            "the centres; the paper used real MNIST digits as centres):",
+            "",
+            table(["k", "method", "f min / max / mean", "runs"], out),
+            "",
+            "The paper:",
+            "",
+            PAPER_SBE,
+            "",
+        ]
     return lines
 
 
@@ -298,18 +433,32 @@ def slk_section(rows):
     out = []
     for (data, n, d, k, algo), rs in by.items():
         theirs = PAPER_SLK.get((data, algo))
-        out.append([f"{data} ({n:,} × {d}, K = {k})", algo, len(rs), f"{statistics.mean(r['nmi'] for r in rs):.3f}",
-                    f"{statistics.mean(r['acc'] for r in rs):.3f}", sum(r["lost"] for r in rs),
-                    f"{statistics.median(r['wall_s'] for r in rs):.2f}",
-                    "–" if theirs is None else f"{theirs[0]:.3f} / {theirs[1]:.3f}"])
-    return ["## SLK: NMI and ACC on the authors' sets", "",
-            "Scalable Laplacian K-modes (Ziko, Granger, Ben Ayed) from our k-means++ seeds (`random_state` 0, 1, …), "
-            "λ = 1.3, σ from the 4-NN graph of the L2-normalised rows, in-process; k-means++ Lloyd (ours) on the "
-            "same normalised rows, same seeds. mnist5k is shuffled (its file is sorted by label). Lost: runs that "
-            "lost a cluster (the previous iteration's model is kept).", "",
-            table(["data", "method", "seeds", "NMI", "ACC", "lost", "median wall s", "authors' NMI / ACC"], out), "",
-            "The authors' column: their program run on this project's machine from its own k-means++ seeds "
-            "(issue #18); not divided into ours.", ""]
+        out.append(
+            [
+                f"{data} ({n:,} × {d}, K = {k})",
+                algo,
+                len(rs),
+                f"{statistics.mean(r['nmi'] for r in rs):.3f}",
+                f"{statistics.mean(r['acc'] for r in rs):.3f}",
+                sum(r["lost"] for r in rs),
+                f"{statistics.median(r['wall_s'] for r in rs):.2f}",
+                "–" if theirs is None else f"{theirs[0]:.3f} / {theirs[1]:.3f}",
+            ]
+        )
+    return [
+        "## SLK: NMI and ACC on the authors' sets",
+        "",
+        "Scalable Laplacian K-modes (Ziko, Granger, Ben Ayed) from our k-means++ seeds (`random_state` 0, 1, …), "
+        "λ = 1.3, σ from the 4-NN graph of the L2-normalised rows, in-process; k-means++ Lloyd (ours) on the "
+        "same normalised rows, same seeds. mnist5k is shuffled (its file is sorted by label). Lost: runs that "
+        "lost a cluster (the previous iteration's model is kept).",
+        "",
+        table(["data", "method", "seeds", "NMI", "ACC", "lost", "median wall s", "authors' NMI / ACC"], out),
+        "",
+        "The authors' column: their program run on this project's machine from its own k-means++ seeds "
+        "(issue #18); not divided into ours.",
+        "",
+    ]
 
 
 def scaling_section(rows, plot):
@@ -324,26 +473,50 @@ def scaling_section(rows, plot):
         out = []
         for (name, algo, k), w in by.items():
             one, two = w.get(1), w.get(2)
-            out.append([name, algo, k, fmt(one and one["wall_s"]), fmt(two and two["wall_s"]),
-                        times(one["wall_s"] / two["wall_s"]) if one and two else "–",
-                        fmt(one and one["s_per_iter"]), fmt(two and two["s_per_iter"])])
-        lines += ["Strong scaling on this machine, 1 → 2 single-thread workers:", "",
-                  table(["data", "algorithm", "k", "1 worker s", "2 workers s", "speedup", "s/iter (1)", "s/iter (2)"],
-                        out), ""]
+            out.append(
+                [
+                    name,
+                    algo,
+                    k,
+                    fmt(one and one["wall_s"]),
+                    fmt(two and two["wall_s"]),
+                    times(one["wall_s"] / two["wall_s"]) if one and two else "–",
+                    fmt(one and one["s_per_iter"]),
+                    fmt(two and two["s_per_iter"]),
+                ]
+            )
+        lines += [
+            "Strong scaling on this machine, 1 → 2 single-thread workers:",
+            "",
+            table(["data", "algorithm", "k", "1 worker s", "2 workers s", "speedup", "s/iter (1)", "s/iter (2)"], out),
+            "",
+        ]
     if over:
         base = over[0]["overhead_ms"]
-        lines += ["The engine against the number of single-thread worker processes, one real partition (two "
-                  "chunks) each, all on this machine: one empty iteration (median), the driver's CPU per round "
-                  "trip, and the bytes the driver process reads and writes per Lloyd iteration (k = 256, d = 32; "
-                  "counted on its sockets, heartbeats included):", "",
-                  table(["workers", "ms per empty iteration", "vs first row", "driver CPU ms", "Lloyd kB in",
-                         "Lloyd kB out"],
-                        [[r["workers"], f"{r['overhead_ms']:.1f}", times(r["overhead_ms"] / base),
-                          fmt(r.get("driver_cpu_ms")), fmt(r.get("lloyd_bytes_in") and r["lloyd_bytes_in"] / 1e3),
-                          fmt(r.get("lloyd_bytes_out") and r["lloyd_bytes_out"] / 1e3)] for r in over]),
-                  "", f"![overhead per iteration against workers]"
-                  f"({plot(_plot_overhead, over, 'scaling_overhead.png')})",
-                  ""]
+        lines += [
+            "The engine against the number of single-thread worker processes, one real partition (two "
+            "chunks) each, all on this machine: one empty iteration (median), the driver's CPU per round "
+            "trip, and the bytes the driver process reads and writes per Lloyd iteration (k = 256, d = 32; "
+            "counted on its sockets, heartbeats included):",
+            "",
+            table(
+                ["workers", "ms per empty iteration", "vs first row", "driver CPU ms", "Lloyd kB in", "Lloyd kB out"],
+                [
+                    [
+                        r["workers"],
+                        f"{r['overhead_ms']:.1f}",
+                        times(r["overhead_ms"] / base),
+                        fmt(r.get("driver_cpu_ms")),
+                        fmt(r.get("lloyd_bytes_in") and r["lloyd_bytes_in"] / 1e3),
+                        fmt(r.get("lloyd_bytes_out") and r["lloyd_bytes_out"] / 1e3),
+                    ]
+                    for r in over
+                ],
+            ),
+            "",
+            f"![overhead per iteration against workers]({plot(_plot_overhead, over, 'scaling_overhead.png')})",
+            "",
+        ]
     return lines
 
 
@@ -366,24 +539,43 @@ def sweep_section(rows, plot):
             vs_faiss = r["qe"] / faiss["qe"] - 1 if r.get("qe") and faiss.get("qe") else None
             phases = (r.get("extras") or {}).get("phase_s") or {}
             seeding = phases.get("seeding") / wall if wall and "seeding" in phases else None
-            out.append([C, algo, shown if "status" not in r else r["status"], times(r.get("speedup")),
-                        pct(r.get("eta")), pct(vs_faiss), fmt(r.get("distance_evals")),
-                        "–" if seeding is None else f"{100 * seeding:.0f} %"])
+            out.append(
+                [
+                    C,
+                    algo,
+                    shown if "status" not in r else r["status"],
+                    times(r.get("speedup")),
+                    pct(r.get("eta")),
+                    pct(vs_faiss),
+                    fmt(r.get("distance_evals")),
+                    "–" if seeding is None else f"{100 * seeding:.0f} %",
+                ]
+            )
     first = rows[0]
-    lines = [f"## Time against the number of clusters (`{COMMAND.format(suite='sweep')}`)", "",
-             f"{first['data']} ({first['n']:,} × {first['d']}), one seed, every library on this machine's cores. "
-             "Speedup and η against scikit-learn's k-means++ Lloyd of the same C; where it does not finish within "
-             "its cap, its time is its time per iteration at that C times its iteration count at the largest C it "
-             "finished (its seeding left out: a lower bound), and there is no η. QE against faiss: our QE over "
-             "faiss's, minus 1.", "",
-             table(["C", "fit", "wall s", "speedup", "η", "QE vs faiss", "distance evaluations", "seeding"], out), ""]
+    lines = [
+        f"## Time against the number of clusters (`{COMMAND.format(suite='sweep')}`)",
+        "",
+        f"{first['data']} ({first['n']:,} × {first['d']}), one seed, every library on this machine's cores. "
+        "Speedup and η against scikit-learn's k-means++ Lloyd of the same C; where it does not finish within "
+        "its cap, its time is its time per iteration at that C times its iteration count at the largest C it "
+        "finished (its seeding left out: a lower bound), and there is no η. QE against faiss: our QE over "
+        "faiss's, minus 1.",
+        "",
+        table(["C", "fit", "wall s", "speedup", "η", "QE vs faiss", "distance evaluations", "seeding"], out),
+        "",
+    ]
     vc = {C: by_c[C]["vcgmm"] for C in by_c if by_c[C].get("vcgmm", {}).get("wall_s")}
     if len(vc) > 1:
         lo, hi = min(vc), max(vc)
-        net = {C: vc[C]["wall_s"] - ((vc[C].get("extras") or {}).get("phase_s") or {}).get("final_qe", 0.0)
-               for C in (lo, hi)}
-        lines += [f"vc-GMM without its final pass: {net[lo]:.3g} s at C = {lo:,}, {net[hi]:.3g} s at C = {hi:,} "
-                  f"({times(net[hi] / net[lo])} for {times(hi / lo)} the clusters).", ""]
+        net = {
+            C: vc[C]["wall_s"] - ((vc[C].get("extras") or {}).get("phase_s") or {}).get("final_qe", 0.0)
+            for C in (lo, hi)
+        }
+        lines += [
+            f"vc-GMM without its final pass: {net[lo]:.3g} s at C = {lo:,}, {net[hi]:.3g} s at C = {hi:,} "
+            f"({times(net[hi] / net[lo])} for {times(hi / lo)} the clusters).",
+            "",
+        ]
     lines += [f"![wall time against C]({plot(_plot_sweep, by_c, 'sweep_time.png')})", ""]
     return lines
 
@@ -391,8 +583,11 @@ def sweep_section(rows, plot):
 def headline(runs):
     """The ratios the README quotes, from the paper suite's table rows of the largest real data set."""
     rows = of(runs.get("paper", []) or runs.get("quick", []), "table")
-    real = [r for r in rows if r["data"] == "imgpatches" and r.get("speedup") and r["seed"] == 0
-            and r["tool"] == "dask_clust"]
+    real = [
+        r
+        for r in rows
+        if r["data"] == "imgpatches" and r.get("speedup") and r["seed"] == 0 and r["tool"] == "dask_clust"
+    ]
     return sorted(real, key=lambda r: -r["speedup"])[:3]
 
 
@@ -403,11 +598,18 @@ def faiss_versus(runs):
     for suite, kind in (("paper", "table"), ("quick", "table"), ("sweep", "sweep")):
         rows = [r for r in of(runs.get(suite, []), kind) if r["seed"] == 0]
         for data, k in dict.fromkeys((r["data"], r["k"]) for r in rows):
-            fa = next((r for r in rows if (r["data"], r["k"]) == (data, k) and r["algo"] == "faiss"
-                       and r.get("wall_s")), None)
+            fa = next(
+                (r for r in rows if (r["data"], r["k"]) == (data, k) and r["algo"] == "faiss" and r.get("wall_s")), None
+            )
             for r in rows:
-                if fa and (r["data"], r["k"]) == (data, k) and r["tool"] == "dask_clust" \
-                        and r["algo"] in ("kmeans", "vcgmm") and r.get("wall_s") and r.get("qe"):
+                if (
+                    fa
+                    and (r["data"], r["k"]) == (data, k)
+                    and r["tool"] == "dask_clust"
+                    and r["algo"] in ("kmeans", "vcgmm")
+                    and r.get("wall_s")
+                    and r.get("qe")
+                ):
                     out.append((data, k, r["algo"], fa["wall_s"] / r["wall_s"], r["qe"] / fa["qe"] - 1))
     return out
 
@@ -417,18 +619,23 @@ def faiss_sentence(runs):
     vs = faiss_versus(runs)
     if not vs:
         return None
-    lose = [f"{algo} on {data} (k = {k}: faiss {times(1 / ratio)} faster)" for data, k, algo, ratio, _ in vs
-            if ratio < 1]
+    lose = [
+        f"{algo} on {data} (k = {k}: faiss {times(1 / ratio)} faster)" for data, k, algo, ratio, _ in vs if ratio < 1
+    ]
     win = [f"{algo} on {data} (k = {k}: {times(ratio)} faster)" for data, k, algo, ratio, _ in vs if ratio >= 1]
     worse = [f"{algo} on {data} (k = {k}: {pct(eta)})" for data, k, algo, _, eta in vs if eta > 0.03]
     better = [f"{algo} on {data} (k = {k}: {pct(eta)})" for data, k, algo, _, eta in vs if eta < -0.03]
-    return (f"Against faiss's k-means with its defaults (same run, its own threads): faster in {sum(r >= 1 for *_, r, _ in vs)} "
-            f"of {len(vs)} Lloyd and vc-GMM fits. Faster: {'; '.join(win) or 'none'}. Slower: {'; '.join(lose) or 'none'}. "
-            f"QE more than 3 % above "
-            f"faiss's: {'; '.join(worse) or 'none'}; more than 3 % below: {'; '.join(better) or 'none'}.")
+    return (
+        f"Against faiss's k-means with its defaults (same run, its own threads): "
+        f"faster in {sum(r >= 1 for *_, r, _ in vs)} "
+        f"of {len(vs)} Lloyd and vc-GMM fits. Faster: {'; '.join(win) or 'none'}. Slower: {'; '.join(lose) or 'none'}. "
+        f"QE more than 3 % above "
+        f"faiss's: {'; '.join(worse) or 'none'}; more than 3 % below: {'; '.join(better) or 'none'}."
+    )
 
 
 # ------------------------------------------------------------------ plots
+
 
 def _plot_tables(fig, by_data):
     n = len(by_data)
@@ -438,8 +645,9 @@ def _plot_tables(fig, by_data):
         for r in rs:
             if r.get("wall_s") and r.get("eta") is not None:
                 ax.scatter(r["wall_s"], 100 * r["eta"], s=18, color="C0" if r["tool"] == "dask_clust" else "C3")
-                ax.annotate(r["algo"], (r["wall_s"], 100 * r["eta"]), fontsize=6, xytext=(3, 2),
-                            textcoords="offset points")
+                ax.annotate(
+                    r["algo"], (r["wall_s"], 100 * r["eta"]), fontsize=6, xytext=(3, 2), textcoords="offset points"
+                )
         ax.set_xscale("log")
         ax.set_title(f"{name}, k = {k}", fontsize=9)
         ax.set_xlabel("wall time (s)")
@@ -458,8 +666,13 @@ def _plot_tradeoff(fig, trade):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
         for s, e, r in pts:
             tag = r.get("coreset_size") or r.get("chain_length") or r.get("G")
-            ax.annotate(f"2^{int(math.log2(tag))}" if label in ("vc-GMM", "LWCS k-means") else str(tag), (s, e),
-                        fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(
+                f"2^{int(math.log2(tag))}" if label in ("vc-GMM", "LWCS k-means") else str(tag),
+                (s, e),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
     ax.set_xscale("log")
     ax.set_xlabel("speedup in wall time vs scikit-learn k-means++ (same run)")
     ax.set_ylabel("QE increase η (%)")
@@ -497,13 +710,16 @@ def _plot_iris(fig, iris):
 def _plot_sweep(fig, by_c):
     ax = fig.subplots()
     for algo in sorted({a for fits in by_c.values() for a in fits}):
-        pts = sorted((C, fits[algo]["wall_s"], bool(fits[algo].get("extrapolated")))
-                     for C, fits in by_c.items() if fits.get(algo, {}).get("wall_s"))
+        pts = sorted(
+            (C, fits[algo]["wall_s"], bool(fits[algo].get("extrapolated")))
+            for C, fits in by_c.items()
+            if fits.get(algo, {}).get("wall_s")
+        )
         if not pts:
             continue
-        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
         gone = [p for p in pts if p[2]]
-        if gone:   # extrapolated points: hollow
+        if gone:  # extrapolated points: hollow
             ax.plot([p[0] for p in gone], [p[1] for p in gone], "o", mfc="white", color=line.get_color())
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -523,6 +739,7 @@ def _plot_overhead(fig, over):
 
 # ------------------------------------------------------------------ the page
 
+
 def write(results_dir, page, tiny=False):
     """Render ``page`` (BENCHMARKS.md) and its PNGs into ``results_dir`` from the suites' latest runs."""
     import matplotlib
@@ -541,16 +758,26 @@ def write(results_dir, page, tiny=False):
         plt.close(fig)
         return f"{rel}/{name}"
 
-    lines = ["# Benchmarks", "",
-             "Generated by `python benchmarks/run.py` from the JSON lines in `benchmarks/results/suite-*.jsonl`; do "
-             "not edit by hand. Regenerate a suite (and this page) with the command in its section; `python "
-             "benchmarks/run.py --report` only rewrites the page. Which function measured each figure: "
-             "`benchmarks/README.md`.", ""]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `python benchmarks/run.py` from the JSON lines in `benchmarks/results/suite-*.jsonl`; do "
+        "not edit by hand. Regenerate a suite (and this page) with the command in its section; `python "
+        "benchmarks/run.py --report` only rewrites the page. Which function measured each figure: "
+        "`benchmarks/README.md`.",
+        "",
+    ]
     top = headline(runs)
     if top:
-        lines += ["Headline (image patches, 1.39 M × 108): " + "; ".join(
-            f"{r['algo']} {times(r['speedup'])} faster than scikit-learn k-means++ at {pct(r['eta'])} QE" for r in top)
-            + ".", ""]
+        lines += [
+            "Headline (image patches, 1.39 M × 108): "
+            + "; ".join(
+                f"{r['algo']} {times(r['speedup'])} faster than scikit-learn k-means++ at {pct(r['eta'])} QE"
+                for r in top
+            )
+            + ".",
+            "",
+        ]
     against = faiss_sentence(runs)
     if against:
         lines += [against, ""]

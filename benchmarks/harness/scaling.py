@@ -2,6 +2,7 @@
 round trip against the number of workers (LocalClusters of 1 to 16 single-thread processes, one real
 partition each): empty-iteration time, the driver's CPU, and the bytes into and out of the driver per
 Lloyd iteration; the inputs of the multi-node plan."""
+
 import logging
 import statistics
 import time
@@ -10,15 +11,14 @@ import dask
 import numpy as np
 
 from dask_clust import api
+from dask_clust.blocks.lloyd import lloyd_step
 from dask_clust.engine import as_source, open_engine
 from dask_clust.engine.cluster import connect
 from dask_clust.kernels.assign import Prepared
-from dask_clust.blocks.lloyd import lloyd_step
 
 logger = logging.getLogger("harness")
 
-STRONG = (("blobs1m_d16", "kmeans", 200, {"max_iter": 12, "tol": 0.0}),
-          ("blobs1m_d16", "vcgmm", 1000, {}))
+STRONG = (("blobs1m_d16", "kmeans", 200, {"max_iter": 12, "tol": 0.0}), ("blobs1m_d16", "vcgmm", 1000, {}))
 OVERHEAD_WORKERS = (1, 2, 4, 8, 16)
 
 
@@ -35,9 +35,18 @@ def strong(run):
                     m = api.fit(path, algo, k, random_state=0, client=client, **params)
                     walls.append(m.engine_["wall_s"])
                     per_iter.append(statistics.median(h["wall_s"] for h in m.history_[2:] or m.history_))
-            run.emit({"kind": "strong", "data": name, "algo": algo, "k": k, "workers": n_workers,
-                      "wall_s": statistics.median(walls), "s_per_iter": statistics.median(per_iter),
-                      "n_iter": m.n_iter_})
+            run.emit(
+                {
+                    "kind": "strong",
+                    "data": name,
+                    "algo": algo,
+                    "k": k,
+                    "workers": n_workers,
+                    "wall_s": statistics.median(walls),
+                    "s_per_iter": statistics.median(per_iter),
+                    "n_iter": m.n_iter_,
+                }
+            )
 
 
 class DriverBytes:
@@ -89,29 +98,58 @@ def engine_round(n_workers, repeats=50, rows_per_worker=20_000, k=256, d=32):
                 engine.reduce(lloyd_step, prepared)
             bytes_in.append(io.read)
             bytes_out.append(io.written)
-    return {"workers": n_workers, "chunks": src.n_chunks, "overhead_ms": statistics.median(ms),
-            "driver_cpu_ms": cpu_ms, "lloyd_bytes_in": statistics.median(bytes_in),
-            "lloyd_bytes_out": statistics.median(bytes_out), "k": k, "d": d}
+    return {
+        "workers": n_workers,
+        "chunks": src.n_chunks,
+        "overhead_ms": statistics.median(ms),
+        "driver_cpu_ms": cpu_ms,
+        "lloyd_bytes_in": statistics.median(bytes_in),
+        "lloyd_bytes_out": statistics.median(bytes_out),
+        "k": k,
+        "d": d,
+    }
 
 
 def em_bytes(n_chunks, n_workers=4, rows=400_000, d=64, C=2000, iterations=6):
     """Bytes into the driver per steady-state EM iteration (σ² known) of var-GMM-S, C clusters."""
     X = np.random.default_rng(2).standard_normal((rows, d)).astype(np.float32)
     seen = []
-    with connect(n_workers=n_workers, threads_per_worker=1) as client, DriverBytes() as io, \
-            dask.config.set({"dask_clust.min-chunks": n_chunks, "dask_clust.min-chunk-bytes": "1KiB"}):
-        m = api.fit(X, "vargmm", C, init="random", max_iter=iterations, tol=0, random_state=0, client=client,
-                    callback=lambda rec: seen.append(io.read))
-    return {"chunks": m.engine_["chunks"], "workers": n_workers, "rows": rows, "d": d, "C": C,
-            "bytes_in": statistics.median(b - a for a, b in zip(seen[1:], seen[2:]))}
+    with (
+        connect(n_workers=n_workers, threads_per_worker=1) as client,
+        DriverBytes() as io,
+        dask.config.set({"dask_clust.min-chunks": n_chunks, "dask_clust.min-chunk-bytes": "1KiB"}),
+    ):
+        m = api.fit(
+            X,
+            "vargmm",
+            C,
+            init="random",
+            max_iter=iterations,
+            tol=0,
+            random_state=0,
+            client=client,
+            callback=lambda rec: seen.append(io.read),
+        )
+    return {
+        "chunks": m.engine_["chunks"],
+        "workers": n_workers,
+        "rows": rows,
+        "d": d,
+        "C": C,
+        "bytes_in": statistics.median(b - a for a, b in zip(seen[1:], seen[2:])),
+    }
 
 
 def overhead(run):
     """Empty iteration, driver CPU and Lloyd bytes against the number of workers, one partition each."""
     for n_workers in OVERHEAD_WORKERS[:2] if run.tiny else OVERHEAD_WORKERS:
         logger.info("engine round trips with %d workers", n_workers)
-        run.emit({"kind": "overhead", **engine_round(n_workers, repeats=5 if run.tiny else 50,
-                                                     rows_per_worker=2000 if run.tiny else 20_000)})
+        run.emit(
+            {
+                "kind": "overhead",
+                **engine_round(n_workers, repeats=5 if run.tiny else 50, rows_per_worker=2000 if run.tiny else 20_000),
+            }
+        )
 
 
 def run_all(run):
@@ -151,15 +189,25 @@ def coreset_driver_memory(rows=1_000_000, d=64, n_workers=4, in_process_bytes="6
     from dask_clust.datasets import make_blobs
 
     X, _ = make_blobs(4 * rows, d, 50, random_state=0)
-    with connect(n_workers=n_workers, threads_per_worker=1) as client, \
-            dask.config.set({"dask_clust.in-process-bytes": in_process_bytes}):
+    with (
+        connect(n_workers=n_workers, threads_per_worker=1) as client,
+        dask.config.set({"dask_clust.in-process-bytes": in_process_bytes}),
+    ):
         api.fit(X[:200_000], "kmeans", 8, coreset_size=100_000, max_iter=1, client=client)  # warm the workers
         with PeakRSS() as rss:
-            m = api.fit(X, "kmeans", 16, init="random", coreset_size=rows, max_iter=2, tol=0, random_state=0,
-                        client=client)
+            m = api.fit(
+                X, "kmeans", 16, init="random", coreset_size=rows, max_iter=2, tol=0, random_state=0, client=client
+            )
     coreset_bytes = rows * d * 4
-    return {"coreset_rows": rows, "d": d, "workers": n_workers, "coreset_bytes": coreset_bytes,
-            "driver_peak_extra": rss.extra, "ratio": rss.extra / coreset_bytes, "objective": m.objective_}
+    return {
+        "coreset_rows": rows,
+        "d": d,
+        "workers": n_workers,
+        "coreset_bytes": coreset_bytes,
+        "driver_peak_extra": rss.extra,
+        "ratio": rss.extra / coreset_bytes,
+        "objective": m.objective_,
+    }
 
 
 def sharded_lloyd(n_workers, k=4096, d=64, rows_per_worker=20_000, iterations=4):
@@ -170,13 +218,23 @@ def sharded_lloyd(n_workers, k=4096, d=64, rows_per_worker=20_000, iterations=4)
     init = np.random.default_rng(4).standard_normal((k, d))
     out = {"workers": n_workers, "k": k, "d": d, "model_bytes": init.nbytes}
     centers = {}
-    with connect(n_workers=n_workers, threads_per_worker=1) as client, \
-            dask.config.set({"dask_clust.min-chunks": 2 * n_workers, "dask_clust.min-chunk-bytes": "1KiB"}):
+    with (
+        connect(n_workers=n_workers, threads_per_worker=1) as client,
+        dask.config.set({"dask_clust.min-chunks": 2 * n_workers, "dask_clust.min-chunk-bytes": "1KiB"}),
+    ):
         for name, limit in (("driver", "1TiB"), ("sharded", "1")):
             seen, times = [], []
             with dask.config.set({"dask_clust.model-bytes": limit}), DriverBytes() as io:
-                m = api.fit(X, "kmeans", k, init=init, max_iter=iterations, tol=0, client=client,
-                            callback=lambda rec: (seen.append((io.read, io.written)), times.append(rec["wall_s"])))
+                m = api.fit(
+                    X,
+                    "kmeans",
+                    k,
+                    init=init,
+                    max_iter=iterations,
+                    tol=0,
+                    client=client,
+                    callback=lambda rec: (seen.append((io.read, io.written)), times.append(rec["wall_s"])),
+                )
             steps = list(zip(seen[1:], seen[2:]))
             out[f"{name}_bytes_in"] = statistics.median(b[0] - a[0] for a, b in steps)
             out[f"{name}_bytes_out"] = statistics.median(b[1] - a[1] for a, b in steps)

@@ -5,6 +5,7 @@ Every row of a table carries ``eta`` (QE relative to scikit-learn's k-means++ Ll
 k and seed. ``--tiny`` (CI's smoke run) keeps 2,000 rows of each set, one repeat and one seed: it checks
 that every experiment runs and reports, not how fast.
 """
+
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from dataclasses import fields
 import numpy as np
 
 from dask_clust import algorithms
+
 from . import measure, paper, scaling, sweep
 from .data import materialise, read
 
@@ -92,12 +94,30 @@ class Run:
                     got = self.competitor(comp, path, X, k, seed)
                     rows.append(("scikit-learn" if comp.startswith("sklearn") else comp, comp, {}, got))
             for tool, label, params, got in rows:
-                self.emit({**common, "seed": seed, "tool": tool, "algo": label, "params": params, **got,
-                           **measure.versus(got, base)})
+                self.emit(
+                    {
+                        **common,
+                        "seed": seed,
+                        "tool": tool,
+                        "algo": label,
+                        "params": params,
+                        **got,
+                        **measure.versus(got, base),
+                    }
+                )
 
     def competitor(self, name, path, X, k, seed, repeats=None, cap_s=None):
-        return measure.competitor(name, path, X, k, seed, repeats or self.repeats, cap_s or self.cap_s,
-                                  isolated=not self.tiny, max_iter=TINY_LOOP["max_iter"] if self.tiny else None)
+        return measure.competitor(
+            name,
+            path,
+            X,
+            k,
+            seed,
+            repeats or self.repeats,
+            cap_s or self.cap_s,
+            isolated=not self.tiny,
+            max_iter=TINY_LOOP["max_iter"] if self.tiny else None,
+        )
 
     def baseline(self, data, path, X, k, seed):
         """scikit-learn's k-means++ Lloyd on (data, k, seed), measured once per run and shared by every
@@ -129,8 +149,13 @@ class Run:
 
         # in 16 chunks, a working set on the cluster too, so that every worker compiles: one chunk warmed one
         # worker, and the other compiled in a timed fit (vc-GMM at C = 500: 7.1 s of its 8.3 s)
-        with dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", "dask_clust.in-process-bytes": "1KiB",
-                              "dask_clust.working-set-chunk-rows": 1000}):
+        with dask.config.set(
+            {
+                "dask_clust.min-chunk-bytes": "1KiB",
+                "dask_clust.in-process-bytes": "1KiB",
+                "dask_clust.working-set-chunk-rows": 1000,
+            }
+        ):
             api.fit(np.ascontiguousarray(X[:20_000]), algo, 20, random_state=0, client=self.client)
 
     def close(self):
@@ -145,12 +170,22 @@ def machine():
     import numba
     import numpy
 
-    cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
     mem = next((int(line.split()[1]) * 1024 for line in _lines("/proc/meminfo") if line.startswith("MemTotal")), None)
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem, "python": platform.python_version(),
-            "platform": platform.platform(), "numpy": numpy.__version__, "numba": numba.__version__,
-            "dask": dask.__version__, "date": time.strftime("%Y-%m-%d")}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_bytes": mem,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": numpy.__version__,
+        "numba": numba.__version__,
+        "dask": dask.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 def _lines(path):
@@ -167,7 +202,7 @@ def run_suite(suite, out, client, tiny=False):
         if suite == "quick":
             for name, k in QUICK_TABLES:
                 run.table(name, k, seeds=1)
-            paper.slk_quality(run)   # small sets: the only place SLK's labels are scored
+            paper.slk_quality(run)  # small sets: the only place SLK's labels are scored
         elif suite == "paper":
             for name, k in PAPER_TABLES:
                 run.table(name, k, seeds=1)

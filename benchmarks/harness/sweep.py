@@ -11,6 +11,7 @@ Our Lloyd stops at ``KMEANS_MAX_C``: it took 101 s at C = 500 (scikit-learn 379 
 C and its iteration count; its time per iteration is the scaling suite's business. The suite takes about
 an hour, most of it scikit-learn's.
 """
+
 import logging
 import os
 
@@ -38,8 +39,12 @@ def extrapolated(X, C, n_iter, seed=0):
     least the cap it ran past (without its seeding the product alone fell below it: 636 s at C = 4096)."""
     init = X[np.random.default_rng(seed).choice(len(X), C, replace=False)]
     per_iter = measure.sklearn_iteration_s(X, init, threads(), iters=2)
-    return {"wall_s": max(per_iter * n_iter, SKLEARN_CAP_S), "s_per_iter": per_iter, "n_iter": n_iter,
-            "extrapolated": True}
+    return {
+        "wall_s": max(per_iter * n_iter, SKLEARN_CAP_S),
+        "s_per_iter": per_iter,
+        "n_iter": n_iter,
+        "extrapolated": True,
+    }
 
 
 def versus(got, base):
@@ -54,12 +59,12 @@ def run_all(run):
 
     path, X = run.data(DATA)
     overhead = measure.engine_overhead_ms(path, run.client)
-    finished, capped = None, False   # scikit-learn's iterations at the largest C it finished; over its cap yet
+    finished, capped = None, False  # scikit-learn's iterations at the largest C it finished; over its cap yet
     for C in TINY_C if run.tiny else SWEEP_C:
         logger.info("sweep %s C=%d", DATA, C)
         common = {"kind": "sweep", "data": DATA, "n": X.shape[0], "d": X.shape[1], "k": C, "seed": 0}
         base = {"status": "cap", "cap_s": SKLEARN_CAP_S}
-        if not capped:   # a larger C would take longer still: once capped, extrapolate straight away
+        if not capped:  # a larger C would take longer still: once capped, extrapolate straight away
             base = run.competitor(BASELINE, path, X, C, 0, repeats=1, cap_s=SKLEARN_CAP_S)
             capped = "qe" not in base
             finished = finished if capped else base["n_iter"]

@@ -1,5 +1,6 @@
 """The algorithms, each registered in ``registry`` when this package is imported (in this order: the
 README's table, the CLI's help and the estimators follow it)."""
+
 from .registry import REGISTRY, AlgorithmSpec, final_pass, finish, get, register, resumable, state_of
 from . import kmeans  # noqa: F401,E402  (registers itself)
 from . import vcgmm  # noqa: F401,E402

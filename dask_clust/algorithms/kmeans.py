@@ -4,6 +4,7 @@ convergence. The baseline users compare with, and the building block of the othe
 S. P. Lloyd, "Least squares quantization in PCM", IEEE Trans. Inf. Theory 28(2), 1982,
 doi:10.1109/TIT.1982.1056489. The steps are in ``dask_clust/blocks/lloyd.py``.
 """
+
 import numbers
 from dataclasses import dataclass
 from typing import ClassVar
@@ -43,9 +44,9 @@ class KMeansConfig:
 
     docs: ClassVar = {
         "tol": "Stop when the centres' total squared shift is at most tol times the mean feature variance "
-               "(scikit-learn's rule).",
+        "(scikit-learn's rule).",
         "coreset_size": "Rows of a lightweight coreset (Bachem et al., KDD 2018) to seed and iterate on (the "
-                        "vc-GMM paper's LWCS baseline); None uses all rows. objective_ is the QE over all rows.",
+        "vc-GMM paper's LWCS baseline); None uses all rows. objective_ is the QE over all rows.",
     }
 
 
@@ -55,11 +56,17 @@ def fit(engine, cfg, entropy, loop):
     holds the centres, the counters and every row's label (4 bytes a row, written where the rows live)."""
     with working_set(engine, cfg.coreset_size, entropy, cfg.n_clusters) as work:
         if loop.restored is None:
-            centers, seed_evals = seed(work, cfg.n_clusters, cfg.init, entropy,
-                                       n_local_trials=cfg.n_local_trials,
-                                       oversampling_factor=cfg.oversampling_factor,
-                                       init_max_iter=cfg.init_max_iter, chain_length=cfg.chain_length)
-        else:   # a resumed fit: the centres come from the checkpoint
+            centers, seed_evals = seed(
+                work,
+                cfg.n_clusters,
+                cfg.init,
+                entropy,
+                n_local_trials=cfg.n_local_trials,
+                oversampling_factor=cfg.oversampling_factor,
+                init_max_iter=cfg.init_max_iter,
+                chain_length=cfg.chain_length,
+            )
+        else:  # a resumed fit: the centres come from the checkpoint
             centers, seed_evals = None, loop.restored["seed_evals"]
         loop.keep(seed_evals=int(seed_evals))
         tol = cfg.tol * float(np.mean(work.summary.var))
@@ -76,17 +83,27 @@ def fit(engine, cfg, entropy, loop):
 
 def saved(cfg, n_samples, n_features):
     """What a kmeans checkpoint holds: Lloyd's state (``blocks/lloyd.py``) and the seeding's evaluations."""
-    return {"centers": centres(cfg, n_features), "evals": COUNT, "objective": ("float", 0.0, BIG, True),
-            "strict": ("bool",), "seed_evals": COUNT}
+    return {
+        "centers": centres(cfg, n_features),
+        "evals": COUNT,
+        "objective": ("float", 0.0, BIG, True),
+        "strict": ("bool",),
+        "seed_evals": COUNT,
+    }
 
 
-register(AlgorithmSpec(
-    name="kmeans", config=KMeansConfig, fit=fit, estimator="KMeans",
-    summary="Lloyd k-means with k-means||, greedy k-means++, AFK-MC2 or random seeding; sample weights",
-    reference="Lloyd 1982, doi:10.1109/TIT.1982.1056489",
-    objective="QE of the iteration's assignment, Σ w ||x − c_label||², before the centres move",
-    # the seeder's state, then Lloyd's; on a coreset both are the working set's, none of the input rows'
-    state_bytes=lambda cfg: 0 if cfg.coreset_size else max(ROW_BYTES, LLOYD_ROW_BYTES),
-    resumable=True,
-    saved=saved,
-))
+register(
+    AlgorithmSpec(
+        name="kmeans",
+        config=KMeansConfig,
+        fit=fit,
+        estimator="KMeans",
+        summary="Lloyd k-means with k-means||, greedy k-means++, AFK-MC2 or random seeding; sample weights",
+        reference="Lloyd 1982, doi:10.1109/TIT.1982.1056489",
+        objective="QE of the iteration's assignment, Σ w ||x − c_label||², before the centres move",
+        # the seeder's state, then Lloyd's; on a coreset both are the working set's, none of the input rows'
+        state_bytes=lambda cfg: 0 if cfg.coreset_size else max(ROW_BYTES, LLOYD_ROW_BYTES),
+        resumable=True,
+        saved=saved,
+    )
+)

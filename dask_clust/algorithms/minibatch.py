@@ -20,6 +20,7 @@ on a sample, the reassignment and the stopping rule are scikit-learn's (``sklear
 
 The driver holds the centres, their counts and one block of batches: O(k·D + block·b·D), whatever N.
 """
+
 import numbers
 from dataclasses import dataclass
 from typing import ClassVar
@@ -28,10 +29,11 @@ import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from .._random import stream
-from ..kernels.assign import Prepared, accumulate, nearest
 from ..blocks.batches import steps_per_gather
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
+from ..kernels.assign import Prepared, accumulate, nearest
 from .registry import BIG, COUNT, MAYBE, AlgorithmSpec, centres, finish, register
+
 
 @dataclass
 class MiniBatchConfig:
@@ -58,15 +60,15 @@ class MiniBatchConfig:
     docs: ClassVar = {
         "init": "As k-means' init, run on init_size sampled rows (scikit-learn's: 'k-means++').",
         "init_size": "Rows drawn (uniformly, with replacement) to seed on: None is scikit-learn's 3 * batch_size, "
-                     "at least 50 * n_clusters (scikit-learn's 3 * n_clusters left 15 rows per centre at k = 200); "
-                     "at most all rows.",
+        "at least 50 * n_clusters (scikit-learn's 3 * n_clusters left 15 rows per centre at k = 200); "
+        "at most all rows.",
         "max_iter": "Most mini-batches (scikit-learn's max_iter counts passes over the data instead).",
         "max_no_improvement": "Stop when the smoothed batch inertia has not improved for this many batches "
-                              "(scikit-learn's rule); None disables the rule.",
+        "(scikit-learn's rule); None disables the rule.",
         "reassignment_ratio": "Centres whose weight is below this fraction of the heaviest one's move to random "
-                              "rows of the batch (scikit-learn's rule); 0 never moves them.",
+        "rows of the batch (scikit-learn's rule); 0 never moves them.",
         "tol": "Stop when the centres' total squared shift over a batch is at most tol times the mean feature "
-               "variance; 0 disables the rule.",
+        "variance; 0 disables the rule.",
     }
 
 
@@ -147,7 +149,7 @@ def fit(engine, cfg, entropy, loop):
         centers, seed_evals = seed_sample(engine, k, cfg.init, entropy, seeding_rows(cfg, N), "minibatch")
         counts, since, evals_total = np.zeros(k), 0, seed_evals
         rule = NoImprovement(b, N, cfg.max_no_improvement)
-    else:   # a resumed fit: the centres, their counts and the rule's state; the batches are keyed by step
+    else:  # a resumed fit: the centres, their counts and the rule's state; the batches are keyed by step
         centers, counts, seed_evals = (restored[name] for name in ("centers", "counts", "seed_evals"))
         since, evals_total = restored["since"], restored["evals"]
         rule = NoImprovement(b, N, cfg.max_no_improvement, restored["ewa"], restored["best"], restored["stale"])
@@ -173,27 +175,53 @@ def fit(engine, cfg, entropy, loop):
         evals_total += int(evals)
         loop.converged = rule.update(step, batch) or (tol > 0 and shift <= tol)
         loop.record(batch, evals, moved, centers=centers, smoothed=rule.ewa)
-        loop.save(lambda: {"centers": centers, "counts": counts, "ewa": rule.ewa, "best": rule.best,
-                           "stale": rule.stale, "since": since, "evals": int(evals_total)})
-    return finish(engine, centers, loop, evals_total, {"seeding_distance_evals": int(seed_evals), "counts_": counts,
-                                                         "since_reassign": since})
+        loop.save(
+            lambda: {
+                "centers": centers,
+                "counts": counts,
+                "ewa": rule.ewa,
+                "best": rule.best,
+                "stale": rule.stale,
+                "since": since,
+                "evals": int(evals_total),
+            }
+        )
+    return finish(
+        engine,
+        centers,
+        loop,
+        evals_total,
+        {"seeding_distance_evals": int(seed_evals), "counts_": counts, "since_reassign": since},
+    )
 
 
 def saved(cfg, n_samples, n_features):
     """What a minibatch checkpoint holds: the centres, their counts, the stopping rule's state and the rows
     since the last reassignment (the batches are keyed by step)."""
-    return {"centers": centres(cfg, n_features), "counts": ("floats", (cfg.n_clusters,)), "ewa": MAYBE,
-            "best": ("float", -BIG, float("inf"), False), "stale": COUNT, "since": COUNT, "evals": COUNT,
-            "seed_evals": COUNT}
+    return {
+        "centers": centres(cfg, n_features),
+        "counts": ("floats", (cfg.n_clusters,)),
+        "ewa": MAYBE,
+        "best": ("float", -BIG, float("inf"), False),
+        "stale": COUNT,
+        "since": COUNT,
+        "evals": COUNT,
+        "seed_evals": COUNT,
+    }
 
 
-register(AlgorithmSpec(
-    name="minibatch", config=MiniBatchConfig, fit=fit, estimator="MiniBatchKMeans",
-    summary="Sculley's mini-batch k-means: uniform batches with replacement, per-centre rate 1/v, light centres "
-            "moved to batch rows",
-    reference="Sculley, WWW 2010, doi:10.1145/1772690.1772862",
-    objective="the batch's mean squared distance to its centres, before the update",
-    state_bytes=lambda cfg: ROW_BYTES,   # the seeder's; the batches keep none
-    resumable=True,
-    saved=saved,
-))
+register(
+    AlgorithmSpec(
+        name="minibatch",
+        config=MiniBatchConfig,
+        fit=fit,
+        estimator="MiniBatchKMeans",
+        summary="Sculley's mini-batch k-means: uniform batches with replacement, per-centre rate 1/v, light centres "
+        "moved to batch rows",
+        reference="Sculley, WWW 2010, doi:10.1145/1772690.1772862",
+        objective="the batch's mean squared distance to its centres, before the update",
+        state_bytes=lambda cfg: ROW_BYTES,  # the seeder's; the batches keep none
+        resumable=True,
+        saved=saved,
+    )
+)

@@ -25,6 +25,7 @@ workers, and sends the centres and their moves.
 Bounds: k per row (Elkan, N·k·4 bytes) or one on the second closest centre (Hamerly); ``bounds="auto"``
 takes Hamerly's when a partition's Elkan bounds would exceed its memory budget.
 """
+
 import logging
 import numbers
 from dataclasses import dataclass
@@ -33,11 +34,11 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
-from ..engine.combine import Rows
 from .._random import stream
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed, seed_rows
+from ..engine.combine import Rows
 from ..kernels.assign import Prepared
 from ..kernels.nested import join_rows, nested_ranks, reuse_rows
-from ..blocks.seeding import ROW_BYTES, SEEDERS, seed, seed_rows
 from .registry import COUNT, MAYBE, AlgorithmSpec, centres, finish, register
 
 logger = logging.getLogger("dask_clust")
@@ -74,26 +75,27 @@ class NMBatchConfig:
 
     docs: ClassVar = {
         "init": "As k-means' init, run on the first init_size rows of the nesting order, plus 'first-k': the "
-                "first n_clusters rows of that order (the paper's protocol).",
+        "first n_clusters rows of that order (the paper's protocol).",
         "init_size": "Rows of the nesting order the seeding runs on (None: max(4 * batch_size, 100 * n_clusters); "
-                     "at most all rows).",
+        "at most all rows).",
         "batch_size": "b0, the first nested batch; batches double from it up to all rows.",
         "rho": "Doubling threshold: the batch doubles when every centre's displacement is below its "
-               "spread divided by rho. 100 is the paper's; 30 (the default) ended the image patches and blobs "
-               "at k = 50 to 200 within 0.25 % of its QE in a third to a half of its rounds.",
+        "spread divided by rho. 100 is the paper's; 30 (the default) ended the image patches and blobs "
+        "at k = 50 to 200 within 0.25 % of its QE in a third to a half of its rounds.",
         "rho_mode": "Spread in the doubling test: 'reference' the standard deviation sqrt(sse/(v-1)), as the "
-                    "authors' eakmeans code that made the paper's figures, or 'paper' the standard error "
-                    "sqrt(sse/(v(v-1))) of the paper's text (sqrt(v) times stricter: 5x the rounds).",
+        "authors' eakmeans code that made the paper's figures, or 'paper' the standard error "
+        "sqrt(sse/(v(v-1))) of the paper's text (sqrt(v) times stricter: 5x the rounds).",
         "bounds": "Distance bounds kept per row: 'elkan' (k per row, N*k*4 bytes), 'hamerly' (one per row) or "
-                  "'auto' (Elkan when it fits each partition's budget).",
+        "'auto' (Elkan when it fits each partition's budget).",
         "bounds_memory": "Bytes of Elkan bounds a partition may hold under bounds='auto' (None: a quarter of "
-                         "its worker's memory).",
+        "its worker's memory).",
         "max_iter": "Most rounds (one assignment pass over the current batch each).",
         "tol": "Once the batch is all rows, stop when the objective changes by less than tol (relative).",
     }
 
 
 # ---------------------------------------------------------------- per-chunk steps
+
 
 def _nesting(chunk, params):
     """State, kept in the chunk's nesting order so that every batch is a prefix of it: "order" the row of each
@@ -108,9 +110,17 @@ def _nesting(chunk, params):
     ranks = np.empty(n, np.int64)
     nested_ranks(chunk.start, n_total, key, ranks)
     order = np.argsort(ranks)
-    st = chunk.state["nmbatch"] = {"order": order, "ranks": ranks[order], "x": chunk.x[order], "w": chunk.w[order],
-                                   "labels": np.zeros(n, np.int32), "dist": np.zeros(n),
-                                   "lower": np.empty((n, width), np.float32), "rows": np.zeros(0, np.int64), "b": 0}
+    st = chunk.state["nmbatch"] = {
+        "order": order,
+        "ranks": ranks[order],
+        "x": chunk.x[order],
+        "w": chunk.w[order],
+        "labels": np.zeros(n, np.int32),
+        "dist": np.zeros(n),
+        "lower": np.empty((n, width), np.float32),
+        "rows": np.zeros(0, np.int64),
+        "b": 0,
+    }
     if b:
         k, d = centers.shape
         _join(st, Prepared(centers, chunk.x.dtype), b, np.zeros((k, d)), np.zeros(k), np.zeros(k))
@@ -119,8 +129,22 @@ def _nesting(chunk, params):
 def _join(st, centers, b, S, v, sse):
     """The rows of rank in [st["b"], b) join the batch; returns (evaluations, rows that joined)."""
     m, more = np.searchsorted(st["ranks"], [st["b"], b])
-    evals = join_rows(st["x"], st["w"], np.arange(m, more), centers.Cd, centers.cnorm, centers.C, centers.tol,
-                      centers.block, st["labels"], st["dist"], st["lower"], S, v, sse)
+    evals = join_rows(
+        st["x"],
+        st["w"],
+        np.arange(m, more),
+        centers.Cd,
+        centers.cnorm,
+        centers.C,
+        centers.tol,
+        centers.block,
+        st["labels"],
+        st["dist"],
+        st["lower"],
+        S,
+        v,
+        sse,
+    )
     st["rows"], st["b"] = np.arange(more), b
     return evals, more - m
 
@@ -138,8 +162,9 @@ def _round_step(chunk, params):
     st = chunk.state["nmbatch"]
     k, d = centers.C.shape
     S, v, sse = np.zeros((k, d)), np.zeros(k), np.zeros(k)
-    evals, changed = reuse_rows(st["x"], st["w"], st["rows"], centers.C, p, st["labels"], st["dist"], st["lower"],
-                                S, v, sse)
+    evals, changed = reuse_rows(
+        st["x"], st["w"], st["rows"], centers.C, p, st["labels"], st["dist"], st["lower"], S, v, sse
+    )
     joined = 0
     if b > st["b"]:
         more, joined = _join(st, centers, b, S, v, sse)
@@ -149,15 +174,20 @@ def _round_step(chunk, params):
 
 # ---------------------------------------------------------------- driver
 
+
 def bounds_kind(engine, cfg):
-    """"elkan" or "hamerly": auto keeps k bounds per row while every partition's fit in its budget."""
+    """ "elkan" or "hamerly": auto keeps k bounds per row while every partition's fit in its budget."""
     if cfg.bounds != "auto":
         return cfg.bounds
     need = [(rows * cfg.n_clusters * 4, cfg.bounds_memory or memory // 4) for rows, memory in engine.partitions()]
     if all(bytes_ <= budget for bytes_, budget in need):
         return "elkan"
-    logger.info("nmbatch: k lower bounds per row would take %.3g GB in a partition (budget %.3g GB): one bound "
-                "per row (Hamerly)", max(b for b, _ in need) / 1e9, min(b for _, b in need) / 1e9)
+    logger.info(
+        "nmbatch: k lower bounds per row would take %.3g GB in a partition (budget %.3g GB): one bound "
+        "per row (Hamerly)",
+        max(b for b, _ in need) / 1e9,
+        min(b for _, b in need) / 1e9,
+    )
     return "hamerly"
 
 
@@ -207,8 +237,11 @@ def doubling_test(sse, v, p, rho, mode="paper"):
 def row_fields(k, width):
     """The per-row state a checkpoint holds, as ``restored_rows`` checks it: labels (cluster indices; 0 for a row
     not yet in a batch), distances and lower bounds (unset, so unchecked, for such rows)."""
-    return {"labels": ("int32", (), 0, k), "dist": ("float64", (), None, None),
-            "lower": ("float32", (width,), None, None)}
+    return {
+        "labels": ("int32", (), 0, k),
+        "dist": ("float64", (), None, None),
+        "lower": ("float32", (width,), None, None),
+    }
 
 
 def fit(engine, cfg, entropy, loop):
@@ -216,13 +249,13 @@ def fit(engine, cfg, entropy, loop):
     b0 = min(cfg.batch_size, N)
     # a resumed fit keeps the bounds its checkpoint holds (its evaluations are then the uninterrupted fit's)
     kind = bounds_kind(engine, cfg) if loop.restored is None else loop.restored["bounds"]
-    key = int(stream(entropy, "nmbatch", "nesting").integers(2 ** 63))
+    key = int(stream(entropy, "nmbatch", "nesting").integers(2**63))
     width = k if kind == "elkan" else 1
     # a rebuilt partition assigns its rows of rank < b afresh to the centres the last round assigned them
     # to: the labels and distances it lost, so its votes in the sums S, v stay valid
     model = {"centers": None, "b": 0}
     restored = loop.restored
-    if restored is not None:   # the state is built with the batch the checkpoint's last round held
+    if restored is not None:  # the state is built with the batch the checkpoint's last round held
         model.update(centers=restored["model_centers"], b=restored["b_old"])
     with engine.state("nmbatch", _nesting, lambda: (key, N, width, model["centers"], model["b"])):
         if restored is None:
@@ -233,8 +266,9 @@ def fit(engine, cfg, entropy, loop):
             evals_total, prev = seed_evals, None
         else:
             centers, S, v, p = (restored[name] for name in ("centers", "S", "v", "p"))
-            b_old, b, seed_evals, evals_total, prev = (restored[name] for name in ("b_old", "b", "seed_evals",
-                                                                                   "evals", "prev"))
+            b_old, b, seed_evals, evals_total, prev = (
+                restored[name] for name in ("b_old", "b", "seed_evals", "evals", "prev")
+            )
             # the rows' labels, distances and bounds as the checkpoint left them
             engine.load_rows(loop.restored_rows, "nmbatch", row_fields(k, width), order="order")
         loop.keep(seed_evals=int(seed_evals), bounds=kind)
@@ -252,34 +286,67 @@ def fit(engine, cfg, entropy, loop):
                 loop.converged = True
             prev = energy
             b_old, b = b, (min(2 * b, N) if grow else b)
-            loop.save(lambda: {"centers": centers, "S": S, "v": v, "p": p, "b_old": b_old, "b": b,
-                               "evals": int(evals_total), "prev": prev, "model_centers": model["centers"]},
-                      rows=lambda directory: engine.dump_rows(directory, "nmbatch", ("labels", "dist", "lower"),
-                                                             order="order"))
-    return finish(engine, centers, loop, evals_total,
-                  {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)})
+            loop.save(
+                lambda: {
+                    "centers": centers,
+                    "S": S,
+                    "v": v,
+                    "p": p,
+                    "b_old": b_old,
+                    "b": b,
+                    "evals": int(evals_total),
+                    "prev": prev,
+                    "model_centers": model["centers"],
+                },
+                rows=lambda directory: engine.dump_rows(
+                    directory, "nmbatch", ("labels", "dist", "lower"), order="order"
+                ),
+            )
+    return finish(
+        engine,
+        centers,
+        loop,
+        evals_total,
+        {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)},
+    )
 
 
 def saved(cfg, n_samples, n_features):
     """What an nmbatch checkpoint holds besides its rows' files: the centres, the sums, counts and moves, the
     batch sizes, and which bounds the rows keep."""
     k = cfg.n_clusters
-    return {"centers": centres(cfg, n_features), "S": centres(cfg, n_features), "v": ("floats", (k,)),
-            "p": ("floats", (k,)), "b_old": ("int", 0, n_samples + 1), "b": ("int", 1, n_samples + 1),
-            "evals": COUNT, "prev": MAYBE, "model_centers": centres(cfg, n_features), "seed_evals": COUNT,
-            "bounds": ("choice", ("elkan", "hamerly"))}
+    return {
+        "centers": centres(cfg, n_features),
+        "S": centres(cfg, n_features),
+        "v": ("floats", (k,)),
+        "p": ("floats", (k,)),
+        "b_old": ("int", 0, n_samples + 1),
+        "b": ("int", 1, n_samples + 1),
+        "evals": COUNT,
+        "prev": MAYBE,
+        "model_centers": centres(cfg, n_features),
+        "seed_evals": COUNT,
+        "bounds": ("choice", ("elkan", "hamerly")),
+    }
 
 
-register(AlgorithmSpec(
-    name="nmbatch", config=NMBatchConfig, fit=fit, estimator="NestedMiniBatchKMeans",
-    summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
-    reference="Newling, Fleuret, NIPS 2016, arXiv:1602.02934",
-    objective="mean squared distance over the current nested batch (Σ sse / Σ v)",
-    # the rows and weights in nesting order (``keeps_rows``), each one's row, rank and position in the batch
-    # (int64), label (int32), distance (float64) and the float32 bounds: k ("elkan") or one ("hamerly"; "auto"
-    # takes k only when they fit the partitions' budget, ``bounds_kind``)
-    state_bytes=lambda cfg: max(ROW_BYTES, 8 + 8 + 8 + 4 + 8 + 4 * (cfg.n_clusters if cfg.bounds == "elkan" else 1)),
-    keeps_rows=True,
-    resumable=True,
-    saved=saved,
-))
+register(
+    AlgorithmSpec(
+        name="nmbatch",
+        config=NMBatchConfig,
+        fit=fit,
+        estimator="NestedMiniBatchKMeans",
+        summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
+        reference="Newling, Fleuret, NIPS 2016, arXiv:1602.02934",
+        objective="mean squared distance over the current nested batch (Σ sse / Σ v)",
+        # the rows and weights in nesting order (``keeps_rows``), each one's row, rank and position in the batch
+        # (int64), label (int32), distance (float64) and the float32 bounds: k ("elkan") or one ("hamerly"; "auto"
+        # takes k only when they fit the partitions' budget, ``bounds_kind``)
+        state_bytes=lambda cfg: max(
+            ROW_BYTES, 8 + 8 + 8 + 4 + 8 + 4 * (cfg.n_clusters if cfg.bounds == "elkan" else 1)
+        ),
+        keeps_rows=True,
+        resumable=True,
+        saved=saved,
+    )
+)

@@ -24,6 +24,7 @@ steps·imaxit·b·D) with the block capped at ``batches.KEYED_GATHER_BYTES``, wh
 process. The step-size schedule is the paper's lost detail: γ0 = step_size · k makes the dimensionless
 step γ|C_j|/N ≈ step_size for balanced clusters; both are parameters.
 """
+
 import numbers
 from dataclasses import dataclass
 from typing import ClassVar
@@ -31,18 +32,20 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
-from ..loop import FitResult
 from .._random import stream
+from ..blocks.batches import KEYED_GATHER_BYTES, steps_per_gather
+from ..blocks.lloyd import quantization_error
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
 from ..errors import InputError
 from ..kernels.backward_euler import backward_euler_step
-from ..blocks.lloyd import quantization_error
-from ..blocks.batches import KEYED_GATHER_BYTES, steps_per_gather
-from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
 from ..kernels.distance import gemm_tolerance, rows_per_block
+from ..loop import FitResult
 from .registry import BIG, COUNT, AlgorithmSpec, centres, final_pass, register
 
 # centres beyond this many times the data's largest magnitude have left the data: the iteration diverged
 ESCAPE = 1e3
+
+
 @dataclass
 class SBEConfig:
     n_clusters: int = 8
@@ -70,21 +73,20 @@ class SBEConfig:
     }
 
     docs: ClassVar = {
-        "init": "As k-means' init, run on init_size sampled rows; 'random' (distinct rows) is the paper's "
-                "protocol.",
+        "init": "As k-means' init, run on init_size sampled rows; 'random' (distinct rows) is the paper's protocol.",
         "init_size": "Rows drawn (uniformly, with replacement) to seed on (None: max(imaxit * batch_size, "
-                     "100 * n_clusters); at most all rows).",
+        "100 * n_clusters); at most all rows).",
         "batch_size": "Rows per mini-batch of the inner fixed-point iteration.",
         "omaxit": "Outer (backward Euler) steps.",
         "imaxit": "Mini-batches per outer step (inner fixed-point iterations).",
         "alpha": "Averaging weight of the inner iterates: z <- alpha z + (1 - alpha) y.",
         "step_size": "First step gamma0 = step_size * n_clusters (a dimensionless step of about step_size "
-                     "per balanced cluster). 1.0 lets random seeds escape (the paper's Iris protocol); from a "
-                     "k-means|| seeding it throws the centres of large clusters around (+11 % QE on the image "
-                     "patches at k = 50, against +4.8 % at 0.3).",
+        "per balanced cluster). 1.0 lets random seeds escape (the paper's Iris protocol); from a "
+        "k-means|| seeding it throws the centres of large clusters around (+11 % QE on the image "
+        "patches at k = 50, against +4.8 % at 0.3).",
         "decay": "gamma is multiplied by decay after every outer step.",
         "eval_every": "Also compute f on all rows after every this many outer steps (a pass over the data each; "
-                      "None: only the final QE).",
+        "None: only the final QE).",
     }
 
 
@@ -97,8 +99,7 @@ def draw_batches(entropy, outer, n_samples, batch_size, imaxit):
 
 def draw_block(engine, entropy, first, last, cfg):
     """The batches of outer steps [first, last), (steps, imaxit, b, D): one gather."""
-    ids = np.stack([draw_batches(entropy, o, engine.n_samples, cfg.batch_size, cfg.imaxit)
-                    for o in range(first, last)])
+    ids = np.stack([draw_batches(entropy, o, engine.n_samples, cfg.batch_size, cfg.imaxit) for o in range(first, last)])
     return engine.take(ids.ravel()).reshape(ids.shape + (engine.n_features,))
 
 
@@ -115,7 +116,7 @@ def fit(engine, cfg, entropy, loop):
     if restored is None:
         x, seed_evals = seed_sample(engine, k, cfg.init, entropy, seeding_rows(cfg, N), "sbe")
         gamma, evals_total = cfg.step_size * k, seed_evals
-    else:   # a resumed fit: the batches are keyed by the outer step, so the centres and γ are the state
+    else:  # a resumed fit: the batches are keyed by the outer step, so the centres and γ are the state
         x, seed_evals, gamma, evals_total = (restored[name] for name in ("x", "seed_evals", "gamma", "evals"))
     loop.keep(seed_evals=int(seed_evals))
     z = np.empty_like(x)
@@ -131,7 +132,8 @@ def fit(engine, cfg, entropy, loop):
         if not np.all(np.isfinite(z)) or float(np.abs(z).max()) > limit:
             raise FloatingPointError(
                 f"sbe diverged at outer step {outer + 1}: the centres left the data (|c| > {limit:.3g}) with "
-                f"gamma = {gamma:.3g}; lower step_size (now {cfg.step_size}) or raise batch_size")
+                f"gamma = {gamma:.3g}; lower step_size (now {cfg.step_size}) or raise batch_size"
+            )
         x = z.copy()
         evals = batches[0].shape[0] * batches[0].shape[1] * k
         f, f_all = qe / (2 * batches.shape[2]), None
@@ -145,8 +147,15 @@ def fit(engine, cfg, entropy, loop):
         loop.save(lambda: {"x": x, "gamma": gamma, "evals": int(evals_total)})
     qe, e = final_pass(engine, x)
     # the paper runs omaxit outer steps and has no convergence test: converged_ is False
-    return FitResult(x, qe, loop.n_iter, False, evals_total + e, loop.history,
-                     {"f_": qe / (2 * engine.summary.total_weight), "seeding_distance_evals": int(seed_evals)})
+    return FitResult(
+        x,
+        qe,
+        loop.n_iter,
+        False,
+        evals_total + e,
+        loop.history,
+        {"f_": qe / (2 * engine.summary.total_weight), "seeding_distance_evals": int(seed_evals)},
+    )
 
 
 def saved(cfg, n_samples, n_features):
@@ -154,13 +163,19 @@ def saved(cfg, n_samples, n_features):
     return {"x": centres(cfg, n_features), "gamma": ("float", 0.0, BIG, False), "evals": COUNT, "seed_evals": COUNT}
 
 
-register(AlgorithmSpec(
-    name="sbe", config=SBEConfig, fit=fit, estimator="SBEKMeans",
-    summary="stochastic backward Euler k-means: implicit steps solved by averaged mini-batch fixed-point iterations",
-    reference="Yin, Pham, Oberman, Osher, J. Sci. Comput. 2018, doi:10.1007/s10915-018-0744-4",
-    objective="f = QE / (2 b) of the step's starting centres on its first batch (f on all rows: f_all_rows)",
-    weighted=False,
-    state_bytes=lambda cfg: ROW_BYTES,   # the seeder's; the batches keep none
-    resumable=True,
-    saved=saved,
-))
+register(
+    AlgorithmSpec(
+        name="sbe",
+        config=SBEConfig,
+        fit=fit,
+        estimator="SBEKMeans",
+        summary="stochastic backward Euler k-means: implicit steps solved by averaged mini-batch fixed-point "
+        "iterations",
+        reference="Yin, Pham, Oberman, Osher, J. Sci. Comput. 2018, doi:10.1007/s10915-018-0744-4",
+        objective="f = QE / (2 b) of the step's starting centres on its first batch (f on all rows: f_all_rows)",
+        weighted=False,
+        state_bytes=lambda cfg: ROW_BYTES,  # the seeder's; the batches keep none
+        resumable=True,
+        saved=saved,
+    )
+)

@@ -34,6 +34,7 @@ again, and the current phase restarts (``Engine.rerun``): an outer iteration fro
 softmax(a(modes)), so the fit ends with the undisturbed model's bits. The labels of a lost cluster's run
 (the previous iteration's) come from that iteration's inner loop run again.
 """
+
 import contextlib
 import numbers
 import warnings
@@ -43,14 +44,26 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
+from ..blocks.knn import (
+    BLOCK_VALUES,
+    METHODS,
+    gemm_sqdist,
+    groups_in,
+    keep_halo_ids,
+    keep_input_ids,
+    nearest_centre,
+    neighbour_graph,
+    rows_float64,
+    rows_of,
+    squared_norms,
+    unsearched,
+)
+from ..blocks.seeding import SEEDERS, seed
 from ..engine.combine import ArgMax, Rows, Sum
 from ..engine.data import l2_rows
 from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
 from ..kernels.slk import affinities, bound_update
-from ..blocks.knn import (BLOCK_VALUES, METHODS, gemm_sqdist, groups_in, keep_halo_ids, keep_input_ids, nearest_centre,
-                   neighbour_graph, rows_float64, rows_of, squared_norms, unsearched)
-from ..blocks.seeding import SEEDERS, seed
 from .registry import AlgorithmSpec, final_pass, register
 
 
@@ -90,11 +103,11 @@ class SLKConfig:
     docs: ClassVar = {
         "n_clusters": "Number of clusters (modes) K; at most the number of rows.",
         "mode": "'bo': the modes are the rows of largest z per cluster (SLK-BO); 'ms': mean-shift over each "
-                "cluster's members (SLK-MS).",
+        "cluster's members (SLK-MS).",
         "lmbda": "Weight lambda of the Laplacian (graph) term; the authors' default 1.3.",
         "n_neighbors": "Out-edges per row of the kNN graph (the authors' 5-NN without the row itself: 4).",
         "sigma": "Kernel width: 'reference' (sigma^2 = sum of squared kNN distances / ((n_neighbors + 1) N), the "
-                 "authors' formula) or a positive float.",
+        "authors' formula) or a positive float.",
         "init": "Seeding on the normalised rows, as k-means' init (the authors use k-means++).",
         "tol": "Outer loop: stop when the energy changes by at most tol, relative.",
         "min_iter": "Outer loop: fewest iterations before tol may stop it.",
@@ -102,8 +115,8 @@ class SLKConfig:
         "inner_tol": "Bound updates: stop when the relaxed energy changes by at most inner_tol, relative.",
         "inner_max_iter": "Bound updates: most per outer iteration.",
         "knn_method": "kNN graph: 'exact' (N^2 D work), 'ivf' (rows in nlist k-means cells, each cell searched "
-                      "exactly among its nprobe nearest cells; recall@n_neighbors on 1000 rows in graph_recall_) or "
-                      "'auto' (exact while N^2 D <= dask_clust.knn-exact-budget).",
+        "exactly among its nprobe nearest cells; recall@n_neighbors on 1000 rows in graph_recall_) or "
+        "'auto' (exact while N^2 D <= dask_clust.knn-exact-budget).",
         "nlist": "IVF cells; None: round(4 sqrt(N)).",
         "nprobe": "IVF: cells searched per cell (itself and its nearest); nprobe >= nlist is the exact graph.",
     }
@@ -111,15 +124,15 @@ class SLKConfig:
 
 @dataclass
 class SLKResult:
-    labels: np.ndarray        # per row, in the engine's row order
-    modes: np.ndarray         # (K, D) on the normalised rows
-    mode_ids: np.ndarray      # BO: the modes' row ids; MS: None
+    labels: np.ndarray  # per row, in the engine's row order
+    modes: np.ndarray  # (K, D) on the normalised rows
+    mode_ids: np.ndarray  # BO: the modes' row ids; MS: None
     sigma: float
     outer: int
     inner: list = field(default_factory=list)
     lost: bool = False
-    recall: float = 1.0       # the graph's recall@r
-    method: str = "exact"     # the graph's method
+    recall: float = 1.0  # the graph's recall@r
+    method: str = "exact"  # the graph's method
 
 
 def softmax(v):
@@ -133,6 +146,7 @@ _RECOMPUTE_MAX_FEATURES = 32
 
 
 # ---------------------------------------------------------------- per-chunk steps
+
 
 def _neighbour_lists(chunk, params):
     """State ``slk-nb``: the rows the chunk reads (its own and its neighbours, ascending), each row's
@@ -176,15 +190,18 @@ def _densest_members(chunk, params):
     at = 0
     for l in groups_in(chunk, starts):
         size = starts[l + 1] - starts[l]
-        order = at + np.argsort(member_in[at:at + size], kind="stable")
+        order = at + np.argsort(member_in[at : at + size], kind="stable")
         members, at = everyone[order], at + size
         lo, hi = max(starts[l], chunk.start) - chunk.start, min(starts[l + 1], chunk.stop) - chunk.start
         mm = squared_norms(members)
         step = max(1, BLOCK_VALUES // size)
-        blocks = [x[a:min(hi, a + step)] for a in range(lo, hi, step)]
-        density = np.concatenate([  # GEMM form: Σ n_l² D work, the direct form took 5 s of mnist5k's 7
-            np.exp(-np.maximum(gemm_sqdist(q, members, squared_norms(q), mm), 0.0) / (2 * sigma ** 2)).sum(1)
-            for q in blocks])
+        blocks = [x[a : min(hi, a + step)] for a in range(lo, hi, step)]
+        density = np.concatenate(
+            [  # GEMM form: Σ n_l² D work, the direct form took 5 s of mnist5k's 7
+                np.exp(-np.maximum(gemm_sqdist(q, members, squared_norms(q), mm), 0.0) / (2 * sigma**2)).sum(1)
+                for q in blocks
+            ]
+        )
         top = density.max()
         j = lo + np.flatnonzero(density == top)[np.argmin(in_ids[lo:hi][density == top])]
         best[l], ids[l], rows[l] = top, in_ids[j], x[j]
@@ -199,7 +216,7 @@ def _ms_sums(chunk, params):
     sums, weights = np.zeros((k, x.shape[1])), np.zeros(k)
     for l in np.unique(labels):
         members = x[labels == l]
-        g = np.exp(-((members - modes[l]) ** 2).sum(1) / (2 * sigma ** 2))
+        g = np.exp(-((members - modes[l]) ** 2).sum(1) / (2 * sigma**2))
         sums[l] = (g[:, None] * members).sum(0)
         weights[l] = g.sum()
     return sums, weights
@@ -233,8 +250,21 @@ def _update(chunk, lmbda):
     H, at = chunk.halo["slk-z"]
     n, k = z.shape
     labels, col_max, col_arg = np.empty(n, np.int64), np.empty(k), np.empty(k, np.int64)
-    zlogz, az, bz = bound_update(a, chunk.state["knn-x"], modes, sigma, z, H, at, chunk.state["slk-nb"][1], lmbda,
-                                 chunk.input_ids(), labels, col_max, col_arg)
+    zlogz, az, bz = bound_update(
+        a,
+        chunk.state["knn-x"],
+        modes,
+        sigma,
+        z,
+        H,
+        at,
+        chunk.state["slk-nb"][1],
+        lmbda,
+        chunk.input_ids(),
+        labels,
+        col_max,
+        col_arg,
+    )
     chunk.state["slk-kept"] = labels, col_max, col_arg, az, bz
     return (zlogz - az - lmbda * bz,)
 
@@ -254,6 +284,7 @@ def _labels(chunk, key):
 
 # ---------------------------------------------------------------- the driver
 
+
 def first_modes(engine, seeds, sigma, mode, normalize):
     """BO: the densest member of each nearest-seed cluster (input ids, rows; a seed without members stays
     itself, id −1); MS: mean-shift from the seeds. Leaves the nearest-seed labels (state ``slk-labels``)."""
@@ -265,8 +296,11 @@ def first_modes(engine, seeds, sigma, mode, normalize):
         counts = np.zeros(len(seeds), np.int64)
         counts[keys] = totals
         starts = np.concatenate([[0], np.cumsum(counts)])
-        with by_seed.state("knn-x", rows_float64, lambda: normalize), by_seed.state("knn-in", keep_input_ids), \
-                by_seed.halo("slk-members", _members, starts):
+        with (
+            by_seed.state("knn-x", rows_float64, lambda: normalize),
+            by_seed.state("knn-in", keep_input_ids),
+            by_seed.halo("slk-members", _members, starts),
+        ):
             ((best, ids, rows),) = by_seed.rerun(lambda restarted: densest_members(by_seed, sigma, starts))
     empty = best == -np.inf
     ids[empty], rows[empty] = -1, seeds[empty]
@@ -300,22 +334,42 @@ def inner_loop(engine, lmbda, tol, max_iter):
     energies = []
     for p in range(1, max_iter + 2):
         (e,) = engine.reduce(_update, lmbda, (Sum(),), halo=("slk-nb", "slk-z", True))
-        energies.append(e)   # energy of z_{p-1}
+        energies.append(e)  # energy of z_{p-1}
         if p >= 3 and abs(energies[-1] - energies[-2]) <= tol * abs(energies[-2]):
             return p - 1
     return max_iter
 
 
-def slk(engine, seeds, loop, *, mode="bo", lmbda=1.3, n_neighbors=4, sigma="reference", tol=1e-5, min_iter=3,
-        inner_tol=1e-6, inner_max_iter=1000, normalize=True, knn_method="exact", nlist=None, nprobe=16, entropy=0):
+def slk(
+    engine,
+    seeds,
+    loop,
+    *,
+    mode="bo",
+    lmbda=1.3,
+    n_neighbors=4,
+    sigma="reference",
+    tol=1e-5,
+    min_iter=3,
+    inner_tol=1e-6,
+    inner_max_iter=1000,
+    normalize=True,
+    knn_method="exact",
+    nlist=None,
+    nprobe=16,
+    entropy=0,
+):
     """SLK from seeds (K × D, on the normalised rows) on ``engine`` (in input order); ``loop`` (an
     ``engine.Loop``) runs the outer iterations and records each one's energy. Returns an ``SLKResult``
     (labels in input order, BO's mode ids as input ids)."""
     seeds = np.asarray(seeds, dtype=np.float64)
-    with neighbour_graph(engine, n_neighbors, normalize=normalize, method=knn_method, nlist=nlist, nprobe=nprobe,
-                         entropy=entropy) as graph, neighbour_lists(graph.engine):
-        return bound_loops(graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter,
-                           normalize)
+    with (
+        neighbour_graph(
+            engine, n_neighbors, normalize=normalize, method=knn_method, nlist=nlist, nprobe=nprobe, entropy=entropy
+        ) as graph,
+        neighbour_lists(graph.engine),
+    ):
+        return bound_loops(graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter, normalize)
 
 
 @contextlib.contextmanager
@@ -365,8 +419,9 @@ class BoundLoops:
         return self.g.to_input_order(labels_of(self.g, "slk-labels"))
 
 
-def bound_loops(graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter, normalize,
-                store=None):
+def bound_loops(
+    graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol, inner_max_iter, normalize, store=None
+):
     """Steps 2-6 on the graph's engine, within ``neighbour_lists``; ``store``: hold a (N × K) between updates,
     or recompute it in each (None: recompute when the rows have at most 32 features, where that costs about
     what the update does). A lost worker restarts the phase it hits: the first modes, or the current outer
@@ -375,8 +430,10 @@ def bound_loops(graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol
     store = g.n_features > _RECOMPUTE_MAX_FEATURES if store is None else store
     sigma = graph.reference_sigma() if sigma == "reference" else float(sigma)
     if not sigma > 0:
-        raise InputError(f"sigma from the graph is 0: every row's {graph.n_neighbors} nearest rows are copies of it "
-                         "(after L2 normalisation); pass sigma= a positive float or raise n_neighbors")
+        raise InputError(
+            f"sigma from the graph is 0: every row's {graph.n_neighbors} nearest rows are copies of it "
+            "(after L2 normalisation); pass sigma= a positive float or raise n_neighbors"
+        )
     run = BoundLoops(graph, sigma, lmbda, store, inner_tol, inner_max_iter)
 
     def begin(restarted):
@@ -399,11 +456,11 @@ def bound_loops(graph, seeds, loop, mode, lmbda, sigma, tol, min_iter, inner_tol
 
     ids, modes = run.run(begin)
     state = SLKResult(None, modes, ids, sigma, 0, recall=graph.recall, method=graph.method)
-    inner, e_old, labelled = [], None, None   # labelled: the modes whose inner loop gave the labels (None: seeds)
+    inner, e_old, labelled = [], None, None  # labelled: the modes whose inner loop gave the labels (None: seeds)
     for it in loop:
         count, new_ids, new, e = run.run(lambda restarted: outer(modes, restarted))
         inner.append(count)
-        if new is None:   # a lost cluster: the previous state and its labels
+        if new is None:  # a lost cluster: the previous state and its labels
             loop.record(np.nan, 0, None, inner_iterations=count, lost_cluster=True)
             state.outer, state.inner, state.lost = it + 1, inner, True
             state.labels = run.run(lambda restarted: run.labels(seeds, labelled, True))
@@ -430,8 +487,10 @@ def fit(engine, cfg, entropy, loop):
         raise InputError("algo='slk' does not take sample_weight: its graph and modes weigh every row alike")
     n, k = engine.n_samples, cfg.n_clusters
     if engine.n_features == 1:
-        raise InputError("algo='slk' clusters the rows' directions (it L2-normalises them): with n_features = 1 a "
-                         "direction is only a sign; use algo='kmeans'")
+        raise InputError(
+            "algo='slk' clusters the rows' directions (it L2-normalises them): with n_features = 1 a "
+            "direction is only a sign; use algo='kmeans'"
+        )
     if cfg.n_neighbors >= n:
         raise InputError(f"n_neighbors={cfg.n_neighbors} needs more than n_neighbors rows; got n_samples={n}")
     if k > n:
@@ -441,34 +500,64 @@ def fit(engine, cfg, entropy, loop):
     state_bytes = 8 * (engine.n_features + 3 * k + 3 * cfg.n_neighbors + 4)
     with engine.sample(_normalised, None, sizes, entropy, row_bytes=state_bytes) as rows:
         seeds, seed_evals = seed(rows, k, cfg.init, entropy)
-        out = slk(rows, seeds, loop, mode=cfg.mode, lmbda=cfg.lmbda, n_neighbors=cfg.n_neighbors, sigma=cfg.sigma,
-                  tol=cfg.tol, min_iter=cfg.min_iter, inner_tol=cfg.inner_tol, inner_max_iter=cfg.inner_max_iter,
-                  normalize=False, knn_method=cfg.knn_method, nlist=cfg.nlist, nprobe=cfg.nprobe, entropy=entropy)
+        out = slk(
+            rows,
+            seeds,
+            loop,
+            mode=cfg.mode,
+            lmbda=cfg.lmbda,
+            n_neighbors=cfg.n_neighbors,
+            sigma=cfg.sigma,
+            tol=cfg.tol,
+            min_iter=cfg.min_iter,
+            inner_tol=cfg.inner_tol,
+            inner_max_iter=cfg.inner_max_iter,
+            normalize=False,
+            knn_method=cfg.knn_method,
+            nlist=cfg.nlist,
+            nprobe=cfg.nprobe,
+            entropy=entropy,
+        )
         qe, qe_evals = final_pass(rows, out.modes, "the normalised rows")
     if out.lost:
-        warnings.warn(f"slk lost a cluster at outer iteration {out.outer} (a cluster kept no row): the model is the "
-                      "previous iteration's; try another random_state, fewer clusters or a smaller lmbda",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"slk lost a cluster at outer iteration {out.outer} (a cluster kept no row): the model is the "
+            "previous iteration's; try another random_state, fewer clusters or a smaller lmbda",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     from ..loop import FitResult
 
-    extras = {"labels_": out.labels, "seeds_": np.asarray(seeds, np.float64), "sigma_": out.sigma, "lost_cluster_": out.lost,
-              "inner_iterations_": list(out.inner), "graph_recall_": out.recall, "graph_method_": out.method,
-              "row_normalization_": "l2"}
+    extras = {
+        "labels_": out.labels,
+        "seeds_": np.asarray(seeds, np.float64),
+        "sigma_": out.sigma,
+        "lost_cluster_": out.lost,
+        "inner_iterations_": list(out.inner),
+        "graph_recall_": out.recall,
+        "graph_method_": out.method,
+        "row_normalization_": "l2",
+    }
     if out.mode_ids is not None:
         extras["modes_index_"] = np.asarray(out.mode_ids, dtype=np.int64)
-    search = n * (n - 1) if out.method == "exact" else 0   # IVF's candidates are not counted
+    search = n * (n - 1) if out.method == "exact" else 0  # IVF's candidates are not counted
     evals = seed_evals + search + qe_evals + sum(h.get("distance_evals", 0) for h in loop.history)
     return FitResult(out.modes, qe, loop.n_iter, loop.converged and not out.lost, int(evals), loop.history, extras)
 
 
-register(AlgorithmSpec(
-    name="slk", config=SLKConfig, fit=fit, estimator="SLK",
-    summary="scalable Laplacian K-modes (SLK-BO / SLK-MS) on the kNN graph of the L2-normalised rows",
-    reference="Ziko, Granger, Ben Ayed, NeurIPS 2018, arXiv:1810.13044",
-    objective="the continuous energy −Σ a·z − λ Σ (W z)·z after each outer iteration",
-    weighted=False,
-    model_extras=(("row_normalization_", lambda v, k: v == "l2", "'l2'"),),
-))
+register(
+    AlgorithmSpec(
+        name="slk",
+        config=SLKConfig,
+        fit=fit,
+        estimator="SLK",
+        summary="scalable Laplacian K-modes (SLK-BO / SLK-MS) on the kNN graph of the L2-normalised rows",
+        reference="Ziko, Granger, Ben Ayed, NeurIPS 2018, arXiv:1810.13044",
+        objective="the continuous energy −Σ a·z − λ Σ (W z)·z after each outer iteration",
+        weighted=False,
+        model_extras=(("row_normalization_", lambda v, k: v == "l2", "'l2'"),),
+    )
+)
 
 
 def labels_of(engine, key):

@@ -37,6 +37,7 @@ Both give the same bits.
 Clamping (documented, not an error): G ← min(G, C) and C' ← min(C', C); with C ≤ G every search space
 holds all clusters, i.e. exact EM.
 """
+
 import contextlib
 import math
 import numbers
@@ -46,20 +47,19 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
 from .. import progress
+from .._params import ArrayOf2D, Boolean, Interval, NoneOK, Options
+from .._random import stream
 from ..blocks.coreset import default_size, uniform_sample, working_set
 from ..blocks.knn import nearest_centre
 from ..blocks.lloyd import lloyd_update
-from ..loop import FitResult
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from ..engine import restored_rows
 from ..engine.combine import KeyedSum, Rows, Scatter, Sum
-from .._random import stream
 from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
-from ..kernels.truncated import (draw_distinct, pair_statistics, posterior_stats, select_neighbours,
-                                 truncated_search)
-from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
+from ..kernels.truncated import draw_distinct, pair_statistics, posterior_stats, select_neighbours, truncated_search
+from ..loop import FitResult
 from .registry import BIG, COUNT, NUMBER, AlgorithmSpec, centres, final_pass, register
 
 # rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB
@@ -99,18 +99,18 @@ class VarGMMConfig:
         "G": "Size of each cluster's neighbourhood G_c, from which the rows' search spaces are built.",
         "n_truncated": "C', the clusters each row's truncated posterior covers (None: G).",
         "init": "As k-means' init, or 'auto': k-means|| (ℓ = C/2) on the working set while C²·D ≤ 2^32 (its "
-                "recluster runs on the driver in O(C²·D·log C)), else 'afkmc2', the paper's seeding (sublinear in N', but "
-                "like non-greedy k-means++ it can leave well-separated clusters without a mean).",
+        "recluster runs on the driver in O(C²·D·log C)), else 'afkmc2', the paper's seeding (sublinear in N', but "
+        "like non-greedy k-means++ it can leave well-separated clusters without a mean).",
         "extra_random": "Add one uniformly random cluster to every row's search space (the paper's variant "
-                        "that can escape poor neighbourhoods).",
+        "that can escape poor neighbourhoods).",
         "tol": "Stop when the free energy changes by less than tol (relative), from the 2nd iteration.",
         "max_iter": "Most EM iterations.",
         "n_init_esteps": "E-steps run before the first M-step to settle the search spaces (paper, Suppl. F).",
         "truncated_init": "How each row's K^(n) starts: 'nearest' = its nearest initial mean plus C'-1 random "
-                          "clusters (one exact assignment pass over the working set, O(N'·C·D)), 'random' = C' "
-                          "random clusters, the paper's (the first M-step then averages rows over random "
-                          "clusters and undoes much of the seeding), 'auto' = 'random' with AFK-MC2 (both "
-                          "sublinear in C·N'), 'nearest' otherwise.",
+        "clusters (one exact assignment pass over the working set, O(N'·C·D)), 'random' = C' "
+        "random clusters, the paper's (the first M-step then averages rows over random "
+        "clusters and undoes much of the seeding), 'auto' = 'random' with AFK-MC2 (both "
+        "sublinear in C·N'), 'nearest' otherwise.",
     }
 
 
@@ -120,27 +120,32 @@ class VCGMMConfig(VarGMMConfig):
     refit_size: object = "auto"
     final_objective: object = "exact"
 
-    constraints: ClassVar = {**VarGMMConfig.constraints,
-                             "coreset_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
-                             "refit_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
-                             "final_objective": [Options(("exact", "coreset")), NoneOK()]}
-    docs: ClassVar = {**VarGMMConfig.docs,
-                      "coreset_size": "Rows N' of the lightweight coreset the EM runs on: 'auto' is the paper's "
-                                      "min(N, max(2^15, 64 C)), None runs on all rows (var-GMM-S).",
-                      "refit_size": "Rows of the fresh sample (drawn ∝ sample weight) on which one Lloyd step "
-                                    "re-estimates the EM's means (``refit_means``): 'auto' = min(N, 2 N'), all rows "
-                                    "when that is N; None keeps the EM's means, as the paper returns them. Costs "
-                                    "one assignment pass over the sample (O(2 N'·C·D) by the GEMM kernel) and two "
-                                    "light passes over N to draw it; no refit without a coreset.",
-                      "final_objective": "What objective_ is: 'exact' = the QE of all N rows (one more pass, "
-                                         "O(N·C·D), the cost of one Lloyd iteration by the same blocked GEMM kernel: "
-                                         "1 M x 32 at C = 1000 about 0.7 s on 2 cores, a quarter of the fit; at "
-                                         "N = 78 M, C = 32,768, D = 3072 more than the whole EM), "
-                                         "'coreset' = the weighted coreset's QE, an unbiased estimate (O(N'·C·D), "
-                                         "no pass over N), None = not computed (objective_ is None)."}
+    constraints: ClassVar = {
+        **VarGMMConfig.constraints,
+        "coreset_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
+        "refit_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
+        "final_objective": [Options(("exact", "coreset")), NoneOK()],
+    }
+    docs: ClassVar = {
+        **VarGMMConfig.docs,
+        "coreset_size": "Rows N' of the lightweight coreset the EM runs on: 'auto' is the paper's "
+        "min(N, max(2^15, 64 C)), None runs on all rows (var-GMM-S).",
+        "refit_size": "Rows of the fresh sample (drawn ∝ sample weight) on which one Lloyd step "
+        "re-estimates the EM's means (``refit_means``): 'auto' = min(N, 2 N'), all rows "
+        "when that is N; None keeps the EM's means, as the paper returns them. Costs "
+        "one assignment pass over the sample (O(2 N'·C·D) by the GEMM kernel) and two "
+        "light passes over N to draw it; no refit without a coreset.",
+        "final_objective": "What objective_ is: 'exact' = the QE of all N rows (one more pass, "
+        "O(N·C·D), the cost of one Lloyd iteration by the same blocked GEMM kernel: "
+        "1 M x 32 at C = 1000 about 0.7 s on 2 cores, a quarter of the fit; at "
+        "N = 78 M, C = 32,768, D = 3072 more than the whole EM), "
+        "'coreset' = the weighted coreset's QE, an unbiased estimate (O(N'·C·D), "
+        "no pass over N), None = not computed (objective_ is None).",
+    }
 
 
 # ---------------------------------------------------------------- per-chunk steps
+
 
 def _init_truncated_sets(chunk, params):
     """State: K^(n) = C' distinct random clusters per row (the paper's init), or its first entry fixed: each
@@ -168,11 +173,13 @@ def _buffers(scratch, rows, width):
     have = getattr(scratch, "buffers", None)
     if have is None or len(have[0][0]) < rows + 1 or len(have[0][1]) < m:
         r, c = max(rows + 1, len(have[0][0]) if have else 0), max(m, len(have[0][1]) if have else 0)
-        have = ((np.empty(r, np.int64), np.empty(c, np.int32), np.empty(c)),
-                (np.empty(c, np.int64), np.empty(c, np.int32), np.empty(c, np.int64)))
+        have = (
+            (np.empty(r, np.int64), np.empty(c, np.int32), np.empty(c)),
+            (np.empty(c, np.int64), np.empty(c, np.int32), np.empty(c, np.int64)),
+        )
         scratch.buffers = have
     space, pairs = have
-    return (space[0][:rows + 1], space[1][:m], space[2][:m]), tuple(p[:m] for p in pairs)
+    return (space[0][: rows + 1], space[1][:m], space[2][:m]), tuple(p[:m] for p in pairs)
 
 
 def buffer_bytes(rows, width):
@@ -215,15 +222,31 @@ def _estep(chunk, params):
     mark = np.full(n_clusters, -1, np.int64)
     evals, minsum, changed, blocks = 0, 0.0, 0, []
     for b in _row_blocks(n):
-        e, s, ch = truncated_search(chunk.x[b], chunk.w[b], chunk.start + b.start, mu, K[b], Kd2[b], winner[b], Gc,
-                                    key, extra_random, mark, *space)
+        e, s, ch = truncated_search(
+            chunk.x[b],
+            chunk.w[b],
+            chunk.start + b.start,
+            mu,
+            K[b],
+            Kd2[b],
+            winner[b],
+            Gc,
+            key,
+            extra_random,
+            mark,
+            *space,
+        )
         k = pair_statistics(winner[b], *space, n_clusters, inv_unit, *pairs)
         blocks.append(tuple(p[:k].copy() for p in pairs))
         if stats is not None:
             _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], sigma2, stats)
         evals, minsum, changed = evals + e, minsum + s, changed + ch
-    found = (np.int64(evals), minsum, np.int64(changed),
-             blocks[0] if len(blocks) == 1 else tuple(np.concatenate(f) for f in zip(*blocks)))
+    found = (
+        np.int64(evals),
+        minsum,
+        np.int64(changed),
+        blocks[0] if len(blocks) == 1 else tuple(np.concatenate(f) for f in zip(*blocks)),
+    )
     return found if stats is None else found + tuple(stats)
 
 
@@ -256,7 +279,7 @@ def _posterior_step(chunk, params):
 
 # init="auto" seeds with k-means|| while C²·D stays under this (its weighted recluster of ≈ 5ℓ candidates
 # runs on the driver in O(C²·D)), with AFK-MC2 above
-AUTO_KMEANS_PARALLEL_MAX = 2 ** 32
+AUTO_KMEANS_PARALLEL_MAX = 2**32
 # k-means|| on the working set samples ℓ = OVERSAMPLING·C candidates a round (Bahmani et al. find ℓ from k/2
 # to 2k alike once the candidates are reclustered). Its rounds and its recluster both cost in proportion to
 # the candidates, O(N'·ℓ·D) and O(ℓ·C·D) per round, i.e. O(C²) with N' = 64 C. With ℓ = C/2 (Lloyd's
@@ -269,7 +292,7 @@ OVERSAMPLING = 0.5
 def seeding_method(cfg, n_features):
     """The seeder ``init`` names ("auto" resolved as the config's docs say), or the given array."""
     if isinstance(cfg.init, str) and cfg.init == "auto":
-        return "k-means||" if cfg.n_clusters ** 2 * n_features <= AUTO_KMEANS_PARALLEL_MAX else "afkmc2"
+        return "k-means||" if cfg.n_clusters**2 * n_features <= AUTO_KMEANS_PARALLEL_MAX else "afkmc2"
     return cfg.init
 
 
@@ -278,6 +301,7 @@ def truncated_init(cfg, seeder):
     if cfg.truncated_init != "auto":
         return cfg.truncated_init
     return "random" if isinstance(seeder, str) and seeder == "afkmc2" else "nearest"
+
 
 def init_neighbourhoods(n_clusters, G, key):
     """G_c = {c} + G−1 distinct random other clusters (c in slot 0)."""
@@ -289,8 +313,11 @@ def init_neighbourhoods(n_clusters, G, key):
 def row_fields(n_clusters, n_truncated):
     """The per-row state a checkpoint holds, as ``restored_rows`` checks it: K^(n) (cluster indices), their d²
     and the last winner (-1 before the first search)."""
-    return {"K": ("int32", (n_truncated,), 0, n_clusters), "Kd2": ("float64", (n_truncated,), 0.0, math.inf),
-            "winner": ("int32", (), -1, n_clusters)}
+    return {
+        "K": ("int32", (n_truncated,), 0, n_clusters),
+        "Kd2": ("float64", (n_truncated,), 0.0, math.inf),
+        "winner": ("int32", (), -1, n_clusters),
+    }
 
 
 def pair_grid(engine):
@@ -343,7 +370,8 @@ class DriverMeans:
         Σ w min d², changed winners, G_c, the M-step's (F's data part, residuals, active clusters) or None)."""
         combine = ESTEP if sigma2 is None else ESTEP + STATS
         e, minsum, changed, Gc, *stats = self.engine.reduce(
-            _estep, (self.mu, Gc, key, extra_random, sigma2, self.grid), combine, _neighbourhoods_at_root)
+            _estep, (self.mu, Gc, key, extra_random, sigma2, self.grid), combine, _neighbourhoods_at_root
+        )
         return e, minsum, changed, Gc, self._m_step(*stats) if stats else None
 
     def posteriors(self, sigma2):
@@ -377,17 +405,19 @@ class ShardedMeans:
     def search(self, Gc, key, extra_random, sigma2):
         params = (self.model.ref(), Gc, key, extra_random, sigma2, self.grid)
         if sigma2 is None:
-            e, minsum, changed, Gc = self.engine.reduce(_estep, params, self.estep,
-                                                        scatter=(self.model, _shard_neighbourhoods, (Rows(),)))
+            e, minsum, changed, Gc = self.engine.reduce(
+                _estep, params, self.estep, scatter=(self.model, _shard_neighbourhoods, (Rows(),))
+            )
             return e, minsum, changed, Gc, None
         e, minsum, changed, data_f, Gc, resid, won = self.engine.reduce(
-            _estep, params, self.estep + self.stats,
-            scatter=(self.model, _shard_update, (Rows(), Rows(), Sum())))
+            _estep, params, self.estep + self.stats, scatter=(self.model, _shard_update, (Rows(), Rows(), Sum()))
+        )
         return e, minsum, changed, Gc, (float(data_f), resid, int(won))
 
     def posteriors(self, sigma2):
-        data_f, resid, won = self.engine.reduce(_posterior_step, (sigma2, self.n_clusters), self.stats,
-                                                scatter=(self.model, _shard_m_step, (Rows(), Sum())))
+        data_f, resid, won = self.engine.reduce(
+            _posterior_step, (sigma2, self.n_clusters), self.stats, scatter=(self.model, _shard_m_step, (Rows(), Sum()))
+        )
         return float(data_f), resid, int(won)
 
     def means(self):
@@ -399,7 +429,7 @@ class ShardedMeans:
 
 def _shard_neighbourhoods(fields, shard, params, lo):
     """Step 5 where clusters lo.. live: their rows of G_c from their pair statistics."""
-    Gc = params[1][lo:lo + len(shard[0])].copy()
+    Gc = params[1][lo : lo + len(shard[0])].copy()
     update_neighbourhoods(*fields[0], Gc, lo, len(params[1]))
     return shard, (Gc,)
 
@@ -443,9 +473,10 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
     t0, cpu0 = time.perf_counter(), time.process_time()
     evals, sigma2, prev_f, f = 0, None, None, None
     restored = loop.restored
-    if restored is not None:   # a resumed fit: K^(n) from the checkpoint's rows, the rest from its state
+    if restored is not None:  # a resumed fit: K^(n) from the checkpoint's rows, the rest from its state
         Gc, sigma2, f, evals = restored["Gc"], restored["sigma2"], restored["f"], restored["evals"]
         prev_f = f
+
     # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
     # where that copy is lost too, from the nearest seed (``cells``) or the nearest mean (the driver's; the
     # seeds when the means are sharded) plus random others
@@ -457,14 +488,14 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
     builder, model = _init_truncated_sets, lambda: (Cp, C, key_K, nearest_to(), cells)
     if restored is not None:
         builder, model = restored_rows, lambda: (loop.restored_rows, "vcgmm", row_fields(C, Cp))
-    with means_for(engine, mu) as means, \
-            engine.state("vcgmm", builder, model, backup=("K", "Kd2", "winner")):
+    with means_for(engine, mu) as means, engine.state("vcgmm", builder, model, backup=("K", "Kd2", "winner")):
         for i in range(cfg.n_init_esteps if restored is None else 0):  # Suppl. F: optimise K^(n) and G_c
             e, _, _, Gc, _ = means.search(Gc, kernel_key(entropy, "init", i), cfg.extra_random, None)
             evals += e
         for it in loop:
-            e, minsum, changed, Gc, update = means.search(Gc, kernel_key(entropy, "estep", it), cfg.extra_random,
-                                                          sigma2)
+            e, minsum, changed, Gc, update = means.search(
+                Gc, kernel_key(entropy, "estep", it), cfg.extra_random, sigma2
+            )
             if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
                 sigma2 = max(minsum / (D * total_w), floor)
                 update = means.posteriors(sigma2)
@@ -476,8 +507,10 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
             if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
                 loop.converged = True
             prev_f = f
-            loop.save(lambda: {"mu": means.result(), "Gc": Gc, "sigma2": sigma2, "f": f, "evals": int(evals)},
-                      rows=lambda directory: engine.dump_rows(directory, "vcgmm"))
+            loop.save(
+                lambda: {"mu": means.result(), "Gc": Gc, "sigma2": sigma2, "f": f, "evals": int(evals)},
+                rows=lambda directory: engine.dump_rows(directory, "vcgmm"),
+            )
         mu = means.result()
     phases["em"] = time.perf_counter() - t0
     phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
@@ -534,15 +567,16 @@ def final_objective(engine, work, mu, kind):
 
 def kernel_key(entropy, *tag):
     """The seed of the kernels' row-keyed stream (``kernels.streams``) for ``tag`` ("K": K^(n), "G": G_c)."""
-    return int(stream(entropy, "vcgmm", *tag).integers(2 ** 63))
+    return int(stream(entropy, "vcgmm", *tag).integers(2**63))
 
 
 def _check(engine):
     if engine.n_samples == 1:
         raise InputError("a Gaussian mixture needs more than one row; got n_samples=1")
     if not float(np.max(engine.summary.var)) > 0:
-        raise InputError("all rows are identical (zero variance): a Gaussian mixture cannot be fitted; "
-                         "use algo='kmeans'")
+        raise InputError(
+            "all rows are identical (zero variance): a Gaussian mixture cannot be fitted; use algo='kmeans'"
+        )
 
 
 def fit(engine, cfg, entropy, loop):
@@ -556,10 +590,11 @@ def fit(engine, cfg, entropy, loop):
         t = time.perf_counter()
         seeder = seeding_method(cfg, engine.n_features)
         if loop.restored is None:
-            seeds, seed_evals = seed(work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length,
-                                     oversampling_factor=OVERSAMPLING)
+            seeds, seed_evals = seed(
+                work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length, oversampling_factor=OVERSAMPLING
+            )
             mu = seeds
-        else:   # a resumed fit: the means come from the checkpoint, the seeds order the rows as before
+        else:  # a resumed fit: the means come from the checkpoint, the seeds order the rows as before
             mu, seeds, seed_evals = loop.restored["mu"], loop.restored["seeds"], loop.restored["seed_evals"]
         loop.keep(seed_evals=int(seed_evals), seeds=seeds)
         phases["seeding"] = time.perf_counter() - t
@@ -576,50 +611,79 @@ def fit(engine, cfg, entropy, loop):
         t = time.perf_counter()
         qe, qe_evals = final_objective(engine, work, mu, getattr(cfg, "final_objective", "exact"))
         phases["final_qe"] = time.perf_counter() - t
-    extras = {"sigma2_": float(sigma2), "free_energy_": float(f), "coreset_size_": size,
-              "G_": min(cfg.G, cfg.n_clusters), "init_": seeder if isinstance(seeder, str) else "array",
-              "truncated_init_": sets, "n_truncated_": min(cfg.n_truncated or cfg.G, cfg.n_clusters),
-              "refit_size_": refit, "phase_s": phases, "seeding_distance_evals": int(seed_evals),
-              "em_distance_evals": int(em_evals), "refit_distance_evals": int(refit_evals),
-              "final_qe_distance_evals": int(qe_evals)}
-    return FitResult(mu, qe, loop.n_iter, loop.converged, int(seed_evals + em_evals + refit_evals + qe_evals),
-                     loop.history, extras)
+    extras = {
+        "sigma2_": float(sigma2),
+        "free_energy_": float(f),
+        "coreset_size_": size,
+        "G_": min(cfg.G, cfg.n_clusters),
+        "init_": seeder if isinstance(seeder, str) else "array",
+        "truncated_init_": sets,
+        "n_truncated_": min(cfg.n_truncated or cfg.G, cfg.n_clusters),
+        "refit_size_": refit,
+        "phase_s": phases,
+        "seeding_distance_evals": int(seed_evals),
+        "em_distance_evals": int(em_evals),
+        "refit_distance_evals": int(refit_evals),
+        "final_qe_distance_evals": int(qe_evals),
+    }
+    return FitResult(
+        mu, qe, loop.n_iter, loop.converged, int(seed_evals + em_evals + refit_evals + qe_evals), loop.history, extras
+    )
 
 
 # what the model's predict_proba reads: σ² and C'
 MODEL_EXTRAS = (
     ("sigma2_", lambda v, k: type(v) in (int, float) and math.isfinite(v) and v > 0, "a positive finite number"),
-    ("n_truncated_", lambda v, k: type(v) is int and 1 <= v <= k, "an int in [1, n_clusters]"))
+    ("n_truncated_", lambda v, k: type(v) is int and 1 <= v <= k, "an int in [1, n_clusters]"),
+)
+
 
 def saved(cfg, n_samples, n_features):
     """What a vc-GMM or var-GMM-S checkpoint holds besides K^(n)'s files: the means, G_c (cluster indices
     a kernel reads), σ², F and the seeds that order the coreset."""
     k = cfg.n_clusters
-    return {"mu": centres(cfg, n_features), "Gc": ("ints", (k, min(cfg.G, k)), 0, k),
-            "sigma2": ("float", 5e-324, BIG, False), "f": NUMBER, "evals": COUNT, "seeds": centres(cfg, n_features),
-            "seed_evals": COUNT}
+    return {
+        "mu": centres(cfg, n_features),
+        "Gc": ("ints", (k, min(cfg.G, k)), 0, k),
+        "sigma2": ("float", 5e-324, BIG, False),
+        "f": NUMBER,
+        "evals": COUNT,
+        "seeds": centres(cfg, n_features),
+        "seed_evals": COUNT,
+    }
 
 
-register(AlgorithmSpec(
-    name="vcgmm", config=VCGMMConfig, fit=fit, estimator="VCGMM",
-    summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset (k-means|| or AFK-MC2 seeding)",
-    reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
-    objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
-    resumable=True,
-    saved=saved,
-    model_extras=MODEL_EXTRAS,
-))
+register(
+    AlgorithmSpec(
+        name="vcgmm",
+        config=VCGMMConfig,
+        fit=fit,
+        estimator="VCGMM",
+        summary="vc-GMM: truncated variational EM for an isotropic GMM on a lightweight coreset "
+        "(k-means|| or AFK-MC2 seeding)",
+        reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
+        objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
+        resumable=True,
+        saved=saved,
+        model_extras=MODEL_EXTRAS,
+    )
+)
 
-register(AlgorithmSpec(
-    name="vargmm", config=VarGMMConfig, fit=fit, estimator="VarGMM",
-    summary="var-GMM-S: vc-GMM's truncated variational EM on all rows (weight 1), the paper's baseline",
-    reference="Forster, Lücke, AISTATS 2018; Hirschberger, Forster, Lücke, TPAMI 2022",
-    objective="the free energy F of the truncated posteriors on all rows (higher is better)",
-    # K^(n) (int32) and its squared distances (float64) for C' clusters, and the winner (int32); the search
-    # buffers are per thread (``_buffers``), for blocks of up to BLOCK_ROWS rows of C'·G + 1 candidates
-    state_bytes=lambda cfg: max(ROW_BYTES, 12 * (cfg.n_truncated or cfg.G) + 4),
-    thread_bytes=lambda cfg: buffer_bytes(BLOCK_ROWS, (cfg.n_truncated or cfg.G) * cfg.G + 1),
-    resumable=True,
-    saved=saved,
-    model_extras=MODEL_EXTRAS,
-))
+register(
+    AlgorithmSpec(
+        name="vargmm",
+        config=VarGMMConfig,
+        fit=fit,
+        estimator="VarGMM",
+        summary="var-GMM-S: vc-GMM's truncated variational EM on all rows (weight 1), the paper's baseline",
+        reference="Forster, Lücke, AISTATS 2018; Hirschberger, Forster, Lücke, TPAMI 2022",
+        objective="the free energy F of the truncated posteriors on all rows (higher is better)",
+        # K^(n) (int32) and its squared distances (float64) for C' clusters, and the winner (int32); the search
+        # buffers are per thread (``_buffers``), for blocks of up to BLOCK_ROWS rows of C'·G + 1 candidates
+        state_bytes=lambda cfg: max(ROW_BYTES, 12 * (cfg.n_truncated or cfg.G) + 4),
+        thread_bytes=lambda cfg: buffer_bytes(BLOCK_ROWS, (cfg.n_truncated or cfg.G) * cfg.G + 1),
+        resumable=True,
+        saved=saved,
+        model_extras=MODEL_EXTRAS,
+    )
+)

@@ -22,6 +22,7 @@ driver applies C0 + Σ (C_T − C0) in chunk order. With one chunk this is exact
 with several it is a first-order-in-η approximation of it (the chunks do not see each other's steps
 within an epoch). The model depends on the chunking, not on the number of workers.
 """
+
 import contextlib
 import numbers
 import warnings
@@ -31,11 +32,11 @@ from typing import ClassVar
 import numpy as np
 
 from .._params import ArrayOf2D, Interval, NoneOK, Options
+from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from ..engine.combine import Fold, Sum
 from ..errors import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..kernels.variance_reduced import variance_reduced_steps
-from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from .registry import COUNT, MAYBE, AlgorithmSpec, centres, finish, register
 
 
@@ -61,16 +62,17 @@ class VRKMConfig:
 
     docs: ClassVar = {
         "variant": "'vrkm++' (Alg. 4, with position correction only) or 'vrkm' (Alg. 3, with the batch "
-                   "gradient correction).",
+        "gradient correction).",
         "learning_rate": "eta, the constant step of the variance-reduced updates (None: n_clusters / n_samples).",
         "epoch_size": "T, single-row steps per epoch: an int, a fraction of the rows in (0, 1], or None (all rows).",
         "max_epochs": "Most epochs (one full assignment pass plus T steps each).",
         "tol": "Stop when an epoch's QE is less than tol (relative) below the lowest so far (it changed by less "
-               "than tol, or it rose).",
+        "than tol, or it rose).",
     }
 
 
 # ---------------------------------------------------------------- per-chunk steps
+
 
 def _anchor_pass(chunk, centers):
     """Step 1: keep the rows' labels as the epoch's anchor partition, with a bound on their distance to
@@ -111,6 +113,7 @@ def _steps(chunk, params):
 
 # ---------------------------------------------------------------- driver
 
+
 def epoch_steps(cfg, n_samples):
     """T: ``epoch_size`` steps, a fraction of N, or N."""
     size = cfg.epoch_size
@@ -143,9 +146,11 @@ def diverged(eta, loop):
     try:
         yield
     except FloatingPointError as exc:
-        raise FloatingPointError(f"vrkm diverged after {loop.n_iter} epochs: with learning_rate={eta:.3g} the "
-                                 "centres ran away from the data (their sums overflowed); lower learning_rate "
-                                 "(default n_clusters / n_samples)") from exc
+        raise FloatingPointError(
+            f"vrkm diverged after {loop.n_iter} epochs: with learning_rate={eta:.3g} the "
+            "centres ran away from the data (their sums overflowed); lower learning_rate "
+            "(default n_clusters / n_samples)"
+        ) from exc
 
 
 def fit(engine, cfg, entropy, loop):
@@ -155,7 +160,7 @@ def fit(engine, cfg, entropy, loop):
     eta = cfg.learning_rate if cfg.learning_rate is not None else k / N
     T = epoch_steps(cfg, N)
     shares = chunk_shares(T, engine.source.starts)
-    restored = loop.restored   # a resumed fit: the state is the centres (the anchor pass rebuilds the rows')
+    restored = loop.restored  # a resumed fit: the state is the centres (the anchor pass rebuilds the rows')
     if restored is None:
         C, seed_evals = seed(engine, k, cfg.init, entropy)
         evals_total, best, warned = seed_evals, None, False
@@ -164,8 +169,10 @@ def fit(engine, cfg, entropy, loop):
         evals_total, best, warned = restored["evals"], restored["best"], restored["warned"]
     loop.keep(seed_evals=int(seed_evals))
     anchor = [None]
-    with engine.state("vrkm", _anchor_pass, lambda: Prepared(anchor[0], engine.dtype), build=False), \
-            diverged(eta, loop):
+    with (
+        engine.state("vrkm", _anchor_pass, lambda: Prepared(anchor[0], engine.dtype), build=False),
+        diverged(eta, loop),
+    ):
         for epoch in loop:
             C_anchor = anchor[0] = C
             sums, counts, qe, evals = engine.reduce(_anchor_pass, Prepared(C, engine.dtype))
@@ -188,14 +195,23 @@ def fit(engine, cfg, entropy, loop):
                 loop.converged = True
             if best is not None and qe > 2 * best and not warned:
                 warned = True
-                warnings.warn(f"vrkm: the epoch QE grew from {best:.6g} to {qe:.6g}; with {len(shares)} chunks "
-                              f"summing their steps, learning_rate={eta:.3g} overshoots (each chunk takes about "
-                              f"{T / len(shares) / k:.3g} steps per centre). Lower learning_rate or use fewer, larger "
-                              "chunks.", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"vrkm: the epoch QE grew from {best:.6g} to {qe:.6g}; with {len(shares)} chunks "
+                    f"summing their steps, learning_rate={eta:.3g} overshoots (each chunk takes about "
+                    f"{T / len(shares) / k:.3g} steps per centre). Lower learning_rate or use fewer, larger "
+                    "chunks.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             best = qe if best is None else min(best, qe)
             loop.save(lambda: {"C": C, "evals": int(evals_total), "best": best, "warned": warned})
-    return finish(engine, C, loop, evals_total,
-                  {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)})
+    return finish(
+        engine,
+        C,
+        loop,
+        evals_total,
+        {"learning_rate_": eta, "epoch_size_": T, "seeding_distance_evals": int(seed_evals)},
+    )
 
 
 def saved(cfg, n_samples, n_features):
@@ -203,13 +219,18 @@ def saved(cfg, n_samples, n_features):
     return {"C": centres(cfg, n_features), "evals": COUNT, "best": MAYBE, "warned": ("bool",), "seed_evals": COUNT}
 
 
-register(AlgorithmSpec(
-    name="vrkm", config=VRKMConfig, fit=fit, estimator="VRKMeans",
-    summary="variance-reduced k-means (VRKM++ / VRKM): position-corrected epochs, constant-rate steps",
-    reference="Zhao et al., Neurocomputing 2018, doi:10.1016/j.neucom.2018.03.059",
-    objective="QE of the epoch's anchor pass over all rows",
-    weighted=False,
-    state_bytes=lambda cfg: max(ROW_BYTES, 4 + 8),   # the anchor's label (int32) and lower bound (float64)
-    resumable=True,
-    saved=saved,
-))
+register(
+    AlgorithmSpec(
+        name="vrkm",
+        config=VRKMConfig,
+        fit=fit,
+        estimator="VRKMeans",
+        summary="variance-reduced k-means (VRKM++ / VRKM): position-corrected epochs, constant-rate steps",
+        reference="Zhao et al., Neurocomputing 2018, doi:10.1016/j.neucom.2018.03.059",
+        objective="QE of the epoch's anchor pass over all rows",
+        weighted=False,
+        state_bytes=lambda cfg: max(ROW_BYTES, 4 + 8),  # the anchor's label (int32) and lower bound (float64)
+        resumable=True,
+        saved=saved,
+    )
+)

@@ -4,6 +4,7 @@ less than a round trip, so several steps' rows come in one ``engine.take`` (mini
 The count depends on the parameters only (never the dtype, the chunking or the cluster), so a method whose
 batches are keyed by block draws the same rows everywhere.
 """
+
 import numpy as np
 
 # bytes of float32 rows one gather brings at most, and the most steps it serves

@@ -13,13 +13,14 @@ Input sample weights generalise the paper's unit weights (w_n = 1 gives its q an
 ``uniform_sample`` draws the same way with q = w/Σw (every row weighing Σw/size): vc-GMM re-estimates its
 means on such a sample (``algorithms/vcgmm.py: refit_means``).
 """
+
 import contextlib
 import time
 
 import numpy as np
 
-from .._random import stream
 from .. import progress
+from .._random import stream
 from ..engine.combine import Fold, Rows
 from ..errors import InvalidParameterError
 from ..kernels.assign import update_mind
@@ -93,16 +94,16 @@ def coreset_draw(engine, size, entropy):
 
 
 def _chunk_weight(chunk, _):
-    return np.array([float(chunk.w.sum())]),
+    return (np.array([float(chunk.w.sum())]),)
 
 
 @contextlib.contextmanager
 def uniform_sample(engine, size, entropy):
     """An engine over ``size`` rows drawn ∝ w with replacement, each weighing Σw/size (an unbiased sample
     of the rows' mass, like the coreset with q = w/Σw). The driver handles per-chunk Σw and counts."""
-    w, = engine.reduce(_chunk_weight, None, (Rows(),))
+    (w,) = engine.reduce(_chunk_weight, None, (Rows(),))
     counts = stream(entropy, "uniform", "counts").multinomial(size, w / w.sum())
-    sub_entropy = int(stream(entropy, "uniform", "engine").integers(2 ** 63))
+    sub_entropy = int(stream(entropy, "uniform", "engine").integers(2**63))
     with engine.sample(_sample, (None, counts, 0.0, float(w.sum()), size, "uniform"), counts, sub_entropy) as rows:
         yield rows
 
@@ -116,7 +117,7 @@ def lightweight_coreset(engine, size, entropy):
 
 def default_size(n_samples, n_clusters):
     """The vc-GMM paper's default N' = min(N, max(2^15, 64·C))."""
-    return int(min(n_samples, max(2 ** 15, 64 * n_clusters)))
+    return int(min(n_samples, max(2**15, 64 * n_clusters)))
 
 
 @contextlib.contextmanager
@@ -126,8 +127,10 @@ def working_set(engine, size, entropy, n_clusters, phases=None):
     given a dict."""
     phases = {} if phases is None else phases
     if size is not None and n_clusters > size:
-        raise InvalidParameterError(f"n_clusters={n_clusters} exceeds coreset_size={size}: a coreset needs "
-                                    f"at least one row per cluster (use coreset_size >= n_clusters or None)")
+        raise InvalidParameterError(
+            f"n_clusters={n_clusters} exceeds coreset_size={size}: a coreset needs "
+            f"at least one row per cluster (use coreset_size >= n_clusters or None)"
+        )
     if size is None:
         phases["coreset"] = 0.0
         yield engine
@@ -136,7 +139,7 @@ def working_set(engine, size, entropy, n_clusters, phases=None):
     with contextlib.ExitStack() as stack:
         with progress.phase(f"coreset of {size:,} rows", 1, "draw") as shown:
             params, counts = coreset_draw(engine, size, entropy)
-            sub_entropy = int(stream(entropy, "coreset", "engine").integers(2 ** 63))
+            sub_entropy = int(stream(entropy, "coreset", "engine").integers(2**63))
             work = stack.enter_context(engine.sample(_sample, params, counts, sub_entropy))
             shown.update()
         phases["coreset"] = time.perf_counter() - t

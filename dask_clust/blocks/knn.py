@@ -21,22 +21,24 @@ Used by SLK (Ziko, Granger & Ben Ayed, NeurIPS 2018), whose kernel width comes f
 
 What the driver receives: the exact sum of the squared neighbour distances (one number); for IVF the
 coreset (32·nlist rows), the per-chunk counts of each cell (≤ chunks × nlist ints, ``reorder``), the
-distinct (cell, probed cell) pairs (≤ nlist × a few nprobe) and the 1000 query rows with their neighbours; the whole graph (N·r) only when asked (``kneighbors_graph``).
+distinct (cell, probed cell) pairs (≤ nlist × a few nprobe) and the 1000 query rows with their neighbours;
+the whole graph (N·r) only when asked (``kneighbors_graph``).
 It holds nlist centroids and nlist × nprobe probe lists.
 """
+
 import contextlib
 import math
 
 import numpy as np
 
-from .coreset import lightweight_coreset
-from ..engine import as_source, config, open_engine
-from ..engine.combine import KeyedSum, RowTop, Rows
 from .._random import stream
+from ..engine import as_source, config, open_engine
+from ..engine.combine import KeyedSum, Rows, RowTop
 from ..engine.data import l2_rows
 from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
 from ..kernels.distance import nearest_centres, nearest_neighbours
+from .coreset import lightweight_coreset
 from .lloyd import lloyd
 from .seeding import seed
 
@@ -62,7 +64,7 @@ def gemm_sqdist(Q, Y, qq, yy):
     """Squared distances ||q||² − 2 q·y + ||y||² of every pair (GEMM form; rounding up to ``slack``'s
     bound, negative values possible); qq, yy: the rows' squared norms."""
     G = Q @ Y.T
-    G *= -2.0   # in place: one (n, m) array, not four temporaries
+    G *= -2.0  # in place: one (n, m) array, not four temporaries
     G += qq[:, None]
     G += yy[None, :]
     return G
@@ -79,7 +81,7 @@ def nearest_among(Q, q_ids, Y, y_ids, r):
     out_j, d2 = np.empty((n, r), np.int64), np.empty((n, r))
     qq, yy = squared_norms(Q), squared_norms(Y)
     # |GEMM form − exact| <= (2D + 8)·u·(|q| + |y|)² (Higham's dot-product bound, with room for the norms)
-    slack = (2 * Q.shape[1] + 8) * 2.0 ** -53 * (math.sqrt(qq.max(initial=0)) + math.sqrt(yy.max(initial=0))) ** 2
+    slack = (2 * Q.shape[1] + 8) * 2.0**-53 * (math.sqrt(qq.max(initial=0)) + math.sqrt(yy.max(initial=0))) ** 2
     step = max(1, BLOCK_VALUES // max(1, m))
     for a in range(0, n, step):
         b = min(n, a + step)
@@ -105,6 +107,7 @@ def _sum_d2(chunk, params):
 
 # ---------------------------------------------------------------- exact
 
+
 def _all_rows(chunk, n):
     return np.arange(n if unsearched(chunk) else 0, dtype=np.int64)
 
@@ -115,12 +118,13 @@ def search_exact(chunk, r):
     if unsearched(chunk):
         Y = chunk.halo["knn-x"]
         all_ids = np.arange(Y.shape[0], dtype=np.int64)
-        ids, d2 = nearest_among(chunk.state["knn-x"], all_ids[chunk.start:chunk.stop], Y, all_ids, r)
+        ids, d2 = nearest_among(chunk.state["knn-x"], all_ids[chunk.start : chunk.stop], Y, all_ids, r)
         chunk.state["knn"] = ids, d2, ids
     return ()
 
 
 # ---------------------------------------------------------------- IVF
+
 
 def coarse_cells(engine, nlist, entropy, normalize):
     """nlist centroids: Lloyd (random rows as seeds, as faiss) on a lightweight coreset of 32 rows per cell,
@@ -138,6 +142,7 @@ def locality_order(C):
     so cells near in number are near in space: sorted by cell, a partition holds a compact region and most
     neighbours of its rows (cell ids in k-means' order put about half of the other-cell edges across
     partitions, and the halo carries them every bound update)."""
+
     def split(idx):
         if len(idx) <= 2:
             return idx
@@ -173,19 +178,20 @@ def _probe_pairs(chunk, params):
 def probe_lists(engine, centroids, starts, nprobe, r):
     """Per cell, the cells its rows search: the union of its rows' nprobe nearest non-empty cells (the
     probes of standard IVF, found on the workers) and the nprobe cells nearest its centroid, more of those
-    while they hold fewer than r + 1 rows (so every row has r others to find). CSR (ptr (nlist + 1,), cells), the same for any layout."""
+    while they hold fewer than r + 1 rows (so every row has r others to find). CSR (ptr (nlist + 1,), cells),
+    the same for any layout."""
     nlist = len(centroids)
     sizes = np.diff(starts)
     live = np.flatnonzero(sizes)
-    (pairs, _), = engine.reduce(_probe_pairs, (centroids[live], live, starts, int(nprobe)), (KeyedSum(),))
+    ((pairs, _),) = engine.reduce(_probe_pairs, (centroids[live], live, starts, int(nprobe)), (KeyedSum(),))
     by_rows = np.split(pairs % nlist, np.searchsorted(pairs // nlist, np.arange(1, nlist)))
     C = centroids[live]
     cc = squared_norms(C)
     lists = [np.empty(0, np.int64)] * nlist
     step = max(1, (1 << 22) // max(1, len(live)))
     for a in range(0, len(live), step):
-        d = gemm_sqdist(C[a:a + step], C, cc[a:a + step], cc)
-        d[np.arange(d.shape[0]), np.arange(a, a + d.shape[0])] = -np.inf   # a cell probes itself first
+        d = gemm_sqdist(C[a : a + step], C, cc[a : a + step], cc)
+        d[np.arange(d.shape[0]), np.arange(a, a + d.shape[0])] = -np.inf  # a cell probes itself first
         for t, order in enumerate(np.argsort(d, axis=1, kind="stable")):
             c = live[a + t]
             near = live[order]
@@ -200,8 +206,9 @@ def probe_lists(engine, centroids, starts, nprobe, r):
 def groups_in(chunk, starts):
     """The non-empty groups (cells, clusters) with rows in the chunk, on an engine sorted by group: group g
     holds rows starts[g]..starts[g + 1]."""
-    groups = np.arange(np.searchsorted(starts, chunk.start, side="right") - 1,
-                       np.searchsorted(starts, chunk.stop, side="left"))
+    groups = np.arange(
+        np.searchsorted(starts, chunk.start, side="right") - 1, np.searchsorted(starts, chunk.stop, side="left")
+    )
     return groups[starts[groups + 1] > starts[groups]]
 
 
@@ -214,7 +221,7 @@ def _probed(chunk, starts, ptr, cells):
     """The chunk's cells, the cells they probe (ascending) and where each probed cell's rows start among
     the rows the chunk reads."""
     mine = groups_in(chunk, starts)
-    need = np.unique(np.concatenate([cells[ptr[c]:ptr[c + 1]] for c in mine]))
+    need = np.unique(np.concatenate([cells[ptr[c] : ptr[c + 1]] for c in mine]))
     sizes = starts[need + 1] - starts[need]
     return mine, need, np.concatenate([[0], np.cumsum(sizes)])
 
@@ -250,7 +257,7 @@ def search_ivf(chunk, params):
     ids, d2, in_ids = np.empty((n, r), np.int64), np.empty((n, r)), np.empty((n, r), np.int64)
     for c in mine:
         lo, hi = max(starts[c], chunk.start) - chunk.start, min(starts[c + 1], chunk.stop) - chunk.start
-        at = np.searchsorted(need, cells[ptr[c]:ptr[c + 1]])
+        at = np.searchsorted(need, cells[ptr[c] : ptr[c + 1]])
         sel = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in at])
         j, d2[lo:hi] = nearest_among(own[lo:hi], q_in[lo:hi], H[read_at[sel]], H_in[sel], r)
         ids[lo:hi], in_ids[lo:hi] = rows[sel][j], H_in[sel][j]
@@ -259,6 +266,7 @@ def search_ivf(chunk, params):
 
 
 # ---------------------------------------------------------------- recall
+
 
 def _queries(chunk, picks):
     lo, hi = np.searchsorted(picks, [chunk.start, chunk.stop])
@@ -278,12 +286,13 @@ def measure_recall(engine, r, entropy, n_queries=RECALL_QUERIES):
     n = engine.n_samples
     picks = np.sort(stream(entropy, "knn", "recall").choice(n, min(n, n_queries), replace=False))
     Q, q_in, found = engine.reduce(_queries, picks, (Rows(), Rows(), Rows()))
-    (_, truth), = engine.reduce(_brute, (Q, q_in, r), (RowTop(r),))
+    ((_, truth),) = engine.reduce(_brute, (Q, q_in, r), (RowTop(r),))
     hits = sum(len(np.intersect1d(a, b)) for a, b in zip(found, truth))
     return hits / truth.size
 
 
 # ---------------------------------------------------------------- the block
+
 
 def resolve_method(method, n_samples, n_features):
     if method != "auto":
@@ -309,9 +318,11 @@ def check_neighbours(n_neighbors, n_samples, n_features, method="exact", nlist=N
         raise InputError(f"nlist={nlist} cells need at least as many rows; got n_samples={n_samples}")
     work, budget = float(n_samples) ** 2 * n_features, float(config.get("knn-exact-budget"))
     if method == "exact" and work > budget:
-        raise InputError(f"the exact kNN graph of {n_samples:,} rows x {n_features} features is {work:.3g} "
-                         f"multiply-adds, over dask_clust.knn-exact-budget = {budget:.3g}, and every partition would "
-                         "hold all rows: use method='ivf' (or 'auto'), or raise the budget")
+        raise InputError(
+            f"the exact kNN graph of {n_samples:,} rows x {n_features} features is {work:.3g} "
+            f"multiply-adds, over dask_clust.knn-exact-budget = {budget:.3g}, and every partition would "
+            "hold all rows: use method='ivf' (or 'auto'), or raise the budget"
+        )
 
 
 def _graph_rows(chunk, params):
@@ -327,7 +338,7 @@ class NeighbourGraph:
 
     def __init__(self, engine, n_neighbors, method, plan=None, nlist=None):
         self.engine, self.n_neighbors, self.method, self.nlist = engine, n_neighbors, method, nlist
-        self._plan = plan   # IVF: (cell starts, probe lists ptr, cells)
+        self._plan = plan  # IVF: (cell starts, probe lists ptr, cells)
         self.sum_d2, self.recall = None, 1.0
 
     def complete(self):
@@ -335,10 +346,10 @@ class NeighbourGraph:
         rebuilt partitions' (the same steps on the same rows: the same graph). Other chunks read no rows."""
         e, r = self.engine, self.n_neighbors
         if self.method == "exact":
-            with e.halo("knn-all", _all_rows, e.n_samples):   # every row in every chunk: gone before the graph is used
+            with e.halo("knn-all", _all_rows, e.n_samples):  # every row in every chunk: gone before the graph is used
                 e.reduce(search_exact, r, halo=("knn-all", "knn-x"))
             return
-        with e.halo("knn-probed", _probed_rows, self._plan):   # its rows go before the graph is used
+        with e.halo("knn-probed", _probed_rows, self._plan):  # its rows go before the graph is used
             e.reduce(keep_halo_ids, "knn-cand-in", halo=("knn-probed", "knn-in"))
             e.reduce(search_ivf, (r,) + self._plan, halo=("knn-probed", "knn-x", True))
 
@@ -346,7 +357,7 @@ class NeighbourGraph:
         """The search, then Σ d2 and recall@r (a phase of ``rerun``: after a lost worker, the rebuilt
         partitions are searched again and both measured again)."""
         self.complete()
-        (_, total), = self.engine.reduce(_sum_d2, None, (KeyedSum(),))
+        ((_, total),) = self.engine.reduce(_sum_d2, None, (KeyedSum(),))
         self.sum_d2 = float(total.sum())
         if self.method == "ivf":
             self.recall = measure_recall(self.engine, self.n_neighbors, entropy)
@@ -357,8 +368,9 @@ class NeighbourGraph:
 
     def gather(self):
         """The whole graph on the driver in input order: (neighbours' input ids, squared distances), (N, r)."""
-        rows, ids, d2 = self.engine.rerun(lambda restarted: self.engine.reduce(_graph_rows, None, (Rows(),) * 3),
-                                          self.complete)
+        rows, ids, d2 = self.engine.rerun(
+            lambda restarted: self.engine.reduce(_graph_rows, None, (Rows(),) * 3), self.complete
+        )
         out_ids, out_d2 = np.empty_like(ids), np.empty_like(d2)
         out_ids[rows], out_d2[rows] = ids, d2
         return out_ids, out_d2
@@ -374,8 +386,10 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
     check_neighbours(n_neighbors, n, engine.n_features, method, nlist, nprobe)
     method = resolve_method(method, n, engine.n_features)
     if method == "exact":
-        with engine.state("knn-x", rows_float64, lambda: normalize), \
-                engine.state("knn", _unsearched_state, build=False):
+        with (
+            engine.state("knn-x", rows_float64, lambda: normalize),
+            engine.state("knn", _unsearched_state, build=False),
+        ):
             graph = NeighbourGraph(engine, r, method)
             engine.rerun(lambda restarted: graph._measure(entropy))
             yield graph
@@ -387,16 +401,30 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
         sizes = np.zeros(nlist, np.int64)
         sizes[keys] = totals
         starts = np.concatenate([[0], np.cumsum(sizes)])
-        with cells.state("knn-x", rows_float64, lambda: normalize), cells.state("knn-in", keep_input_ids), \
-                cells.state("knn", _unsearched_state, build=False):
-            graph = NeighbourGraph(cells, r, method, (starts,) + probe_lists(cells, centroids, starts, int(nprobe), r),
-                                   nlist)
+        with (
+            cells.state("knn-x", rows_float64, lambda: normalize),
+            cells.state("knn-in", keep_input_ids),
+            cells.state("knn", _unsearched_state, build=False),
+        ):
+            graph = NeighbourGraph(
+                cells, r, method, (starts,) + probe_lists(cells, centroids, starts, int(nprobe), r), nlist
+            )
             cells.rerun(lambda restarted: graph._measure(entropy))
             yield graph
 
 
-def kneighbors_graph(X, n_neighbors=4, *, mode="connectivity", normalize=False, method="auto", nlist=None,
-                     nprobe=16, random_state=0, client=None):
+def kneighbors_graph(
+    X,
+    n_neighbors=4,
+    *,
+    mode="connectivity",
+    normalize=False,
+    method="auto",
+    nlist=None,
+    nprobe=16,
+    random_state=0,
+    client=None,
+):
     """The kNN graph of the rows of X as a scipy CSR matrix (N × N): row p holds its ``n_neighbors``
     nearest other rows (ties to the lower row id), with 1 (``mode="connectivity"``) or the Euclidean
     distance (``mode="distance"``), as scikit-learn's ``kneighbors_graph(..., include_self=False)``.
@@ -410,9 +438,18 @@ def kneighbors_graph(X, n_neighbors=4, *, mode="connectivity", normalize=False, 
         raise InputError(f"mode must be 'connectivity' or 'distance'; got {mode!r}")
     source = as_source(X)
     check_neighbours(n_neighbors, source.n_samples, source.n_features, method, nlist, nprobe)
-    with open_engine(source, client, int(random_state)) as engine, \
-            neighbour_graph(engine, n_neighbors, normalize=normalize, method=method, nlist=nlist, nprobe=nprobe,
-                            entropy=int(random_state)) as g:
+    with (
+        open_engine(source, client, int(random_state)) as engine,
+        neighbour_graph(
+            engine,
+            n_neighbors,
+            normalize=normalize,
+            method=method,
+            nlist=nlist,
+            nprobe=nprobe,
+            entropy=int(random_state),
+        ) as g,
+    ):
         ids, d2 = g.gather()
     n, r = ids.shape
     data = np.ones(n * r) if mode == "connectivity" else np.sqrt(d2).ravel()

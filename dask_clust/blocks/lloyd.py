@@ -16,11 +16,12 @@ Centres larger than the engine's ``model-bytes`` live sharded on the workers (ru
 reduce-scattered by cluster, step 3 runs where each cluster range lives, and the driver receives Σ w and
 ||Δc||² per cluster (O(k)), never a k × d array until the end. Both paths give the same bits.
 """
+
 import numpy as np
 
-from ..loop import FitResult, Loop
 from ..engine.combine import Rows, Scatter, Sum, Top
 from ..kernels.assign import Prepared, accumulate, nearest
+from ..loop import FitResult, Loop
 
 # what ``lloyd_step`` keeps per row through the fit: the labels, the previous iteration's (int32 each) and
 # the min d² (float64)
@@ -36,8 +37,7 @@ def lloyd_step(chunk, centers):
     """
     st = chunk.state
     prev = st.get("lloyd_labels")
-    labels, mind, sums, weights, qe, evals = _assigned_sums(chunk, centers, st.get("lloyd_spare"),
-                                                            st.get("lloyd_mind"))
+    labels, mind, sums, weights, qe, evals = _assigned_sums(chunk, centers, st.get("lloyd_spare"), st.get("lloyd_mind"))
     changed = chunk.x.shape[0] if prev is None else int(np.count_nonzero(prev != labels))
     st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"] = labels, prev, mind
     return sums, weights, qe, np.int64(changed), np.int64(evals)
@@ -72,7 +72,7 @@ def farthest_rows(chunk, m):
     """The chunk's m rows farthest from their centre: (distance², global id, row, label, weight)."""
     mind = chunk.state["lloyd_mind"]
     idx = np.lexsort((np.arange(mind.shape[0]), -mind))[:m]
-    return (mind[idx], idx + chunk.start, chunk.x[idx], chunk.state["lloyd_labels"][idx], chunk.w[idx]),
+    return ((mind[idx], idx + chunk.start, chunk.x[idx], chunk.state["lloyd_labels"][idx], chunk.w[idx]),)
 
 
 def relocation(engine, weights):
@@ -90,7 +90,7 @@ def relocation(engine, weights):
         if gives[i]:
             left[old] -= wi
         left[e] = wi
-    return empty[:len(rows)], rows.astype(np.float64), labels, w, gives
+    return empty[: len(rows)], rows.astype(np.float64), labels, w, gives
 
 
 def apply_moves(sums, weights, moves, lo=0):
@@ -157,8 +157,9 @@ def lloyd_update(engine, centers):
     are over ``model-bytes``."""
     if engine.shards_model(centers.nbytes):
         with engine.sharded("lloyd update", (centers,)) as model:
-            _, _, e, _, _ = engine.reduce(_update_step, model.ref(), SHARDED_STEP,
-                                          scatter=(model, sharded_m_step, (Rows(), Rows())))
+            _, _, e, _, _ = engine.reduce(
+                _update_step, model.ref(), SHARDED_STEP, scatter=(model, sharded_m_step, (Rows(), Rows()))
+            )
             return model.gather(), int(e)
     sums, weights, _, _, e = engine.reduce(_update_step, Prepared(centers, engine.dtype))
     return m_step(sums, weights, centers), int(e)
@@ -179,8 +180,10 @@ def _save(engine, loop, centers, evals, objective, strict):
     """A checkpoint when one is due: the centres (``centers`` may be a callable that gathers them), the
     counters and every chunk's labels."""
     get = centers if callable(centers) else (lambda: centers)
-    loop.save(lambda: {"centers": get(), "evals": int(evals), "objective": objective, "strict": strict},
-              rows=lambda directory: engine.dump_rows(directory, "lloyd_labels"))
+    loop.save(
+        lambda: {"centers": get(), "evals": int(evals), "objective": objective, "strict": strict},
+        rows=lambda directory: engine.dump_rows(directory, "lloyd_labels"),
+    )
 
 
 def lloyd(engine, centers, *, max_iter, tol, loop=None):
@@ -220,8 +223,9 @@ def _sharded_lloyd(engine, centers, evals, objective, strict, tol, loop):
     (a checkpoint gathers them: k × d once per checkpoint)."""
     with engine.sharded("lloyd", (centers,)) as model:
         for _ in loop:
-            qe, changed, e, weights, shift = engine.reduce(lloyd_step, model.ref(), SHARDED_STEP,
-                                                           scatter=(model, sharded_m_step, (Rows(), Rows())))
+            qe, changed, e, weights, shift = engine.reduce(
+                lloyd_step, model.ref(), SHARDED_STEP, scatter=(model, sharded_m_step, (Rows(), Rows()))
+            )
             evals += e
             moves = relocation(engine, weights)
             if moves is not None:

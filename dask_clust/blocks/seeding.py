@@ -10,24 +10,26 @@ References
 - k-means||: Bahmani et al., VLDB 2012, doi:10.14778/2180912.2180915 (ℓ = 2k, weighted recluster).
 - AFK-MC2: Bachem, Lucic, Hassani, Krause, NeurIPS 2016 (assumption-free K-MC², chain length m).
 """
+
 import math
 
 import numpy as np
 
 from .. import progress
-from ..engine import open_local
-from .coreset import MASSES, chunk_masses, proposal, proposal_masses
-from ..engine.combine import Rows, Sum
 from .._random import stream
+from ..engine import open_local
+from ..engine.combine import Rows, Sum
 from ..kernels.assign import Prepared, candidate_potentials, nearest, update_mind
 from ..kernels.distance import gemm_tolerance
 from ..kernels.sampling import draw_proportional, greedy_plusplus
+from .coreset import MASSES, chunk_masses, proposal, proposal_masses
 from .lloyd import lloyd
 
 SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
 
 
 # ---------------------------------------------------------------- per-chunk steps
+
 
 def _lower_mind(x, centers, mind, near=None, offset=0):
     """mind ← min(mind, distance² to the nearest of ``centers``) by the GEMM kernel; where it falls, ``near``
@@ -73,8 +75,7 @@ PROPOSALS = (Rows(), Sum(), Rows())
 
 def _potentials(chunk, centers):
     pot = np.zeros(centers.C.shape[0])
-    evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers.Cd, centers.cnorm,
-                                 centers.block, pot)
+    evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers.Cd, centers.cnorm, centers.block, pot)
     return pot, np.int64(evals)
 
 
@@ -107,7 +108,7 @@ def _oversample(chunk, params):
 def _candidate_weights(chunk, n_cands):
     """Σ w of the rows nearest each candidate, from the rounds' own record of it (no pass over the
     candidates)."""
-    return np.bincount(chunk.state["k-means||"]["near"], weights=chunk.w, minlength=n_cands),
+    return (np.bincount(chunk.state["k-means||"]["near"], weights=chunk.w, minlength=n_cands),)
 
 
 def _nearest_weights(chunk, centers):
@@ -146,8 +147,8 @@ def _afk_draw(chunk, plan):
     m = int(counts[chunk.index])
     q = proposal(chunk.w, d2, S, W)
     idx = draw_proportional(q, chunk.rng("afkmc2"), m) if m else np.empty(0, np.int64)
-    first = int(counts[:chunk.index].sum())
-    slot = slot_of[first:first + m]
+    first = int(counts[: chunk.index].sum())
+    slot = slot_of[first : first + m]
     order = np.argsort(slot)
     idx = idx[order]
     st.update(slot=slot[order], rows=chunk.x[idx], q=q[idx], w=chunk.w[idx], mind=d2[idx].copy(), pending=[])
@@ -187,6 +188,7 @@ CHAINS_PER_ROUND = 16
 
 # ---------------------------------------------------------------- driver side
 
+
 def _pick_proposals(masses, rows, trials, rng):
     """Turn per-chunk proposals (``trials`` rows from each chunk of positive mass, in chunk order) into
     ``trials`` i.i.d. draws ∝ w·mind over all rows: a chunk ∝ its mass, then that chunk's t-th proposal."""
@@ -195,7 +197,7 @@ def _pick_proposals(masses, rows, trials, rng):
         return None
     chunks = rng.choice(len(masses), size=trials, p=masses / total)
     live = masses > 0
-    first = (np.cumsum(live) - live) * trials   # where each chunk's proposals start
+    first = (np.cumsum(live) - live) * trials  # where each chunk's proposals start
     return rows[first[chunks] + np.arange(trials)]
 
 
@@ -209,8 +211,10 @@ def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
     trials = n_local_trials or 2 + int(np.log(k))
     centers = np.empty((k, engine.n_features))
     chosen = [0]
-    with engine.state("mind", _init_mind, lambda: centers[:chosen[0]]), \
-            progress.phase("seeding k-means++", k, "centre") as shown:
+    with (
+        engine.state("mind", _init_mind, lambda: centers[: chosen[0]]),
+        progress.phase("seeding k-means++", k, "centre") as shown,
+    ):
         centers[0] = first_center(engine, "k-means++", entropy)[0]
         chosen[0] = 1
         shown.update()
@@ -240,8 +244,10 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
 
     ell = oversampling_factor * k
     cands = []
-    with engine.state("k-means||", _init_candidates, lambda: np.concatenate(cands) if cands else None), \
-            progress.phase("seeding k-means||", None, "round") as shown:
+    with (
+        engine.state("k-means||", _init_candidates, lambda: np.concatenate(cands) if cands else None),
+        progress.phase("seeding k-means||", None, "round") as shown,
+    ):
         cands.append(first_center(engine, "k-means||", entropy).astype(np.float64))
         phi, evals = engine.reduce(_update_potential, (cands[0], 0))
         evals = int(evals)
@@ -264,15 +270,17 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
             weights, e = engine.reduce(_nearest_weights, Prepared(cands, engine.dtype))
             evals += int(e)
         else:
-            weights, = engine.reduce(_candidate_weights, len(cands))
+            (weights,) = engine.reduce(_candidate_weights, len(cands))
     keep = weights > 0
     if keep.sum() >= k:
         cands, weights = cands[keep], weights[keep]
     else:
         weights = np.maximum(weights, np.finfo(float).tiny)
     seeds, e = plusplus_in_memory(cands, weights, k, stream(entropy, "k-means||", "recluster"))
-    with open_local(cands, weights, entropy) as local, \
-            progress.reporting(False):   # the recluster of a few candidates is quick: no bars of its own
+    with (
+        open_local(cands, weights, entropy) as local,
+        progress.reporting(False),
+    ):  # the recluster of a few candidates is quick: no bars of its own
         result = lloyd(local, seeds, max_iter=recluster_iter, tol=0.0)
     return result.centers, evals + e + result.distance_evals
 
@@ -283,9 +291,14 @@ def plusplus_in_memory(X, w, k, rng, n_local_trials=None):
     trials = n_local_trials or 2 + int(np.log(k))
     first = int(np.searchsorted(np.cumsum(w), rng.random() * w.sum(), side="right"))
     chosen = np.empty(k, np.int64)
-    evals = greedy_plusplus(np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64),
-                            min(first, len(w) - 1), rng.random((k - 1, trials)),
-                            gemm_tolerance(np.float64, X.shape[1]), chosen)
+    evals = greedy_plusplus(
+        np.ascontiguousarray(X, dtype=np.float64),
+        np.ascontiguousarray(w, dtype=np.float64),
+        min(first, len(w) - 1),
+        rng.random((k - 1, trials)),
+        gemm_tolerance(np.float64, X.shape[1]),
+        chosen,
+    )
     return X[chosen].astype(np.float64), int(evals)
 
 
@@ -304,11 +317,11 @@ def afkmc2(engine, k, entropy, chain_length=20):
     centers = np.empty((k, engine.n_features))
     centers[0] = first[0]
     chosen, plan = [1], [None]
-    with engine.state("afkmc2", _afk_build, lambda: (first, plan[0], centers[:chosen[0]])):
+    with engine.state("afkmc2", _afk_build, lambda: (first, plan[0], centers[: chosen[0]])):
         s, w, S, W = engine.reduce(_afk_masses, None, MASSES)
         masses = proposal_masses(s, w, S, W)
         counts = rng.multinomial(m, masses / masses.sum())
-        slot_of = np.argsort(rng.permutation(m))   # the proposal at place i in chunk order goes to this slot
+        slot_of = np.argsort(rng.permutation(m))  # the proposal at place i in chunk order goes to this slot
         u = rng.random(m).reshape(-1, chain_length) if k > 1 else None
         plan[0] = (counts, S, W, slot_of)
         engine.reduce(_afk_draw, plan[0])
@@ -316,14 +329,14 @@ def afkmc2(engine, k, entropy, chain_length=20):
         with progress.phase("seeding afkmc2 chains", k - 1, "chain") as shown:
             for j in range(1, k, CHAINS_PER_ROUND):
                 n = min(CHAINS_PER_ROUND, k - j)
-                new = centers[max(1, j - CHAINS_PER_ROUND):j] if j > 1 else centers[:0]
+                new = centers[max(1, j - CHAINS_PER_ROUND) : j] if j > 1 else centers[:0]
                 t, d2, rows, w, q, e = engine.reduce(_afk_chains, (j, list(new), n, chain_length), CHAINS)
                 order = np.argsort(t)
                 d2, rows, w, q = d2[order], rows[order], w[order], q[order]
                 evals += int(e)
                 for b in range(n):
                     sl = slice(b * chain_length, (b + 1) * chain_length)
-                    evals += update_mind(rows[sl], centers[j:j + b], d2[sl])
+                    evals += update_mind(rows[sl], centers[j : j + b], d2[sl])
                     centers[j + b] = rows[sl][accepted(w[sl] * d2[sl] / q[sl], u[j + b - 1])]
                     chosen[0] = j + b + 1
                     shown.update()
@@ -357,13 +370,13 @@ def seed_sample(engine, k, init, entropy, m, tag):
     3·batch_size rows); a given array is returned as it is."""
     if not isinstance(init, str):
         return seed(engine, k, init, entropy)
-    rows, w = engine.take(stream(entropy, tag, "seeding").integers(0, engine.n_samples, min(m, engine.n_samples)),
-                          weights=True)
+    rows, w = engine.take(
+        stream(entropy, tag, "seeding").integers(0, engine.n_samples, min(m, engine.n_samples)), weights=True
+    )
     return seed_rows(engine, rows, w, k, init, entropy)
 
 
-def seed(engine, k, init, entropy, *, n_local_trials=None, oversampling_factor=2.0, init_max_iter=30,
-         chain_length=20):
+def seed(engine, k, init, entropy, *, n_local_trials=None, oversampling_factor=2.0, init_max_iter=30, chain_length=20):
     """Initial centres (k, d) float64 and the distance evaluations spent on them."""
     if not isinstance(init, str):
         return np.array(init, dtype=np.float64), 0

@@ -22,6 +22,7 @@ cluster object, which holds the temporary credentials it made.
     >>> with distributed.Client(cluster) as client:
     ...     model = dask_clust.fit(X, n_clusters=100, client=client)
 """
+
 from .hpc import hpc_cluster, job_script
 from .tls import tls_config
 

@@ -9,6 +9,7 @@ Private by default: a Dask scheduler runs whatever a connected client sends it, 
 workers and its clients speak TLS with mutual certificates unless ``security=False`` says otherwise, and the
 scheduler's dashboard listens on the login node's loopback only (reach it with ``ssh -L 8787:localhost:8787``).
 """
+
 import os
 import re
 
@@ -28,9 +29,11 @@ SHARED_TEMP_DIRECTORY = "$HOME/.dask-clust/tls"
 # the scheduler's dashboard: loopback of the node the scheduler runs on, never every interface
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
 # a site's own certificate files (security: {ca-file: ..., cert: ..., key: ...}), as Security's keywords
-_SECURITY_FILES = {"ca-file": ("tls_ca_file",),
-                   "cert": ("tls_scheduler_cert", "tls_worker_cert", "tls_client_cert"),
-                   "key": ("tls_scheduler_key", "tls_worker_key", "tls_client_key")}
+_SECURITY_FILES = {
+    "ca-file": ("tls_ca_file",),
+    "cert": ("tls_scheduler_cert", "tls_worker_cert", "tls_client_cert"),
+    "key": ("tls_scheduler_key", "tls_worker_key", "tls_client_key"),
+}
 # A file key whose keyword argument has another name: the file's `name` is the batch job's name, while
 # `name=` is the worker's name for a job class and the cluster's for a cluster class.
 _RENAMED = {"name": "job_name"}
@@ -48,7 +51,7 @@ def _classes(kind):
         import dask_jobqueue
     except ImportError as exc:
         raise ImportError(f"a {kind} cluster needs dask-jobqueue: pip install 'dask_clust[hpc]'") from exc
-    module = getattr(dask_jobqueue, kind)   # dask_jobqueue.slurm or .pbs: only they export the job class
+    module = getattr(dask_jobqueue, kind)  # dask_jobqueue.slurm or .pbs: only they export the job class
     return tuple(getattr(module, name) for name in _CLASSES[kind])
 
 
@@ -66,22 +69,37 @@ def _read(config, kind):
 def _prepare(kind, config, overrides):
     """``kind``'s cluster class, job class and keyword arguments for either: the file's block with
     ``overrides`` on top, validated; what neither sets, dask-jobqueue reads from dask config itself."""
-    classes = _classes(kind)   # first: importing dask_jobqueue registers the jobqueue.* defaults read here
+    classes = _classes(kind)  # first: importing dask_jobqueue registers the jobqueue.* defaults read here
     from_file = _read(config, kind) if config is not None else {}
     opts = {**from_file, **overrides}
-    where = {key: "keyword argument" if key in overrides else os.fspath(config) if key in from_file
-             else f"dask config jobqueue.{kind}" for key in _CHECKED}
-    _validate(kind, {key: opts[key] if key in opts else dask.config.get(f"jobqueue.{kind}.{key}", None)
-                     for key in _CHECKED}, where)
+    where = {
+        key: "keyword argument"
+        if key in overrides
+        else os.fspath(config)
+        if key in from_file
+        else f"dask config jobqueue.{kind}"
+        for key in _CHECKED
+    }
+    _validate(
+        kind,
+        {key: opts[key] if key in opts else dask.config.get(f"jobqueue.{kind}.{key}", None) for key in _CHECKED},
+        where,
+    )
     # not a dask-jobqueue config key, but read from dask config as the others are (a copied jobqueue.yaml)
     security = opts.pop("security") if "security" in opts else dask.config.get(f"jobqueue.{kind}.security", True)
-    source = ("keyword argument" if "security" in overrides else os.fspath(config) if "security" in from_file
-              else f"dask config jobqueue.{kind}")
+    source = (
+        "keyword argument"
+        if "security" in overrides
+        else os.fspath(config)
+        if "security" in from_file
+        else f"dask config jobqueue.{kind}"
+    )
     if security is not True:
         opts["security"] = _site_security(security, source)
     elif "shared_temp_directory" not in opts:
-        opts["shared_temp_directory"] = (dask.config.get(f"jobqueue.{kind}.shared-temp-directory", None)
-                                         or SHARED_TEMP_DIRECTORY)
+        opts["shared_temp_directory"] = (
+            dask.config.get(f"jobqueue.{kind}.shared-temp-directory", None) or SHARED_TEMP_DIRECTORY
+        )
     scheduler_options = opts.get("scheduler_options") or dask.config.get(f"jobqueue.{kind}.scheduler-options", None)
     opts["scheduler_options"] = {"dashboard_address": DASHBOARD_ADDRESS, **(scheduler_options or {})}
     return (*classes, opts, security is True)
@@ -93,14 +111,17 @@ def _site_security(security, where):
     if security is False or isinstance(security, Security):
         return security or None
     if not (isinstance(security, dict) and {"ca-file", "cert"} <= set(security) <= set(_SECURITY_FILES)):
-        raise ValueError(f"security={security!r} ({where}): expected true (temporary certificates), false (plain "
-                         "TCP), or a mapping of PEM files {ca-file: ..., cert: ..., key: ...}")
+        raise ValueError(
+            f"security={security!r} ({where}): expected true (temporary certificates), false (plain "
+            "TCP), or a mapping of PEM files {ca-file: ..., cert: ..., key: ...}"
+        )
     files = {name: os.path.expanduser(path) for name, path in security.items() if path is not None}
     for name, path in files.items():
         if not os.path.isfile(path):
             raise FileNotFoundError(f"security {name}={security[name]!r} ({where}): no such file")
-    return Security(require_encryption=True, **{keyword: path for name, path in files.items()
-                                                for keyword in _SECURITY_FILES[name]})
+    return Security(
+        require_encryption=True, **{keyword: path for name, path in files.items() for keyword in _SECURITY_FILES[name]}
+    )
 
 
 def _positive_int(value):
@@ -109,23 +130,28 @@ def _positive_int(value):
 
 def _validate(kind, v, where):
     if v["cores"] is None or v["memory"] is None:
-        raise ValueError(f"no cores or memory for {kind} ({where['cores']}): pass config= a jobqueue YAML "
-                         f"file like {EXAMPLE}, or copy that file to ~/.config/dask/jobqueue.yaml")
+        raise ValueError(
+            f"no cores or memory for {kind} ({where['cores']}): pass config= a jobqueue YAML "
+            f"file like {EXAMPLE}, or copy that file to ~/.config/dask/jobqueue.yaml"
+        )
     if not _positive_int(v["cores"]):
         raise ValueError(f"cores={v['cores']!r} ({where['cores']}): expected a positive integer")
     if v["processes"] is not None and not (_positive_int(v["processes"]) and v["cores"] % v["processes"] == 0):
-        raise ValueError(f"processes={v['processes']!r} ({where['processes']}): expected a positive integer "
-                         f"dividing cores={v['cores']}")
+        raise ValueError(
+            f"processes={v['processes']!r} ({where['processes']}): expected a positive integer "
+            f"dividing cores={v['cores']}"
+        )
     try:
         nbytes = parse_bytes(v["memory"])
     except (TypeError, ValueError):
         nbytes = 0
     if nbytes <= 0:
-        raise ValueError(f"memory={v['memory']!r} ({where['memory']}): expected a positive size such as "
-                         "'120GiB'")
+        raise ValueError(f"memory={v['memory']!r} ({where['memory']}): expected a positive size such as '120GiB'")
     if v["walltime"] is not None and not (isinstance(v["walltime"], str) and _WALLTIME.fullmatch(v["walltime"])):
-        raise ValueError(f"walltime={v['walltime']!r} ({where['walltime']}): expected 'HH:MM:SS' (quoted in "
-                         "YAML, which reads an unquoted 4:00:00 as the integer 14400)")
+        raise ValueError(
+            f"walltime={v['walltime']!r} ({where['walltime']}): expected 'HH:MM:SS' (quoted in "
+            "YAML, which reads an unquoted 4:00:00 as the integer 14400)"
+        )
 
 
 def hpc_cluster(kind, config=None, **overrides):
@@ -173,9 +199,14 @@ def job_script(kind, config=None, **overrides):
     _, job_cls, opts, temporary = _prepare(kind, config, overrides)
     if temporary:
         shared = opts["shared_temp_directory"]
-        opts["security"] = Security(**{f"tls_{'' if key == 'ca_file' else 'worker_'}{key}":
-                                       os.path.join(shared, f".dask-jobqueue.worker.{key}.XXXXXXXX")
-                                       for key in ("ca_file", "cert", "key")})
+        opts["security"] = Security(
+            **{
+                f"tls_{'' if key == 'ca_file' else 'worker_'}{key}": os.path.join(
+                    shared, f".dask-jobqueue.worker.{key}.XXXXXXXX"
+                )
+                for key in ("ca_file", "cert", "key")
+            }
+        )
     opts = {key: value for key, value in opts.items() if key not in _CLUSTER_ONLY}
     if opts.get("security"):
         opts.setdefault("protocol", "tls://")

@@ -3,6 +3,7 @@
 dask_clust connects with ``distributed.Client(address)``, which, given no ``security=``, builds its
 ``Security()`` from dask config ``distributed.comm.tls.*``; so a dask config block is all it takes.
 """
+
 import os
 
 
@@ -32,6 +33,8 @@ def tls_config(ca_file, cert, key=None):
         if path is not None and not os.path.isfile(path):
             raise FileNotFoundError(f"{name}={os.fspath(path)!r}: no such file")
     paths = {name: None if path is None else os.fspath(path) for name, path in files.items()}
-    return {"distributed.comm.tls.ca-file": paths["ca_file"],
-            "distributed.comm.tls.client.cert": paths["cert"],
-            "distributed.comm.tls.client.key": paths["key"]}
+    return {
+        "distributed.comm.tls.ca-file": paths["ca_file"],
+        "distributed.comm.tls.client.cert": paths["cert"],
+        "distributed.comm.tls.client.key": paths["key"],
+    }

@@ -1,4 +1,5 @@
 """The only layer that talks to Dask; algorithms see the ``Engine`` verbs of ``ops.py``."""
+
 from .data import as_source
 from .ops import Engine, open_engine, open_local, restored_rows
 

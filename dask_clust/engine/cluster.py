@@ -5,6 +5,7 @@ Engine: ``InProcessBackend`` (rule 6: small in-memory problems, no cluster) and 
 ``Partition`` per worker, created where its chunks are loaded, rebuilt elsewhere when its worker
 is lost, rule 1).
 """
+
 import asyncio
 import concurrent.futures
 import contextlib
@@ -27,17 +28,22 @@ from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
 from threadpoolctl import threadpool_limits
 
-from ..errors import ClusterLost, InputError, SchedulerUnreachable, UnguardedScript
 from .. import progress
+from ..errors import ClusterLost, InputError, SchedulerUnreachable, UnguardedScript
 from . import config, tls
 from .data import ArraySource, FutureSource, file_stamp, row_starts
-from .partition import (BACKUP_COPIES, Call, Chunk, Partition, buddies, remote_call, remote_run, replay,
-                        routed_rows)
+from .partition import BACKUP_COPIES, Call, Chunk, Partition, buddies, remote_call, remote_run, replay, routed_rows
 
 logger = logging.getLogger("dask_clust")
 
-_COMM_ERRORS = (OSError, CommClosedError, asyncio.CancelledError, concurrent.futures.CancelledError,
-                distributed.scheduler.KilledWorker, asyncio.TimeoutError)
+_COMM_ERRORS = (
+    OSError,
+    CommClosedError,
+    asyncio.CancelledError,
+    concurrent.futures.CancelledError,
+    distributed.scheduler.KilledWorker,
+    asyncio.TimeoutError,
+)
 
 
 def _worker_gone(exc):
@@ -45,8 +51,11 @@ def _worker_gone(exc):
     with its worker, or a worker's own connection pool closed under a call it was relaying to a peer (it is
     shutting down: a worker closes itself when its scheduler is lost, and returned this before the driver's
     client saw the scheduler go, in 2 of 6 scheduler kills under load)."""
-    return (isinstance(exc, _COMM_ERRORS) or "lost" in str(exc).lower()
-            or (isinstance(exc, RuntimeError) and "ConnectionPool is closed" in str(exc)))
+    return (
+        isinstance(exc, _COMM_ERRORS)
+        or "lost" in str(exc).lower()
+        or (isinstance(exc, RuntimeError) and "ConnectionPool is closed" in str(exc))
+    )
 
 
 IN_PROCESS = "in-process"
@@ -86,9 +95,14 @@ class Restarted(RuntimeError):
 
 
 def _meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker=False):
-    return {"chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
-            "entropy": entropy, "threads": threads, "partition": partition, "partitions": partitions,
-            "worker": worker}
+    return {
+        "chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
+        "entropy": entropy,
+        "threads": threads,
+        "partition": partition,
+        "partitions": partitions,
+        "worker": worker,
+    }
 
 
 def fit_state(state):
@@ -108,10 +122,12 @@ def should_stream(source, memory_bytes, state=(0, "the fit")):
     fraction = float(config.get("stream-fraction"))
     held = source.n_samples * int(row_bytes)
     if held > fraction * memory_bytes:
-        raise InputError(f"{who} keeps {int(row_bytes)} B of state per row: {held / 1e9:.3g} GB for "
-                         f"{source.n_samples:,} rows, over stream-fraction = {fraction:g} of the "
-                         f"{memory_bytes / 1e9:.3g} GB of memory it runs in; add workers or memory, or fit on a "
-                         "sample (an algorithm with a coreset: vcgmm, or kmeans with coreset_size)")
+        raise InputError(
+            f"{who} keeps {int(row_bytes)} B of state per row: {held / 1e9:.3g} GB for "
+            f"{source.n_samples:,} rows, over stream-fraction = {fraction:g} of the "
+            f"{memory_bytes / 1e9:.3g} GB of memory it runs in; add workers or memory, or fit on a "
+            "sample (an algorithm with a coreset: vcgmm, or kmeans with coreset_size)"
+        )
     mode = config.get("stream")
     if isinstance(source, (ArraySource, FutureSource)) or mode is False or mode == "never":
         return False
@@ -209,7 +225,7 @@ class ClusterBackend:
         self.source = source
         self.entropy = entropy
         workers = self._live_workers()
-        if not workers:   # none yet, or a worker being restarted by its nanny: wait as for a lost worker
+        if not workers:  # none yet, or a worker being restarted by its nanny: wait as for a lost worker
             timeout = parse_timedelta(config.get("lost-worker-timeout"))
             try:
                 client.wait_for_workers(1, timeout=timeout)
@@ -217,19 +233,22 @@ class ClusterBackend:
                 raise RuntimeError(f"the Dask cluster has no workers (waited {timeout:g} s)") from None
             workers = self._live_workers()
         addrs = sorted(workers)
-        self._file_seen = {}   # worker address -> whether it sees the .npy file the source maps
+        self._file_seen = {}  # worker address -> whether it sees the .npy file the source maps
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
         self.streaming = should_stream(source, memory, state)
-        self.stream_estimate = None   # bytes the most loaded worker is estimated to need while streaming
+        self.stream_estimate = None  # bytes the most loaded worker is estimated to need while streaming
         if self.streaming:
             self.stream_estimate = self._check_streaming_memory(source, state)
-            logger.info("streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
-                        source.nbytes / 1e9, memory / 1e9)
+            logger.info(
+                "streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
+                source.nbytes / 1e9,
+                memory / 1e9,
+            )
         n = source.n_chunks
         groups = [[i for i in range(n) if home(i, n, len(addrs)) == w] for w in range(len(addrs))]
         self.n_parts = sum(1 for ids in groups if ids)
-        self.placement = []   # per partition: (worker address, chunk ids)
-        self.data = []        # per partition: futures of its rows (kept so Dask keeps them) or loaders
+        self.placement = []  # per partition: (worker address, chunk ids)
+        self.data = []  # per partition: futures of its rows (kept so Dask keeps them) or loaders
         pending = []
         for addr, ids in zip(addrs, groups):
             if ids:
@@ -240,16 +259,21 @@ class ClusterBackend:
         if progress.enabled() and not self.streaming:
             for _ in distributed.as_completed([f for futs in self.data for f in futs]):
                 progress.advance()
-        self._part_futures = pending   # held so that the workers keep the partitions
+        self._part_futures = pending  # held so that the workers keep the partitions
         self.n_rebuilds = 0
         self._await_placement()
         self.n_workers = len(pending)
         self.threads = sum(workers[a] for a, _ in self.placement)
         cluster_threads = sum(workers.values())
         if n < 2 * cluster_threads and source.nbytes >= 2 * cluster_threads * config.get_bytes("min-chunk-bytes"):
-            logger.warning("%d chunks for %d worker threads: some threads will idle. The chunking follows the data's "
-                           "size, not the cluster, so that the model is the same on any cluster; set "
-                           "dask_clust.min-chunks to %d for this cluster", n, cluster_threads, 2 * cluster_threads)
+            logger.warning(
+                "%d chunks for %d worker threads: some threads will idle. The chunking follows the data's "
+                "size, not the cluster, so that the model is the same on any cluster; set "
+                "dask_clust.min-chunks to %d for this cluster",
+                n,
+                cluster_threads,
+                2 * cluster_threads,
+            )
 
     def _await_placement(self):
         """Wait until every partition runs. A partition's task is pinned to its worker: when that worker is lost
@@ -266,7 +290,7 @@ class ClusterBackend:
                 time.sleep(0.005)
                 continue
             live = self._live_workers()
-            if time.monotonic() > probe_at:   # a worker that stopped answering never starts its partition
+            if time.monotonic() > probe_at:  # a worker that stopped answering never starts its partition
                 waiting = {self.placement[pid][0] for pid, f in enumerate(self._part_futures) if f.status != "finished"}
                 live = {a: t for a, t in live.items() if a not in self.client.sync(self._unresponsive, waiting, limit)}
                 probe_at = time.monotonic() + limit
@@ -289,7 +313,7 @@ class ClusterBackend:
         chunk = int(np.diff(source.starts).max()) * source.n_features * source.dtype.itemsize
         block = getattr(source, "input_chunk_bytes", 0)
         row_bytes, who, buffers = fit_state(state)
-        per_thread = chunk + max(chunk, block) + buffers   # the chunk, the input it is cut from, the fit's buffers
+        per_thread = chunk + max(chunk, block) + buffers  # the chunk, the input it is cut from, the fit's buffers
         info = self._worker_info()
         share = source.n_samples * row_bytes / max(1, len(info))
         terminate = float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
@@ -300,13 +324,15 @@ class ClusterBackend:
             need = process + w.get("nthreads", 1) * per_thread + share
             largest = max(largest, need)
             if limit and need > terminate * limit:
-                raise InputError(f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
-                                 f"{block / 2**20:.0f} MiB: worker {addr} would need about "
-                                 f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both"
-                                 f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, "
-                                 f"{share / 2**20:.0f} MiB of state, the process) of its {limit / 2**20:.0f} MiB limit; "
-                                 "store the input in smaller chunks, set dask_clust.chunk-bytes lower, or give "
-                                 "workers more memory")
+                raise InputError(
+                    f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
+                    f"{block / 2**20:.0f} MiB: worker {addr} would need about "
+                    f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both"
+                    f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, "
+                    f"{share / 2**20:.0f} MiB of state, the process) of its {limit / 2**20:.0f} MiB limit; "
+                    "store the input in smaller chunks, set dask_clust.chunk-bytes lower, or give "
+                    "workers more memory"
+                )
         return int(largest)
 
     # -- placement
@@ -314,8 +340,13 @@ class ClusterBackend:
         """Per partition: (rows, memory limit of its worker in bytes)."""
         info = self._worker_info()
         total = psutil.virtual_memory().total
-        return [(int(sum(source.starts[i + 1] - source.starts[i] for i in ids)),
-                 int(info.get(addr, {}).get("memory_limit") or total)) for addr, ids in self.placement]
+        return [
+            (
+                int(sum(source.starts[i + 1] - source.starts[i] for i in ids)),
+                int(info.get(addr, {}).get("memory_limit") or total),
+            )
+            for addr, ids in self.placement
+        ]
 
     def _worker_info(self):
         self._check_scheduler()
@@ -328,8 +359,9 @@ class ClusterBackend:
         """The scheduler's identity, given up once the client has seen the scheduler go: a question sent just
         before a killed scheduler's connection broke retries connecting for comm.timeouts.connect (30 s), and
         a fit ended only with the client, 30.05 s after the kill (once in a loaded run of the suite)."""
-        ask = asyncio.ensure_future(self.client.scheduler.identity(**({"n_workers": -1} if _accepts_n_workers()
-                                                                        else {})))
+        ask = asyncio.ensure_future(
+            self.client.scheduler.identity(**({"n_workers": -1} if _accepts_n_workers() else {}))
+        )
         try:
             while not ask.done():
                 self._check_scheduler()
@@ -343,8 +375,10 @@ class ClusterBackend:
         with them, and a client that reconnects would find none of them."""
         if lost or self.client.status not in ("running", "newly-created"):
             self.scheduler_lost = True
-            raise ClusterLost(f"lost the Dask scheduler at {self.client.scheduler.address} (client status "
-                              f"{self.client.status!r}): the fit cannot continue; restart the cluster and fit again")
+            raise ClusterLost(
+                f"lost the Dask scheduler at {self.client.scheduler.address} (client status "
+                f"{self.client.status!r}): the fit cannot continue; restart the cluster and fit again"
+            )
 
     def _live_workers(self):
         return {addr: w.get("nthreads", 1) for addr, w in self._worker_info().items()}
@@ -366,8 +400,10 @@ class ClusterBackend:
         if isinstance(self.source, ArraySource):
             if self._reads_file(addr):
                 # recomputable elsewhere, as a dask source's chunks are
-                return [self.client.submit(fn, *args, workers=[addr], allow_other_workers=True, pure=False)
-                        for fn, args in map(self.source.file_block, ids)]
+                return [
+                    self.client.submit(fn, *args, workers=[addr], allow_other_workers=True, pure=False)
+                    for fn, args in map(self.source.file_block, ids)
+                ]
             return self.client.scatter([self.source.block(i) for i in ids], workers=[addr], hash=False)
         blocks = [self.source.delayed_block(i) for i in ids]
         # placed on addr, but recomputable elsewhere: a working set drawn from these rows (its lineage) must
@@ -389,8 +425,15 @@ class ClusterBackend:
 
     def _spawn(self, pid, ids, addr, futs, threads):
         meta = _meta(ids, self.source, self.entropy, threads, pid, self.n_parts, worker=True)
-        return self.client.submit(host, meta, *futs, key=f"dask_clust-partition-{pid}-{uuid.uuid4().hex}",
-                                  workers=[addr], allow_other_workers=False, pure=False)
+        return self.client.submit(
+            host,
+            meta,
+            *futs,
+            key=f"dask_clust-partition-{pid}-{uuid.uuid4().hex}",
+            workers=[addr],
+            allow_other_workers=False,
+            pure=False,
+        )
 
     def _one_shot(self, c, fn, *args):
         """(worker, future of ``draw_chunk`` running ``fn`` on chunk c) where c's rows live: rows a lost
@@ -403,7 +446,7 @@ class ClusterBackend:
             if not live:
                 raise WorkerLost([pid], "the cluster has no worker left to draw rows on")
             addr = addr if addr in live else live[0]
-            self.data[pid] = self._load(ids, addr)   # the partition itself is rebuilt by its next call
+            self.data[pid] = self._load(ids, addr)  # the partition itself is rebuilt by its next call
         meta = (c, int(self.source.starts[c]), int(self.source.starts[c + 1]), self.entropy)
         return addr, self._near(addr, draw_chunk, self.data[pid][ids.index(c)], meta, fn, *args)
 
@@ -447,7 +490,7 @@ class ClusterBackend:
         its rows from the chunks that feed it, on the worker the new engine will place it on."""
         starts = self.source.starts
         n_new = len(starts) - 1
-        feeds = [set() for _ in range(n_new)]   # new chunk -> the old chunks holding some of its rows
+        feeds = [set() for _ in range(n_new)]  # new chunk -> the old chunks holding some of its rows
         lo = np.searchsorted(starts, first, side="right") - 1
         hi = np.searchsorted(starts, first + counts - 1, side="right") - 1
         for c, a, b in zip(chunks, lo, hi):
@@ -460,8 +503,9 @@ class ClusterBackend:
             for j in new_ids:
                 for c in feeds[j] - set(routed):
                     routed[c] = self._one_shot(c, sorted_routed, plan)
-                parts = [self._near(routed[c][0], rows_at, routed[c][1], starts[j], starts[j + 1])
-                         for c in sorted(feeds[j])]
+                parts = [
+                    self._near(routed[c][0], rows_at, routed[c][1], starts[j], starts[j + 1]) for c in sorted(feeds[j])
+                ]
                 futures.append(self._near(addrs[home(j, n_new, len(addrs))], place, *parts))
             return futures
 
@@ -477,8 +521,9 @@ class ClusterBackend:
         peers = [(addr, k, ids) for (addr, ids), k in zip(self.placement, keys)]
         children = spell(tree(keys, config.get("split-every")))
         t = time.monotonic()
-        out = self.client.sync(self._watched, remote_run(self.client.rpc(peers[0][0]), keys[0], call, children,
-                                                         True, peers))
+        out = self.client.sync(
+            self._watched, remote_run(self.client.rpc(peers[0][0]), keys[0], call, children, True, peers)
+        )
         self.slowest_call = max(self.slowest_call, time.monotonic() - t)
         return out
 
@@ -510,16 +555,18 @@ class ClusterBackend:
             while True:
                 await asyncio.sleep(WATCH_S)
                 gone = ()
-                with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):   # a lost scheduler:
-                    gone = placed - set(await self.client.scheduler.ncores())              # the caller reports it
+                with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):  # a lost scheduler:
+                    gone = placed - set(await self.client.scheduler.ncores())  # the caller reports it
                 if gone:
                     raise CommClosedError(f"worker(s) {sorted(gone)} of the fit left the cluster during a call")
                 if probe is None and time.monotonic() > probe_at:
                     probe = asyncio.ensure_future(self._unresponsive(placed, limit))
                 if probe is not None and probe.done():
                     if probe.result():
-                        raise CommClosedError(f"worker(s) {probe.result()} of the fit did not answer within "
-                                              f"{limit:g} s (unresponsive-worker-timeout): restarted")
+                        raise CommClosedError(
+                            f"worker(s) {probe.result()} of the fit did not answer within "
+                            f"{limit:g} s (unresponsive-worker-timeout): restarted"
+                        )
                     probe, probe_at = None, time.monotonic() + limit
         finally:
             if probe is not None:
@@ -528,6 +575,7 @@ class ClusterBackend:
     async def _unresponsive(self, addrs, limit):
         """The workers of ``addrs`` that do not answer an identity request within ``limit`` seconds, restarted
         (``_watch``); a worker already gone counts as answering (the scheduler reports it)."""
+
         async def answers(addr):
             try:
                 await asyncio.wait_for(self.client.rpc(addr).identity(), limit)
@@ -540,14 +588,21 @@ class ClusterBackend:
         addrs = sorted(addrs)
         silent = [a for a, ok in zip(addrs, await asyncio.gather(*map(answers, addrs))) if not ok]
         if silent:
-            logger.warning("worker(s) %s did not answer within %g s (unresponsive-worker-timeout): restarting them, "
-                           "and rebuilding their partitions elsewhere", silent, limit)
+            logger.warning(
+                "worker(s) %s did not answer within %g s (unresponsive-worker-timeout): restarting them, "
+                "and rebuilding their partitions elsewhere",
+                silent,
+                limit,
+            )
             _LOST_WORKERS.update(silent)
-            with contextlib.suppress(Exception):   # (a nanny SIGKILLs a worker that does not stop within 4 s)
-                await self.client.scheduler.restart_workers(workers=silent, timeout=max(limit, 10.0),
-                                                            wait_for_workers=False,
-                                                            on_error="return",
-                                                            stimulus_id=f"dask-clust-unresponsive-{time.time()}")
+            with contextlib.suppress(Exception):  # (a nanny SIGKILLs a worker that does not stop within 4 s)
+                await self.client.scheduler.restart_workers(
+                    workers=silent,
+                    timeout=max(limit, 10.0),
+                    wait_for_workers=False,
+                    on_error="return",
+                    stimulus_id=f"dask-clust-unresponsive-{time.time()}",
+                )
         return silent
 
     # -- calls with recovery
@@ -595,7 +650,7 @@ class ClusterBackend:
         while True:
             live = self._live_workers()
             lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr not in live]
-            if not lost and time.monotonic() > deadline:   # found unresponsive, and still listed
+            if not lost and time.monotonic() > deadline:  # found unresponsive, and still listed
                 lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in _LOST_WORKERS]
             if lost or time.monotonic() > deadline:
                 return lost
@@ -607,8 +662,11 @@ class ClusterBackend:
             ids = self.placement[pid][1]
             workers = self._live_workers() or self._await_worker()
             if not workers:
-                raise WorkerLost([pid], f"the cluster has no worker left (it had {len(set(a for a, _ in self.placement))}; "
-                                        f"none came back within lost-worker-timeout)")
+                raise WorkerLost(
+                    [pid],
+                    f"the cluster has no worker left (it had {len(set(a for a, _ in self.placement))}; "
+                    f"none came back within lost-worker-timeout)",
+                )
             # (a worker found unresponsive may still be listed while its nanny kills it)
             addr = self._target(pid, {a: t for a, t in workers.items() if a not in _LOST_WORKERS} or workers)
             logger.warning("worker of partition %d lost; rebuilding its %d chunks on %s", pid, len(ids), addr)
@@ -623,15 +681,22 @@ class ClusterBackend:
                         logger.info("restoring state %r of partition %d from its buddy's copy", key, pid)
                         self.client.sync(remote_call, rpc, part_future.key, "restore", key, kept)
                         continue
-                    if backup:   # a step has changed it since it was built: the builder would make another
+                    if backup:  # a step has changed it since it was built: the builder would make another
                         if steps is None:
-                            raise WorkerLost([pid], f"its state {key!r} and every copy of it were lost (its worker "
-                                                    f"and those of the {BACKUP_COPIES} partitions after it), and its "
-                                                    f"steps are not kept to replay (replay-bytes); the fit cannot "
-                                                    f"continue to the same model: fit again, or resume from a "
-                                                    f"checkpoint")
-                        logger.warning("state %r of partition %d and every copy of it were lost: replaying its %d "
-                                       "steps", key, pid, len(steps))
+                            raise WorkerLost(
+                                [pid],
+                                f"its state {key!r} and every copy of it were lost (its worker "
+                                f"and those of the {BACKUP_COPIES} partitions after it), and its "
+                                f"steps are not kept to replay (replay-bytes); the fit cannot "
+                                f"continue to the same model: fit again, or resume from a "
+                                f"checkpoint",
+                            )
+                        logger.warning(
+                            "state %r of partition %d and every copy of it were lost: replaying its %d steps",
+                            key,
+                            pid,
+                            len(steps),
+                        )
                         step, params = replay, steps
                     build = Call(-1 - i, step, params, kind="state")
                     self.client.sync(remote_run, rpc, part_future.key, build, [], True)
@@ -639,10 +704,10 @@ class ClusterBackend:
             except Exception as exc:
                 # KeyError: the scheduler dropped the chosen worker while rows were sent to it (all were lost)
                 if attempt + 1 < attempts and isinstance(exc, (*_COMM_ERRORS, KeyError)):
-                    continue   # (a cancelled future of drawn rows is made again by the next _load)
+                    continue  # (a cancelled future of drawn rows is made again by the next _load)
                 raise
             self.placement[pid] = (addr, ids)
-            _LOST_WORKERS.discard(addr)   # live again: a new worker may reuse a lost one's port
+            _LOST_WORKERS.discard(addr)  # live again: a new worker may reuse a lost one's port
             self.data[pid] = futs
             self._part_futures[pid] = part_future
             self.n_rebuilds += 1
@@ -691,20 +756,23 @@ class ClusterBackend:
         for key in shards:
             kept = self._ask_buddies(pid, peers, "shard_backup_get", key, pid)
             if kept is None:
-                raise WorkerLost([pid], f"its shard of the sharded model {key!r} and every copy of it were lost (its "
-                                        f"worker and those of the {BACKUP_COPIES} partitions after it)")
+                raise WorkerLost(
+                    [pid],
+                    f"its shard of the sharded model {key!r} and every copy of it were lost (its "
+                    f"worker and those of the {BACKUP_COPIES} partitions after it)",
+                )
             logger.info("restoring partition %d's shard of %r from its buddy's copy", pid, key)
             self.client.sync(remote_call, self.client.rpc(addr), part_key, "shard_restore", key, kept)
         peers[pid] = (addr, part_key, peers[pid][2])
-        live = self._live_workers()   # partitions lost and not rebuilt yet get their copies when they are
+        live = self._live_workers()  # partitions lost and not rebuilt yet get their copies when they are
         peers = [p if j == pid or (p[0] in live and p[0] not in _LOST_WORKERS) else None for j, p in enumerate(peers)]
-        for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):   # itself (its buddies may be new too), then
-            before = peers[(pid - j) % len(peers)]                   # those whose copies it kept
+        for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):  # itself (its buddies may be new too), then
+            before = peers[(pid - j) % len(peers)]  # those whose copies it kept
             if before is None:
                 continue
             try:
                 self.client.sync(remote_call, self.client.rpc(before[0]), before[1], "shard_rebackup", peers)
-            except _COMM_ERRORS:   # that one is lost too: it is rebuilt next, and its next write copies again
+            except _COMM_ERRORS:  # that one is lost too: it is rebuilt next, and its next write copies again
                 pass
 
     def _ask_buddies(self, pid, peers, method, *args):
@@ -737,7 +805,7 @@ class ClusterBackend:
         the fit ended or failed, instead of when the driver's garbage collector reaches these futures. A
         ``FutureSource``'s rows belong to the engine that drew them, which releases them."""
         mine = [] if isinstance(self.source, FutureSource) else [f for futs in self.data for f in futs]
-        futures = [f for f in self._part_futures + mine if hasattr(f, "release")]   # (streamed: loaders)
+        futures = [f for f in self._part_futures + mine if hasattr(f, "release")]  # (streamed: loaders)
         keys = [f.key for f in futures]
         for f in futures:
             f.release()
@@ -766,12 +834,12 @@ async def _return_heap(keys, dask_worker=None):
     import ctypes
 
     host = dask_worker.extensions.get(PartitionHost.NAME)
-    if host is not None:   # released by the driver: not left for the next sweep
+    if host is not None:  # released by the driver: not left for the next sweep
         host.drop(keys)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(k in dask_worker.data for k in keys):
         await asyncio.sleep(0.02)
-    with contextlib.suppress(OSError, AttributeError):   # glibc only
+    with contextlib.suppress(OSError, AttributeError):  # glibc only
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
@@ -810,9 +878,12 @@ class PartitionHost:
         part = self.parts.get(key)
         try:
             if part is None or method.startswith("_"):
-                raise LookupError(f"partition {key} is not on worker {self.worker.address}: lost with an earlier "
-                                  f"process at this address, or released" if part is None else
-                                  f"{method!r} is not a partition's call")
+                raise LookupError(
+                    f"partition {key} is not on worker {self.worker.address}: lost with an earlier "
+                    f"process at this address, or released"
+                    if part is None
+                    else f"{method!r} is not a partition's call"
+                )
             fn = getattr(part, method)
             if asyncio.iscoroutinefunction(fn):
                 result = await fn(*args)
@@ -825,7 +896,7 @@ class PartitionHost:
     def drop(self, keys):
         for key in keys:
             part = self.parts.pop(key, None)
-            if part is not None:   # (its pools shut down off the event loop: a call may still be in one)
+            if part is not None:  # (its pools shut down off the event loop: a call may still be in one)
                 self._thread.submit(part.close)
 
     def sweep(self):
@@ -947,8 +1018,10 @@ def backend_for(source, client, entropy, state=(0, "the fit")):
         yield backend
 
 
-UNGUARDED = ("dask_clust started a LocalCluster, whose worker processes re-run this script's top level (Python's "
-             "multiprocessing 'spawn' rule): put the script's code under `if __name__ == \"__main__\":`")
+UNGUARDED = (
+    "dask_clust started a LocalCluster, whose worker processes re-run this script's top level (Python's "
+    "multiprocessing 'spawn' rule): put the script's code under `if __name__ == \"__main__\":`"
+)
 _SPAWN_FLAG = "DASK_CLUST_UNGUARDED_FLAG"
 
 
@@ -991,8 +1064,11 @@ def _local_cluster(n_workers, threads_per_worker):
                 # the nannies read it when they are made and use it for every (re)start of their worker
                 with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
                     cluster = distributed.LocalCluster(
-                        n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                        dashboard_address=config.get("dashboard-address"))
+                        n_workers=n_workers,
+                        threads_per_worker=threads_per_worker,
+                        processes=True,
+                        dashboard_address=config.get("dashboard-address"),
+                    )
             finally:
                 quiet.setLevel(level)
                 if main:
@@ -1021,7 +1097,7 @@ def persisted(collection):
     """``collection.persist()`` once its pieces are in memory: on a distributed client ``persist`` returns at
     once (the estimators' ``labels_`` are documented as computed by ``fit``)."""
     collection = collection.persist()
-    futures = distributed.futures_of(collection)   # none when dask's local scheduler computed it here
+    futures = distributed.futures_of(collection)  # none when dask's local scheduler computed it here
     if futures:
         distributed.wait(futures)
     return collection
@@ -1038,17 +1114,23 @@ def connect(address=None, n_workers=None, threads_per_worker=None):
             tls.check_settings(address)
             try:
                 client = stack.enter_context(distributed.Client(address, timeout=timeout))
-            except (ValueError, TypeError) as exc:   # not an address at all: say so, not dask's traceback
-                hint = (" (that is a dashboard's web address; the scheduler's is tcp://host:8786)"
-                        if str(address).startswith(("http://", "https://")) else "")
-                raise InputError(f"{address!r} is not a Dask scheduler address: expected tcp://host:port, "
-                                 f"tls://host:port or host:port ({exc}){hint}") from None
+            except (ValueError, TypeError) as exc:  # not an address at all: say so, not dask's traceback
+                hint = (
+                    " (that is a dashboard's web address; the scheduler's is tcp://host:8786)"
+                    if str(address).startswith(("http://", "https://"))
+                    else ""
+                )
+                raise InputError(
+                    f"{address!r} is not a Dask scheduler address: expected tcp://host:port, "
+                    f"tls://host:port or host:port ({exc}){hint}"
+                ) from None
             except (OSError, asyncio.TimeoutError) as exc:
                 refused = tls.refusal(address, exc)
                 if refused is not None:
                     raise refused from None
-                raise SchedulerUnreachable(f"no Dask scheduler answered at {address} within {timeout} "
-                                           f"({type(exc).__name__})") from None
+                raise SchedulerUnreachable(
+                    f"no Dask scheduler answered at {address} within {timeout} ({type(exc).__name__})"
+                ) from None
         else:
             workers, threads = local_cluster_size()
             logger.info("starting a LocalCluster with %d workers x %d threads", workers, threads)

@@ -23,6 +23,7 @@ Each combine has ``lift(value, chunk_index, top)`` (one chunk's field in combina
 and ``finish(a, top)`` (the result); a ``Sum`` also ``accumulate(a, value, chunk_index, top)``, add(a, lift)
 in one pass. Nothing here knows Dask.
 """
+
 import threading
 
 import numpy as np
@@ -93,10 +94,10 @@ class Sum:
     def slice(self, a, lo, hi):
         """Rows lo..hi of a lifted field (a copy: ``add`` works in place)."""
         kind, shape, data = a
-        if kind == "i":   # ints keep their shape; floats are one row of words per value
+        if kind == "i":  # ints keep their shape; floats are one row of words per value
             return kind, (hi - lo,) + shape[1:], data[lo:hi].copy()
         per_row = int(np.prod(shape[1:], dtype=np.int64))
-        return kind, (hi - lo,) + shape[1:], data[lo * per_row:hi * per_row].copy()
+        return kind, (hi - lo,) + shape[1:], data[lo * per_row : hi * per_row].copy()
 
 
 class _Pieces:
@@ -241,7 +242,7 @@ class KeyedSum:
         keys = keys.astype(np.int64)
         kinds = tuple("f" if v.dtype.kind == "f" else "i" for v in values)
         index = None
-        if not np.all(keys[1:] > keys[:-1]):   # a step that grouped its entries gives sorted distinct keys
+        if not np.all(keys[1:] > keys[:-1]):  # a step that grouped its entries gives sorted distinct keys
             keys, index = np.unique(keys, return_inverse=True)
         width = sum(self._widths(kinds))
         # every column is written when the keys came distinct; scattered adds need zeros
@@ -256,11 +257,14 @@ class KeyedSum:
                 col += 1
                 continue
             flat = np.ascontiguousarray(v, dtype=np.float64)
-            if index is None:   # straight into the table's columns
-                _fixed(flat, top, table[:, col:col + N_WORDS])
+            if index is None:  # straight into the table's columns
+                _fixed(flat, top, table[:, col : col + N_WORDS])
             else:
-                fixed_add_at(table[:, col:col + N_WORDS], index.astype(np.int64),
-                             _fixed(flat, top, np.empty((flat.size, N_WORDS), np.int64)))
+                fixed_add_at(
+                    table[:, col : col + N_WORDS],
+                    index.astype(np.int64),
+                    _fixed(flat, top, np.empty((flat.size, N_WORDS), np.int64)),
+                )
             col += N_WORDS
         return keys, kinds, table
 
@@ -287,7 +291,7 @@ class KeyedSum:
                 col += 1
                 continue
             flat = np.empty(len(keys))
-            from_fixed(np.ascontiguousarray(table[:, col:col + N_WORDS]), top, flat)
+            from_fixed(np.ascontiguousarray(table[:, col : col + N_WORDS]), top, flat)
             out.append(flat)
             col += N_WORDS
         return tuple(out)
@@ -368,8 +372,9 @@ def accumulate(combine, a, partial, chunk, top):
     """A chunk's partial added into the lifted partial ``a`` (None: nothing yet): ``add(a, lift(partial))``,
     without lifting a Sum field first."""
     fields = (None,) * len(partial) if a is None else a
-    return tuple(accumulate_field(c, x, v, chunk, top)
-                 for c, x, v in zip(combines_for(combine, len(partial)), fields, partial))
+    return tuple(
+        accumulate_field(c, x, v, chunk, top) for c, x, v in zip(combines_for(combine, len(partial)), fields, partial)
+    )
 
 
 class Shared:

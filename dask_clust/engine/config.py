@@ -1,6 +1,7 @@
 """dask_clust settings, kept in ``dask.config`` under ``dask_clust.*`` so users set them the Dask way:
 ``dask.config.set({"dask_clust.split-every": 4})`` or a YAML file / environment variable
 (``DASK_DASK_CLUST__CHUNK_BYTES=64MiB``)."""
+
 import dask
 from dask.utils import parse_bytes
 

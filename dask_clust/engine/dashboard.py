@@ -9,6 +9,7 @@ plugin registers the page, which reads it. The page needs dask_clust importable 
 for a LocalCluster); without it the fit runs unseen there.
 The scheduler holds the last ``KEPT_FITS`` fits: a few hundred bytes each, whatever N, D and k are.
 """
+
 import asyncio
 import html
 import itertools
@@ -35,15 +36,29 @@ class FitsPage(RequestHandler):
     def get(self):
         fits = self.server.get_metadata(keys=[KEY], default={})
         rows = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-                fit_id, f["algo"], f["phase"], f["steps"], ", ".join(f"{k} {v}" for k, v in f["figures"].items()),
-                "finished" if f["done"] else "running", time.strftime("%H:%M:%S", time.localtime(f["time"]))))
-            + "</tr>" for fit_id, f in sorted(fits.items(), key=lambda kv: -kv[1]["time"]))
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (
+                    fit_id,
+                    f["algo"],
+                    f["phase"],
+                    f["steps"],
+                    ", ".join(f"{k} {v}" for k, v in f["figures"].items()),
+                    "finished" if f["done"] else "running",
+                    time.strftime("%H:%M:%S", time.localtime(f["time"])),
+                )
+            )
+            + "</tr>"
+            for fit_id, f in sorted(fits.items(), key=lambda kv: -kv[1]["time"])
+        )
         self.set_header("Content-Type", "text/html")
-        self.write("<html><head><title>dask_clust fits</title><meta http-equiv='refresh' content='2'></head>"
-                   "<body><h3>dask_clust fits</h3><table border='1' cellpadding='4'><tr><th>fit</th><th>algo</th>"
-                   f"<th>phase</th><th>steps</th><th>figures</th><th>state</th><th>updated</th></tr>{rows}"
-                   "</table></body></html>")
+        self.write(
+            "<html><head><title>dask_clust fits</title><meta http-equiv='refresh' content='2'></head>"
+            "<body><h3>dask_clust fits</h3><table border='1' cellpadding='4'><tr><th>fit</th><th>algo</th>"
+            f"<th>phase</th><th>steps</th><th>figures</th><th>state</th><th>updated</th></tr>{rows}"
+            "</table></body></html>"
+        )
 
 
 class FitsPagePlugin(SchedulerPlugin):
@@ -80,18 +95,20 @@ class Publisher:
 
     def __call__(self, name, n, total, figures, ended):
         now = time.time()
-        if not ended and n and now - self.last < PUBLISH_S:   # a phase's start and end always go out
+        if not ended and n and now - self.last < PUBLISH_S:  # a phase's start and end always go out
             return
         self.last = now
         steps = f"{n}/{total}" if total else str(n)
-        self.client.loop.add_callback(self._send, {"algo": self.algo, "phase": name, "steps": steps,
-                                                   "figures": dict(figures), "done": False, "time": now})
+        self.client.loop.add_callback(
+            self._send,
+            {"algo": self.algo, "phase": name, "steps": steps, "figures": dict(figures), "done": False, "time": now},
+        )
 
     def finish(self):
         self.client.loop.add_callback(self._send, None)
 
     async def _send(self, record):
-        async with self._lock:   # FIFO: the page never shows an older step after a newer one
+        async with self._lock:  # FIFO: the page never shows an older step after a newer one
             try:
                 scheduler = self.client.scheduler
                 if record is not None:
@@ -102,7 +119,7 @@ class Publisher:
                 if len(fits) > KEPT_FITS:
                     kept = sorted(fits, key=lambda k: fits[k]["time"])[-KEPT_FITS:]
                     await scheduler.set_metadata(keys=[KEY], value={k: fits[k] for k in kept})
-            except Exception as exc:   # the page is a view: losing it must not cost the fit
+            except Exception as exc:  # the page is a view: losing it must not cost the fit
                 logger.debug("could not publish the fit's progress: %s", exc)
 
 

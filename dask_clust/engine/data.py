@@ -3,6 +3,7 @@
 Everything the caller passes is read, never modified: conversions (integers to float64, float16 to
 float32, non-contiguous blocks to contiguous ones) make new arrays.
 """
+
 import os
 
 import dask.array as da
@@ -11,8 +12,8 @@ import numpy as np
 from ..errors import InputError
 from . import config
 
-
 # ---------------------------------------------------------------- sources
+
 
 class Source:
     """Row-chunked input: what partitions load, and reload after a lost worker (rule 1). Each kind gives
@@ -44,7 +45,7 @@ class ArraySource(Source):
         super().__init__(X.shape[0], X.shape[1], _float_dtype(X.dtype), starts, True)
         self.X = X
         self.weights = weights
-        self.ids = ids   # the rows' ids in the input, when X is a reordering of it
+        self.ids = ids  # the rows' ids in the input, when X is a reordering of it
         self.path = path
         self.stamp = None if path is None else file_stamp(path)
 
@@ -59,8 +60,14 @@ class ArraySource(Source):
 
     def file_block(self, i):
         """Chunk i as a call that reads it from ``path`` where it runs: (function, args)."""
-        return file_rows, (self.path, self.stamp, int(self.starts[i]), int(self.starts[i + 1]), self.dtype,
-                           self._weights(i))
+        return file_rows, (
+            self.path,
+            self.stamp,
+            int(self.starts[i]),
+            int(self.starts[i + 1]),
+            self.dtype,
+            self._weights(i),
+        )
 
 
 def file_stamp(path):
@@ -135,6 +142,7 @@ def _pair(x, w):
 
 # ---------------------------------------------------------------- normalisation
 
+
 def _float_dtype(dtype):
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
@@ -152,20 +160,26 @@ def _check_dtype(dtype):
 
 def _check_shape(shape):
     if len(shape) != 2:
-        raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got an array of shape {tuple(shape)}. "
-                         "Reshape your data with array.reshape(-1, 1) if it has a single feature or "
-                         "array.reshape(1, -1) if it is a single sample")
+        raise InputError(
+            f"Expected a 2-D array of shape (n_samples, n_features); got an array of shape {tuple(shape)}. "
+            "Reshape your data with array.reshape(-1, 1) if it has a single feature or "
+            "array.reshape(1, -1) if it is a single sample"
+        )
     for n, what in ((shape[0], "sample"), (shape[1], "feature")):
         if n < 1:
-            raise InputError(f"Found array with 0 {what}(s) (shape={tuple(shape)}) while a minimum of 1 is required: "
-                             "at least 1 sample and 1 feature are required")
+            raise InputError(
+                f"Found array with 0 {what}(s) (shape={tuple(shape)}) while a minimum of 1 is required: "
+                "at least 1 sample and 1 feature are required"
+            )
 
 
 def _dense(X):
     """A numpy array from an in-memory input: sparse matrices are refused, object arrays of numbers cast."""
     if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
-        raise TypeError("Sparse data was passed for X, but dense data is required: use X.toarray() to convert it "
-                        "to a dense numpy array")
+        raise TypeError(
+            "Sparse data was passed for X, but dense data is required: use X.toarray() to convert it "
+            "to a dense numpy array"
+        )
     X = np.asarray(X)
     if X.dtype.kind == "O":
         try:
@@ -200,11 +214,11 @@ def open_path(path):
         if not os.path.isfile(path):
             raise InputError(f"Cannot read {path}: not a .npy file (a directory or a special file)")
         with open(path, "rb") as f:
-            if f.read(6) != b"\x93NUMPY":   # numpy would read any other file as a pickle and say so
+            if f.read(6) != b"\x93NUMPY":  # numpy would read any other file as a pickle and say so
                 raise InputError(f"Cannot read {path}: not a .npy file (no NumPy header)")
         try:
             return np.load(path, mmap_mode="r")
-        except ValueError as exc:   # an object array (pickled Python objects) cannot be mapped, nor trusted
+        except ValueError as exc:  # an object array (pickled Python objects) cannot be mapped, nor trusted
             raise InputError(f"Cannot read {path}: {exc} (a .npy input must hold a numeric array)") from None
     if _is_parquet(path):
         import dask.dataframe as dd
@@ -215,7 +229,9 @@ def open_path(path):
     try:
         node = zarr.open(path, mode="r")
     except Exception as exc:
-        raise InputError(f"Cannot read {path}: expected a .npy file, a zarr array or group, or a parquet dataset ({exc})") from exc
+        raise InputError(
+            f"Cannot read {path}: expected a .npy file, a zarr array or group, or a parquet dataset ({exc})"
+        ) from exc
     if hasattr(node, "shape"):
         return da.from_zarr(path)
     arrays = [name for name, _ in node.arrays()]
@@ -246,8 +262,10 @@ def frame_dtype(frame):
     refusing non-numeric columns by name. Bool and nullable (NA-capable) numeric columns are numbers."""
     bad = [str(c) for c, t in frame.dtypes.items() if getattr(t, "kind", "O") not in "biuf"]
     if bad:
-        raise InputError(f"Input must be numeric; non-numeric columns: {bad} (choose the feature columns "
-                         "with columns=[...], or --columns on the command line)")
+        raise InputError(
+            f"Input must be numeric; non-numeric columns: {bad} (choose the feature columns "
+            "with columns=[...], or --columns on the command line)"
+        )
     if all(np.dtype(getattr(t, "numpy_dtype", t)) == np.float32 for t in frame.dtypes):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
@@ -261,8 +279,10 @@ def _refuse_missing(frame, partition_info=None):
         if getattr(t, "na_value", None) is not None and not isinstance(t, np.dtype):
             missing = frame[c].isna().to_numpy()
             if missing.any():
-                raise InputError(f"Column {str(c)!r} has a missing value (NA) at row {int(np.argmax(missing))}{where}: "
-                                 "fill or drop missing values first")
+                raise InputError(
+                    f"Column {str(c)!r} has a missing value (NA) at row {int(np.argmax(missing))}{where}: "
+                    "fill or drop missing values first"
+                )
     return frame
 
 
@@ -285,11 +305,14 @@ def select_columns(X, columns):
     if isinstance(columns, str) or not all(isinstance(c, str) for c in columns) or not len(columns):
         raise InputError(f"columns must be a non-empty list of column names; got {columns!r}")
     if len(set(columns)) != len(columns):
-        raise InputError(f"columns names a column twice: {sorted(c for c in set(columns) if list(columns).count(c) > 1)}")
+        raise InputError(
+            f"columns names a column twice: {sorted(c for c in set(columns) if list(columns).count(c) > 1)}"
+        )
     table = open_path(X) if isinstance(X, (str, os.PathLike)) else X
     if not is_frame(table) or getattr(table, "ndim", 2) != 2:
-        raise InputError(f"columns= selects the features of a table (a DataFrame or a parquet dataset); "
-                         f"got {type(table).__name__}")
+        raise InputError(
+            f"columns= selects the features of a table (a DataFrame or a parquet dataset); got {type(table).__name__}"
+        )
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise InputError(f"columns {missing} are not in the input; its columns are {[str(c) for c in table.columns]}")
@@ -305,7 +328,9 @@ def as_array(X):
         X = open_path(X)
     if is_pandas(X):
         if X.ndim != 2:
-            raise InputError(f"Expected a 2-D array of shape (n_samples, n_features); got a pandas object with {X.ndim} dimension(s)")
+            raise InputError(
+                f"Expected a 2-D array of shape (n_samples, n_features); got a pandas object with {X.ndim} dimension(s)"
+            )
         dtype = frame_dtype(X)
         return _refuse_missing(X).to_numpy(dtype=dtype)
     if is_frame(X):
@@ -344,8 +369,11 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
         elif len(X.chunks[1]) > 1:
             X = X.rechunk({1: -1})
         if weights is not None:
-            weights = (da.from_array(weights, chunks=(X.chunks[0],)) if isinstance(weights, np.ndarray)
-                       else weights.rechunk((X.chunks[0],)))
+            weights = (
+                da.from_array(weights, chunks=(X.chunks[0],))
+                if isinstance(weights, np.ndarray)
+                else weights.rechunk((X.chunks[0],))
+            )
         return DaskSource(X, weights, given)
     if isinstance(weights, da.Array):
         weights = weights.compute()
@@ -373,7 +401,9 @@ def _check_weights(sample_weight, n):
         if not np.all(np.isfinite(w)):
             raise InputError(f"sample_weight contains NaN or infinity at index {int(np.argmin(np.isfinite(w)))}")
         if np.any(w < 0):
-            raise InputError(f"sample_weight must be non-negative; index {int(np.argmax(w < 0))} is {w[np.argmax(w < 0)]}")
+            raise InputError(
+                f"sample_weight must be non-negative; index {int(np.argmax(w < 0))} is {w[np.argmax(w < 0)]}"
+            )
         if not w.sum() > 0:
             raise InputError("sample_weight must have a positive sum; got weights that are all zero")
     return w
@@ -381,13 +411,13 @@ def _check_weights(sample_weight, n):
 
 # ---------------------------------------------------------------- one-shot lazy passes
 
+
 def l2_rows(x):
     """Rows in float64 scaled to unit length; an all-zero row stays zero (scikit-learn's ``normalize``)."""
     x = np.asarray(x, dtype=np.float64)
     norms = np.linalg.norm(x, axis=1)
     norms[norms == 0] = 1.0
     return x / norms[:, None]
-
 
 
 def as_dask_rows(X, n_features=None):
@@ -402,7 +432,7 @@ def as_dask_rows(X, n_features=None):
     rows = auto_chunk_rows(X.shape[0], X.shape[1], dtype.itemsize)
     if isinstance(X, da.Array):
         X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
-        X = X.compute_chunk_sizes() if np.isnan(X.shape[0]) else X   # a dask DataFrame's (``as_array``)
+        X = X.compute_chunk_sizes() if np.isnan(X.shape[0]) else X  # a dask DataFrame's (``as_array``)
         return X.astype(dtype) if X.dtype != dtype else X
     return da.from_array(X, chunks=(rows, -1)).astype(dtype)
 
@@ -412,8 +442,7 @@ def map_rows(X, block_fn, dtype, n_cols, *args):
     one output row per input row, ``n_cols`` columns (None: a 1-D output)."""
     if n_cols is None:
         return X.map_blocks(block_fn, *args, dtype=dtype, drop_axis=1, meta=np.empty((0,), dtype))
-    return X.map_blocks(block_fn, *args, dtype=dtype, chunks=(X.chunks[0], (n_cols,)),
-                        meta=np.empty((0, 0), dtype))
+    return X.map_blocks(block_fn, *args, dtype=dtype, chunks=(X.chunks[0], (n_cols,)), meta=np.empty((0, 0), dtype))
 
 
 def check_finite_block(x, block_info=None):

@@ -7,6 +7,7 @@ round trip: one message from the driver to the root partition, a tree of partiti
 finished result back (rule 2). What the driver receives per call is the size of the combined result,
 whatever the number of chunks or workers (a ``Rows`` field excepted: its size is what the steps return).
 """
+
 import contextlib
 import copy
 import itertools
@@ -59,9 +60,15 @@ def _summary_step(chunk, params):
     max_abs, at, bad = chunk_summary(chunk.x, sums, sumsq)
     w = chunk.w
     w_ok = bool(np.all(np.isfinite(w)) and np.all(w >= 0))
-    return (np.int64(chunk.x.shape[0]), sums, sumsq, float(w.sum()) if w_ok else 0.0,
-            (np.array([max_abs]), np.array([chunk.start + at], np.int64)),
-            np.int64(NO_ROW if bad < 0 else chunk.start + bad), np.int64(NO_ROW if w_ok else chunk.index))
+    return (
+        np.int64(chunk.x.shape[0]),
+        sums,
+        sumsq,
+        float(w.sum()) if w_ok else 0.0,
+        (np.array([max_abs]), np.array([chunk.start + at], np.int64)),
+        np.int64(NO_ROW if bad < 0 else chunk.start + bad),
+        np.int64(NO_ROW if w_ok else chunk.index),
+    )
 
 
 def _take_step(chunk, ids):
@@ -94,15 +101,19 @@ def _dump_rows(chunk, params):
     when given) beside its rows' range; its rows' range and the file's sha256 (``dump_rows``)."""
     directory, key, fields, order = params
     if not os.path.isdir(directory):
-        raise InputError(f"the checkpoint directory {directory} is not visible on the worker "
-                         f"{socket.gethostname()}: per-row state is written where the rows live, so a checkpoint "
-                         "on a cluster needs a directory on a filesystem every worker shares")
+        raise InputError(
+            f"the checkpoint directory {directory} is not visible on the worker "
+            f"{socket.gethostname()}: per-row state is written where the rows live, so a checkpoint "
+            "on a cluster needs a directory on a filesystem every worker shares"
+        )
     state = chunk.state[key]
     if fields:
         state = {f: _by_row(state[f], state[order]) if order else state[f] for f in fields}
     where = _rows_file(directory, key, chunk.start, chunk.stop)
     np.savez(where, **(state if isinstance(state, dict) else {"": state}))
-    return np.array([[chunk.start, chunk.stop]], np.int64), np.frombuffer(bytes.fromhex(file_sha256(where)), np.uint8)[None]
+    return np.array([[chunk.start, chunk.stop]], np.int64), np.frombuffer(bytes.fromhex(file_sha256(where)), np.uint8)[
+        None
+    ]
 
 
 def restored_rows(chunk, params):
@@ -119,8 +130,8 @@ def restored_rows(chunk, params):
     # the same chunks as the checkpoint's (the usual case): the chunk's own file, without sorting every chunk's
     names = [exact] if exact in digests else sorted(digests)
     pieces = []
-    for name in names:   # zero-padded starts: sorted names are in row order
-        parts = name[:-len(".npz")].rsplit("-", 2)
+    for name in names:  # zero-padded starts: sorted names are in row order
+        parts = name[: -len(".npz")].rsplit("-", 2)
         if len(parts) != 3 or parts[0] != key:
             continue
         lo, hi = int(parts[1]), int(parts[2])
@@ -144,8 +155,9 @@ def restored_rows(chunk, params):
             found.setdefault(f, []).append(v[a:b])
         covered = min(hi, chunk.stop)
     if covered < chunk.stop:
-        raise InputError(f"the checkpoint's per-row state {key!r} in {directory} lacks rows {covered}.."
-                         f"{chunk.stop - 1}")
+        raise InputError(
+            f"the checkpoint's per-row state {key!r} in {directory} lacks rows {covered}..{chunk.stop - 1}"
+        )
     state = {f: np.concatenate(v) for f, v in found.items()}
     chunk.state[key] = state[""] if "" in state else state
 
@@ -157,8 +169,10 @@ def _check_rows(values, fields, n_rows, where):
     for f, (dtype, width, least, bound) in fields.items():
         v = values[f]
         if v.dtype != np.dtype(dtype) or v.shape != (n_rows,) + tuple(width):
-            raise InputError(f"the checkpoint's rows file {where}: {f!r} is {v.dtype} {v.shape}, not {np.dtype(dtype)} "
-                             f"{(n_rows,) + tuple(width)} (the rows its name covers)")
+            raise InputError(
+                f"the checkpoint's rows file {where}: {f!r} is {v.dtype} {v.shape}, not {np.dtype(dtype)} "
+                f"{(n_rows,) + tuple(width)} (the rows its name covers)"
+            )
         if least is not None and v.size and not (v.min() >= least and v.max() < bound):
             raise InputError(f"the checkpoint's rows file {where}: {f!r} holds values outside [{least}, {bound})")
 
@@ -185,7 +199,6 @@ def _by_row(values, order):
     return out
 
 
-
 def _nbytes(params):
     """The bytes of the arrays in a call's parameters (nested tuples, lists and dicts)."""
     if isinstance(params, np.ndarray):
@@ -195,6 +208,7 @@ def _nbytes(params):
     if isinstance(params, dict):
         return sum(map(_nbytes, params.values()))
     return 0
+
 
 class Engine:
     """Verbs over the partitions of one input; built by ``open_engine``."""
@@ -207,15 +221,15 @@ class Engine:
         self.dtype = source.dtype
         self.n_chunks = source.n_chunks
         self.entropy = entropy
-        self._states = {}          # key -> (builder, model, backup fields): replayed on a rebuilt partition
-        self._stepped = set()      # states with backup fields that a step has run with since they were built
-        self._replay = {}          # such a state -> its build and steps since, or None (``state``)
-        self._replayed = {}        # ... and the bytes of their arrays
-        self._halos = {}           # key -> (need_step, params): gather plans, rebuilt after a rebuild
-        self._unsent = set()       # plans to send before their next use (new, or stale after a restart)
-        self._restarting = 0       # within ``rerun``: a lost worker raises Restarted, the call is not repeated
-        self._halo_fields = {}     # key -> the state fields its calls filled in (dropped with the plan)
-        self._shards = {}          # sharded model key -> the id of the call that last wrote it
+        self._states = {}  # key -> (builder, model, backup fields): replayed on a rebuilt partition
+        self._stepped = set()  # states with backup fields that a step has run with since they were built
+        self._replay = {}  # such a state -> its build and steps since, or None (``state``)
+        self._replayed = {}  # ... and the bytes of their arrays
+        self._halos = {}  # key -> (need_step, params): gather plans, rebuilt after a rebuild
+        self._unsent = set()  # plans to send before their next use (new, or stale after a restart)
+        self._restarting = 0  # within ``rerun``: a lost worker raises Restarted, the call is not repeated
+        self._halo_fields = {}  # key -> the state fields its calls filled in (dropped with the plan)
+        self._shards = {}  # sharded model key -> the id of the call that last wrote it
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
         self.top = None
@@ -232,8 +246,10 @@ class Engine:
         """(key, builder, model, backup fields, replay) per declared state; the fields only once a step has
         run with the state (before that, its builder makes it exactly as it was); replay: the (step, params)
         that make it as the last step left it, or None (``state``)."""
-        return [(key, builder, model(), fields if key in self._stepped else (), self._replay.get(key))
-                for key, (builder, model, fields) in self._states.items()]
+        return [
+            (key, builder, model(), fields if key in self._stepped else (), self._replay.get(key))
+            for key, (builder, model, fields) in self._states.items()
+        ]
 
     def _drop_state(self, key):
         for kept in (self._states, self._replay, self._replayed):
@@ -247,7 +263,7 @@ class Engine:
         if not logs:
             return
         replayable = call.halo is None and call.scatter is None and not shard_refs(call.params)
-        params = copy.deepcopy(call.params) if replayable else None   # the driver may change its arrays in place
+        params = copy.deepcopy(call.params) if replayable else None  # the driver may change its arrays in place
         limit, size = config.get_bytes("replay-bytes"), _nbytes(params)
         for key in logs:
             log = self._replay[key]
@@ -256,9 +272,13 @@ class Engine:
                 self._replayed[key] += size
             else:
                 self._replay[key] = None
-                logger.info("state %r of the fit is no longer replayed after its copies are lost: %s", key,
-                            "a step of it depends on other partitions" if not replayable else
-                            f"its steps' parameters would pass replay-bytes ({limit / 2**20:.0f} MiB)")
+                logger.info(
+                    "state %r of the fit is no longer replayed after its copies are lost: %s",
+                    key,
+                    "a step of it depends on other partitions"
+                    if not replayable
+                    else f"its steps' parameters would pass replay-bytes ({limit / 2**20:.0f} MiB)",
+                )
 
     def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None, scatter=None):
         self.round_trips += 1
@@ -268,8 +288,9 @@ class Engine:
             self._call(*self._plan_call(halo[0]), kind="plan")
         call = Call(next(self._ids), step, params, combine, self.top, kind, at_root, halo, backup, scatter)
         try:
-            out = self.backend.call(call, self._builders, self._plans, lambda: list(self._shards),
-                                    repeat=not self._restarting)
+            out = self.backend.call(
+                call, self._builders, self._plans, lambda: list(self._shards), repeat=not self._restarting
+            )
         except Restarted:
             self._unsent.update(self._halos)
             raise
@@ -286,8 +307,9 @@ class Engine:
 
     def _plans(self):
         """The plans sent so far, for a partition rebuilt before a call is repeated (the others go when used)."""
-        return [Call(next(self._ids), *self._plan_call(key), kind="plan") for key in self._halos
-                if key not in self._unsent]
+        return [
+            Call(next(self._ids), *self._plan_call(key), kind="plan") for key in self._halos if key not in self._unsent
+        ]
 
     def _first_pass(self):
         n, sums, sumsq, total_w, (max_abs, at), bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
@@ -295,15 +317,19 @@ class Engine:
         if bad != NO_ROW:
             raise InputError(f"Input contains NaN or infinity at {self._where(bad)}")
         if bad_w != NO_ROW:
-            raise InputError(f"sample_weight has a negative, NaN or infinite value in chunk {bad_w} "
-                             f"(rows {self.source.starts[bad_w]}..{self.source.starts[bad_w + 1] - 1})")
+            raise InputError(
+                f"sample_weight has a negative, NaN or infinite value in chunk {bad_w} "
+                f"(rows {self.source.starts[bad_w]}..{self.source.starts[bad_w + 1] - 1})"
+            )
         if not total_w > 0:
             raise InputError("sample_weight must have a positive sum; got weights that are all zero")
         # every exact sum is bounded by W·D·(2 max|x| + 1)² (``fixed_top_exponent``): it must be a float64
         if math.log2(max(total_w, 1.0)) + math.log2(self.n_features) + 2 * math.log2(2 * max_abs + 1) > MAX_EXPONENT:
-            raise InputError(f"Input values reach {max_abs:.3g} in magnitude (at {self._where(at)}): sums of "
-                             "squared distances over these rows would overflow float64; rescale the data (e.g. "
-                             "scikit-learn's StandardScaler)")
+            raise InputError(
+                f"Input values reach {max_abs:.3g} in magnitude (at {self._where(at)}): sums of "
+                "squared distances over these rows would overflow float64; rescale the data (e.g. "
+                "scikit-learn's StandardScaler)"
+            )
         mean = sums / n
         var = np.maximum(sumsq / n - mean * mean, 0.0)
         return Summary(n, total_w, mean, var, max_abs)
@@ -436,8 +462,9 @@ class Engine:
         must be on a filesystem every worker shares. ``order``: the field of a state that keeps its rows in
         another order, the row of each entry; the files hold them by row all the same, so that engines cut
         in other chunks read them. Returns {file name: sha256}: the driver receives 48 bytes a chunk."""
-        bounds, digests = self.reduce(_dump_rows, (os.fspath(directory), key, tuple(fields or ()), order),
-                                      (Rows(), Rows()))
+        bounds, digests = self.reduce(
+            _dump_rows, (os.fspath(directory), key, tuple(fields or ()), order), (Rows(), Rows())
+        )
         return {os.path.basename(_rows_file("", key, lo, hi)): bytes(d).hex() for (lo, hi), d in zip(bounds, digests)}
 
     def load_rows(self, rows, key, fields, order=None):
@@ -542,10 +569,16 @@ class Engine:
         return self.backend.publisher(algo)
 
     def describe(self):
-        return {"backend": self.backend.kind, "workers": self.n_workers, "threads": self.backend.threads,
-                "chunks": self.n_chunks, "streaming": self.backend.streaming,
-                "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
-                "rebuilds": self.backend.n_rebuilds, "round_trips": self.round_trips}
+        return {
+            "backend": self.backend.kind,
+            "workers": self.n_workers,
+            "threads": self.backend.threads,
+            "chunks": self.n_chunks,
+            "streaming": self.backend.streaming,
+            "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
+            "rebuilds": self.backend.n_rebuilds,
+            "round_trips": self.round_trips,
+        }
 
 
 class ShardedModel:

@@ -17,6 +17,7 @@ A model too large for the driver lives here too, split by rows over the partitio
 each partition keeps the two newest versions of its rows and a copy of the previous partition's; a
 reduce-scatter sends every partition the rows it owns of the others' partials, worker to worker.
 """
+
 import asyncio
 import copy
 import dataclasses
@@ -26,11 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-
 from threadpoolctl import threadpool_limits
 
-from . import combine as combines
 from .._random import stream
+from . import combine as combines
 
 
 class Chunk:
@@ -50,7 +50,7 @@ class Chunk:
         self.start = int(start)
         self.stop = int(stop)
         self.state = {}
-        self.halo = {}   # field -> the previous call's values of the rows this chunk reads (Engine.halo)
+        self.halo = {}  # field -> the previous call's values of the rows this chunk reads (Engine.halo)
         self.entropy = entropy
         self.loader = data if isinstance(data, bytes) else None
         self.x = self.w = self.ids = None
@@ -80,15 +80,13 @@ class Chunk:
         return stream(self.entropy, *tag, self.index)
 
 
-
-
 def route(chunk, plan):
     """Where ``Engine.reorder`` sends each of the chunk's rows: its key's first position for this chunk plus
     the row's rank among the chunk's rows of that key (rows keep their order within a key)."""
     key_step, key_params, keys, chunks, first = plan
     k = np.asarray(key_step(chunk, key_params), dtype=np.int64)
     mine = chunks == chunk.index
-    table, base = keys[mine], first[mine]          # np.unique order: ascending keys
+    table, base = keys[mine], first[mine]  # np.unique order: ascending keys
     order = np.argsort(k, kind="stable")
     slot = np.searchsorted(table, k[order])
     pos = np.empty(len(k), np.int64)
@@ -124,7 +122,7 @@ class Call:
     kind: str = "step"
     at_root: object = None
     halo: tuple = None
-    backup: tuple = ()   # ((state key, fields), ...) each partition copies to its buddy after a step
+    backup: tuple = ()  # ((state key, fields), ...) each partition copies to its buddy after a step
     scatter: tuple = None
 
     @property
@@ -237,29 +235,30 @@ class Partition:
         # module-level threading.local kept vc-GMM's ~40 MB per thread in the driver's and workers' threads
         # after every fit)
         scratch = threading.local()
-        self.chunks = [Chunk(i, a, b, data, meta["entropy"], scratch)
-                       for (i, a, b), data in zip(meta["chunks"], blocks)]
+        self.chunks = [
+            Chunk(i, a, b, data, meta["entropy"], scratch) for (i, a, b), data in zip(meta["chunks"], blocks)
+        ]
         self.threads = max(1, int(meta.get("threads", 1)))
         if meta.get("worker"):
             pin_blas()
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 and len(self.chunks) > 1 else None
-        self._runner = None   # the thread that drives this partition's chunks while the event loop serves calls
+        self._runner = None  # the thread that drives this partition's chunks while the event loop serves calls
         self._last = (None, None)
         self.pid = int(meta.get("partition", 0))
-        self._sources = {}    # halo key -> the partitions holding rows this partition's chunks read
-        self._sends = {}      # halo key -> (plan call id, {partition: the rows it reads from here})
-        self._sent = (None, None)   # (call id, {partition: values}) kept for a repeated call
-        self._mail = {}       # (call id, halo key) -> {partition: (rows, values)}
+        self._sources = {}  # halo key -> the partitions holding rows this partition's chunks read
+        self._sends = {}  # halo key -> (plan call id, {partition: the rows it reads from here})
+        self._sent = (None, None)  # (call id, {partition: values}) kept for a repeated call
+        self._mail = {}  # (call id, halo key) -> {partition: (rows, values)}
         self._mail_event = None
-        self._newest = -1     # the newest call id seen: waiters of older calls give up
-        self._backups = {}    # (state key, chunk index) -> [(call id, {field: array})], the two newest
+        self._newest = -1  # the newest call id seen: waiters of older calls give up
+        self._backups = {}  # (state key, chunk index) -> [(call id, {field: array})], the two newest
         self.n_parts = int(meta.get("partitions", 1))
-        self._shards = {}     # model key -> [(version, lo, arrays)], the two newest of this partition's rows
-        self._shard_backups = {}   # (model key, partition) -> its copies [(version, lo, arrays)] kept here
-        self._gathered = {}   # (model key, field) -> (version, the whole field) assembled for steps
-        self._wrote = None    # (model key, version) this call wrote: copied to the buddies
-        self._shard_done = (None, None)   # (call id, at_shard's small partial) kept for a repeated call
-        self.worker = None    # the distributed Worker hosting it, set by its host; None in-process
+        self._shards = {}  # model key -> [(version, lo, arrays)], the two newest of this partition's rows
+        self._shard_backups = {}  # (model key, partition) -> its copies [(version, lo, arrays)] kept here
+        self._gathered = {}  # (model key, field) -> (version, the whole field) assembled for steps
+        self._wrote = None  # (model key, version) this call wrote: copied to the buddies
+        self._shard_done = (None, None)  # (call id, at_shard's small partial) kept for a repeated call
+        self.worker = None  # the distributed Worker hosting it, set by its host; None in-process
 
     def _each(self, step, params):
         if self._pool is None:
@@ -277,7 +276,7 @@ class Partition:
             acc = self._model_call(call)
         elif call.kind == "step":
             acc = self._accumulate(call)
-        elif call.kind != "plan":   # a plan's step ran in ``plan_needs``
+        elif call.kind != "plan":  # a plan's step ran in ``plan_needs``
             self._each(call.step, call.params)
         self._last = (call.id, acc)
         return acc
@@ -302,8 +301,10 @@ class Partition:
         ``peers``: per partition (address, key, chunk ids), for the halo's partition-to-partition
         messages."""
         worker = self.worker
-        pending = [asyncio.ensure_future(remote_run(worker.rpc(addr), key, call, sub, peers=peers))
-                   for addr, key, sub in children]
+        pending = [
+            asyncio.ensure_future(remote_run(worker.rpc(addr), key, call, sub, peers=peers))
+            for addr, key, sub in children
+        ]
         if self._runner is None:
             self._runner = ThreadPoolExecutor(1)
         loop = asyncio.get_running_loop()
@@ -319,18 +320,23 @@ class Partition:
                 mine = self.tree_part(call, mine, await self._scatter(call, mine, peers, worker, loop))
             if call.kind == "step" and call.backup and keepers:
                 arrays = self.backup_of(call)
-                await asyncio.gather(*(remote_call(worker.rpc(addr), key, "backup_put", call.id, arrays)
-                                       for addr, key, _ in keepers))
+                await asyncio.gather(
+                    *(remote_call(worker.rpc(addr), key, "backup_put", call.id, arrays) for addr, key, _ in keepers)
+                )
             if self._wrote is not None and keepers:
                 newest = self._shards[self._wrote[0]][-1:]
-                await asyncio.gather(*(remote_call(worker.rpc(addr), key, "shard_backup_put", self._wrote[0],
-                                                   self.pid, newest) for addr, key, _ in keepers))
+                await asyncio.gather(
+                    *(
+                        remote_call(worker.rpc(addr), key, "shard_backup_put", self._wrote[0], self.pid, newest)
+                        for addr, key, _ in keepers
+                    )
+                )
         finally:
             got = await asyncio.gather(*pending, return_exceptions=True)
         for g in got:
             if isinstance(g, BaseException):
                 raise g
-        acc = copy.deepcopy(mine) if got else mine   # the kept partial must not absorb the children's
+        acc = copy.deepcopy(mine) if got else mine  # the kept partial must not absorb the children's
         for g in got:
             acc = combines.add(call.tree, acc, g)
         return call.finished(acc) if root else acc
@@ -372,8 +378,10 @@ class Partition:
         if self._sent[0] == call.id:
             return self._sent[1]
         key, field = call.halo[:2]
-        out = {q: (rows, None if q == self.pid else self._own_values(field, rows))   # a copy: steps change state
-               for q, rows in self._sends.get(key, (None, {}))[1].items()}
+        out = {
+            q: (rows, None if q == self.pid else self._own_values(field, rows))  # a copy: steps change state
+            for q, rows in self._sends.get(key, (None, {}))[1].items()
+        }
         self._sent = (call.id, out)
         return out
 
@@ -383,15 +391,15 @@ class Partition:
         among them, so no chunk copies them. One array of the rows read: the largest per-row state (SLK's z)
         is held once more, not three times."""
         key, field = call.halo[:2]
-        parts = [received[q] for q in sorted(received)]   # partitions hold ascending row ranges
-        for c in self.chunks:   # the previous call's values go before the new ones are assembled
+        parts = [received[q] for q in sorted(received)]  # partitions hold ascending row ranges
+        for c in self.chunks:  # the previous call's values go before the new ones are assembled
             c.halo.pop(field, None)
-        rows = np.concatenate([p[0] for p in parts] + [np.empty(0, np.int64)])   # none: no chunk reads a row
+        rows = np.concatenate([p[0] for p in parts] + [np.empty(0, np.int64)])  # none: no chunk reads a row
         like = self.chunks[0].state[field]
         values = np.empty((len(rows),) + like.shape[1:], like.dtype)
         at = 0
         for part_rows, part_values in parts:
-            piece = values[at:at + len(part_rows)]
+            piece = values[at : at + len(part_rows)]
             if part_values is None:
                 self._own_values(field, part_rows, out=piece)
             else:
@@ -416,7 +424,7 @@ class Partition:
         self._mail_event.set()
 
     async def _plan(self, call, peers, worker, loop):
-        starts = np.array([min(p[2]) for p in peers])   # the first chunk of each partition, ascending
+        starts = np.array([min(p[2]) for p in peers])  # the first chunk of each partition, ascending
         chunk_starts = call.params[2]
 
         def owner(rows):
@@ -429,20 +437,24 @@ class Partition:
             if q == self.pid:
                 self.halo_request(call.id, key, q, rows)
             else:
-                sends.append(remote_call(worker.rpc(peers[q][0]), peers[q][1], "halo_request", call.id, key, self.pid,
-                                     rows))
+                sends.append(
+                    remote_call(worker.rpc(peers[q][0]), peers[q][1], "halo_request", call.id, key, self.pid, rows)
+                )
         await asyncio.gather(*sends)
 
     async def _exchange(self, call, peers, worker):
         key = call.halo[0]
         self._advance(call)
         sent = self.halo_values(call)
-        pushes = [remote_call(worker.rpc(peers[q][0]), peers[q][1], "halo_put", call.id, key, self.pid, *rv)
-                  for q, rv in sent.items() if q != self.pid]
+        pushes = [
+            remote_call(worker.rpc(peers[q][0]), peers[q][1], "halo_put", call.id, key, self.pid, *rv)
+            for q, rv in sent.items()
+            if q != self.pid
+        ]
         if self.pid in sent:
             await self.halo_put(call.id, key, self.pid, *sent[self.pid])
         await asyncio.gather(*pushes)
-        if self._last[0] == call.id:   # a repeated call this partition has answered: it only resends
+        if self._last[0] == call.id:  # a repeated call this partition has answered: it only resends
             return
         self.halo_fill(call, await self._mailbox((call.id, key), self._sources[key]))
 
@@ -527,8 +539,12 @@ class Partition:
         is lost and not rebuilt yet (its rebuild asks for the copies again)."""
         keepers = [b for b in buddies(peers, self.pid) if b is not None]
         for key, versions in self._shards.items():
-            await asyncio.gather(*(remote_call(self.worker.rpc(addr), part, "shard_backup_put", key, self.pid,
-                                               versions) for addr, part, _ in keepers))
+            await asyncio.gather(
+                *(
+                    remote_call(self.worker.rpc(addr), part, "shard_backup_put", key, self.pid, versions)
+                    for addr, part, _ in keepers
+                )
+            )
 
     def assemble(self, ref, pieces):
         """A whole field from every partition's piece (partition order is row order), kept for later steps."""
@@ -558,13 +574,20 @@ class Partition:
     async def _resolve(self, call, peers, worker):
         """Fetch the other partitions' pieces of every ShardRef this partition has not assembled yet: each
         partition reads them straight from the others (an allgather), never through the driver."""
-        refs = [r for r in (shard_refs(call.params) if call.kind != "gather" else [])
-                if self._gathered.get((r.key, r.field), (None,))[0] != r.version]
+        refs = [
+            r
+            for r in (shard_refs(call.params) if call.kind != "gather" else [])
+            if self._gathered.get((r.key, r.field), (None,))[0] != r.version
+        ]
         fetched = {}
         for ref in refs:
             others = [q for q in range(len(peers or ())) if q != self.pid]
-            got = await asyncio.gather(*[remote_call(worker.rpc(peers[q][0]), peers[q][1], "shard_get", ref.key,
-                                                     ref.version, ref.field) for q in others])
+            got = await asyncio.gather(
+                *[
+                    remote_call(worker.rpc(peers[q][0]), peers[q][1], "shard_get", ref.key, ref.version, ref.field)
+                    for q in others
+                ]
+            )
             fetched[ref] = dict(zip(others, got))
         return self.resolved(call, fetched)
 
@@ -611,8 +634,11 @@ class Partition:
     async def _scatter(self, call, mine, peers, worker, loop):
         self._advance(call)
         parts, lo = self.scatter_parts(call, mine)
-        sends = [remote_call(worker.rpc(peers[q][0]), peers[q][1], "scatter_put", call.id, self.pid, parts[q])
-                 for q in range(self.n_parts) if q != self.pid]
+        sends = [
+            remote_call(worker.rpc(peers[q][0]), peers[q][1], "scatter_put", call.id, self.pid, parts[q])
+            for q in range(self.n_parts)
+            if q != self.pid
+        ]
         await self.scatter_put(call.id, self.pid, parts[self.pid])
         await asyncio.gather(*sends)
         box = await self._mailbox((call.id, "scatter"), range(self.n_parts))
@@ -622,8 +648,12 @@ class Partition:
 
     def backup_of(self, call):
         """{(state key, chunk index): {field: array}} of the state ``call.backup`` names, as this call left it."""
-        return {(key, c.index): {f: c.state[key][f] for f in fields}
-                for key, fields in call.backup for c in self.chunks if key in c.state}
+        return {
+            (key, c.index): {f: c.state[key][f] for f in fields}
+            for key, fields in call.backup
+            for c in self.chunks
+            if key in c.state
+        }
 
     def backup_put(self, call_id, arrays):
         """Keep another partition's state as ``call_id`` left it (the two newest calls)."""
@@ -650,7 +680,7 @@ class Partition:
         for pool in (self._pool, self._runner):
             if pool is not None:
                 pool.shutdown()
-        for c in self.chunks:   # the last references to the steps' per-thread buffers
+        for c in self.chunks:  # the last references to the steps' per-thread buffers
             c.scratch = None
 
 

@@ -1,4 +1,5 @@
 """Nearest-centre assignment fused with the Lloyd partial sums; one kernel for fit, predict and score."""
+
 import numpy as np
 from numba import njit
 
@@ -25,8 +26,9 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
     band = np.empty(block)
     evals = 0
     for b0 in range(0, n, block):
-        evals += nearest_rows(X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, top, band,
-                              labels, mind, mind2)
+        evals += nearest_rows(
+            X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, top, band, labels, mind, mind2
+        )
     return evals
 
 
@@ -134,8 +136,17 @@ def nearest(X, centers, labels=None, mind=None, mind2=None):
     n = X.shape[0]
     labels = np.empty(n, np.int32) if labels is None else labels
     mind = np.empty(n) if mind is None else mind
-    evals = assign(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, labels, mind,
-                   _NONE if mind2 is None else mind2)
+    evals = assign(
+        X,
+        centers.Cd,
+        centers.cnorm,
+        centers.C,
+        centers.tol,
+        centers.block,
+        labels,
+        mind,
+        _NONE if mind2 is None else mind2,
+    )
     return labels, mind, evals
 
 

@@ -1,5 +1,6 @@
 """Stochastic backward Euler for k-means (Yin, Pham, Oberman, Osher 2018): one implicit step x ← z, where z
 averages the iterates of a stochastic fixed-point iteration y = x − γ g_B(y) over mini-batches B."""
+
 import numpy as np
 from numba import njit
 

@@ -5,6 +5,7 @@ where the two best candidates of a row are closer than the GEMM's rounding error
 with the direct float64 form Σ (x − c)², so ties go to the lowest index and cancellation cannot pick the
 wrong centre.
 """
+
 import numpy as np
 from numba import njit
 
@@ -149,7 +150,7 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, top, band, l
             mind[i] = np.inf
             researched += 1
         else:
-            band[r] = -1.0   # no centre passes: every GEMM value is >= the row's best
+            band[r] = -1.0  # no centre passes: every GEMM value is >= the row's best
             mind[i] = sqdist(X, i, C, labels[i])
             evals += 1
     if researched:
@@ -224,7 +225,7 @@ def nearest_neighbours(Q, q_ids, Y, y_ids, approx, slack, out_j, out_d2):
     r = out_j.shape[1]
     worst = np.empty(r)
     for i in range(Q.shape[0]):
-        worst[:] = np.inf   # the r smallest approximate distances, ascending
+        worst[:] = np.inf  # the r smallest approximate distances, ascending
         for j in range(Y.shape[0]):
             a = approx[i, j]
             if y_ids[j] == q_ids[i] or a >= worst[r - 1]:

@@ -5,14 +5,15 @@ a blocked GEMM.
 
 Bounds are float32 (N·k·4 bytes) rounded down, so they stay lower bounds of the float64 distances.
 """
+
 import numpy as np
 from numba import njit
 
-from .distance import UNDERFLOW, nearest_rows, sqdist, sqnorm
 from .._random import GOLDEN, splitmix
+from .distance import UNDERFLOW, nearest_rows, sqdist, sqnorm
 
 # float32 rounding is at most 2^-24 relative: shrinking by 2^-22 first keeps a stored bound below its value
-_SHRINK = 1.0 - 2.0 ** -22
+_SHRINK = 1.0 - 2.0**-22
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -154,7 +155,7 @@ def join_rows(X, w, rows, Cd, cnorm, C, tol, block, labels, dist, lower, S, v, s
         m = min(block, n - s)
         for r in range(m):
             xb[r] = X[rows[s + r]]
-        Gb = G if m == block else np.empty((k, m), X.dtype)   # the GEMM writes into G only at its width
+        Gb = G if m == block else np.empty((k, m), X.dtype)  # the GEMM writes into G only at its width
         evals += nearest_rows(xb, 0, m, Cd, cnorm, C, tol, Gb, best, second, jb, top, band, lab, mind, mind2)
         for r in range(m):
             i = rows[s + r]

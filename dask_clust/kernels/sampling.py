@@ -1,5 +1,6 @@
 """Sampling inside one block: draws proportional to a non-negative weight vector, and greedy k-means++ over
 a weighted set held in memory."""
+
 import numpy as np
 from numba import njit
 
@@ -80,10 +81,10 @@ def greedy_plusplus(X, w, first, u, tol, chosen):
         for a in range(n):
             total += wa[a] * ma[a]
             cum[a] = total
-        if not total > 0.0:   # every row coincides with a chosen one: only duplicates are left
+        if not total > 0.0:  # every row coincides with a chosen one: only duplicates are left
             chosen[j] = min(M - 1, int(u[j - 1, 0] * M))
             continue
-        for t in range(trials):   # the first row whose cumulative mass passes the target has mass > 0
+        for t in range(trials):  # the first row whose cumulative mass passes the target has mass > 0
             cand[t] = min(np.searchsorted(cum[:n], u[j - 1, t] * total, side="right"), n - 1)
             s = 0.0
             for q in range(D):

@@ -6,6 +6,7 @@ terms, its hard label and its column maxima (BO's next modes), and writes the ne
 separate energy pass would read z twice; temporaries of N × K would double the memory of the largest
 state there is. With few features a is recomputed per row instead of held (a third of SLK's memory).
 """
+
 import math
 
 import numpy as np

@@ -7,6 +7,7 @@ fixed-point number (62 bits per word, the top word signed) on a grid fixed for t
 addition is exactly associative, so every tree shape gives bit-identical totals. The grid's top is set
 from the data's scale (``fixed_top_exponent``), which leaves about 120 bits below any sum's magnitude.
 """
+
 import math
 
 import numpy as np
@@ -51,7 +52,7 @@ def fixed_accumulate(acc, values, top):
         v = values[i]
         if v == 0.0:
             continue
-        if not abs(v) < limit:   # also NaN
+        if not abs(v) < limit:  # also NaN
             bad += 1
             continue
         # v = ±m·2^e exactly; on the grid it is m·2^s, s = e - (top - 186), split into 62-bit words

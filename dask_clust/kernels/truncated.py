@@ -6,11 +6,12 @@ K^(n) ← the C' closest; the winner c_o = argmin over S_n feeds the neighbourho
 truncated posteriors over K^(n) feed the M-step. Random draws use ``streams``' counter-based generator
 keyed by (seed, global row), so they do not depend on how rows are chunked or which thread runs them.
 """
+
 import numpy as np
 from numba import njit
 
-from .distance import sqdist_row
 from .._random import row_state, splitmix
+from .distance import sqdist_row
 
 
 @njit(nogil=True, cache=True)
@@ -197,7 +198,7 @@ def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, key, cou
                 if word == 0:
                     continue
                 seen[wi] = 0
-                while word != 0:   # lowest set bit first, found in O(1): ascending partners
+                while word != 0:  # lowest set bit first, found in O(1): ascending partners
                     low = word & (~word + one)
                     p = (wi << 6) + _BIT_INDEX[(low * _DE_BRUIJN) >> np.uint64(58)]
                     key[k] = c * C + p

@@ -7,6 +7,7 @@ anchor label was at least sqrt(lower2) away then, and has moved at most its drif
 centre is closer than all those bounds (Hamerly's test) there is no search; otherwise only the centres
 whose bound does not rule them out get an exact distance (Elkan's test with one bound per row).
 """
+
 import numpy as np
 from numba import njit
 

@@ -9,6 +9,7 @@ strict as the cluster: objects that list their properties reject unknown keys (a
 must be non-negative Kubernetes quantities (the API server rejects the pods the operator would make
 from anything else). tests/test_deploy.py re-derives the schema and fails if the kept copy differs.
 """
+
 import json
 import sys
 from pathlib import Path

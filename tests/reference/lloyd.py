@@ -1,5 +1,6 @@
 """Plain-numpy Lloyd k-means, line by line as Lloyd (1982) and scikit-learn's ``_kmeans_single_lloyd``:
 the oracle for dask_clust's kmeans. Slow and simple on purpose: brute-force float64 distances."""
+
 import numpy as np
 
 

@@ -1,6 +1,7 @@
 """The benchmark generator ``blobs`` the issues quote their figures on (unit-variance Gaussian blobs around
 centres uniform in [-spread, spread]^d, a tenth of the rows uniform background), restated as the oracle for
 ``dask_clust.datasets.make_blobs``: the same stream."""
+
 import numpy as np
 
 

@@ -1,6 +1,7 @@
 """Plain-numpy nested mini-batch k-means (Newling & Fleuret 2016, Alg. 5 with Alg. 1's Elkan test) and
 Sculley's mini-batch k-means (Alg. 2 + 4), written from the paper's pseudo-code: the oracles of
 tests/test_nmbatch.py. Rows are visited in the given nesting order; bounds are exact float64."""
+
 import numpy as np
 
 
@@ -82,14 +83,14 @@ def minibatch(X, centers, batches, ratio=0.0, picks=None, counts=None, since=0):
         since += len(x)
         due = ratio > 0 and (since >= 10 * k or (v == 0).any())
         lab = np.argmin(((x[:, None, :] - c[None]) ** 2).sum(-1), axis=1)
-        for i, j in enumerate(lab):   # one row at a time, rate 1/v
+        for i, j in enumerate(lab):  # one row at a time, rate 1/v
             v[j] += 1
             c[j] += (x[i] - c[j]) / v[j]
         if due:
             since = 0
             low = v < ratio * v.max()
             if low.sum() > len(x) // 2:
-                low[np.argsort(v, kind="stable")[len(x) // 2:]] = False
+                low[np.argsort(v, kind="stable")[len(x) // 2 :]] = False
             if low.any():
                 c[low] = x[picks(step).choice(len(x), int(low.sum()), replace=False)]
                 v[low] = v[~low].min()

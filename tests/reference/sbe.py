@@ -1,6 +1,7 @@
 """Plain-numpy stochastic backward Euler (Yin, Pham, Oberman, Osher 2018, its lost formulas restated as
 algorithms/sbe.py gives them): the oracle of tests/test_sbe.py. ``batches[o]`` is outer step o's (imaxit, b)
 row ids."""
+
 import numpy as np
 
 

@@ -1,6 +1,7 @@
 """Plain-numpy Scalable Laplacian K-modes (SLK-BO and SLK-MS), written from Ziko, Granger & Ben Ayed
 (NeurIPS 2018, §3) as algorithms/slk.py states them: the oracle for dask_clust's slk. Slow and simple on
 purpose: a brute-force kNN graph, dense kernels, float64."""
+
 import numpy as np
 
 
@@ -12,8 +13,7 @@ def normalize(X):
 def sqdist(X, Y):
     """Direct Σ (x − y)² for every pair, in row blocks that keep the temporary near 16 M values."""
     step = max(1, (1 << 24) // max(1, Y.size))
-    return np.concatenate([((X[i:i + step, None, :] - Y[None, :, :]) ** 2).sum(-1)
-                           for i in range(0, len(X), step)])
+    return np.concatenate([((X[i : i + step, None, :] - Y[None, :, :]) ** 2).sum(-1) for i in range(0, len(X), step)])
 
 
 def knn_graph(X, r=4):
@@ -31,7 +31,7 @@ def sigma_reference(knn_d2, rho=5):
 
 
 def kernel(X, M, sigma):
-    return np.exp(-sqdist(X, M) / (2 * sigma ** 2))
+    return np.exp(-sqdist(X, M) / (2 * sigma**2))
 
 
 def softmax(v):
@@ -94,8 +94,20 @@ def ms_modes(X, labels, modes, sigma):
     return np.stack([mean_shift(X, np.flatnonzero(labels == l), modes[l], sigma) for l in range(len(modes))])
 
 
-def slk(X, seeds, mode="bo", lmbda=1.3, sigma=None, graph=None, n_neighbors=4,
-        outer_tol=1e-5, outer_min=3, outer_max=100, inner_tol=1e-6, inner_max=1000):
+def slk(
+    X,
+    seeds,
+    mode="bo",
+    lmbda=1.3,
+    sigma=None,
+    graph=None,
+    n_neighbors=4,
+    outer_tol=1e-5,
+    outer_min=3,
+    outer_max=100,
+    inner_tol=1e-6,
+    inner_max=1000,
+):
     """SLK on rows X (normalised here) from k-means++ seeds. Returns a dict: labels, z, modes (and
     mode_ids for BO), sigma, graph, outer, inner (count per outer iteration), lost.
 
@@ -129,7 +141,7 @@ def slk(X, seeds, mode="bo", lmbda=1.3, sigma=None, graph=None, n_neighbors=4,
         if len(np.unique(labels)) < k:
             return dict(state, sigma=sigma, graph=graph, outer=it, inner=inner, lost=True)
         if mode == "bo":
-            ids = z.argmax(0)   # ties: the smallest row id
+            ids = z.argmax(0)  # ties: the smallest row id
             a_new = kernel(X, X[ids], sigma)
             e = continuous_energy(z, a_new, graph, lmbda)
             modes = X[ids]

@@ -1,6 +1,7 @@
 """Plain-numpy truncated variational EM for the isotropic GMM (vc-GMM, Alg. 1-2 of Hirschberger,
 Forster, Lücke, TPAMI 2022), written step by step, per row, for small data. The oracle of
 tests/test_vcgmm.py: deterministic given the initial K^(n) and G_c (no "+1", C' <= G)."""
+
 import numpy as np
 
 

@@ -2,6 +2,7 @@
 kernels/variance_reduced.py states) and VRKM (Alg. 3: plus the batch gradient over the anchor partition,
 computed by scanning it): the oracle of tests/test_vrkm.py. ``draws(epoch)`` gives the epoch's sampled row
 indices."""
+
 import numpy as np
 
 
