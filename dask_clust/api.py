@@ -32,7 +32,11 @@ class _Default:
 DEFAULT = _Default()
 
 
-def _check_against_data(cfg, source):
+def _check_against_data(spec, cfg, source):
+    """What every algorithm needs of the data, then what its spec adds (``AlgorithmSpec.check_data``): all
+    before an engine opens, so bad data costs no pass over it."""
+    if not spec.weighted and getattr(source, "weights", None) is not None:
+        raise InputError(f"algo={spec.name!r} does not take sample_weight: {spec.unweighted_because}")
     k = getattr(cfg, "n_clusters", None)
     if k is not None and k > source.n_samples:
         raise InputError(f"n_clusters={k} must be <= n_samples={source.n_samples}")
@@ -43,23 +47,19 @@ def _check_against_data(cfg, source):
             raise InputError(
                 f"init array has shape {shape}; expected (n_clusters, n_features) = ({k}, {source.n_features})"
             )
+    if spec.check_data is not None:
+        spec.check_data(cfg, source)
 
 
-LOOP_LIMITS = ("max_iter", "max_epochs", "omaxit")
+def _loop_length(spec, cfg):
+    """The most iterations an algorithm's loop runs (``AlgorithmSpec.loop_length``)."""
+    return 1 if spec.loop_length is None else getattr(cfg, spec.loop_length)
 
 
-def _loop_length(cfg):
-    """The most iterations an algorithm's loop runs: its max_iter, max_epochs (VRKM) or omaxit (SBE)."""
-    for name in LOOP_LIMITS:
-        if hasattr(cfg, name):
-            return getattr(cfg, name)
-    return 1
-
-
-def _warn_unconverged(algo, cfg, result, loop):
+def _warn_unconverged(spec, cfg, result, loop):
     """A ConvergenceWarning when the loop ran out before the stopping rule held; an algorithm without one
     (``tol`` 0 or none: SBE, mini-batch by default) and a fit the callback stopped do not warn."""
-    limit = next((name for name in LOOP_LIMITS if hasattr(cfg, name)), None)
+    algo, limit = spec.name, spec.loop_length
     if (
         limit is None
         or result.converged
@@ -78,7 +78,7 @@ def _warn_unconverged(algo, cfg, result, loop):
 
 def fit(
     X,
-    algo="kmeans",
+    algo=algorithms.DEFAULT,
     n_clusters=8,
     *,
     init=DEFAULT,
@@ -134,7 +134,7 @@ def fit(
     X = select_columns(X, columns)
     names = feature_names(X)
     source = as_source(X, sample_weight)
-    _check_against_data(cfg, source)
+    _check_against_data(spec, cfg, source)
     params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
     params_out["random_state"] = entropy
     saved = None
@@ -177,11 +177,11 @@ def fit(
         if saved is not None:
             saved.check_summary(engine.summary)
             stack.callback(saved.close)
-        loop = Loop(algo, _loop_length(cfg), callback=callback, progress=True, checkpoint=saved)
+        loop = Loop(algo, _loop_length(spec, cfg), callback=callback, progress=True, checkpoint=saved)
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0
-    _warn_unconverged(algo, cfg, result, loop)
+    _warn_unconverged(spec, cfg, result, loop)
     logger.info(
         "%s finished: %d iterations, objective %s, %.2f s",
         algo,

@@ -282,7 +282,7 @@ def build_parser(argv=()):
     progress_flags(f)
     if _command(argv) == "fit":
         algorithms = _algorithm_flags(f)
-        f.add_argument("--algo", default="kmeans", choices=sorted(algorithms.REGISTRY), help="the algorithm")
+        f.add_argument("--algo", default=algorithms.DEFAULT, choices=sorted(algorithms.REGISTRY), help="the algorithm")
     f.set_defaults(func=cmd_fit)
 
     pr = sub.add_parser("predict", parents=[common], help="label rows with a saved model")

@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import algorithms
 from . import progress as progress_
 from ._params import build_config, describe
-from ._random import check_random_state, stream
+from ._random import check_random_state
 from .api import fit
 from .engine.cluster import persisted
 from .errors import InputError, InvalidParameterError
@@ -202,7 +202,6 @@ class StreamingEstimator(ClusteringEstimator):
         call assigns its rows to the centres as they are, moves every centre to the mean of all the rows it
         was ever given, and moves light centres onto its rows as ``fit`` does (``reassignment_ratio``).
         ``counts_``: their weight per centre; ``n_steps_``: the batches. A dask batch is computed here."""
-        from .algorithms.minibatch import minibatch_step, reassign
         from .blocks.seeding import seed
         from .engine import as_source, open_engine
         from .models import ClusteringModel
@@ -232,18 +231,8 @@ class StreamingEstimator(ClusteringEstimator):
             else:
                 centers, counts = self.cluster_centers_, self.counts_
             x, w = engine.take(np.arange(source.n_samples), weights=True)
-            due = cfg.reassignment_ratio > 0 and (
-                self._since_reassign + len(x) >= 10 * cfg.n_clusters or not counts.all()
-            )
-            centers, counts, _, _ = minibatch_step(x, w, centers, counts, engine.dtype)
-        self._since_reassign = 0 if due else self._since_reassign + len(x)
-        if due:
-            reassign(
-                x,
-                centers,
-                counts,
-                cfg.reassignment_ratio,
-                stream(entropy, "minibatch", "reassign", "partial", self.n_steps_),
+            centers, counts, self._since_reassign = spec.partial_step(
+                cfg, x, w, centers, counts, self._since_reassign, entropy, self.n_steps_, engine.dtype
             )
         self.cluster_centers_, self.counts_ = centers, counts
         self.n_steps_ += 1
@@ -281,10 +270,6 @@ class ProbabilisticEstimator(ClusteringEstimator):
         if output == "truncated":
             return tuple(self._out(X, r) for r in result)
         return result if output == "sparse" else self._out(X, result)
-
-
-PROBABILISTIC = ("vcgmm", "vargmm")
-STREAMING = ("minibatch",)
 
 
 def _init_source(names, defaults):
@@ -335,9 +320,9 @@ def _make_estimator(spec):
     exec(_init_source(names, defaults), namespace)
     base = (
         ProbabilisticEstimator
-        if spec.name in PROBABILISTIC
+        if spec.probabilistic
         else StreamingEstimator
-        if spec.name in STREAMING
+        if spec.partial_step is not None
         else ClusteringEstimator
         if spec.weighted
         else UnweightedEstimator

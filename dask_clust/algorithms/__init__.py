@@ -10,4 +10,7 @@ from . import vrkm  # noqa: F401,E402
 from . import sbe  # noqa: F401,E402
 from . import slk  # noqa: F401,E402
 
-__all__ = ["REGISTRY", "AlgorithmSpec", "final_pass", "finish", "get", "register", "resumable", "state_of"]
+# ``fit``'s and the command line's algorithm when none is named
+DEFAULT = "kmeans"
+
+__all__ = ["DEFAULT", "REGISTRY", "AlgorithmSpec", "final_pass", "finish", "get", "register", "resumable", "state_of"]

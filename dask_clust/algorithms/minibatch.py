@@ -107,6 +107,17 @@ def reassign(x, centers, counts, ratio, rng):
     return moved
 
 
+def partial_step(cfg, x, w, centers, counts, since, entropy, step, dtype):
+    """The estimator's ``partial_fit`` on a batch it holds: steps 2-3 on the batch, then step 4 when
+    ``10 k`` rows have passed since the last reassignment (``since``) or a centre has no weight yet.
+    Returns (centers, counts, rows since the last reassignment)."""
+    due = cfg.reassignment_ratio > 0 and (since + len(x) >= 10 * cfg.n_clusters or not counts.all())
+    centers, counts, _, _ = minibatch_step(x, w, centers, counts, dtype)
+    if due:
+        reassign(x, centers, counts, cfg.reassignment_ratio, stream(entropy, "minibatch", "reassign", "partial", step))
+    return centers, counts, 0 if due else since + len(x)
+
+
 def draw_block(engine, entropy, block, length, b):
     """Step 2: the rows and weights of the batches of block ``block``, (length, b, D) and (length, b)."""
     ids = stream(entropy, "minibatch", "batches", block).integers(0, engine.n_samples, (length, b))
@@ -220,6 +231,7 @@ register(
         "moved to batch rows",
         reference="Sculley, WWW 2010, doi:10.1145/1772690.1772862",
         objective="the batch's mean squared distance to its centres, before the update",
+        partial_step=partial_step,
         state_bytes=lambda cfg: ROW_BYTES,  # the seeder's; the batches keep none
         resumable=True,
         saved=saved,

@@ -7,29 +7,63 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
+    """What generic code (``api``, ``models``, the estimators, the CLI, the engine's sizing, the tests and the
+    benchmark harness) knows of an algorithm: everything it needs, so none of it names an algorithm.
+
+    name, config, fit: ``algo=name``; a dataclass with a ``constraints`` dict (field -> list of constraints);
+        ``fit(engine, config, entropy, loop) -> loop.FitResult``.
+    estimator, summary, reference: the estimator class name in ``dask_clust``; one line for the README table
+        and the CLI help; the paper.
+    objective: what ``history_``'s per-iteration "objective" is (the model's ``objective_`` is the exact QE
+        of the returned centres over all rows, unless the config says otherwise: ``loop.FitResult``).
+    loop_length: the config field bounding the loop (its iterations, epochs or outer iterations), or None.
+    check_data(config, source): raises ``InputError`` for data the algorithm cannot fit with this config
+        (beyond what every algorithm checks: n_clusters <= n_samples, an init array's shape), before an
+        engine opens; None: nothing more.
+    weighted: takes sample_weight (the estimator's fit has the parameter only then); when False,
+        ``unweighted_because`` says why in the refusal.
+    probabilistic: the model has truncated posteriors (``predict_proba``) and the estimator exposes them.
+    partial_step(config, x, w, centers, counts, since, entropy, step, dtype) -> (centers, counts, since): the
+        estimator's ``partial_fit`` on a batch it holds (``since``: rows since the last reassignment;
+        ``step``: the batches before it); None: no ``partial_fit``.
+    state_bytes(config): bytes of state the fit keeps per input row through the fit (the engine streams or
+        refuses with them counted); None: none. keeps_rows: its state holds a copy of its input rows and
+        weights besides (counted too). thread_bytes(config): bytes of buffers each worker thread keeps
+        through the fit (``Chunk.scratch``), counted when the input streams; None: none.
+    resumable: ``fit(checkpoint=, resume=)`` continues it to the same bits (its fit saves through
+        ``loop.save`` and starts from ``loop.restored``). saved(config, n_samples, n_features) ->
+        {name: spec} of what its checkpoint holds (``checkpoint.check_saved``): a resumed fit's state is
+        checked against it before any work; every resumable algorithm declares it.
+    model_extras: (name, check(value, n_clusters) -> bool, what it must be) for each ``extras_`` entry its
+        model's predict/transform read: a saved model must carry them, valid, and no other algorithm's
+        model may (``models.load`` checks).
+    """
+
     name: str
-    config: type  # dataclass with a ``constraints`` dict: field → list of constraints
-    fit: object  # fit(engine, config, entropy, loop) -> engine.FitResult
-    estimator: str  # the estimator class name in ``dask_clust``
-    summary: str  # one line for the README table and the CLI help
-    reference: str  # the paper
-    objective: str  # what history_'s per-iteration "objective" is (the model's objective_ is the
-    # exact QE of the returned centres over all rows unless vc-GMM's
-    # final_objective says otherwise, loop.FitResult)
-    weighted: bool = True  # takes sample_weight (the estimator's fit has the parameter only then)
-    state_bytes: object = None  # (config) -> bytes of state the fit keeps per input row through the fit
-    # (the engine streams or refuses with them counted); None: none
-    keeps_rows: bool = False  # its state holds a copy of its input rows and weights besides (counted too)
-    thread_bytes: object = None  # (config) -> bytes of buffers each worker thread keeps through the fit
-    # (``Chunk.scratch``), counted when the input streams; None: none
-    resumable: bool = False  # fit(checkpoint=, resume=) continues it to the same bits (its fit saves
-    # through loop.save and starts from loop.restored)
-    saved: object = None  # (config, n_samples, n_features) -> {name: spec} of what its checkpoint holds
-    # (``checkpoint.check_saved``): a resumed fit's state is checked against it
-    # before any work; every resumable algorithm declares it
-    model_extras: tuple = ()  # (name, check(value, n_clusters) -> bool, what it must be) for each extras_
-    # entry its model's predict/transform read: a saved model must carry them,
-    # valid, and no other algorithm's model may (``models.load`` checks)
+    config: type
+    fit: object
+    estimator: str
+    summary: str
+    reference: str
+    objective: str
+    loop_length: str | None = "max_iter"
+    check_data: object = None
+    weighted: bool = True
+    unweighted_because: str = ""
+    probabilistic: bool = False
+    partial_step: object = None
+    state_bytes: object = None
+    keeps_rows: bool = False
+    thread_bytes: object = None
+    resumable: bool = False
+    saved: object = None
+    model_extras: tuple = ()
+
+    def __post_init__(self):
+        if not self.weighted and not self.unweighted_because:
+            raise ValueError(f"algorithm {self.name!r} takes no sample_weight: say why (unweighted_because)")
+        if self.loop_length is not None and self.loop_length not in self.config.__dataclass_fields__:
+            raise ValueError(f"algorithm {self.name!r}: loop_length {self.loop_length!r} is not a config field")
 
 
 # specs of what checkpoints hold (``AlgorithmSpec.saved``, ``checkpoint.check_saved``)

@@ -36,7 +36,6 @@ from .._random import stream
 from ..blocks.batches import KEYED_GATHER_BYTES, steps_per_gather
 from ..blocks.lloyd import quantization_error
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
-from ..errors import InputError
 from ..kernels.backward_euler import backward_euler_step
 from ..kernels.distance import gemm_tolerance, rows_per_block
 from ..loop import FitResult
@@ -109,8 +108,6 @@ def seeding_rows(cfg, n_samples):
 
 
 def fit(engine, cfg, entropy, loop):
-    if getattr(engine.source, "weights", None) is not None:
-        raise InputError("algo='sbe' draws uniform mini-batches and does not take sample_weight")
     N, k = engine.n_samples, cfg.n_clusters
     restored = loop.restored
     if restored is None:
@@ -173,7 +170,9 @@ register(
         "iterations",
         reference="Yin, Pham, Oberman, Osher, J. Sci. Comput. 2018, doi:10.1007/s10915-018-0744-4",
         objective="f = QE / (2 b) of the step's starting centres on its first batch (f on all rows: f_all_rows)",
+        loop_length="omaxit",
         weighted=False,
+        unweighted_because="it draws uniform mini-batches",
         state_bytes=lambda cfg: ROW_BYTES,  # the seeder's; the batches keep none
         resumable=True,
         saved=saved,

@@ -481,20 +481,22 @@ def _normalised(chunk, params):
     return l2_rows(chunk.x).astype(chunk.x.dtype, copy=False), np.ones(chunk.x.shape[0])
 
 
-def fit(engine, cfg, entropy, loop):
-    """Normalise the rows (a second engine over them, on the same workers), seed, SLK, one QE pass."""
-    if getattr(engine.source, "weights", None) is not None:
-        raise InputError("algo='slk' does not take sample_weight: its graph and modes weigh every row alike")
-    n, k = engine.n_samples, cfg.n_clusters
-    if engine.n_features == 1:
+def check_data(cfg, source):
+    """Directions need two features; the kNN graph needs more rows than neighbours."""
+    if source.n_features == 1:
         raise InputError(
             "algo='slk' clusters the rows' directions (it L2-normalises them): with n_features = 1 a "
             "direction is only a sign; use algo='kmeans'"
         )
-    if cfg.n_neighbors >= n:
-        raise InputError(f"n_neighbors={cfg.n_neighbors} needs more than n_neighbors rows; got n_samples={n}")
-    if k > n:
-        raise InputError(f"n_samples={n} should be >= n_clusters={k}")
+    if cfg.n_neighbors >= source.n_samples:
+        raise InputError(
+            f"n_neighbors={cfg.n_neighbors} needs more than n_neighbors rows; got n_samples={source.n_samples}"
+        )
+
+
+def fit(engine, cfg, entropy, loop):
+    """Normalise the rows (a second engine over them, on the same workers), seed, SLK, one QE pass."""
+    n, k = engine.n_samples, cfg.n_clusters
     sizes = np.diff(engine.source.starts)
     # per row: the rows in float64, a, z and the halo's copy of z (K floats each), graph and labels
     state_bytes = 8 * (engine.n_features + 3 * k + 3 * cfg.n_neighbors + 4)
@@ -554,7 +556,9 @@ register(
         summary="scalable Laplacian K-modes (SLK-BO / SLK-MS) on the kNN graph of the L2-normalised rows",
         reference="Ziko, Granger, Ben Ayed, NeurIPS 2018, arXiv:1810.13044",
         objective="the continuous energy −Σ a·z − λ Σ (W z)·z after each outer iteration",
+        check_data=check_data,
         weighted=False,
+        unweighted_because="its graph and modes weigh every row alike",
         model_extras=(("row_normalization_", lambda v, k: v == "l2", "'l2'"),),
     )
 )

@@ -663,6 +663,7 @@ register(
         "(k-means|| or AFK-MC2 seeding)",
         reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
         objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
+        probabilistic=True,
         resumable=True,
         saved=saved,
         model_extras=MODEL_EXTRAS,
@@ -682,6 +683,7 @@ register(
         # buffers are per thread (``_buffers``), for blocks of up to BLOCK_ROWS rows of C'·G + 1 candidates
         state_bytes=lambda cfg: max(ROW_BYTES, 12 * (cfg.n_truncated or cfg.G) + 4),
         thread_bytes=lambda cfg: buffer_bytes(BLOCK_ROWS, (cfg.n_truncated or cfg.G) * cfg.G + 1),
+        probabilistic=True,
         resumable=True,
         saved=saved,
         model_extras=MODEL_EXTRAS,

@@ -34,7 +34,6 @@ import numpy as np
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from ..engine.combine import Fold, Sum
-from ..errors import InputError
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..kernels.variance_reduced import variance_reduced_steps
 from .registry import COUNT, MAYBE, AlgorithmSpec, centres, finish, register
@@ -154,8 +153,6 @@ def diverged(eta, loop):
 
 
 def fit(engine, cfg, entropy, loop):
-    if getattr(engine.source, "weights", None) is not None:
-        raise InputError("algo='vrkm' draws rows uniformly and does not take sample_weight")
     N, k = engine.n_samples, cfg.n_clusters
     eta = cfg.learning_rate if cfg.learning_rate is not None else k / N
     T = epoch_steps(cfg, N)
@@ -228,7 +225,9 @@ register(
         summary="variance-reduced k-means (VRKM++ / VRKM): position-corrected epochs, constant-rate steps",
         reference="Zhao et al., Neurocomputing 2018, doi:10.1016/j.neucom.2018.03.059",
         objective="QE of the epoch's anchor pass over all rows",
+        loop_length="max_epochs",
         weighted=False,
+        unweighted_because="it draws rows uniformly",
         state_bytes=lambda cfg: max(ROW_BYTES, 4 + 8),  # the anchor's label (int32) and lower bound (float64)
         resumable=True,
         saved=saved,

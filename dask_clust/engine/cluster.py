@@ -126,7 +126,7 @@ def should_stream(source, memory_bytes, state=(0, "the fit")):
             f"{who} keeps {int(row_bytes)} B of state per row: {held / 1e9:.3g} GB for "
             f"{source.n_samples:,} rows, over stream-fraction = {fraction:g} of the "
             f"{memory_bytes / 1e9:.3g} GB of memory it runs in; add workers or memory, or fit on a "
-            "sample (an algorithm with a coreset: vcgmm, or kmeans with coreset_size)"
+            "sample (an algorithm with a coreset, or its coreset_size where the algorithm takes one)"
         )
     mode = config.get("stream")
     if isinstance(source, (ArraySource, FutureSource)) or mode is False or mode == "never":
@@ -529,9 +529,8 @@ class ClusterBackend:
 
     async def _watched(self, running):
         """Await a call while ``_watch`` asks the scheduler whether a worker of the fit has gone. A partition
-        that sends to a killed worker retries connecting to it for comm.timeouts.connect (30 s) before it fails
-        (issue #20: a worker killed between two calls cost a vargmm fit 31 s once in 168 kills); the scheduler
-        knows at once, so the call is abandoned as lost and the caller rebuilds and repeats it."""
+        that sends to a killed worker retries connecting to it for comm.timeouts.connect (30 s) before it fails;
+        the scheduler knows at once, so the call is abandoned as lost and the caller rebuilds and repeats it."""
         task = asyncio.ensure_future(running)
         watch = asyncio.ensure_future(self._watch({addr for addr, _ in self.placement}))
         try:
