@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from dask_clust.engine import combine as c
+from dask_clust.engine.calls import Step
 from dask_clust.engine.cluster import tree
-from dask_clust.engine.partition import Call, Partition
+from dask_clust.engine.partition import Partition
 from dask_clust.kernels.stats import fixed_top_exponent
 
 N_CHUNKS = 23
@@ -32,7 +33,7 @@ def through_partitions(partials, combine, n_parts, split_every, threads=1):
             {"chunks": [(i, i, i + 1) for i in ids], "entropy": 0, "threads": threads},
             *[(np.zeros((1, 1)), None)] * len(ids),
         )
-        parts.append(p.local(Call(0, _given, partials, combine, TOP)))
+        parts.append(p.local(Step(0, _given, partials, combine, TOP)))
         p.close()
 
     def up(i, below):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dask_clust
-from dask_clust.engine import as_source, open_engine
+from dask_clust.engine import Halo, ReduceScatter, as_source, open_engine
 from tests.reference import lloyd as ref
 from tests.reference.make_blobs import blobs
 
@@ -1140,8 +1140,8 @@ def test_halo_gives_the_hand_computed_jacobi_step(cluster, where):
     with open_engine(as_source(X, chunk_rows=3), "in-process" if where == "in-process" else cluster, 0) as eng:
         assert eng.n_chunks == 2 and eng.n_workers == (1 if where == "in-process" else 2)
         with eng.state("z", _init_z), eng.halo("graph", _reads):
-            (one,) = eng.reduce(_jacobi, None, (Rows(),), halo=("graph", "z"))
-            (two,) = eng.reduce(_jacobi, None, (Rows(),), halo=("graph", "z"))
+            (one,) = eng.reduce(_jacobi, None, (Rows(),), halo=Halo("graph", "z"))
+            (two,) = eng.reduce(_jacobi, None, (Rows(),), halo=Halo("graph", "z"))
     # by hand: z1_i = (z0_i + z0_a + z0_b) / 3
     hand = np.array(
         [(1 + 2 + 8) / 3, (2 + 4 + 16) / 3, (4 + 1 + 32) / 3, (8 + 1 + 16) / 3, (16 + 2 + 32) / 3, (32 + 4 + 8) / 3]
@@ -1175,9 +1175,9 @@ def test_halo_rows_go_partition_to_partition(cluster):
     with open_engine(as_source(X, chunk_rows=n // 2), cluster, 0) as eng:
         assert eng.n_workers == 2
         with eng.state("v", _init_v), eng.halo("other", _read_other_half, n):
-            eng.reduce(_check_v, n, halo=("other", "v"))  # warm
+            eng.reduce(_check_v, n, halo=Halo("other", "v"))  # warm
             with DriverBytes() as io:
-                (ok,) = eng.reduce(_check_v, n, halo=("other", "v"))
+                (ok,) = eng.reduce(_check_v, n, halo=Halo("other", "v"))
     assert ok == 2
     assert io.read + io.written < 100_000, (io.read, io.written)
 
@@ -1238,7 +1238,7 @@ def test_halo_survives_a_lost_worker(three_workers):
                 for it in range(4):
                     if it == kill_after:
                         os.kill(sorted(_worker_pids(three_workers).values())[1], signal.SIGKILL)
-                    (z_now["z"],) = eng.reduce(_ring_step, None, (Rows(),), halo=("ring", "z"))
+                    (z_now["z"],) = eng.reduce(_ring_step, None, (Rows(),), halo=Halo("ring", "z"))
                 return z_now["z"], eng.describe()["rebuilds"]
 
     calm, _ = run(None)
@@ -1305,7 +1305,7 @@ def test_reduce_scatter_leaves_the_sums_sharded_on_the_workers(three_workers, wh
                 _sums_per_label,
                 (k, 1.0),
                 (Scatter(), Scatter(), Sum()),
-                scatter=(model, _mean_of_shard, (Rows(), Rows())),
+                scatter=ReduceScatter(model, _mean_of_shard, (Rows(), Rows())),
             )
             means = model.gather()
             (scaled,) = eng.reduce(_scaled_by_model, (k, model.ref()))
@@ -1423,10 +1423,18 @@ def test_a_sharded_model_never_passes_through_the_driver(cluster):
         with DriverBytes() as on_driver:
             eng.reduce(L.lloyd_step, L.Prepared(C, eng.dtype))
         with eng.sharded("c", (C,)) as model:
-            eng.reduce(L.lloyd_step, model.ref(), L.SHARDED_STEP, scatter=(model, L.sharded_m_step, (Rows(), Rows())))
+            eng.reduce(
+                L.lloyd_step,
+                model.ref(),
+                L.SHARDED_STEP,
+                scatter=ReduceScatter(model, L.sharded_m_step, (Rows(), Rows())),
+            )
             with DriverBytes() as io:
                 eng.reduce(
-                    L.lloyd_step, model.ref(), L.SHARDED_STEP, scatter=(model, L.sharded_m_step, (Rows(), Rows()))
+                    L.lloyd_step,
+                    model.ref(),
+                    L.SHARDED_STEP,
+                    scatter=ReduceScatter(model, L.sharded_m_step, (Rows(), Rows())),
                 )
     assert on_driver.read > C.nbytes  # the finished sums: 8 bytes a value
     assert io.read + io.written < 2 * 4096 * 8 + 100_000, (io.read, io.written)

@@ -305,6 +305,7 @@ def _reversed(chunk, params):
 def one_update(g, lmbda):
     """One bound update on the hand state: (z in input order, relaxed energy of HAND_Z, BO's argmax ids)."""
     from dask_clust.algorithms import slk as s
+    from dask_clust.engine import Halo
     from dask_clust.engine.combine import ArgMax, Rows, Sum
 
     pos_of = g.to_input_order(np.arange(g.n_samples))
@@ -313,7 +314,7 @@ def one_update(g, lmbda):
         g.state("slk-nb", s._neighbour_lists),
         g.halo("slk-nb", s._reads),
     ):
-        (energy,) = g.reduce(s._update, lmbda, (Sum(),), halo=("slk-nb", "slk-z", True))
+        (energy,) = g.reduce(s._update, lmbda, (Sum(),), halo=Halo("slk-nb", "slk-z", indexed=True))
         _, (_, top_ids, top_rows), _, _ = g.reduce(s._settle, lmbda, (Sum(), ArgMax(), Sum(), Sum()))
         ids, z = g.reduce(_z_of, None, (Rows(), Rows()))
     out = np.empty_like(z)

@@ -59,6 +59,7 @@ from ..blocks.knn import (
     unsearched,
 )
 from ..blocks.seeding import SEEDERS, seed
+from ..engine import Halo
 from ..engine.combine import ArgMax, Rows, Sum
 from ..engine.data import l2_rows
 from ..errors import InputError
@@ -308,8 +309,8 @@ def first_modes(engine, seeds, sigma, mode, normalize):
 
 
 def densest_members(by_seed, sigma, starts):
-    by_seed.reduce(keep_halo_ids, "slk-member-in", halo=("slk-members", "knn-in"))
-    return by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),), halo=("slk-members", "knn-x"))
+    by_seed.reduce(keep_halo_ids, "slk-member-in", halo=Halo("slk-members", "knn-in"))
+    return by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),), halo=Halo("slk-members", "knn-x"))
 
 
 def mean_shift(engine, modes, sigma, sizes, tol=1e-5, max_iter=1000):
@@ -333,7 +334,7 @@ def inner_loop(engine, lmbda, tol, max_iter):
     update whose z is kept)."""
     energies = []
     for p in range(1, max_iter + 2):
-        (e,) = engine.reduce(_update, lmbda, (Sum(),), halo=("slk-nb", "slk-z", True))
+        (e,) = engine.reduce(_update, lmbda, (Sum(),), halo=Halo("slk-nb", "slk-z", indexed=True))
         energies.append(e)  # energy of z_{p-1}
         if p >= 3 and abs(energies[-1] - energies[-2]) <= tol * abs(energies[-2]):
             return p - 1

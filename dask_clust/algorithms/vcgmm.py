@@ -43,7 +43,7 @@ import math
 import numbers
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -54,7 +54,7 @@ from ..blocks.coreset import default_size, uniform_sample, working_set
 from ..blocks.knn import nearest_centre
 from ..blocks.lloyd import lloyd_update
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from ..engine import restored_rows
+from ..engine import ReduceScatter, restored_rows
 from ..engine.combine import KeyedSum, Rows, Scatter, Sum
 from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
@@ -208,6 +208,19 @@ def _new_stats(n_clusters, n_features):
     return [np.zeros((n_clusters, n_features)), np.zeros(n_clusters), np.zeros(n_clusters), 0.0]
 
 
+class SearchParams(NamedTuple):
+    """What step 4's search (``_estep``) reads: the means (or a ``ShardRef`` to them), G_c, the fit's key for
+    the per-row random streams, how many random clusters fill S_n, σ² (None before the first M-step) and
+    the pair statistics' fixed-point unit."""
+
+    mu: object
+    Gc: np.ndarray
+    key: int
+    extra_random: int
+    sigma2: float | None
+    inv_unit: float
+
+
 def _estep(chunk, params):
     """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
     in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
@@ -260,7 +273,7 @@ STATS = (Sum(),) * 4
 def _neighbourhoods_at_root(found, params):
     """Step 5 where the E-step's partials meet: the pair statistics (O(distinct pairs)) become G_c (C × G),
     the only part of them the driver receives."""
-    Gc = params[1].copy()
+    Gc = params.Gc.copy()
     update_neighbourhoods(*found[3], Gc)
     return found[:3] + (Gc,) + found[4:]
 
@@ -370,7 +383,7 @@ class DriverMeans:
         Σ w min d², changed winners, G_c, the M-step's (F's data part, residuals, active clusters) or None)."""
         combine = ESTEP if sigma2 is None else ESTEP + STATS
         e, minsum, changed, Gc, *stats = self.engine.reduce(
-            _estep, (self.mu, Gc, key, extra_random, sigma2, self.grid), combine, _neighbourhoods_at_root
+            _estep, SearchParams(self.mu, Gc, key, extra_random, sigma2, self.grid), combine, _neighbourhoods_at_root
         )
         return e, minsum, changed, Gc, self._m_step(*stats) if stats else None
 
@@ -403,20 +416,26 @@ class ShardedMeans:
         self.stats = (Scatter(), Scatter(), Scatter(), Sum())
 
     def search(self, Gc, key, extra_random, sigma2):
-        params = (self.model.ref(), Gc, key, extra_random, sigma2, self.grid)
+        params = SearchParams(self.model.ref(), Gc, key, extra_random, sigma2, self.grid)
         if sigma2 is None:
             e, minsum, changed, Gc = self.engine.reduce(
-                _estep, params, self.estep, scatter=(self.model, _shard_neighbourhoods, (Rows(),))
+                _estep, params, self.estep, scatter=ReduceScatter(self.model, _shard_neighbourhoods, (Rows(),))
             )
             return e, minsum, changed, Gc, None
         e, minsum, changed, data_f, Gc, resid, won = self.engine.reduce(
-            _estep, params, self.estep + self.stats, scatter=(self.model, _shard_update, (Rows(), Rows(), Sum()))
+            _estep,
+            params,
+            self.estep + self.stats,
+            scatter=ReduceScatter(self.model, _shard_update, (Rows(), Rows(), Sum())),
         )
         return e, minsum, changed, Gc, (float(data_f), resid, int(won))
 
     def posteriors(self, sigma2):
         data_f, resid, won = self.engine.reduce(
-            _posterior_step, (sigma2, self.n_clusters), self.stats, scatter=(self.model, _shard_m_step, (Rows(), Sum()))
+            _posterior_step,
+            (sigma2, self.n_clusters),
+            self.stats,
+            scatter=ReduceScatter(self.model, _shard_m_step, (Rows(), Sum())),
         )
         return float(data_f), resid, int(won)
 
@@ -429,8 +448,8 @@ class ShardedMeans:
 
 def _shard_neighbourhoods(fields, shard, params, lo):
     """Step 5 where clusters lo.. live: their rows of G_c from their pair statistics."""
-    Gc = params[1][lo : lo + len(shard[0])].copy()
-    update_neighbourhoods(*fields[0], Gc, lo, len(params[1]))
+    Gc = params.Gc[lo : lo + len(shard[0])].copy()
+    update_neighbourhoods(*fields[0], Gc, lo, len(params.Gc))
     return shard, (Gc,)
 
 

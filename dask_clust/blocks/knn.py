@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from .._random import stream
-from ..engine import as_source, config, open_engine
+from ..engine import Halo, as_source, config, open_engine
 from ..engine.combine import KeyedSum, Rows, RowTop
 from ..engine.data import l2_rows
 from ..errors import InputError
@@ -347,11 +347,11 @@ class NeighbourGraph:
         e, r = self.engine, self.n_neighbors
         if self.method == "exact":
             with e.halo("knn-all", _all_rows, e.n_samples):  # every row in every chunk: gone before the graph is used
-                e.reduce(search_exact, r, halo=("knn-all", "knn-x"))
+                e.reduce(search_exact, r, halo=Halo("knn-all", "knn-x"))
             return
         with e.halo("knn-probed", _probed_rows, self._plan):  # its rows go before the graph is used
-            e.reduce(keep_halo_ids, "knn-cand-in", halo=("knn-probed", "knn-in"))
-            e.reduce(search_ivf, (r,) + self._plan, halo=("knn-probed", "knn-x", True))
+            e.reduce(keep_halo_ids, "knn-cand-in", halo=Halo("knn-probed", "knn-in"))
+            e.reduce(search_ivf, (r,) + self._plan, halo=Halo("knn-probed", "knn-x", indexed=True))
 
     def _measure(self, entropy):
         """The search, then Σ d2 and recall@r (a phase of ``rerun``: after a lost worker, the rebuilt

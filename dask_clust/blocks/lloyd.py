@@ -19,6 +19,7 @@ reduce-scattered by cluster, step 3 runs where each cluster range lives, and the
 
 import numpy as np
 
+from ..engine import ReduceScatter
 from ..engine.combine import Rows, Scatter, Sum, Top
 from ..kernels.assign import Prepared, accumulate, nearest
 from ..loop import FitResult, Loop
@@ -158,7 +159,7 @@ def lloyd_update(engine, centers):
     if engine.shards_model(centers.nbytes):
         with engine.sharded("lloyd update", (centers,)) as model:
             _, _, e, _, _ = engine.reduce(
-                _update_step, model.ref(), SHARDED_STEP, scatter=(model, sharded_m_step, (Rows(), Rows()))
+                _update_step, model.ref(), SHARDED_STEP, scatter=ReduceScatter(model, sharded_m_step, (Rows(), Rows()))
             )
             return model.gather(), int(e)
     sums, weights, _, _, e = engine.reduce(_update_step, Prepared(centers, engine.dtype))
@@ -224,7 +225,7 @@ def _sharded_lloyd(engine, centers, evals, objective, strict, tol, loop):
     with engine.sharded("lloyd", (centers,)) as model:
         for _ in loop:
             qe, changed, e, weights, shift = engine.reduce(
-                lloyd_step, model.ref(), SHARDED_STEP, scatter=(model, sharded_m_step, (Rows(), Rows()))
+                lloyd_step, model.ref(), SHARDED_STEP, scatter=ReduceScatter(model, sharded_m_step, (Rows(), Rows()))
             )
             evals += e
             moves = relocation(engine, weights)

@@ -31,8 +31,9 @@ from threadpoolctl import threadpool_limits
 from .. import progress
 from ..errors import ClusterLost, InputError, SchedulerUnreachable, UnguardedScript
 from . import config, tls
+from .calls import Build, Plan
 from .data import ArraySource, FutureSource, file_stamp, row_starts
-from .partition import BACKUP_COPIES, Call, Chunk, Partition, buddies, remote_call, remote_run, replay, routed_rows
+from .partition import BACKUP_COPIES, Chunk, Partition, buddies, remote_call, remote_run, replay, routed_rows
 
 logger = logging.getLogger("dask_clust")
 
@@ -162,6 +163,7 @@ class InProcessBackend:
     """All chunks in one Partition in this process, run on this machine's threads."""
 
     kind = "in-process"
+    in_process = True
 
     def __init__(self, source, entropy, state=(0, "the fit")):
         self.threads = int(config.get("in-process-threads") or os.cpu_count() or 1)
@@ -182,9 +184,9 @@ class InProcessBackend:
     def call(self, call, builders=None, plans=None, shards=None, repeat=True):
         part = self.part
         call = part.resolved(call)
-        if call.kind == "plan":
+        if isinstance(call, Plan):
             rows = part.plan_needs(call, np.zeros_like).get(0, np.empty(0, np.int64))
-            part.halo_request(call.id, call.params[0], 0, rows)
+            part.halo_request(call.id, call.key, 0, rows)
         elif call.halo is not None:
             part.halo_fill(call, part.halo_values(call))
         mine = part.local(call)
@@ -208,6 +210,7 @@ class ClusterBackend:
     partials come back up it, so the driver receives one finished result whatever the number of workers."""
 
     kind = "cluster"
+    in_process = False
 
     def publisher(self, algo):
         """The fit's progress onto the dashboard's page of fits (``dashboard.py``), or None."""
@@ -697,7 +700,7 @@ class ClusterBackend:
                             len(steps),
                         )
                         step, params = replay, steps
-                    build = Call(-1 - i, step, params, kind="state")
+                    build = Build(-1 - i, step, params)
                     self.client.sync(remote_run, rpc, part_future.key, build, [], True)
                 self._restore_shards(pid, addr, part_future.key, shards)
             except Exception as exc:

@@ -25,10 +25,11 @@ from ..errors import InputError
 from ..kernels.stats import chunk_summary, fixed_top_exponent
 from ..outputs import UNREADABLE, file_sha256, stored_arrays
 from . import config
+from .calls import Build, Gather, Plan, ReduceScatter, ShardApply, ShardDrop, ShardKeep, ShardRef, Step
 from .cluster import IN_PROCESS, Restarted, backend_for
 from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
 from .data import ArraySource, as_source
-from .partition import Call, ShardRef, pop_halo, pop_state, routed_rows, shard_refs
+from .partition import pop_halo, pop_state, routed_rows
 
 logger = logging.getLogger("dask_clust")
 
@@ -180,10 +181,9 @@ def _check_rows(values, fields, n_rows, where):
 def _load_rows(chunk, params):
     """The chunk's state ``key`` from the files; fields of a dict already there are replaced (put in its
     ``order`` when it keeps one), the rest kept."""
-    *params, order = params
-    key = params[1]
+    rows, key, fields, order = params
     had = chunk.state.get(key)
-    restored_rows(chunk, params)
+    restored_rows(chunk, (rows, key, fields))
     if isinstance(had, dict):
         loaded = chunk.state[key]
         if order:
@@ -262,7 +262,7 @@ class Engine:
         logs = [key for key, _ in call.backup if self._replay.get(key) is not None]
         if not logs:
             return
-        replayable = call.halo is None and call.scatter is None and not shard_refs(call.params)
+        replayable = call.halo is None and call.scatter is None and not call.refs()
         params = copy.deepcopy(call.params) if replayable else None  # the driver may change its arrays in place
         limit, size = config.get_bytes("replay-bytes"), _nbytes(params)
         for key in logs:
@@ -280,13 +280,15 @@ class Engine:
                     else f"its steps' parameters would pass replay-bytes ({limit / 2**20:.0f} MiB)",
                 )
 
-    def _call(self, step, params=None, combine=None, kind="step", at_root=None, halo=None, scatter=None):
+    def _send(self, kind, **fields):
+        """One round trip: a call of class ``kind`` with these fields and the next id, to every partition
+        (after the gather plan a step's halo needs, when it has not been sent yet)."""
         self.round_trips += 1
-        backup = tuple((key, fields) for key, (_, _, fields) in self._states.items() if fields)
-        if halo is not None and halo[0] in self._unsent:
-            self._unsent.discard(halo[0])
-            self._call(*self._plan_call(halo[0]), kind="plan")
-        call = Call(next(self._ids), step, params, combine, self.top, kind, at_root, halo, backup, scatter)
+        halo = fields.get("halo")
+        if halo is not None and halo.key in self._unsent:
+            self._unsent.discard(halo.key)
+            self._send(Plan, **self._plan_fields(halo.key))
+        call = kind(next(self._ids), **fields)
         try:
             out = self.backend.call(
                 call, self._builders, self._plans, lambda: list(self._shards), repeat=not self._restarting
@@ -294,22 +296,37 @@ class Engine:
         except Restarted:
             self._unsent.update(self._halos)
             raise
-        if kind == "step":
-            self._stepped.update(key for key, _ in backup)
+        if isinstance(call, Step):
+            self._stepped.update(key for key, _ in call.backup)
             self._log(call)
-        if scatter is not None or kind in ("shards",) or (kind == "shard" and params[1] is not None):
-            self._shards[scatter[0] if scatter is not None else params[0]] = call.id
+        written = call.scatter.model if isinstance(call, Step) and call.scatter is not None else None
+        if isinstance(call, (ShardKeep, ShardApply)):
+            written = call.key
+        if written is not None:
+            self._shards[written] = call.id
         return out
 
-    def _plan_call(self, key):
+    def _step(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None):
+        backup = tuple((key, fields) for key, (_, _, fields) in self._states.items() if fields)
+        return self._send(
+            Step,
+            step=step,
+            params=params,
+            combine=combine,
+            top=self.top,
+            at_root=at_root,
+            halo=halo,
+            backup=backup,
+            scatter=scatter,
+        )
+
+    def _plan_fields(self, key):
         need_step, params = self._halos[key]
-        return need_step, (key, params, self.source.starts)
+        return dict(need_step=need_step, key=key, params=params, starts=self.source.starts)
 
     def _plans(self):
         """The plans sent so far, for a partition rebuilt before a call is repeated (the others go when used)."""
-        return [
-            Call(next(self._ids), *self._plan_call(key), kind="plan") for key in self._halos if key not in self._unsent
-        ]
+        return [Plan(next(self._ids), **self._plan_fields(key)) for key in self._halos if key not in self._unsent]
 
     def _first_pass(self):
         n, sums, sumsq, total_w, (max_abs, at), bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
@@ -344,12 +361,12 @@ class Engine:
         """``step(chunk, params)`` on every chunk, its fields combined by ``combine`` (one per field; None:
         every field an exact ``Sum``); returns the tuple of combined fields, or ``at_root(fields, params)``
         when given: a module-level function run where the result is finished (the root partition's worker),
-        which turns a large combined result into the small one the driver needs. ``halo`` = (plan key, state
-        field) fills ``chunk.halo[field]`` first (see ``halo``); (plan key, field, True) gives it as (values,
-        positions): the rows every chunk of the partition reads, once, and where the chunk's named rows sit
+        which turns a large combined result into the small one the driver needs. ``halo`` = ``Halo(plan key,
+        state field)`` fills ``chunk.halo[field]`` first (see ``halo``); ``Halo(key, field, indexed=True)``
+        gives it as (values, positions): the rows every chunk of the partition reads, once, and where the chunk's named rows sit
         among them (``values[positions]`` is the plain form; large per-row state avoids the copy per chunk).
 
-        ``scatter`` = (model, at_shard, small): a reduce-scatter. The fields whose combine is
+        ``scatter`` = ``ReduceScatter(model, at_shard, small)``: a reduce-scatter. The fields whose combine is
         ``Scatter(...)`` (arrays with the same number of rows R) are never assembled: each partition gets
         the combined rows of the sharded ``model`` it owns, lo..hi, and runs ``at_shard(fields, shard,
         params, lo)`` there, with its shard as the last call left it; it returns (the new shard: a tuple of
@@ -357,13 +374,12 @@ class Engine:
         ``small`` (one combine each) up the tree. Returns the other fields, then the small ones. An exact
         combine and a row-wise ``at_shard`` give the same bits for any number of partitions."""
         if scatter is not None:
-            model, at_shard, small = scatter
             if not any(isinstance(c, Scatter) for c in combine or ()):
                 raise ValueError("a reduce-scatter needs at least one field whose combine is Scatter(...)")
-            scatter = (model.key, at_shard, tuple(small))
+            scatter = ReduceScatter(scatter.model.key, scatter.at_shard, tuple(scatter.small))
         if halo is not None:
-            self._halo_fields[halo[0]].add(halo[1])
-        return self._call(step, params, combine, at_root=at_root, halo=halo, scatter=scatter)
+            self._halo_fields[halo.key].add(halo.field)
+        return self._step(step, params, combine, at_root, halo, scatter)
 
     def shards_model(self, nbytes):
         """Rule 1: whether a model of ``nbytes`` lives sharded on the workers (over ``model-bytes``)."""
@@ -378,12 +394,12 @@ class Engine:
         arrays = tuple(np.asarray(a) for a in arrays)
         if len({len(a) for a in arrays}) != 1:
             raise ValueError("the arrays of a sharded model must have the same number of rows")
-        self._call(None, (key, arrays), kind="shard")
+        self._send(ShardKeep, key=key, arrays=arrays)
         try:
             yield ShardedModel(self, key)
         finally:
             self._shards.pop(key, None)
-            self._call(None, (key, None), kind="shard")
+            self._send(ShardDrop, key=key)
 
     @contextlib.contextmanager
     def state(self, key, builder, model=lambda: None, *, build=True, backup=()):
@@ -402,23 +418,23 @@ class Engine:
         self._states[key] = (builder, model, tuple(backup))
         self._stepped.discard(key)
         params = model() if build else None
-        if backup and self.backend.kind != IN_PROCESS:
+        if backup and not self.backend.in_process:
             self._replay[key] = [(builder, copy.deepcopy(params))] if build else []
             self._replayed[key] = _nbytes(params)
         try:
             if build:
-                self._call(builder, params, kind="state")
+                self._send(Build, step=builder, params=params)
             yield
         except BaseException:
             self._drop_state(key)
             raise
         self._drop_state(key)
-        self._call(pop_state, key, kind="state")
+        self._send(Build, step=pop_state, params=key)
 
     @contextlib.contextmanager
     def halo(self, key, need_step, params=None):
         """A fixed gather plan ``key`` for the block: ``need_step(chunk, params)`` names the global rows the
-        chunk reads (any order, repeats allowed), once. Then ``reduce(..., halo=(key, field))`` gives every
+        chunk reads (any order, repeats allowed), once. Then ``reduce(..., halo=Halo(key, field))`` gives every
         chunk, before any step of that call runs, ``chunk.halo[field]``: those rows' values of the per-chunk
         state ``field`` as the previous call left them (Jacobi: no step sees another's update of the same
         call), in the order ``need_step`` named them. The values go partition to partition, never through
@@ -430,7 +446,7 @@ class Engine:
         self._unsent.add(key)
         try:
             yield
-            self._call(pop_halo, (key, tuple(self._halo_fields[key])), kind="state")
+            self._send(Build, step=pop_halo, params=(key, tuple(self._halo_fields[key])))
         finally:
             self._halos.pop(key, None)
             self._halo_fields.pop(key, None)
@@ -507,7 +523,7 @@ class Engine:
         counts = np.asarray(counts, dtype=np.int64)
         rows = int(config.get("working-set-chunk-rows"))
         nbytes = int(counts.sum()) * max(self.n_features * self.dtype.itemsize, int(row_bytes or 0))
-        if self.backend.kind == IN_PROCESS or nbytes <= config.get_bytes("in-process-bytes"):
+        if self.backend.in_process or nbytes <= config.get_bytes("in-process-bytes"):
             X, w = self.reduce(step, params, (Rows(), Rows()))
             source, client = as_source(X, w, chunk_rows=rows), IN_PROCESS
         else:
@@ -530,7 +546,7 @@ class Engine:
         first = np.empty(len(keys), np.int64)
         first[order] = np.cumsum(counts[order]) - counts[order]
         plan = (key_step, params, keys, chunks, first)
-        if self.backend.kind == IN_PROCESS:
+        if self.backend.in_process:
             pos, x, w, ids = self.reduce(routed_rows, plan, (Rows(),) * 4)
             X, W, I = np.empty_like(x), np.empty_like(w), np.empty_like(ids)
             X[pos], W[pos], I[pos] = x, w, ids
@@ -596,11 +612,13 @@ class ShardedModel:
     def apply(self, fn, params=None, small=()):
         """``fn(shard, params, lo)`` -> (new shard, small fields) where each shard lives (the next step of a
         sharded M-step); the small fields combined by ``small`` come back."""
-        return self.engine._call(None, (self.key, fn, params, tuple(small)), kind="shards")
+        return self.engine._send(
+            ShardApply, key=self.key, fn=fn, fn_params=params, small=tuple(small), top=self.engine.top
+        )
 
     def gather(self, field=0):
         """The whole field on the driver (the end of a fit)."""
-        return self.engine._call(None, self.ref(field), kind="gather")
+        return self.engine._send(Gather, ref=self.ref(field))
 
 
 @contextlib.contextmanager

@@ -20,17 +20,16 @@ reduce-scatter sends every partition the rows it owns of the others' partials, w
 
 import asyncio
 import copy
-import dataclasses
 import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .._random import stream
 from . import combine as combines
+from .calls import Build, Gather, Plan, ShardApply, ShardDrop, ShardKeep, Step, resolved_params
 
 
 class Chunk:
@@ -97,85 +96,6 @@ def route(chunk, plan):
 def routed_rows(chunk, plan):
     """The chunk's rows with their new positions: (positions, x, w, input ids)."""
     return route(chunk, plan), chunk.x, chunk.w, chunk.input_ids()
-
-
-@dataclass(frozen=True)
-class Call:
-    """One round trip: ``step(chunk, params)`` on every chunk, fields combined by ``combine``, then
-    ``at_root(fields, params)`` where the result is finished (see ``finished``).
-
-    ``top`` is the fit's fixed-point grid (None before the first pass). ``kind``: "step"; "state" (a state
-    builder or a drop of state: nothing is combined or returned); "plan" (``step`` names the global rows each
-    chunk reads: the gather plan ``params[0]`` is built from them, ``Engine.halo``); and, for a sharded model
-    (``Engine.sharded``), no chunk step: "shard" (params (key, arrays): keep this partition's rows of the
-    arrays, or drop the model when arrays is None), "shards" (params (key, fn, fn params, small combine): the next step
-    where each shard lives) and "gather" (params a ``ShardRef``: the shards to the driver). ``halo`` = (plan
-    key, state field): before the step runs, every chunk's ``halo[field]`` gets those rows' values of the
-    field as the previous call left them. ``scatter`` = (model key, at_shard, small combine): the fields
-    whose combine is ``Scatter`` are reduce-scattered by rows (see ``Partition.shard_step``)."""
-
-    id: int
-    step: object
-    params: object = None
-    combine: tuple = None
-    top: int = None
-    kind: str = "step"
-    at_root: object = None
-    halo: tuple = None
-    backup: tuple = ()  # ((state key, fields), ...) each partition copies to its buddy after a step
-    scatter: tuple = None
-
-    @property
-    def scattered(self):
-        """Indices of the fields combined by a reduce-scatter."""
-        if self.scatter is None:
-            return ()
-        return tuple(i for i, c in enumerate(self.combine) if isinstance(c, combines.Scatter))
-
-    @property
-    def tree(self):
-        """The combines of what goes up the tree: the fields not scattered, then at_shard's small fields."""
-        if self.kind == "gather":
-            return (combines.Rows(),)
-        if self.kind == "shards":
-            return self.params[3]
-        if self.scatter is None:
-            return self.combine
-        return tuple(c for i, c in enumerate(self.combine) if i not in self.scattered) + tuple(self.scatter[2])
-
-    def finished(self, acc):
-        """The result of the combined partial ``acc``: what reaches the driver."""
-        if self.kind not in ("step", "shards", "gather"):
-            return None
-        fields = combines.finish(self.tree, acc, self.top)
-        if self.kind == "gather":
-            return fields[0]
-        return fields if self.at_root is None else self.at_root(fields, self.params)
-
-
-@dataclass(frozen=True)
-class ShardRef:
-    """In a call's parameters (itself, or an element of a params tuple): field ``field`` of sharded model
-    ``key`` as version ``version`` left it, assembled from every partition's shard before any step runs."""
-
-    key: str
-    version: int
-    field: int = 0
-
-
-def shard_refs(params):
-    """The ShardRefs of a call's parameters."""
-    if isinstance(params, ShardRef):
-        return [params]
-    if isinstance(params, tuple):
-        return [p for p in params if isinstance(p, ShardRef)]
-    return []
-
-
-def _substitute(params, values):
-    if isinstance(params, ShardRef):
-        return values[params]
-    return tuple(values.get(p, p) if isinstance(p, ShardRef) else p for p in params)
 
 
 # copies of a partition's backed-up state (``Engine.state(backup=...)``), on the partitions after it: a state is
@@ -270,16 +190,13 @@ class Partition:
         per call id."""
         if self._last[0] == call.id:
             return self._last[1]
-        acc = None
         self._wrote = None
-        if call.kind in ("shard", "shards", "gather"):
-            acc = self._model_call(call)
-        elif call.kind == "step":
-            acc = self._accumulate(call)
-        elif call.kind != "plan":  # a plan's step ran in ``plan_needs``
-            self._each(call.step, call.params)
+        acc = self.HANDLERS[type(call)](self, call)
         self._last = (call.id, acc)
         return acc
+
+    def _build(self, call):
+        self._each(call.step, call.params)
 
     def _accumulate(self, call):
         """The chunks' partials of a step, each added into this partition's lifted sum as soon as it is
@@ -310,7 +227,7 @@ class Partition:
         loop = asyncio.get_running_loop()
         try:
             call = await self._resolve(call, peers, worker)
-            if call.kind == "plan":
+            if isinstance(call, Plan):
                 await self._plan(call, peers, worker, loop)
             elif call.halo is not None:
                 await self._exchange(call, peers, worker)
@@ -318,7 +235,7 @@ class Partition:
             keepers = buddies(peers, self.pid) if peers else []
             if call.scatter is not None:
                 mine = self.tree_part(call, mine, await self._scatter(call, mine, peers, worker, loop))
-            if call.kind == "step" and call.backup and keepers:
+            if isinstance(call, Step) and call.backup and keepers:
                 arrays = self.backup_of(call)
                 await asyncio.gather(
                     *(remote_call(worker.rpc(addr), key, "backup_put", call.id, arrays) for addr, key, _ in keepers)
@@ -346,8 +263,8 @@ class Partition:
     def plan_needs(self, call, owner):
         """Run the plan's step: the global rows each chunk reads (any order, repeats allowed), kept per chunk;
         returns {owner partition: rows this partition reads there}."""
-        key = call.params[0]
-        needs = self._each(call.step, call.params[1])
+        key = call.key
+        needs = self._each(call.need_step, call.params)
         for c, ids in zip(self.chunks, needs):
             c.state[("halo", key)] = np.asarray(ids, dtype=np.int64)
         rows = np.unique(np.concatenate([c.state[("halo", key)] for c in self.chunks]))
@@ -377,7 +294,7 @@ class Partition:
         are read straight into the assembled halo (``halo_fill``, before this partition's step runs)."""
         if self._sent[0] == call.id:
             return self._sent[1]
-        key, field = call.halo[:2]
+        key, field = call.halo.key, call.halo.field
         out = {
             q: (rows, None if q == self.pid else self._own_values(field, rows))  # a copy: steps change state
             for q, rows in self._sends.get(key, (None, {}))[1].items()
@@ -387,10 +304,10 @@ class Partition:
 
     def halo_fill(self, call, received):
         """Every chunk's ``halo[field]``: the values of the rows it reads, in the order its plan step named them;
-        with an indexed halo (``call.halo[2]``), the partition's received values and where each named row sits
+        with an indexed halo (``call.halo.indexed``), the partition's received values and where each named row sits
         among them, so no chunk copies them. One array of the rows read: the largest per-row state (SLK's z)
         is held once more, not three times."""
-        key, field = call.halo[:2]
+        key, field = call.halo.key, call.halo.field
         parts = [received[q] for q in sorted(received)]  # partitions hold ascending row ranges
         for c in self.chunks:  # the previous call's values go before the new ones are assembled
             c.halo.pop(field, None)
@@ -405,7 +322,7 @@ class Partition:
             else:
                 piece[...] = part_values
             at += len(part_rows)
-        indexed = len(call.halo) > 2 and call.halo[2]
+        indexed = call.halo.indexed
         for c in self.chunks:
             # the plan fixes the rows received, so where each read row sits among them is found once
             pos = c.state.get(("halo-pos", key))
@@ -425,13 +342,13 @@ class Partition:
 
     async def _plan(self, call, peers, worker, loop):
         starts = np.array([min(p[2]) for p in peers])  # the first chunk of each partition, ascending
-        chunk_starts = call.params[2]
+        chunk_starts = call.starts
 
         def owner(rows):
             return np.searchsorted(starts, np.searchsorted(chunk_starts, rows, side="right") - 1, side="right") - 1
 
         by_owner = await loop.run_in_executor(self._runner, self.plan_needs, call, owner)
-        key = call.params[0]
+        key = call.key
         sends = []
         for q, rows in by_owner.items():
             if q == self.pid:
@@ -443,7 +360,7 @@ class Partition:
         await asyncio.gather(*sends)
 
     async def _exchange(self, call, peers, worker):
-        key = call.halo[0]
+        key = call.halo.key
         self._advance(call)
         sent = self.halo_values(call)
         pushes = [
@@ -496,28 +413,27 @@ class Partition:
         self._shards[key] = sorted(kept, key=lambda s: s[0])[-2:]
         self._wrote = (key, version)
 
-    def _model_call(self, call):
-        """A call with no chunk step: keep or drop a model's shard, run the next step where each shard lives,
-        or send the shard on towards the driver."""
-        if call.kind == "gather":
-            lo, arrays = self.shard_at(call.params.key, call.params.version)
-            return ([(self.pid, arrays[call.params.field])],)
-        if call.kind == "shard":
-            key, arrays = call.params
-            if arrays is None:
-                self._shards.pop(key, None)
-                for where in [w for w in (*self._shard_backups, *self._gathered) if w[0] == key]:
-                    self._shard_backups.pop(where, None)
-                    self._gathered.pop(where, None)
-                return None
-            lo, hi = self.bounds(len(arrays[0]))
-            self._keep(key, call.id, lo, [np.array(a[lo:hi], copy=True) for a in arrays])
-            return None
-        key, fn, params, small_combine = call.params
-        lo, old = self.shard_at(key, call.id, before=True)
-        new, small = fn(old, params, lo)
-        self._keep(key, call.id, lo, new)
-        return combines.lift(small_combine, small, self.pid, call.top)
+    def _gather(self, call):
+        """This partition's rows of the field, on their way to the driver."""
+        lo, arrays = self.shard_at(call.ref.key, call.ref.version)
+        return ([(self.pid, arrays[call.ref.field])],)
+
+    def _keep_shard(self, call):
+        lo, hi = self.bounds(len(call.arrays[0]))
+        self._keep(call.key, call.id, lo, [np.array(a[lo:hi], copy=True) for a in call.arrays])
+
+    def _drop_shard(self, call):
+        self._shards.pop(call.key, None)
+        for where in [w for w in (*self._shard_backups, *self._gathered) if w[0] == call.key]:
+            self._shard_backups.pop(where, None)
+            self._gathered.pop(where, None)
+
+    def _apply_shard(self, call):
+        """The next step where each shard lives, from the shard as the last call left it."""
+        lo, old = self.shard_at(call.key, call.id, before=True)
+        new, small = call.fn(old, call.fn_params, lo)
+        self._keep(call.key, call.id, lo, new)
+        return combines.lift(call.small, small, self.pid, call.top)
 
     def shard_get(self, key, version, field):
         return self.shard_at(key, version)[1][field]
@@ -557,7 +473,7 @@ class Partition:
     def resolved(self, call, fetched=None):
         """``call`` with every ShardRef of its parameters replaced by the whole field (``fetched``: the other
         partitions' pieces, {ref: {partition: piece}})."""
-        refs = shard_refs(call.params) if call.kind != "gather" else []
+        refs = call.refs()
         if not refs:
             return call
         values = {}
@@ -569,16 +485,12 @@ class Partition:
             pieces = dict((fetched or {}).get(ref, {}))
             pieces[self.pid] = self.shard_get(ref.key, ref.version, ref.field)
             values[ref] = self.assemble(ref, [pieces[q] for q in sorted(pieces)])
-        return dataclasses.replace(call, params=_substitute(call.params, values))
+        return resolved_params(call, values)
 
     async def _resolve(self, call, peers, worker):
         """Fetch the other partitions' pieces of every ShardRef this partition has not assembled yet: each
         partition reads them straight from the others (an allgather), never through the driver."""
-        refs = [
-            r
-            for r in (shard_refs(call.params) if call.kind != "gather" else [])
-            if self._gathered.get((r.key, r.field), (None,))[0] != r.version
-        ]
+        refs = [r for r in call.refs() if self._gathered.get((r.key, r.field), (None,))[0] != r.version]
         fetched = {}
         for ref in refs:
             others = [q for q in range(len(peers or ())) if q != self.pid]
@@ -615,11 +527,11 @@ class Partition:
         for q in sorted(box):
             acc = combines.add(parts, acc, box[q])
         fields = combines.finish(parts, acc, call.top)
-        key, at_shard, small_combine = call.scatter
+        key = call.scatter.model
         old = self.shard_at(key, call.id, before=True)[1] if key in self._shards else None
-        new, small = at_shard(fields, old, call.params, lo)
+        new, small = call.scatter.at_shard(fields, old, call.params, lo)
         self._keep(key, call.id, lo, new)
-        out = combines.lift(small_combine, small, self.pid, call.top)
+        out = combines.lift(call.scatter.small, small, self.pid, call.top)
         self._shard_done = (call.id, out)
         return out
 
@@ -682,6 +594,17 @@ class Partition:
                 pool.shutdown()
         for c in self.chunks:  # the last references to the steps' per-thread buffers
             c.scratch = None
+
+    # what a partition does with each kind of call (``local``); a plan's step ran in ``plan_needs``
+    HANDLERS = {
+        Step: _accumulate,
+        Build: _build,
+        Plan: lambda self, call: None,
+        ShardKeep: _keep_shard,
+        ShardDrop: _drop_shard,
+        ShardApply: _apply_shard,
+        Gather: _gather,
+    }
 
 
 async def remote_call(rpc, key, method, *args):
