@@ -1,6 +1,7 @@
 """ARCHITECTURE.md's tables agree with the code, read the way ``.ci/run`` reads the README: the layer table
-is ``test_layout.LAYERS`` top first, the verb table names every public verb of ``Engine`` (and
-``open_local``), and the combine table every combine of ``engine/combine.py``. A row added to the code
+is ``test_layout.LAYERS`` top first, the engine's module table names every module of ``engine/``, the verb
+table every public verb of ``Engine`` (and ``open_local``), and the combine table every combine of
+``engine/combine.py``. A row added to the code
 and not to the page, or the other way round, fails here."""
 
 import ast
@@ -89,6 +90,11 @@ def test_the_layer_table_is_test_layouts_list_top_first():
 
 def test_the_verb_table_names_every_verb_of_the_engine():
     assert page_verbs(PAGE.read_text()) == engine_verbs()
+
+
+def test_the_module_table_names_every_engine_module():
+    listed = {name for cell in table(PAGE.read_text(), "| module") for name in code_names(cell)}
+    assert listed == {p.name for p in (ROOT / "dask_clust/engine").glob("*.py") if p.name != "__init__.py"}
 
 
 def test_the_combine_table_names_every_combine():

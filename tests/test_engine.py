@@ -290,8 +290,8 @@ def test_a_rebuilt_partition_is_placed_apart_from_its_copies():
     """Issue #35: a rebuilt partition went to the least-loaded worker, often the one holding its copies, so
     that one later loss took a state and its copy. It now goes to a worker holding none of the partitions
     that keep its copies or whose copies it keeps, while there is one; else to the least loaded."""
+    from dask_clust.engine.backups import BACKUP_COPIES
     from dask_clust.engine.cluster import ClusterBackend
-    from dask_clust.engine.partition import BACKUP_COPIES
 
     assert BACKUP_COPIES == 2
     backend = object.__new__(ClusterBackend)

@@ -31,9 +31,12 @@ from threadpoolctl import threadpool_limits
 from .. import progress
 from ..errors import ClusterLost, InputError, SchedulerUnreachable, UnguardedScript
 from . import config, tls
-from .calls import Build, Plan
+from .backups import BACKUP_COPIES, buddies, replay
+from .calls import Build
+from .chunk import Chunk, routed_rows
 from .data import ArraySource, FutureSource, file_stamp, row_starts
-from .partition import BACKUP_COPIES, Chunk, Partition, buddies, remote_call, remote_run, replay, routed_rows
+from .mailbox import remote_call, remote_run
+from .partition import Partition
 
 logger = logging.getLogger("dask_clust")
 
@@ -182,18 +185,7 @@ class InProcessBackend:
         return None
 
     def call(self, call, builders=None, plans=None, shards=None, repeat=True):
-        part = self.part
-        call = part.resolved(call)
-        if isinstance(call, Plan):
-            rows = part.plan_needs(call, np.zeros_like).get(0, np.empty(0, np.int64))
-            part.halo_request(call.id, call.key, 0, rows)
-        elif call.halo is not None:
-            part.halo_fill(call, part.halo_values(call))
-        mine = part.local(call)
-        if call.scatter is not None:
-            (whole,), lo = part.scatter_parts(call, mine)
-            mine = part.tree_part(call, mine, part.shard_step(call, {0: whole}, lo))
-        return call.finished(mine)
+        return self.part.run_here(call)
 
     def partitions(self, source):
         """Per partition: (rows, memory of the process holding it in bytes)."""
@@ -681,7 +673,7 @@ class ClusterBackend:
                     kept = self._backup(pid, key, ids, call_id) if backup else None
                     if kept is not None:
                         logger.info("restoring state %r of partition %d from its buddy's copy", key, pid)
-                        self.client.sync(remote_call, rpc, part_future.key, "restore", key, kept)
+                        self.client.sync(remote_call, rpc, part_future.key, "backups.restore", key, kept)
                         continue
                     if backup:  # a step has changed it since it was built: the builder would make another
                         if steps is None:
@@ -756,7 +748,7 @@ class ClusterBackend:
         keys = [f.key for f in self._part_futures]
         peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
         for key in shards:
-            kept = self._ask_buddies(pid, peers, "shard_backup_get", key, pid)
+            kept = self._ask_buddies(pid, peers, "shards.backup_get", key, pid)
             if kept is None:
                 raise WorkerLost(
                     [pid],
@@ -764,7 +756,7 @@ class ClusterBackend:
                     f"worker and those of the {BACKUP_COPIES} partitions after it)",
                 )
             logger.info("restoring partition %d's shard of %r from its buddy's copy", pid, key)
-            self.client.sync(remote_call, self.client.rpc(addr), part_key, "shard_restore", key, kept)
+            self.client.sync(remote_call, self.client.rpc(addr), part_key, "shards.restore", key, kept)
         peers[pid] = (addr, part_key, peers[pid][2])
         live = self._live_workers()  # partitions lost and not rebuilt yet get their copies when they are
         peers = [p if j == pid or (p[0] in live and p[0] not in _LOST_WORKERS) else None for j, p in enumerate(peers)]
@@ -773,7 +765,7 @@ class ClusterBackend:
             if before is None:
                 continue
             try:
-                self.client.sync(remote_call, self.client.rpc(before[0]), before[1], "shard_rebackup", peers)
+                self.client.sync(remote_call, self.client.rpc(before[0]), before[1], "shards.rebackup", peers)
             except _COMM_ERRORS:  # that one is lost too: it is rebuilt next, and its next write copies again
                 pass
 
@@ -800,7 +792,7 @@ class ClusterBackend:
         before ``call_id`` left it; None when none did (a single partition, buddies lost or rebuilt since)."""
         keys = [f.key for f in self._part_futures]
         peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
-        return self._ask_buddies(pid, peers, "backup_get", key, ids, call_id)
+        return self._ask_buddies(pid, peers, "backups.get", key, ids, call_id)
 
     def close(self):
         """Release the partitions and the rows loaded for them now: the workers drop them at once, whether
@@ -879,14 +871,16 @@ class PartitionHost:
 
         part = self.parts.get(key)
         try:
-            if part is None or method.startswith("_"):
+            if part is None or any(name.startswith("_") for name in method.split(".")):
                 raise LookupError(
                     f"partition {key} is not on worker {self.worker.address}: lost with an earlier "
                     f"process at this address, or released"
                     if part is None
                     else f"{method!r} is not a partition's call"
                 )
-            fn = getattr(part, method)
+            fn = part
+            for name in method.split("."):  # "halo.put": a method of one of the partition's parts
+                fn = getattr(fn, name)
             if asyncio.iscoroutinefunction(fn):
                 result = await fn(*args)
             else:

@@ -26,10 +26,11 @@ from ..kernels.stats import chunk_summary, fixed_top_exponent
 from ..outputs import UNREADABLE, file_sha256, stored_arrays
 from . import config
 from .calls import Build, Gather, Plan, ReduceScatter, ShardApply, ShardDrop, ShardKeep, ShardRef, Step
+from .chunk import pop_state, routed_rows
 from .cluster import IN_PROCESS, Restarted, backend_for
 from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
 from .data import ArraySource, as_source
-from .partition import pop_halo, pop_state, routed_rows
+from .halo import pop_halo
 
 logger = logging.getLogger("dask_clust")
 
@@ -363,8 +364,9 @@ class Engine:
         when given: a module-level function run where the result is finished (the root partition's worker),
         which turns a large combined result into the small one the driver needs. ``halo`` = ``Halo(plan key,
         state field)`` fills ``chunk.halo[field]`` first (see ``halo``); ``Halo(key, field, indexed=True)``
-        gives it as (values, positions): the rows every chunk of the partition reads, once, and where the chunk's named rows sit
-        among them (``values[positions]`` is the plain form; large per-row state avoids the copy per chunk).
+        gives it as (values, positions): the rows every chunk of the partition reads, once, and where the
+        chunk's named rows sit among them (``values[positions]`` is the plain form; large per-row state avoids
+        the copy per chunk).
 
         ``scatter`` = ``ReduceScatter(model, at_shard, small)``: a reduce-scatter. The fields whose combine is
         ``Scatter(...)`` (arrays with the same number of rows R) are never assembled: each partition gets

@@ -1,0 +1,138 @@
+"""A partition's side of ``Engine.halo``: a fixed gather plan, then, per call with a ``Halo``, the previous
+values of the rows each chunk reads pushed partition to partition before any step runs (Jacobi: no step sees
+another's update of the same call). The values never pass through the driver; a rebuilt partition is sent
+the plan again (``Engine._plans``)."""
+
+import numpy as np
+
+from .mailbox import Answer, gather_all
+
+
+def pop_halo(chunk, params):
+    """Drop a gather plan's rows and the values it filled in (the end of ``Engine.halo``)."""
+    key, fields = params
+    chunk.state.pop(("halo", key), None)
+    chunk.state.pop(("halo-pos", key), None)
+    for field in fields:
+        chunk.halo.pop(field, None)
+
+
+class HaloExchange:
+    """The plans a partition's chunks read by, and what it sends the others under each."""
+
+    def __init__(self, part):
+        self._part = part
+        self._sources = {}  # plan key -> the partitions holding rows this partition's chunks read
+        self._sends = {}  # plan key -> (plan call id, {partition: the rows it reads from here})
+        self._sent = Answer()  # the values sent for the newest call: the same when it is repeated
+
+    # -- the plan (a ``Plan`` call)
+
+    def needs(self, call, owner):
+        """Run the plan's step: the global rows each chunk reads (any order, repeats allowed), kept per chunk;
+        returns {owner partition: rows this partition reads there}."""
+        part, key = self._part, call.key
+        for c, ids in zip(part.chunks, part.each(call.need_step, call.params)):
+            c.state[("halo", key)] = np.asarray(ids, dtype=np.int64)
+        rows = np.unique(np.concatenate([c.state[("halo", key)] for c in part.chunks]))
+        who = owner(rows)
+        by_owner = {int(q): rows[who == q] for q in np.unique(who)}
+        self._sources[key] = set(by_owner)
+        return by_owner
+
+    def request(self, plan_id, key, requester, rows):
+        """Partition ``requester`` reads ``rows`` of this partition under plan ``key``."""
+        if self._sends.get(key, (None,))[0] != plan_id:
+            self._sends[key] = (plan_id, {})
+        self._sends[key][1][int(requester)] = rows
+
+    async def plan(self, call, peers):
+        """Every partition tells each owner of rows its chunks read which rows they are."""
+        part = self._part
+        starts = np.array([min(p[2]) for p in peers])  # the first chunk of each partition, ascending
+
+        def owner(rows):
+            chunk = np.searchsorted(call.starts, rows, side="right") - 1
+            return np.searchsorted(starts, chunk, side="right") - 1
+
+        by_owner = await part.offload(self.needs, call, owner)
+        sends = []
+        for q, rows in by_owner.items():
+            if q == part.pid:
+                self.request(call.id, call.key, q, rows)
+            else:
+                sends.append(part.tell(peers[q], "halo.request", call.id, call.key, part.pid, rows))
+        await gather_all(sends)
+
+    # -- a call with a halo
+
+    def _own_values(self, field, rows, out=None):
+        """The state ``field`` of this partition's rows ``rows`` (ascending), into ``out`` when given."""
+        vals = []
+        for c in self._part.chunks:
+            lo, hi = np.searchsorted(rows, [c.start, c.stop])
+            if hi > lo:
+                vals.append(c.state[field][rows[lo:hi] - c.start])
+        return np.concatenate(vals, out=out)
+
+    def values(self, call):
+        """{partition: (rows, values)} this partition sends for ``call``: the field's values before the call's
+        step runs anywhere. Its own part's values are None: they are read straight into the assembled halo
+        (``fill``, before this partition's step runs)."""
+        pid = self._part.pid
+
+        def compute():
+            sends = self._sends.get(call.halo.key, (None, {}))[1]
+            # a copy of the others' values: steps change the state
+            return {
+                q: (rows, None if q == pid else self._own_values(call.halo.field, rows)) for q, rows in sends.items()
+            }
+
+        return self._sent.of(call.id, compute)
+
+    async def put(self, call_id, key, sender, rows, values):
+        self._part.mail.put((call_id, "halo", key), sender, (rows, values))
+
+    async def exchange(self, call, peers):
+        """Send this partition's values to every partition reading them; then, unless this call was answered
+        before, fill the chunks' halo from what the others sent."""
+        part, key = self._part, call.halo.key
+        part.mail.advance(call.id)
+        sent = self.values(call)
+        pushes = [
+            part.tell(peers[q], "halo.put", call.id, key, part.pid, *rv) for q, rv in sent.items() if q != part.pid
+        ]
+        if part.pid in sent:
+            await self.put(call.id, key, part.pid, *sent[part.pid])
+        await gather_all(pushes)
+        if part.answered(call):  # a repeated call this partition has answered: it only resends
+            return
+        self.fill(call, await part.mail.collect((call.id, "halo", key), self._sources[key]))
+
+    def fill(self, call, received):
+        """Every chunk's ``halo[field]``: the values of the rows it reads, in the order its plan step named them;
+        with an indexed halo, the partition's received values and where each named row sits among them, so no
+        chunk copies them. One array of the rows read: the largest per-row state (SLK's z) is held once more,
+        not three times."""
+        chunks, key, field = self._part.chunks, call.halo.key, call.halo.field
+        parts = [received[q] for q in sorted(received)]  # partitions hold ascending row ranges
+        for c in chunks:  # the previous call's values go before the new ones are assembled
+            c.halo.pop(field, None)
+        rows = np.concatenate([p[0] for p in parts] + [np.empty(0, np.int64)])  # none: no chunk reads a row
+        like = chunks[0].state[field]
+        values = np.empty((len(rows),) + like.shape[1:], like.dtype)
+        at = 0
+        for part_rows, part_values in parts:
+            piece = values[at : at + len(part_rows)]
+            if part_values is None:
+                self._own_values(field, part_rows, out=piece)
+            else:
+                piece[...] = part_values
+            at += len(part_rows)
+        for c in chunks:
+            # the plan fixes the rows received, so where each read row sits among them is found once
+            pos = c.state.get(("halo-pos", key))
+            if pos is None or pos[0] is not c.state[("halo", key)] or pos[1] != len(rows):
+                pos = c.state[("halo", key)], len(rows), np.searchsorted(rows, c.state[("halo", key)])
+                c.state[("halo-pos", key)] = pos
+            c.halo[field] = (values, pos[2]) if call.halo.indexed else values[pos[2]]

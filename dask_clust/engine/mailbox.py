@@ -1,0 +1,100 @@
+"""Partition to partition: the calls one partition makes on another (straight to its worker over
+distributed's comms, no scheduler hop), the box a partition collects a call's messages in, and the memory
+of its last answer, by which a call repeated after a lost worker changes no state twice."""
+
+import asyncio
+
+
+async def remote_call(rpc, key, method, *args):
+    """``method(*args)`` of the partition ``key`` behind ``rpc`` (a dotted name reaches one of its parts:
+    ``"halo.put"``); ``cluster.PartitionHost.call`` answers."""
+    from distributed.protocol import to_serialize
+
+    msg = await rpc.dask_clust_call(key=key, method=method, args=[to_serialize(a) for a in args])
+    if msg["status"] != "OK":
+        raise msg["exception"]
+    return msg["result"]
+
+
+async def remote_run(rpc, key, call, children, root=False, peers=None):
+    """``Partition.run`` on the partition ``key`` behind ``rpc``."""
+    return await remote_call(rpc, key, "run", call, children, root, peers)
+
+
+async def gather_all(awaitables):
+    """``asyncio.gather`` that needs no event loop when there is nothing to wait for (an in-process
+    partition has no peers)."""
+    return await asyncio.gather(*awaitables) if awaitables else []
+
+
+def drive(coroutine):
+    """The result of a coroutine that never suspends (an in-process partition's call: it has no peer to
+    wait for), without an event loop: a notebook's running loop cannot run another."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("an in-process partition's call waited for a message from another partition")
+
+
+def keep_newest(entries, *new, n=2):
+    """``entries`` ((version, ...) tuples) with ``new`` added, a new one replacing an entry of its version,
+    the ``n`` newest versions kept, oldest first."""
+    kept = {e[0]: e for e in entries}
+    kept.update({e[0]: e for e in new})
+    return sorted(kept.values(), key=lambda e: e[0])[-n:]
+
+
+class Answer:
+    """The answer to the newest call that reached here, by call id: a repeated call gets it again without
+    running anything."""
+
+    def __init__(self):
+        self.id, self.value = None, None
+
+    def has(self, call_id):
+        return self.id == call_id
+
+    def of(self, call_id, compute):
+        if self.id != call_id:
+            self.value, self.id = compute(), call_id
+        return self.value
+
+
+class Mailbox:
+    """A partition's messages from the others, by (call id, what): a call's halo values or its
+    reduce-scatter pieces. A box stays until a newer call: a first attempt still waiting after a lost
+    partition and its repetition both fill from it."""
+
+    def __init__(self):
+        self._mail = {}
+        self._event = None
+        self.newest = -1  # the newest call id seen: waiters of older calls give up
+
+    def put(self, where, sender, message):
+        self._mail.setdefault(where, {})[int(sender)] = message
+        self._wake()
+
+    def _wake(self):
+        if self._event is None:
+            self._event = asyncio.Event()
+        self._event.set()
+
+    def advance(self, call_id):
+        """A new call: earlier calls' mail is stale, and their waiters give up."""
+        if call_id > self.newest:
+            self.newest = call_id
+            for old in [m for m in self._mail if m[0] < call_id]:
+                del self._mail[old]
+            self._wake()
+
+    async def collect(self, where, senders):
+        """The mail of ``where`` once every partition in ``senders`` has sent its part."""
+        box = self._mail.setdefault(where, {})
+        while not set(senders) <= set(box):
+            if self.newest > where[0]:
+                raise RuntimeError(f"call {where[0]} was superseded by call {self.newest}")
+            self._event.clear()
+            await self._event.wait()
+        return box
