@@ -51,7 +51,7 @@ from distributed import Client, LocalCluster
 
 import dask_clust
 from dask_clust.datasets import make_blobs
-from dask_clust.engine.cluster import worker_environ
+from dask_clust.engine.local import worker_environ
 from harness.common import emit
 from harness.measure import Workers
 

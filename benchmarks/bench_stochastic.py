@@ -17,7 +17,7 @@ import argparse
 import statistics
 from collections import defaultdict
 
-from dask_clust.engine.cluster import connect
+from dask_clust.engine.local import connect
 from harness import measure
 from harness.common import HERE
 from harness.suites import Run

@@ -107,7 +107,7 @@ def _summary(model, wall):
 
 
 def _client(address):
-    from .engine.cluster import connect
+    from .engine.local import connect
 
     return connect(address) if address else contextlib.nullcontext()
 
@@ -335,7 +335,7 @@ def _one_line(exc):
 
 def _interrupted(signum, frame):
     """Ctrl-C: one line; the worker processes of a cluster this command started are stopped at once (they
-    ignore SIGINT, ``cluster._local_cluster``, and would log the cancelled work), then the driver unwinds
+    ignore SIGINT, ``local._local_cluster``, and would log the cancelled work), then the driver unwinds
     quietly. A second Ctrl-C leaves at once."""
     import psutil
 

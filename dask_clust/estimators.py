@@ -16,7 +16,7 @@ from . import progress as progress_
 from ._params import build_config, describe
 from ._random import check_random_state
 from .api import fit
-from .engine.cluster import persisted
+from .engine.local import persisted
 from .errors import InputError, InvalidParameterError
 
 

@@ -10,8 +10,7 @@ import pytest
 
 from dask_clust.engine import combine as c
 from dask_clust.engine.calls import Step
-from dask_clust.engine.cluster import tree
-from dask_clust.engine.partition import Partition
+from dask_clust.engine.partition import Partition, tree
 from dask_clust.kernels.stats import fixed_top_exponent
 
 N_CHUNKS = 23

@@ -611,7 +611,7 @@ import os
 
 import psutil
 
-from dask_clust.engine.cluster import connect
+from dask_clust.engine.local import connect
 
 
 def threshold():
@@ -641,7 +641,7 @@ def test_library_local_cluster_is_loopback_only_and_sets_the_mmap_threshold(tmp_
     start (dask's MALLOC_TRIM_THRESHOLD_ would pin it at 128 KiB), and again when a nanny restarts one; a
     value the user set wins. In a process of its own: a nanny writes its settings into the environment of
     the process that starts it."""
-    from dask_clust.engine.cluster import MMAP_THRESHOLD
+    from dask_clust.engine.local import MMAP_THRESHOLD
 
     script = tmp_path / "run.py"
     script.write_text(_LIBRARY_CLUSTER)
@@ -843,7 +843,8 @@ def test_a_call_waiting_on_a_lost_worker_is_abandoned_at_once(cluster):
 
     from distributed.comm.core import CommClosedError
 
-    from dask_clust.engine.cluster import WATCH_S, ClusterBackend
+    from dask_clust.engine.cluster import ClusterBackend
+    from dask_clust.engine.recovery import WATCH_S
 
     async def answer(seconds):
         await asyncio.sleep(seconds)
@@ -942,8 +943,8 @@ def test_stream_auto_switch_and_small_loaders(input_chunks):
     import dask
 
     from dask_clust.datasets import make_blobs
-    from dask_clust.engine.cluster import loaders, should_stream
     from dask_clust.engine.data import ArraySource
+    from dask_clust.engine.streaming import loaders, should_stream
 
     X, _ = make_blobs(64_000, 4, 3, chunks=1000, random_state=0)
     src = as_source(X)
@@ -1001,8 +1002,8 @@ def test_streaming_counts_the_fits_state_and_refuses_what_cannot_fit(input_chunk
     import dask
 
     from dask_clust.datasets import make_blobs
-    from dask_clust.engine.cluster import should_stream
     from dask_clust.engine.ops import Engine
+    from dask_clust.engine.streaming import should_stream
     from dask_clust.errors import InputError
 
     X, _ = make_blobs(64_000, 4, 3, chunks=8000, random_state=0)  # 16 B of float32 data per row
@@ -1034,8 +1035,9 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeyp
     768 MiB workers, 6 GiB of 32-d float32, kmeans (Lloyd's 16 B of state per row): refused before any work,
     naming the worker and what to change, unless both the chunks and the input's blocks are 32 MiB and the fit
     keeps no 48 MiB of buffers per thread (vc-GMM's search buffers are about that)."""
-    from dask_clust.engine.cluster import STREAM_PASS, WORKER_BASE, ClusterBackend
+    from dask_clust.engine.cluster import ClusterBackend
     from dask_clust.engine.data import Source
+    from dask_clust.engine.streaming import STREAM_PASS, WORKER_BASE
     from dask_clust.errors import InputError
 
     backend = object.__new__(ClusterBackend)

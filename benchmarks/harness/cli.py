@@ -41,7 +41,7 @@ def main(argv=None):
     if not (args.suite or args.report):
         build_parser().error("nothing to do: give --suite and/or --report")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    from dask_clust.engine.cluster import connect
+    from dask_clust.engine.local import connect
 
     os.makedirs(args.results, exist_ok=True)
     if args.suite:

@@ -36,7 +36,7 @@ def blobs(n, d, c, seed=0):
 @contextlib.contextmanager
 def local_cluster(n_workers=2, threads_per_worker=1):
     """The LocalCluster dask_clust starts for a fit (its worker settings included), sized as asked."""
-    from dask_clust.engine.cluster import connect
+    from dask_clust.engine.local import connect
 
     with connect(n_workers=n_workers, threads_per_worker=threads_per_worker) as client:
         yield client

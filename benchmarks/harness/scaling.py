@@ -13,7 +13,7 @@ import numpy as np
 from dask_clust import api
 from dask_clust.blocks.lloyd import lloyd_step
 from dask_clust.engine import as_source, open_engine
-from dask_clust.engine.cluster import connect
+from dask_clust.engine.local import connect
 from dask_clust.kernels.assign import Prepared
 
 logger = logging.getLogger("harness")

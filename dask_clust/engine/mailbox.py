@@ -7,7 +7,7 @@ import asyncio
 
 async def remote_call(rpc, key, method, *args):
     """``method(*args)`` of the partition ``key`` behind ``rpc`` (a dotted name reaches one of its parts:
-    ``"halo.put"``); ``cluster.PartitionHost.call`` answers."""
+    ``"halo.put"``); ``host.PartitionHost.call`` answers."""
     from distributed.protocol import to_serialize
 
     msg = await rpc.dask_clust_call(key=key, method=method, args=[to_serialize(a) for a in args])

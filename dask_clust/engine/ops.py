@@ -27,10 +27,12 @@ from ..outputs import UNREADABLE, file_sha256, stored_arrays
 from . import config
 from .calls import Build, Gather, Plan, ReduceScatter, ShardApply, ShardDrop, ShardKeep, ShardRef, Step
 from .chunk import pop_state, routed_rows
-from .cluster import IN_PROCESS, Restarted, backend_for
+from .cluster import IN_PROCESS
 from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
 from .data import ArraySource, as_source
 from .halo import pop_halo
+from .local import backend_for
+from .recovery import Restarted
 
 logger = logging.getLogger("dask_clust")
 
@@ -625,7 +627,7 @@ class ShardedModel:
 
 @contextlib.contextmanager
 def open_engine(source, client=None, entropy=0, state=(0, "the fit")):
-    """An Engine over ``source`` for the duration of a fit (see ``cluster.backend_for`` for ``client`` and
+    """An Engine over ``source`` for the duration of a fit (see ``local.backend_for`` for ``client`` and
     ``state``, the per-row state the fit will keep)."""
     with backend_for(source, client, entropy, state) as backend:
         yield Engine(backend, source, entropy)

@@ -44,7 +44,7 @@ def pin_blas():
 
 
 class Partition:
-    """Long-lived holder of row chunks on one worker (hosted by ``cluster.PartitionHost`` on a cluster, a plain
+    """Long-lived holder of row chunks on one worker (hosted by ``host.PartitionHost`` on a cluster, a plain
     object in-process)."""
 
     def __init__(self, meta, *blocks):
@@ -176,3 +176,31 @@ class Partition:
         # the parts refer back to the partition: without this cycle its rows go when its host drops it, not
         # at the next garbage collection
         self.halo = self.shards = self.backups = None
+
+
+def partition_meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker=False):
+    return {
+        "chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
+        "entropy": entropy,
+        "threads": threads,
+        "partition": partition,
+        "partitions": partitions,
+        "worker": worker,
+    }
+
+
+def home(i, n_chunks, n_workers):
+    """The worker (index into the sorted live addresses) that holds chunk i: contiguous ranges of chunks.
+    A working set or reordering built for a new engine stacks each chunk where that engine will place it."""
+    return (i * n_workers) // n_chunks
+
+
+def tree(nodes, split_every):
+    """The partitions as a tree of fan-in ``split_every`` rooted at node 0 (node i's children are
+    i·s+1 .. i·s+s): for each node, [(node, its subtree), ...] of its children."""
+    s = max(1, int(split_every))
+
+    def below(i):
+        return [(j, below(j)) for j in range(i * s + 1, min(len(nodes), i * s + s + 1))]
+
+    return below(0)

@@ -1,0 +1,322 @@
+"""Recovery of a cluster fit (ARCHITECTURE.md, rule 1): a call is watched while it runs (a worker of the fit
+leaving the cluster, or one that stays connected and stops answering), a lost worker's partitions are
+rebuilt on the survivors from their source, every declared state is rebuilt from the model, restored from a
+buddy's copy or replayed, sharded models' shards are restored from their copies, and the call is repeated
+(or, within ``Engine.rerun``, ``Restarted`` is raised)."""
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+
+import distributed
+from dask.utils import parse_timedelta
+from distributed.comm.core import CommClosedError
+
+from ..errors import ClusterLost
+from . import config
+from .backups import BACKUP_COPIES, buddies, replay
+from .calls import Build
+from .mailbox import remote_call, remote_run
+
+_COMM_ERRORS = (
+    OSError,
+    CommClosedError,
+    asyncio.CancelledError,
+    concurrent.futures.CancelledError,
+    distributed.scheduler.KilledWorker,
+    asyncio.TimeoutError,
+)
+
+logger = logging.getLogger("dask_clust")
+
+
+def _worker_gone(exc):
+    """Whether a call's failure says that a worker is gone or going: a communication error, a partition lost
+    with its worker, or a worker's own connection pool closed under a call it was relaying to a peer (it is
+    shutting down: a worker closes itself when its scheduler is lost, and returned this before the driver's
+    client saw the scheduler go, in 2 of 6 scheduler kills under load)."""
+    return (
+        isinstance(exc, _COMM_ERRORS)
+        or "lost" in str(exc).lower()
+        or (isinstance(exc, RuntimeError) and "ConnectionPool is closed" in str(exc))
+    )
+
+
+# how often a call that has not returned asks the scheduler whether one of the fit's workers has gone
+WATCH_S = 0.5
+
+
+class WorkerLost(ClusterLost):
+    """Partitions that could not be rebuilt after their worker died (``why``: what was missing)."""
+
+    def __init__(self, partition_ids, why="no worker could rebuild them"):
+        super().__init__(f"lost the workers holding partitions {sorted(partition_ids)}: {why}")
+        self.partition_ids = partition_ids
+
+
+class Restarted(RuntimeError):
+    """Partitions whose worker died were rebuilt within ``Engine.rerun``; the call was not repeated."""
+
+    def __init__(self, partition_ids):
+        super().__init__(f"lost the workers holding partitions {sorted(partition_ids)}: rebuilt, the phase restarts")
+        self.partition_ids = partition_ids
+
+
+# the worker addresses this process has seen lost (a restarted worker comes back at a new address)
+LOST_WORKERS = set()
+
+
+# a future whose value is gone: its worker was lost and Dask cannot compute it again (scattered rows, or a
+# task whose inputs were)
+GONE = ("cancelled", "lost", "error")
+
+
+class Recovery:
+    """ClusterBackend's recovery: the watch on a running call and the rebuild of lost partitions."""
+
+    async def _watched(self, running):
+        """Await a call while ``_watch`` asks the scheduler whether a worker of the fit has gone. A partition
+        that sends to a killed worker retries connecting to it for comm.timeouts.connect (30 s) before it fails;
+        the scheduler knows at once, so the call is abandoned as lost and the caller rebuilds and repeats it."""
+        task = asyncio.ensure_future(running)
+        watch = asyncio.ensure_future(self._watch({addr for addr, _ in self.placement}))
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            return task.result() if task.done() else watch.result()
+        finally:
+            task.cancel()
+            watch.cancel()
+
+    async def _watch(self, placed):
+        """Raises a comm error once a worker in ``placed`` has left the cluster (asked every ``WATCH_S``) or has
+        stopped answering: once the call has run ``unresponsive-worker-timeout`` and 10 times the slowest call
+        so far, every worker of the fit is asked its identity, and one that does not answer within that
+        timeout (a frozen process, a partitioned node: connected, so the scheduler keeps it until its
+        worker-ttl, 5 minutes) is restarted by the scheduler, as its worker-ttl would do: its nanny kills it,
+        or without one the scheduler drops it. Its late answer, if any, is never read."""
+        limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
+        probe_at = time.monotonic() + max(limit, 10 * self.slowest_call)
+        probe = None
+        try:
+            while True:
+                await asyncio.sleep(WATCH_S)
+                gone = ()
+                with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):  # a lost scheduler:
+                    gone = placed - set(await self.client.scheduler.ncores())  # the caller reports it
+                if gone:
+                    raise CommClosedError(f"worker(s) {sorted(gone)} of the fit left the cluster during a call")
+                if probe is None and time.monotonic() > probe_at:
+                    probe = asyncio.ensure_future(self._unresponsive(placed, limit))
+                if probe is not None and probe.done():
+                    if probe.result():
+                        raise CommClosedError(
+                            f"worker(s) {probe.result()} of the fit did not answer within "
+                            f"{limit:g} s (unresponsive-worker-timeout): restarted"
+                        )
+                    probe, probe_at = None, time.monotonic() + limit
+        finally:
+            if probe is not None:
+                probe.cancel()
+
+    async def _unresponsive(self, addrs, limit):
+        """The workers of ``addrs`` that do not answer an identity request within ``limit`` seconds, restarted
+        (``_watch``); a worker already gone counts as answering (the scheduler reports it)."""
+
+        async def answers(addr):
+            try:
+                await asyncio.wait_for(self.client.rpc(addr).identity(), limit)
+            except asyncio.TimeoutError:
+                return False
+            except (OSError, CommClosedError):
+                pass
+            return True
+
+        addrs = sorted(addrs)
+        silent = [a for a, ok in zip(addrs, await asyncio.gather(*map(answers, addrs))) if not ok]
+        if silent:
+            logger.warning(
+                "worker(s) %s did not answer within %g s (unresponsive-worker-timeout): restarting them, "
+                "and rebuilding their partitions elsewhere",
+                silent,
+                limit,
+            )
+            LOST_WORKERS.update(silent)
+            with contextlib.suppress(Exception):  # (a nanny SIGKILLs a worker that does not stop within 4 s)
+                await self.client.scheduler.restart_workers(
+                    workers=silent,
+                    timeout=max(limit, 10.0),
+                    wait_for_workers=False,
+                    on_error="return",
+                    stimulus_id=f"dask-clust-unresponsive-{time.time()}",
+                )
+        return silent
+
+    def _await_worker(self):
+        """Live workers once one is back (a nanny restarting the workers it killed), waiting up to
+        ``lost-worker-timeout``; {} when none comes."""
+        try:
+            self.client.wait_for_workers(1, timeout=parse_timedelta(config.get("lost-worker-timeout")))
+        except (TimeoutError, asyncio.TimeoutError):
+            return {}
+        return self._live_workers()
+
+    def _lost(self, exc):
+        """The partitions whose worker the scheduler has dropped, after a communication error (waits up
+        to ``lost-worker-timeout`` for the scheduler to confirm)."""
+        if not _worker_gone(exc):
+            return []
+        deadline = time.monotonic() + parse_timedelta(config.get("lost-worker-timeout"))
+        while True:
+            live = self._live_workers()
+            lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr not in live]
+            if not lost and time.monotonic() > deadline:  # found unresponsive, and still listed
+                lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in LOST_WORKERS]
+            if lost or time.monotonic() > deadline:
+                return lost
+            time.sleep(0.1)
+
+    def _recover(self, pid, builders, call_id, shards=(), attempts=3):
+        LOST_WORKERS.add(self.placement[pid][0])
+        for attempt in range(attempts):
+            ids = self.placement[pid][1]
+            workers = self._live_workers() or self._await_worker()
+            if not workers:
+                raise WorkerLost(
+                    [pid],
+                    f"the cluster has no worker left (it had {len(set(a for a, _ in self.placement))}; "
+                    f"none came back within lost-worker-timeout)",
+                )
+            # (a worker found unresponsive may still be listed while its nanny kills it)
+            addr = self._target(pid, {a: t for a, t in workers.items() if a not in LOST_WORKERS} or workers)
+            logger.warning("worker of partition %d lost; rebuilding its %d chunks on %s", pid, len(ids), addr)
+            try:
+                futs = self._load(ids, addr)
+                part_future = self._spawn(pid, ids, addr, futs, workers[addr])
+                self._started(part_future, addr)
+                rpc = self.client.rpc(addr)
+                for i, (key, step, params, backup, steps) in enumerate(builders):
+                    kept = self._backup(pid, key, ids, call_id) if backup else None
+                    if kept is not None:
+                        logger.info("restoring state %r of partition %d from its buddy's copy", key, pid)
+                        self.client.sync(remote_call, rpc, part_future.key, "backups.restore", key, kept)
+                        continue
+                    if backup:  # a step has changed it since it was built: the builder would make another
+                        if steps is None:
+                            raise WorkerLost(
+                                [pid],
+                                f"its state {key!r} and every copy of it were lost (its worker "
+                                f"and those of the {BACKUP_COPIES} partitions after it), and its "
+                                f"steps are not kept to replay (replay-bytes); the fit cannot "
+                                f"continue to the same model: fit again, or resume from a "
+                                f"checkpoint",
+                            )
+                        logger.warning(
+                            "state %r of partition %d and every copy of it were lost: replaying its %d steps",
+                            key,
+                            pid,
+                            len(steps),
+                        )
+                        step, params = replay, steps
+                    build = Build(-1 - i, step, params)
+                    self.client.sync(remote_run, rpc, part_future.key, build, [], True)
+                self._restore_shards(pid, addr, part_future.key, shards)
+            except Exception as exc:
+                # KeyError: the scheduler dropped the chosen worker while rows were sent to it (all were lost)
+                if attempt + 1 < attempts and isinstance(exc, (*_COMM_ERRORS, KeyError)):
+                    continue  # (a cancelled future of drawn rows is made again by the next _load)
+                raise
+            self.placement[pid] = (addr, ids)
+            LOST_WORKERS.discard(addr)  # live again: a new worker may reuse a lost one's port
+            self.data[pid] = futs
+            self._part_futures[pid] = part_future
+            self.n_rebuilds += 1
+            return
+        raise WorkerLost([pid])
+
+    def _target(self, pid, workers):
+        """Where partition ``pid`` is rebuilt: the least-loaded live worker that holds none of the partitions
+        keeping its backups or whose backups it keeps (one loss would otherwise take a state and its copy),
+        unless every worker does."""
+        n = len(self.placement)
+        near = {self.placement[(pid + j) % n][0] for j in range(-BACKUP_COPIES, BACKUP_COPIES + 1) if j}
+        load = {a: 0 for a in workers}
+        for a, _ in self.placement:
+            if a in load:
+                load[a] += 1
+        apart = [a for a in sorted(load) if a not in near] or sorted(load)
+        return min(apart, key=load.get)
+
+    def _started(self, part_future, addr):
+        """Wait for a rebuilt partition to run. Its task is pinned to ``addr``: once that worker has left (or
+        stopped answering, ``_unresponsive``) its task would wait for it forever, so that raises a comm error
+        and ``_recover`` places the partition again."""
+        limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                return part_future.result(timeout=WATCH_S)
+            except TimeoutError:
+                pass
+            gone = addr not in self._live_workers()
+            if not gone and time.monotonic() > deadline:
+                gone = bool(self.client.sync(self._unresponsive, {addr}, limit))
+                deadline = time.monotonic() + limit
+            if gone:
+                part_future.cancel()
+                raise CommClosedError(f"worker {addr} left before the partition started on it")
+
+    def _restore_shards(self, pid, addr, part_key, shards):
+        """A rebuilt partition's shards of every sharded model, from the first of its buddies that kept a copy;
+        then it sends them to its buddies again, and the partitions whose copies the lost one kept send theirs."""
+        if not shards:
+            return
+        keys = [f.key for f in self._part_futures]
+        peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
+        for key in shards:
+            kept = self._ask_buddies(pid, peers, "shards.backup_get", key, pid)
+            if kept is None:
+                raise WorkerLost(
+                    [pid],
+                    f"its shard of the sharded model {key!r} and every copy of it were lost (its "
+                    f"worker and those of the {BACKUP_COPIES} partitions after it)",
+                )
+            logger.info("restoring partition %d's shard of %r from its buddy's copy", pid, key)
+            self.client.sync(remote_call, self.client.rpc(addr), part_key, "shards.restore", key, kept)
+        peers[pid] = (addr, part_key, peers[pid][2])
+        live = self._live_workers()  # partitions lost and not rebuilt yet get their copies when they are
+        peers = [p if j == pid or (p[0] in live and p[0] not in LOST_WORKERS) else None for j, p in enumerate(peers)]
+        for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):  # itself (its buddies may be new too), then
+            before = peers[(pid - j) % len(peers)]  # those whose copies it kept
+            if before is None:
+                continue
+            try:
+                self.client.sync(remote_call, self.client.rpc(before[0]), before[1], "shards.rebackup", peers)
+            except _COMM_ERRORS:  # that one is lost too: it is rebuilt next, and its next write copies again
+                pass
+
+    def _ask_buddies(self, pid, peers, method, *args):
+        """``method(*args)`` of the first of partition ``pid``'s buddies (``partition.buddies``) that answers
+        something other than None; None when none does. A buddy whose worker has left is not asked: asking
+        would retry connecting to it for comm.timeouts.connect (30 s)."""
+        live = self._live_workers()
+        for addr, part_key, _ in buddies(peers, pid):
+            if addr not in live or addr in LOST_WORKERS:
+                continue
+            try:
+                kept = self.client.sync(remote_call, self.client.rpc(addr), part_key, method, *args)
+            except Exception as exc:
+                if _worker_gone(exc):
+                    continue
+                raise
+            if kept is not None:
+                return kept
+        return None
+
+    def _backup(self, pid, key, ids, call_id):
+        """Partition ``pid``'s state ``key`` from the first of its buddies that kept a copy, as the last call
+        before ``call_id`` left it; None when none did (a single partition, buddies lost or rebuilt since)."""
+        keys = [f.key for f in self._part_futures]
+        peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
+        return self._ask_buddies(pid, peers, "backups.get", key, ids, call_id)
