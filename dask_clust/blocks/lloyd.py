@@ -17,6 +17,8 @@ reduce-scattered by cluster, step 3 runs where each cluster range lives, and the
 ||Δc||² per cluster (O(k)), never a k × d array until the end. Both paths give the same bits.
 """
 
+import contextlib
+
 import numpy as np
 
 from ..engine import ReduceScatter
@@ -152,18 +154,82 @@ def quantization_error(engine, centers):
     return float(qe), int(evals)
 
 
+class DriverCentres:
+    """The centres on the driver (k × d within ``model-bytes``): a step's sums come to the driver finished and
+    step 3 runs here."""
+
+    def __init__(self, engine, centers):
+        self.engine, self.centers = engine, centers
+
+    def step(self, step=lloyd_step):
+        """Steps 1-3 from the current centres: (QE, changed labels, evaluations, Σ w and ||Δc||² per cluster)."""
+        self._sums, self._weights, qe, changed, e = self.engine.reduce(step, Prepared(self.centers, self.engine.dtype))
+        self._old = self.centers
+        self.centers = m_step(self._sums, self._weights, self._old)
+        return qe, changed, e, self._weights, shifts(self.centers, self._old)
+
+    def relocate(self, moves):
+        """The relocation's moves on the step's sums, and step 3 again: ||Δc||² per cluster."""
+        apply_moves(self._sums, self._weights, moves)
+        self.centers = m_step(self._sums, self._weights, self._old)
+        return shifts(self.centers, self._old)
+
+    def local(self):
+        """The centres, for the callback (None where they are not on the driver)."""
+        return self.centers
+
+    def gather(self):
+        return self.centers
+
+    def assigned_qe(self):
+        """One assignment pass for the labels and QE of the current centres: (QE, evaluations)."""
+        _, _, qe, _, e = self.engine.reduce(lloyd_step, Prepared(self.centers, self.engine.dtype))
+        return qe, e
+
+
+class ShardedCentres:
+    """The centres sharded on the workers by cluster range (rule 1): step 2's sums are reduce-scattered and
+    step 3 runs where each range lives. Per step the driver receives Σ w and ||Δc||² per cluster (16·k bytes)
+    and three counters; the callback gets no centres (a checkpoint gathers them: k × d once per checkpoint)."""
+
+    def __init__(self, engine, model):
+        self.engine, self.model = engine, model
+
+    def step(self, step=lloyd_step):
+        scatter = ReduceScatter(self.model, sharded_m_step, (Rows(), Rows()))
+        return self.engine.reduce(step, self.model.ref(), SHARDED_STEP, scatter=scatter)
+
+    def relocate(self, moves):
+        (shift,) = self.model.apply(sharded_relocation, moves, (Rows(),))
+        return shift
+
+    def local(self):
+        return None
+
+    def gather(self):
+        return self.model.gather()
+
+    def assigned_qe(self):
+        return self.engine.reduce(_assigned_qe, self.model.ref())
+
+
+@contextlib.contextmanager
+def centres_on(engine, key, centers):
+    """Where the centres live while Lloyd runs: on the driver, or sharded on the workers when they are over
+    ``model-bytes``; the same iterations and the same bits either way."""
+    if engine.shards_model(centers.nbytes):
+        with engine.sharded(key, (centers,)) as model:
+            yield ShardedCentres(engine, model)
+    else:
+        yield DriverCentres(engine, centers)
+
+
 def lloyd_update(engine, centers):
     """One Lloyd step from ``centers`` without relocation (a cluster no row chose keeps its centre) and no
-    state kept on the rows: the new centres and the evaluations. Sharded like ``lloyd`` when the centres
-    are over ``model-bytes``."""
-    if engine.shards_model(centers.nbytes):
-        with engine.sharded("lloyd update", (centers,)) as model:
-            _, _, e, _, _ = engine.reduce(
-                _update_step, model.ref(), SHARDED_STEP, scatter=ReduceScatter(model, sharded_m_step, (Rows(), Rows()))
-            )
-            return model.gather(), int(e)
-    sums, weights, _, _, e = engine.reduce(_update_step, Prepared(centers, engine.dtype))
-    return m_step(sums, weights, centers), int(e)
+    state kept on the rows: the new centres and the evaluations."""
+    with centres_on(engine, "lloyd update", centers) as model:
+        _, _, e, _, _ = model.step(_update_step)
+        return model.gather(), int(e)
 
 
 def _restored(engine, centers, loop):
@@ -194,53 +260,23 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
     """
     loop = loop or Loop("lloyd", max_iter)
     centers, evals, objective, strict = _restored(engine, centers, loop)
-    if engine.shards_model(centers.nbytes):
-        return _sharded_lloyd(engine, centers, evals, objective, strict, tol, loop)
-    for _ in loop:
-        sums, weights, qe, changed, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
-        evals += e
-        moves = relocation(engine, weights)
-        if moves is not None:
-            apply_moves(sums, weights, moves)
-        relocated = 0 if moves is None else len(moves[0])
-        new = m_step(sums, weights, centers)
-        shift = float(shifts(new, centers).sum())
-        loop.record(qe, e, changed, centers=new, center_shift=shift, relocated=relocated)
-        strict = changed == 0 and relocated == 0
-        centers = new
-        objective = qe
-        if strict or shift <= tol:
-            loop.converged = True
-        _save(engine, loop, centers, evals, objective, strict)
-    if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
-        _, _, objective, _, e = engine.reduce(lloyd_step, Prepared(centers, engine.dtype))
-        evals += e
-    return FitResult(centers, float(objective), loop.n_iter, loop.converged, int(evals), loop.history)
-
-
-def _sharded_lloyd(engine, centers, evals, objective, strict, tol, loop):
-    """``lloyd`` with the centres sharded on the workers by cluster range. What the driver receives per
-    iteration: Σ w and ||Δc||² per cluster (16·k bytes) and three counters; the callback gets no centres
-    (a checkpoint gathers them: k × d once per checkpoint)."""
-    with engine.sharded("lloyd", (centers,)) as model:
+    with centres_on(engine, "lloyd", centers) as model:
         for _ in loop:
-            qe, changed, e, weights, shift = engine.reduce(
-                lloyd_step, model.ref(), SHARDED_STEP, scatter=ReduceScatter(model, sharded_m_step, (Rows(), Rows()))
-            )
+            qe, changed, e, weights, shift = model.step()
             evals += e
             moves = relocation(engine, weights)
             if moves is not None:
-                (shift,) = model.apply(sharded_relocation, moves, (Rows(),))
+                shift = model.relocate(moves)
             relocated = 0 if moves is None else len(moves[0])
             shift = float(shift.sum())
-            loop.record(qe, e, changed, center_shift=shift, relocated=relocated)
+            loop.record(qe, e, changed, centers=model.local(), center_shift=shift, relocated=relocated)
             strict = changed == 0 and relocated == 0
             objective = qe
             if strict or shift <= tol:
                 loop.converged = True
             _save(engine, loop, model.gather, evals, objective, strict)
-        if not strict:
-            objective, e = engine.reduce(_assigned_qe, model.ref())
+        if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
+            objective, e = model.assigned_qe()
             evals += e
         centers = model.gather()
     return FitResult(centers, float(objective), loop.n_iter, loop.converged, int(evals), loop.history)
