@@ -412,7 +412,7 @@ def _check_dir(path):
 
 def _check_writable(path):
     """Before any work: a checkpoint directory the fit cannot write in (read-only) was accepted, and the fit
-    died at its first write, after the work (issue #35)."""
+    died at its first write, after the work."""
     probe = os.path.join(path, f".{INDEX}.probe-{uuid.uuid4().hex[:8]}")
     try:
         with open(probe, "w"):
@@ -432,7 +432,7 @@ def _process_started(pid):
 
 def _take_lock(path):
     """``path``'s lock file, made for this fit; refused in one line while another fit holds it (two fits on one
-    directory, a requeued job or a job array, killed each other's generations, issue #35). A lock whose
+    directory, a requeued job or a job array, killed each other's generations). A lock whose
     process is gone from this host (killed, its node rebooted into the same name) is taken over; one held
     on another host is refused, since only that host can tell whether its process lives."""
     where = os.path.join(path, LOCK)

@@ -22,7 +22,7 @@ Suppl. D-F); D. Forster, J. Lücke, "Can clustering scale sublinearly with its c
   7. refit_means (ours, ``refit_size``; vc-GMM only): one Lloyd step from the means on a fresh sample of
      2 N' rows, so that the centres returned are not limited by the coreset's ≈ 64 rows per cluster.
 
-Departure from the paper's defaults (issue #17): its AFK-MC2 approximates non-greedy D² sampling, which
+Departure from the paper's defaults: its AFK-MC2 approximates non-greedy D² sampling, which
 leaves well-separated clusters without a mean (200k × 16, 10 blobs, k = 10: 4 of 10 seeds at 3.1-3.6 × the
 k-means QE, m = 2000 no better, exact D² sampling misses in 3 of 10 as well); and with random K^(n) the first
 M-step averages rows over random clusters, undoing most of any seeding. With k-means|| and K^(n) from the
@@ -167,8 +167,8 @@ def _init_truncated_sets(chunk, params):
 def _buffers(scratch, rows, width):
     """Search-space and pair buffers for ``rows`` rows of ``width`` candidates, kept in the thread's
     ``scratch`` (``Chunk.scratch``) across searches (faulting them in each time costs): a thread searches
-    one chunk at a time, so a worker holds threads × ~40 MB of them, not chunks × 40 MB (issue #20: vargmm
-    on a large input ran its workers out of memory with them), and only while the fit's partition lives."""
+    one chunk at a time, so a worker holds threads × ~40 MB of them, not chunks × 40 MB (a copy per chunk
+    ran a large input's workers out of memory), and only while the fit's partition lives."""
     m = rows * width
     have = getattr(scratch, "buffers", None)
     if have is None or len(have[0][0]) < rows + 1 or len(have[0][1]) < m:

@@ -144,8 +144,8 @@ class ClusterBackend(Recovery, RowMoves, Streaming):
 
     def _await_placement(self):
         """Wait until every partition runs. A partition's task is pinned to its worker: when that worker is lost
-        before the partition starts, its task would wait for it forever (issue #20: a kill during placement or just
-        before a coreset's engine opened hung), so the partition is placed again on a live worker, as after a loss
+        before the partition starts, its task would wait for it forever (a kill during placement, or just before a
+        coreset's engine opened), so the partition is placed again on a live worker, as after a loss
         in a call; so is one whose drawn rows a lost worker took (their futures cancelled: they are drawn again,
         ``_load``), and one whose worker does not answer (``_unresponsive``) once placement has taken
         ``unresponsive-worker-timeout``."""

@@ -18,7 +18,7 @@ RETURN_HEAP_S = 2.0
 async def _return_heap(keys, dask_worker=None):
     """On a worker, once a finished fit's partitions and rows are gone from it: the heap they leave free goes
     back to the system (``malloc_trim``). Arrays under the workers' 16 MiB mmap threshold (``MMAP_THRESHOLD``)
-    are heap, kept for reuse; without this a worker grew by 11 % over 18 fits (issue #20)."""
+    are heap, kept for reuse; without this a worker's resident size grows fit after fit."""
     import ctypes
 
     host = dask_worker.extensions.get(PartitionHost.NAME)
