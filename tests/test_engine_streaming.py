@@ -1,0 +1,125 @@
+"""Rule 4: inputs streamed from their source on every pass give the same model; what streaming counts and
+refuses before any work."""
+
+import numpy as np
+import pytest
+
+import dask_clust
+from dask_clust.engine import as_source
+
+
+@pytest.mark.parametrize("where", ["in-process", "cluster"])
+def test_streaming_gives_the_same_model(cluster, where):
+    """Rule 4: data streamed from its source on every pass gives the model persisted data gives."""
+    import dask
+
+    from dask_clust.datasets import make_blobs
+
+    X, _ = make_blobs(6000, 5, 8, chunks=1000, random_state=4)
+    w = np.linspace(0.5, 2.0, 6000)
+    client = "in-process" if where == "in-process" else cluster
+    held = dask_clust.fit(X, n_clusters=8, random_state=0, client=client, sample_weight=w)
+    with dask.config.set({"dask_clust.stream": True}):
+        streamed = dask_clust.fit(X, n_clusters=8, random_state=0, client=client, sample_weight=w)
+    assert streamed.engine_["streaming"] and not held.engine_["streaming"]
+    np.testing.assert_array_equal(streamed.cluster_centers_, held.cluster_centers_)
+    assert streamed.n_iter_ == held.n_iter_ and streamed.objective_ == held.objective_
+
+
+def test_stream_auto_switch_and_small_loaders(input_chunks):
+    import dask
+
+    from dask_clust.datasets import make_blobs
+    from dask_clust.engine.data import ArraySource
+    from dask_clust.engine.streaming import loaders, should_stream
+
+    X, _ = make_blobs(64_000, 4, 3, chunks=1000, random_state=0)
+    src = as_source(X)
+    assert src.n_chunks == 64
+    assert should_stream(src, memory_bytes=src.nbytes)  # data > half the memory: stream
+    assert not should_stream(src, memory_bytes=4 * src.nbytes)
+    assert not should_stream(as_source(X.compute()), memory_bytes=1)  # in driver memory already
+    assert isinstance(as_source(X.compute()), ArraySource)
+    with dask.config.set({"dask_clust.stream": False}):
+        assert not should_stream(src, memory_bytes=1)
+    # each loader carries its own chunk's graph only, not the whole input's
+    sizes = [len(b) for b in loaders(src, range(src.n_chunks))]
+    assert max(sizes) < 4 * min(sizes) and max(sizes) < 20_000
+
+
+def test_streaming_counts_the_fits_state_and_refuses_what_cannot_fit(input_chunks, monkeypatch):
+    """Issue #20: a fit's per-row state (declared by its algorithm) stays in memory while the data streams,
+    so it counts toward ``stream-fraction``; state that alone exceeds it is refused before any work, in one
+    line naming the algorithm (vargmm: 12 C' + 4 = 64 B per row at C' = 5; before, it pushed every worker past
+    95 % and the fit died after 500 s)."""
+    import dask
+
+    from dask_clust.datasets import make_blobs
+    from dask_clust.engine.ops import Engine
+    from dask_clust.engine.streaming import should_stream
+    from dask_clust.errors import InputError
+
+    X, _ = make_blobs(64_000, 4, 3, chunks=8000, random_state=0)  # 16 B of float32 data per row
+    src = as_source(X)
+    memory = 4 * src.nbytes  # half of it holds the data alone: persisted without state
+    assert not should_stream(src, memory, (0, "kmeans"))
+    assert should_stream(src, memory, (24, "nmbatch"))  # 16 + 24 B per row > half
+    with pytest.raises(
+        InputError,
+        match=r"^x keeps 40 B of state per row: 0\.00256 GB for 64,000 rows, over "
+        r"stream-fraction = 0\.5 of the 0\.0041 GB of memory it runs in; add",
+    ):
+        should_stream(src, memory + 96, (40, "x"))
+    reduces = []
+    monkeypatch.setattr(Engine, "reduce", lambda *a, **k: reduces.append(a) or pytest.fail("work before refusing"))
+    with (
+        dask.config.set({"dask_clust.stream-fraction": 1e-6}),
+        pytest.raises(InputError, match=r"^algo='vargmm' keeps 64 B of state per row: .* GB for 64,000 rows"),
+    ):
+        dask_clust.fit(X, algo="vargmm", n_clusters=3, client="in-process")
+    assert reduces == []
+
+
+def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeypatch):
+    """Issue #20: a streaming worker thread holds a chunk and the input block(s) it is cut from (a zarr chunk
+    is decoded whole) while it computes it; with its share of the state, the process (``WORKER_BASE``) and a
+    streamed pass's own buffers (``STREAM_PASS``), that must stay under the nanny's terminate fraction of its
+    limit, or the nanny restarts it in every pass (measured: 32 MiB chunks on 512 MiB workers, 3 restarts).
+    768 MiB workers, 6 GiB of 32-d float32, kmeans (Lloyd's 16 B of state per row): refused before any work,
+    naming the worker and what to change, unless both the chunks and the input's blocks are 32 MiB and the fit
+    keeps no 48 MiB of buffers per thread (vc-GMM's search buffers are about that)."""
+    from dask_clust.engine.cluster import ClusterBackend
+    from dask_clust.engine.data import Source
+    from dask_clust.engine.streaming import STREAM_PASS, WORKER_BASE
+    from dask_clust.errors import InputError
+
+    backend = object.__new__(ClusterBackend)
+    limit = 768 << 20
+    workers = {f"tcp://w{i}": {"memory_limit": limit, "nthreads": 1, "metrics": {"memory": 90 << 20}} for i in range(3)}
+    monkeypatch.setattr(backend, "_worker_info", lambda: workers)
+    rows = 50_331_648
+    share = rows * 16 / 3
+    for chunk_mib, block_mib, buffer_mib, refused in (
+        (128, 32, 0, True),
+        (32, 128, 0, True),
+        (32, 32, 48, True),
+        (32, 32, 0, False),
+    ):
+        per = (chunk_mib << 20) // 128
+        src = Source(rows, 32, np.float32, np.r_[np.arange(0, rows, per), rows], False)
+        src.input_chunk_bytes = block_mib << 20
+        need = WORKER_BASE + STREAM_PASS + ((chunk_mib + max(chunk_mib, block_mib) + buffer_mib) << 20) + share
+        assert (need > 0.95 * limit) == refused
+        state = (16, "algo='kmeans'", buffer_mib << 20)
+        if refused:
+            buffers = rf" \+ {buffer_mib} MiB of buffers" if buffer_mib else ""
+            with pytest.raises(
+                InputError,
+                match=rf"^algo='kmeans' streams chunks of {chunk_mib} MiB cut from input "
+                rf"blocks of up to {block_mib} MiB: worker tcp://w0 "
+                rf"would need about {need / 2**20:.0f} MiB \(1 thread\(s\) x both"
+                rf"{buffers}, .* of its 768 MiB limit",
+            ):
+                backend._check_streaming_memory(src, state)
+        else:
+            assert backend._check_streaming_memory(src, state) == int(need)
