@@ -125,27 +125,11 @@ def test_the_toys_declared_facts_refuse_bad_data_before_any_work(toy):
         dask_clust.fit(np.ones((10, 65)), algo="toy-medoids", client="in-process")
 
 
-def test_a_spec_that_takes_no_weights_must_say_why():
-    with pytest.raises(ValueError, match="say why"):
-        AlgorithmSpec(
-            name="x",
-            config=ToyConfig,
-            fit=toy_fit,
-            estimator="X",
-            summary="",
-            reference="",
-            objective="",
-            loop_length="rounds",
-            weighted=False,
-        )
-    with pytest.raises(ValueError, match="not a config field"):
-        AlgorithmSpec(
-            name="x",
-            config=ToyConfig,
-            fit=toy_fit,
-            estimator="X",
-            summary="",
-            reference="",
-            objective="",
-            loop_length="max_iter",
-        )
+@pytest.mark.parametrize(
+    "wrong,message",
+    [({"loop_length": "rounds", "weighted": False}, "say why"), ({"loop_length": "max_iter"}, "not a config field")],
+)
+def test_a_spec_is_checked_when_it_is_made(wrong, message):
+    base = dict(name="x", config=ToyConfig, fit=toy_fit, estimator="X", summary="", reference="", objective="")
+    with pytest.raises(ValueError, match=message):
+        AlgorithmSpec(**base, **wrong)
