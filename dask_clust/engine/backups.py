@@ -3,6 +3,8 @@ cannot rebuild are copied to the partitions after it (its buddies); a rebuilt pa
 the first buddy that has them, as the last call before the lost one left them, or, when every copy was lost
 too, replays the state's build and every step since (``replay``: the driver keeps those steps)."""
 
+import weakref
+
 import numpy as np
 
 from .mailbox import gather_all, keep_newest
@@ -30,7 +32,7 @@ class Backups:
     """The copies a partition keeps of its buddies' states."""
 
     def __init__(self, part):
-        self._part = part
+        self._part = weakref.proxy(part)  # no cycle: the partition's rows go as soon as its host drops it
         self._kept = {}  # (state key, chunk index) -> [(call id, {field: array})], the two newest
 
     def of(self, call):

@@ -3,6 +3,8 @@ values of the rows each chunk reads pushed partition to partition before any ste
 another's update of the same call). The values never pass through the driver; a rebuilt partition is sent
 the plan again (``Engine._plans``)."""
 
+import weakref
+
 import numpy as np
 
 from .mailbox import Answer, gather_all
@@ -21,7 +23,7 @@ class HaloExchange:
     """The plans a partition's chunks read by, and what it sends the others under each."""
 
     def __init__(self, part):
-        self._part = part
+        self._part = weakref.proxy(part)  # no cycle: the partition's rows go as soon as its host drops it
         self._sources = {}  # plan key -> the partitions holding rows this partition's chunks read
         self._sends = {}  # plan key -> (plan call id, {partition: the rows it reads from here})
         self._sent = Answer()  # the values sent for the newest call: the same when it is repeated

@@ -173,9 +173,6 @@ class Partition:
                 pool.shutdown()
         for c in self.chunks:  # the last references to the steps' per-thread buffers
             c.scratch = None
-        # the parts refer back to the partition: without this cycle its rows go when its host drops it, not
-        # at the next garbage collection
-        self.halo = self.shards = self.backups = None
 
 
 def partition_meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker=False):

@@ -5,6 +5,8 @@ every partition assembles a whole field a step reads (``ShardRef``) straight fro
 version; a reduce-scatter sends every partition the rows it owns of the others' partials, worker to worker,
 and runs ``at_shard`` where each shard lives."""
 
+import weakref
+
 import numpy as np
 
 from . import combine as combines
@@ -18,7 +20,7 @@ class ShardStore:
     fields it assembled for its steps."""
 
     def __init__(self, part):
-        self._part = part
+        self._part = weakref.proxy(part)  # no cycle: the partition's rows go as soon as its host drops it
         self._shards = {}  # model key -> [(version, lo, arrays)], the two newest of this partition's rows
         self._backups = {}  # (model key, partition) -> its copies [(version, lo, arrays)] kept here
         self._gathered = {}  # (model key, field) -> (version, the whole field) assembled for steps
