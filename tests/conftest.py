@@ -150,3 +150,14 @@ def three_workers(_three_worker_client):
     three back from the last test's kills."""
     _three_worker_client.wait_for_workers(3, timeout=60)
     return _three_worker_client
+
+
+@pytest.fixture
+def lost():
+    """The partitions whose worker every engine of this process found lost during the test, in order (the
+    engine's ``lost`` event: a coreset's engine, which the fitted model does not describe, included)."""
+    from dask_clust.engine import events
+
+    found = []
+    with events.watch("lost", lambda pid: found.append(pid)):
+        yield found

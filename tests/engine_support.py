@@ -26,18 +26,6 @@ KILL_PARAMS = {
 }
 
 
-def counting_rebuilds(monkeypatch):
-    """Every engine's rebuilds, by partition (vc-GMM's coreset engine's are not in ``engine_``)."""
-    from dask_clust.engine.cluster import ClusterBackend
-
-    rebuilt = []
-    recover = ClusterBackend._recover
-    monkeypatch.setattr(
-        ClusterBackend, "_recover", lambda self, *a, **k: rebuilt.append(a[0]) or recover(self, *a, **k)
-    )
-    return rebuilt
-
-
 def churn_fit(client, algo, event, rebuilt=()):
     """The undisturbed fit (which rebuilds nothing: ``rebuilt`` stays empty) and the fit with ``event(pids by
     address)`` run after iteration 3, on 60,000 lazy 8-d blobs (a lost chunk is recomputed), vc-GMM's

@@ -63,7 +63,7 @@ DECLARED = [(algo, {}) for algo in sorted(dask_clust.REGISTRY) if algo != "nmbat
 
 
 @pytest.mark.parametrize("algo,params", DECLARED)
-def test_every_registered_algorithm_keeps_what_it_declares(small_blobs, monkeypatch, algo, params):
+def test_every_registered_algorithm_keeps_what_it_declares(small_blobs, algo, params):
     """Issue #20: the engine streams or refuses a fit by the state its algorithm declares per input row
     (``state_bytes``) and the buffers per thread (``thread_bytes``). Measured after every call of a fit, on
     the partition of the input's rows: the arrays its chunks keep never exceed the declaration (kmeans
@@ -72,28 +72,26 @@ def test_every_registered_algorithm_keeps_what_it_declares(small_blobs, monkeypa
     import dask
 
     from dask_clust.algorithms import state_of
-    from dask_clust.engine.partition import Partition
+    from dask_clust.engine import events
 
     X, _ = small_blobs
     spec = dask_clust.REGISTRY[algo]
     row_bytes, _, thread_bytes = state_of(spec, spec.config(n_clusters=6, **params), X.shape[1] * X.itemsize + 8)
     seen = {"input": None, "state": 0, "buffers": 0}
-    init, local = Partition.__init__, Partition.local
 
-    def first(self, *args):
-        init(self, *args)
-        seen["input"] = seen["input"] or self
+    def made(partition):
+        seen["input"] = seen["input"] or partition
 
-    def measured(self, call):
-        out = local(self, call)
-        if self is seen["input"]:
-            seen["state"] = max(seen["state"], sum(_held_bytes(c.state) for c in self.chunks))
-            seen["buffers"] = max(seen["buffers"], _held_bytes(vars(self.chunks[0].scratch)))
-        return out
+    def ran(partition, call):
+        if partition is seen["input"]:
+            seen["state"] = max(seen["state"], sum(_held_bytes(c.state) for c in partition.chunks))
+            seen["buffers"] = max(seen["buffers"], _held_bytes(vars(partition.chunks[0].scratch)))
 
-    monkeypatch.setattr(Partition, "__init__", first)
-    monkeypatch.setattr(Partition, "local", measured)
-    with dask.config.set({"dask_clust.in-process-threads": 1, "dask_clust.min-chunk-bytes": "1KiB"}):
+    with (
+        events.watch("partition", made),
+        events.watch("ran", ran),
+        dask.config.set({"dask_clust.in-process-threads": 1, "dask_clust.min-chunk-bytes": "1KiB"}),
+    ):
         dask_clust.fit(X, algo=algo, n_clusters=6, random_state=5, client="in-process", **params)
     assert len(seen["input"].chunks) > 1
     assert seen["state"] <= row_bytes * len(X), (seen["state"] / len(X), row_bytes)

@@ -12,7 +12,7 @@ import pytest
 
 import dask_clust
 from dask_clust.engine import Halo, as_source, open_engine
-from tests.engine_support import churn_fit, counting_rebuilds, kill_all, separate_cluster, worker_pids
+from tests.engine_support import churn_fit, kill_all, separate_cluster, worker_pids
 from tests.reference.make_blobs import blobs
 
 # SLK restarts an outer iteration instead of repeating a call: test_slk_worker_killed_mid_fit_gives_the_same_model
@@ -20,51 +20,48 @@ KILL_CASES = sorted(set(dask_clust.REGISTRY) - {"slk"}) + ["kmeans-sharded", "vc
 
 
 @pytest.mark.parametrize("algo", KILL_CASES)
-def test_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypatch, algo):
+def test_worker_killed_mid_fit_gives_the_same_model(three_workers, lost, algo):
     """SIGKILL one of 3 worker processes after iteration 3: its partition is rebuilt on a surviving
     worker from the source and its declared state (vc-GMM's K^(n) from its buddy's backup), the call is
     repeated (the survivors answer from the partial they kept), and the model is the undisturbed fit's, bit
     for bit. vc-GMM's coreset is kept on the workers (in-process-bytes 1 KiB), so its EM runs there.
     "kmeans-sharded", "vcgmm-sharded": the centres / means sharded on the workers (model-bytes 1 B), the
     lost shard restored from its buddy's copy. The victim is the first, second or third worker by pid, in turn."""
-    rebuilt = counting_rebuilds(monkeypatch)
     victim = KILL_CASES.index(algo) % 3
     calm, hit, _ = churn_fit(
-        three_workers, algo, lambda pids: os.kill(sorted(pids.values())[victim], signal.SIGKILL), rebuilt
+        three_workers, algo, lambda pids: os.kill(sorted(pids.values())[victim], signal.SIGKILL), lost
     )
-    assert rebuilt
+    assert lost
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_
 
 
 @pytest.mark.parametrize("algo", ["kmeans", "vcgmm", "kmeans-sharded"])
-def test_two_of_three_workers_killed_at_once_give_the_same_model(three_workers, monkeypatch, algo):
+def test_two_of_three_workers_killed_at_once_give_the_same_model(three_workers, lost, algo):
     """Issue #35: two workers SIGKILLed together. vc-GMM's K^(n) and a sharded model's shards are copied to
     the next two partitions after every step, so each lost partition finds a copy on the survivor (before,
     the lost buddy's copy of K^(n) was rebuilt from the means without a word: another model; a sharded
     Lloyd ended in a raw OSError after 96 s), and a buddy known lost is not asked (each rebuild waited
     comm.timeouts.connect, 30 s, for it). Undisturbed bits, within seconds."""
-    rebuilt = counting_rebuilds(monkeypatch)
 
     def kill_two(pids):
         for pid in sorted(pids.values())[:2]:
             os.kill(pid, signal.SIGKILL)
 
-    calm, hit, took = churn_fit(three_workers, algo, kill_two, rebuilt)
-    assert len(set(rebuilt)) >= 2
+    calm, hit, took = churn_fit(three_workers, algo, kill_two, lost)
+    assert len(set(lost)) >= 2
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 25, took
 
 
-def test_a_state_lost_with_every_copy_is_replayed_to_the_same_model(three_workers, monkeypatch):
+def test_a_state_lost_with_every_copy_is_replayed_to_the_same_model(three_workers, lost):
     """Issue #35: every worker SIGKILLed at once (a jobqueue lifetime, a node holding them all) takes vc-GMM's
     K^(n) and both copies of it; a partition rebuilt from the means would go on to another model (before
     last session: it did, without a word; then: the fit ended in one line). The nannies bring workers back
     and each partition replays the state's build and every E-step since, which the driver kept: the
     undisturbed bits."""
-    rebuilt = counting_rebuilds(monkeypatch)
-    calm, hit, took = churn_fit(three_workers, "vcgmm", kill_all, rebuilt)
-    assert len(set(rebuilt)) >= 3
+    calm, hit, took = churn_fit(three_workers, "vcgmm", kill_all, lost)
+    assert len(set(lost)) >= 3
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 40, took
 
@@ -106,7 +103,7 @@ def test_a_rebuilt_partition_is_placed_apart_from_its_copies():
     assert backend._target(0, {"w1": 1, "w2": 1}) == "w2"
 
 
-def test_a_worker_frozen_for_good_is_restarted_and_its_partition_rebuilt(three_workers, monkeypatch):
+def test_a_worker_frozen_for_good_is_restarted_and_its_partition_rebuilt(three_workers, lost):
     """Issue #35: a worker SIGSTOPped and never continued (a swapping node, a cut network) stays connected,
     so the scheduler keeps it for its worker-ttl (5 minutes) and a call waited on it for ever. Once a call
     has run unresponsive-worker-timeout (and 10 times the slowest call), the driver asks each worker its
@@ -115,7 +112,6 @@ def test_a_worker_frozen_for_good_is_restarted_and_its_partition_rebuilt(three_w
     import dask
     import psutil
 
-    rebuilt = counting_rebuilds(monkeypatch)
     frozen = []
 
     def freeze(pids):
@@ -124,16 +120,16 @@ def test_a_worker_frozen_for_good_is_restarted_and_its_partition_rebuilt(three_w
 
     try:
         with dask.config.set({"dask_clust.unresponsive-worker-timeout": "2s"}):
-            calm, hit, took = churn_fit(three_workers, "kmeans", freeze, rebuilt)
+            calm, hit, took = churn_fit(three_workers, "kmeans", freeze, lost)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(frozen[0], signal.SIGCONT)
-    assert rebuilt and not psutil.pid_exists(frozen[0])
+    assert lost and not psutil.pid_exists(frozen[0])
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 45, took
 
 
-def test_a_worker_retired_during_a_fit_leaves_and_the_fit_gives_the_same_model(monkeypatch):
+def test_a_worker_retired_during_a_fit_leaves_and_the_fit_gives_the_same_model(lost):
     """Issue #35: ``client.retire_workers`` refused any worker holding a partition while a fit ran ("unique
     data could not be moved": partitions were Dask actors, which the scheduler cannot move), so no cluster
     could shrink under a fit. A partition is now its worker's own object: the worker is retired at once, the
@@ -141,7 +137,7 @@ def test_a_worker_retired_during_a_fit_leaves_and_the_fit_gives_the_same_model(m
     copies: the undisturbed bits. A cluster of its own: the retired worker does not come back."""
     from distributed import Client, LocalCluster
 
-    rebuilt, retired = counting_rebuilds(monkeypatch), {}
+    retired = {}
 
     def retire(pids):
         addr = sorted(pids)[0]
@@ -151,35 +147,32 @@ def test_a_worker_retired_during_a_fit_leaves_and_the_fit_gives_the_same_model(m
         LocalCluster(n_workers=3, threads_per_worker=1, dashboard_address=":0") as lc,
         Client(lc, set_as_default=False) as client,
     ):
-        calm, hit, took = churn_fit(client, "vcgmm", retire, rebuilt)
+        calm, hit, took = churn_fit(client, "vcgmm", retire, lost)
         left = sorted(client.scheduler_info()["workers"])
     assert retired["done"] == [retired["asked"]] and retired["asked"] not in left and len(left) == 2
-    assert rebuilt
+    assert lost
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 25, took
 
 
-def test_a_rebuild_target_lost_before_its_partition_starts_is_placed_again(three_workers, monkeypatch):
+def test_a_rebuild_target_lost_before_its_partition_starts_is_placed_again(three_workers, lost):
     """Issue #35: the worker chosen to rebuild a lost partition SIGKILLed right after the partition's task
     was submitted to it. The task is pinned to that worker, and the rebuild waited on it for ever; it now
     notices the target leave and places the partition again: the undisturbed bits."""
-    from dask_clust.engine.cluster import ClusterBackend
+    from dask_clust.engine import events
 
-    rebuilt = counting_rebuilds(monkeypatch)
-    spawn, targets = ClusterBackend._spawn, []
+    targets = []
 
-    def spawn_then_kill(self, pid, ids, addr, futs, threads):
-        made = spawn(self, pid, ids, addr, futs, threads)
-        if rebuilt and not targets:  # the first rebuild's target
+    def kill_first_target(pid, addr):
+        if lost and not targets:  # the first rebuild's target
             targets.append(addr)
-            os.kill(self.client.run(os.getpid, workers=[addr])[addr], signal.SIGKILL)
-        return made
+            os.kill(three_workers.run(os.getpid, workers=[addr])[addr], signal.SIGKILL)
 
-    monkeypatch.setattr(ClusterBackend, "_spawn", spawn_then_kill)
-    calm, hit, took = churn_fit(
-        three_workers, "kmeans", lambda pids: os.kill(sorted(pids.values())[0], signal.SIGKILL), rebuilt
-    )
-    assert targets and len(rebuilt) >= 1
+    with events.watch("placed", kill_first_target):
+        calm, hit, took = churn_fit(
+            three_workers, "kmeans", lambda pids: os.kill(sorted(pids.values())[0], signal.SIGKILL), lost
+        )
+    assert targets and len(lost) >= 1
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 45, took
 
@@ -197,7 +190,7 @@ SEEDING_KILLS = {  # phase: (fit parameters, the step before whose nth call the 
 
 @pytest.mark.parametrize("data", ["dask", "numpy"])
 @pytest.mark.parametrize("phase", sorted(SEEDING_KILLS))
-def test_worker_killed_during_seeding_or_coreset_gives_the_same_model(three_workers, monkeypatch, data, phase):
+def test_worker_killed_during_seeding_or_coreset_gives_the_same_model(three_workers, monkeypatch, lost, data, phase):
     """Issue #20 (kill matrix, seeding and coreset slice): SIGKILL a worker just before the nth call of a
     seeding or coreset step (k-means|| round 0: before, a rebuilt partition proposed every row as a
     candidate and the fit ran away), the rows lazy (recomputed) or numpy scattered by the driver (sent
@@ -206,7 +199,6 @@ def test_worker_killed_during_seeding_or_coreset_gives_the_same_model(three_work
 
     from dask_clust import blocks
     from dask_clust.datasets import make_blobs
-    from dask_clust.engine.cluster import ClusterBackend
     from dask_clust.engine.ops import Engine
 
     params, where, nth = SEEDING_KILLS[phase]
@@ -230,14 +222,9 @@ def test_worker_killed_during_seeding_or_coreset_gives_the_same_model(three_work
             return reduce(self, fn, *args, **kwargs)
 
         monkeypatch.setattr(Engine, "reduce", killing)
-        rebuilt = []  # every engine's rebuilds (a coreset engine's are not in engine_)
-        recover = ClusterBackend._recover
-        monkeypatch.setattr(
-            ClusterBackend, "_recover", lambda self, *a, **k: rebuilt.append(a[0]) or recover(self, *a, **k)
-        )
         t = time.monotonic()
         hit = dask_clust.fit(X, client=three_workers, **kw)
-    assert len(seen) >= nth and rebuilt, len(seen)
+    assert len(seen) >= nth and lost, len(seen)
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and time.monotonic() - t < 60
 

@@ -80,7 +80,7 @@ def test_streaming_counts_the_fits_state_and_refuses_what_cannot_fit(input_chunk
     assert reduces == []
 
 
-def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeypatch):
+def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit():
     """Issue #20: a streaming worker thread holds a chunk and the input block(s) it is cut from (a zarr chunk
     is decoded whole) while it computes it; with its share of the state, the process (``WORKER_BASE``) and a
     streamed pass's own buffers (``STREAM_PASS``), that must stay under the nanny's terminate fraction of its
@@ -88,15 +88,12 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeyp
     768 MiB workers, 6 GiB of 32-d float32, kmeans (Lloyd's 16 B of state per row): refused before any work,
     naming the worker and what to change, unless both the chunks and the input's blocks are 32 MiB and the fit
     keeps no 48 MiB of buffers per thread (vc-GMM's search buffers are about that)."""
-    from dask_clust.engine.cluster import ClusterBackend
     from dask_clust.engine.data import Source
-    from dask_clust.engine.streaming import STREAM_PASS, WORKER_BASE
+    from dask_clust.engine.streaming import STREAM_PASS, WORKER_BASE, streaming_memory
     from dask_clust.errors import InputError
 
-    backend = object.__new__(ClusterBackend)
     limit = 768 << 20
     workers = {f"tcp://w{i}": {"memory_limit": limit, "nthreads": 1, "metrics": {"memory": 90 << 20}} for i in range(3)}
-    monkeypatch.setattr(backend, "_worker_info", lambda: workers)
     rows = 50_331_648
     share = rows * 16 / 3
     for chunk_mib, block_mib, buffer_mib, refused in (
@@ -120,6 +117,6 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit(monkeyp
                 rf"would need about {need / 2**20:.0f} MiB \(1 thread\(s\) x both"
                 rf"{buffers}, .* of its 768 MiB limit",
             ):
-                backend._check_streaming_memory(src, state)
+                streaming_memory(src, state, workers)
         else:
-            assert backend._check_streaming_memory(src, state) == int(need)
+            assert streaming_memory(src, state, workers) == int(need)

@@ -62,25 +62,26 @@ def test_in_process_threads_setting_keeps_the_model():
     assert one.objective_ == default.objective_
 
 
-def test_coreset_drawn_on_the_workers_gives_the_in_process_model(cluster, monkeypatch):
+def test_coreset_drawn_on_the_workers_gives_the_in_process_model(cluster):
     """A coreset larger than ``in-process-bytes`` stays on the workers that drew it, rebalanced there into
     chunks of ``working-set-chunk-rows``; the model is the one of the coreset brought in-process."""
     import dask
 
     from dask_clust.datasets import make_blobs
-    from dask_clust.engine.cluster import ClusterBackend
+    from dask_clust.engine import events
 
     X, _ = make_blobs(20_000, 4, 8, chunks=3000, random_state=1)
     drawn = []
-    original = ClusterBackend.drawn
-    monkeypatch.setattr(ClusterBackend, "drawn", lambda self, *a: drawn.append(1) or original(self, *a))
     kw = dict(algo="vcgmm", n_clusters=8, coreset_size=6500, max_iter=10, random_state=3)
-    with dask.config.set({"dask_clust.working-set-chunk-rows": 1000}):
+    with (
+        dask.config.set({"dask_clust.working-set-chunk-rows": 1000}),
+        events.watch("drawn", lambda rows: drawn.append(rows)),
+    ):
         here = dask_clust.fit(X, client=cluster, **kw)
         assert not drawn
         with dask.config.set({"dask_clust.in-process-bytes": "1KiB"}):
             there = dask_clust.fit(X, client=cluster, **kw)
-    assert drawn
+    assert drawn == [6500, 13000]  # the coreset, then the refit's 2 N' uniform rows (step 7)
     np.testing.assert_array_equal(here.cluster_centers_, there.cluster_centers_)
     assert here.objective_ == there.objective_ and here.n_iter_ == there.n_iter_
 

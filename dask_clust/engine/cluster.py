@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import time
+import uuid
 
 import distributed
 import psutil
@@ -21,12 +22,13 @@ from .. import progress
 from ..errors import ClusterLost
 from . import config
 from .data import ArraySource, FutureSource, file_stamp
-from .host import return_heap
+from .events import count
+from .host import host, return_heap
 from .mailbox import remote_run
 from .partition import Partition, home, partition_meta, tree
 from .recovery import GONE, LOST_WORKERS, Recovery, Restarted
 from .rows import RowMoves
-from .streaming import Streaming, loaders, should_stream
+from .streaming import loaders, should_stream, streaming_memory
 
 logger = logging.getLogger("dask_clust")
 
@@ -68,7 +70,7 @@ class InProcessBackend:
         self.part.close()
 
 
-class ClusterBackend(Recovery, RowMoves, Streaming):
+class ClusterBackend(Recovery, RowMoves):
     """One Partition per worker (``PartitionHost``); chunks placed in contiguous ranges, loaded on their
     worker. A call goes straight from the driver to the root partition and down a tree of fan-in ``split-every``; the
     partials come back up it, so the driver receives one finished result whatever the number of workers."""
@@ -105,7 +107,7 @@ class ClusterBackend(Recovery, RowMoves, Streaming):
         self.streaming = should_stream(source, memory, state)
         self.stream_estimate = None  # bytes the most loaded worker is estimated to need while streaming
         if self.streaming:
-            self.stream_estimate = self._check_streaming_memory(source, state)
+            self.stream_estimate = streaming_memory(source, state, self._worker_info())
             logger.info(
                 "streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
                 source.nbytes / 1e9,
@@ -183,6 +185,21 @@ class ClusterBackend(Recovery, RowMoves, Streaming):
             )
             for addr, ids in self.placement
         ]
+
+    def _spawn(self, pid, ids, addr, futs, threads):
+        """Start partition ``pid`` on ``addr`` over the rows ``futs`` of chunks ``ids``; its future."""
+        meta = partition_meta(ids, self.source, self.entropy, threads, pid, self.n_parts, worker=True)
+        future = self.client.submit(
+            host,
+            meta,
+            *futs,
+            key=f"dask_clust-partition-{pid}-{uuid.uuid4().hex}",
+            workers=[addr],
+            allow_other_workers=False,
+            pure=False,
+        )
+        count("placed", pid=pid, addr=addr)
+        return future
 
     def _worker_info(self):
         self._check_scheduler()

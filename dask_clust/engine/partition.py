@@ -26,6 +26,7 @@ from . import combine as combines
 from .backups import Backups, buddies
 from .calls import Build, Gather, Plan, ShardApply, ShardDrop, ShardKeep, Step
 from .chunk import Chunk
+from .events import count
 from .halo import HaloExchange
 from .mailbox import Answer, Mailbox, drive, remote_call, remote_run
 from .sharded import ShardStore
@@ -69,6 +70,7 @@ class Partition:
         self.halo = HaloExchange(self)
         self.shards = ShardStore(self)
         self.backups = Backups(self)
+        count("partition", partition=self)
 
     def each(self, step, params):
         """``step(chunk, params)`` on every chunk, on the worker's threads; the results in chunk order."""
@@ -98,7 +100,9 @@ class Partition:
 
         def compute():
             self.shards.wrote = None
-            return self.HANDLERS[type(call)](self, call)
+            out = self.HANDLERS[type(call)](self, call)
+            count("ran", partition=self, call=call)
+            return out
 
         return self._answer.of(call.id, compute)
 

@@ -18,6 +18,7 @@ from ..errors import ClusterLost
 from . import config
 from .backups import BACKUP_COPIES, buddies, replay
 from .calls import Build
+from .events import count
 from .mailbox import remote_call, remote_run
 
 _COMM_ERRORS = (
@@ -179,6 +180,7 @@ class Recovery:
 
     def _recover(self, pid, builders, call_id, shards=(), attempts=3):
         LOST_WORKERS.add(self.placement[pid][0])
+        count("lost", pid=pid)
         for attempt in range(attempts):
             ids = self.placement[pid][1]
             workers = self._live_workers() or self._await_worker()
@@ -232,6 +234,7 @@ class Recovery:
             self.data[pid] = futs
             self._part_futures[pid] = part_future
             self.n_rebuilds += 1
+            count("rebuilt", pid=pid, addr=addr)
             return
         raise WorkerLost([pid])
 

@@ -1,14 +1,12 @@
 """Rows moved on the workers: a sample drawn where each chunk lives (``Engine.sample``, a coreset) and the
 rows of ``Engine.reorder`` sent worker to worker; the driver handles counts and futures, never rows."""
 
-import uuid
-
 import numpy as np
 
 from .chunk import Chunk, routed_rows
 from .data import FutureSource, row_starts
-from .host import host
-from .partition import home, partition_meta
+from .events import count
+from .partition import home
 from .recovery import GONE, WorkerLost
 
 
@@ -48,18 +46,6 @@ def stack(*pieces):
 
 class RowMoves:
     """ClusterBackend's row moves: drawn samples and reordered rows, worker to worker."""
-
-    def _spawn(self, pid, ids, addr, futs, threads):
-        meta = partition_meta(ids, self.source, self.entropy, threads, pid, self.n_parts, worker=True)
-        return self.client.submit(
-            host,
-            meta,
-            *futs,
-            key=f"dask_clust-partition-{pid}-{uuid.uuid4().hex}",
-            workers=[addr],
-            allow_other_workers=False,
-            pure=False,
-        )
 
     def _one_shot(self, c, fn, *args):
         """(worker, future of ``draw_chunk`` running ``fn`` on chunk c) where c's rows live: rows a lost
@@ -104,6 +90,7 @@ class RowMoves:
                 futures.append(self._near(addrs[home(j, n_new, len(addrs))], stack, *parts))
             return futures
 
+        count("drawn", rows=int(ends[-1]))
         return FutureSource(make(range(n_new)), starts, self.source.n_features, self.source.dtype, make)
 
     def _near(self, addr, fn, *args):

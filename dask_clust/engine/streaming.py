@@ -56,36 +56,33 @@ def loaders(source, ids):
     return [cloudpickle.dumps(source.delayed_block(i)) for i in ids]
 
 
-class Streaming:
-    """ClusterBackend's check of a streaming worker's memory."""
-
-    def _check_streaming_memory(self, source, state):
-        """A streamed chunk is computed from its source on every pass: a worker thread holds it and the input
-        block(s) it is cut from meanwhile (a zarr chunk decoded whole), and the fit's buffers. With the
-        worker's share of the fit's state and the process itself, that must stay under the memory its nanny
-        allows, or the nanny restarts the worker in every pass: refused before any work instead, in one line.
-        Returns the largest worker's estimate in bytes."""
-        chunk = int(np.diff(source.starts).max()) * source.n_features * source.dtype.itemsize
-        block = getattr(source, "input_chunk_bytes", 0)
-        row_bytes, who, buffers = fit_state(state)
-        per_thread = chunk + max(chunk, block) + buffers  # the chunk, the input it is cut from, the fit's buffers
-        info = self._worker_info()
-        share = source.n_samples * row_bytes / max(1, len(info))
-        terminate = float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
-        largest = 0
-        for addr, w in sorted(info.items()):
-            limit = w.get("memory_limit") or 0
-            process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
-            need = process + w.get("nthreads", 1) * per_thread + share
-            largest = max(largest, need)
-            if limit and need > terminate * limit:
-                raise InputError(
-                    f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
-                    f"{block / 2**20:.0f} MiB: worker {addr} would need about "
-                    f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both"
-                    f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, "
-                    f"{share / 2**20:.0f} MiB of state, the process) of its {limit / 2**20:.0f} MiB limit; "
-                    "store the input in smaller chunks, set dask_clust.chunk-bytes lower, or give "
-                    "workers more memory"
-                )
-        return int(largest)
+def streaming_memory(source, state, workers):
+    """A streamed chunk is computed from its source on every pass: a worker thread holds it and the input
+    block(s) it is cut from meanwhile (a zarr chunk decoded whole), and the fit's buffers. With the
+    worker's share of the fit's state and the process itself, that must stay under the memory its nanny
+    allows, or the nanny restarts the worker in every pass: refused before any work instead, in one line.
+    ``workers``: the scheduler's {address: {"memory_limit", "nthreads", "metrics": {"memory"}}}. Returns the
+    largest worker's estimate in bytes."""
+    chunk = int(np.diff(source.starts).max()) * source.n_features * source.dtype.itemsize
+    block = getattr(source, "input_chunk_bytes", 0)
+    row_bytes, who, buffers = fit_state(state)
+    per_thread = chunk + max(chunk, block) + buffers  # the chunk, the input it is cut from, the fit's buffers
+    share = source.n_samples * row_bytes / max(1, len(workers))
+    terminate = float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
+    largest = 0
+    for addr, w in sorted(workers.items()):
+        limit = w.get("memory_limit") or 0
+        process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
+        need = process + w.get("nthreads", 1) * per_thread + share
+        largest = max(largest, need)
+        if limit and need > terminate * limit:
+            raise InputError(
+                f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
+                f"{block / 2**20:.0f} MiB: worker {addr} would need about "
+                f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both"
+                f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, "
+                f"{share / 2**20:.0f} MiB of state, the process) of its {limit / 2**20:.0f} MiB limit; "
+                "store the input in smaller chunks, set dask_clust.chunk-bytes lower, or give "
+                "workers more memory"
+            )
+    return int(largest)
