@@ -26,7 +26,7 @@ from .events import count
 from .host import host, return_heap
 from .mailbox import remote_run
 from .partition import Partition, home, partition_meta, tree
-from .recovery import GONE, LOST_WORKERS, Recovery, Restarted
+from .recovery import GONE, LOSSES, LOST_WORKERS, Recovery, Restarted
 from .rows import RowMoves
 from .streaming import loaders, should_stream, streaming_memory
 
@@ -300,7 +300,7 @@ class ClusterBackend(Recovery, RowMoves):
         [plan Call]) on all partitions, and repeat the call: the survivors answer from the partial they kept
         (and resend the halo values and scattered rows they sent), so no state changes twice. Unless
         ``repeat``: then, once the partitions are rebuilt, ``Restarted`` (``Engine.rerun``)."""
-        for attempt in range(4):
+        for attempt in range(LOSSES + 1):
             # partitions on a worker this process already saw lost (by another engine: a coreset's): rebuilt
             # before the call, which would otherwise retry connecting to it for comm.timeouts.connect (30 s)
             lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in LOST_WORKERS]
@@ -309,7 +309,7 @@ class ClusterBackend(Recovery, RowMoves):
                     return self._direct(call)
                 except Exception as exc:
                     lost = self._lost(exc)
-                    if not lost or attempt == 3:
+                    if not lost or attempt == LOSSES:
                         raise
             for pid in lost:
                 self._recover(pid, builders() if builders else [], call.id, shards() if shards else [])

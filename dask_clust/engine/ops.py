@@ -32,7 +32,7 @@ from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
 from .data import ArraySource, as_source
 from .halo import pop_halo
 from .local import backend_for
-from .recovery import Restarted
+from .recovery import LOSSES, Restarted
 
 logger = logging.getLogger("dask_clust")
 
@@ -49,8 +49,6 @@ class Summary:
 
 
 NO_ROW = np.iinfo(np.int64).max
-# lost workers one phase of ``rerun`` survives (each restart follows a rebuild; a lost cluster ends sooner)
-RESTARTS = 4
 # log2 of the largest sum a fit may form: float64's range (2^1023) less the fixed-point grid's headroom
 MAX_EXPONENT = 960
 # the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|
@@ -462,15 +460,15 @@ class Engine:
         runs, then ``phase(True)`` from its start. For state that no builder can rebuild and no repeated
         step can redo on its own (an iterate: SLK's z, whose next value needs every partition's current
         one), the phase starts from what can be rebuilt (SLK's modes), so the result is the undisturbed one.
-        Returns what the phase returns; a phase restarted ``RESTARTS`` times ends in ``Restarted``."""
-        for attempt in range(RESTARTS + 1):
+        Returns what the phase returns; a phase restarted ``recovery.LOSSES`` times ends in ``Restarted``."""
+        for attempt in range(LOSSES + 1):
             self._restarting += 1
             try:
                 if attempt and repair is not None:
                     repair()
                 return phase(attempt > 0)
             except Restarted:
-                if attempt == RESTARTS:
+                if attempt == LOSSES:
                     raise
             finally:
                 self._restarting -= 1

@@ -45,6 +45,11 @@ def _worker_gone(exc):
     )
 
 
+# lost workers in a row that one call, one partition's rebuild and one phase of ``Engine.rerun`` each outlast
+# (each loss followed by a rebuild and a retry): past that, workers are lost faster than the fit recovers,
+# and it ends in one line
+LOSSES = 4
+
 # how often a call that has not returned asks the scheduler whether one of the fit's workers has gone
 WATCH_S = 0.5
 
@@ -178,10 +183,10 @@ class Recovery:
                 return lost
             time.sleep(0.1)
 
-    def _recover(self, pid, builders, call_id, shards=(), attempts=3):
+    def _recover(self, pid, builders, call_id, shards=()):
         LOST_WORKERS.add(self.placement[pid][0])
         count("lost", pid=pid)
-        for attempt in range(attempts):
+        for attempt in range(LOSSES + 1):
             ids = self.placement[pid][1]
             workers = self._live_workers() or self._await_worker()
             if not workers:
@@ -226,7 +231,7 @@ class Recovery:
                 self._restore_shards(pid, addr, part_future.key, shards)
             except Exception as exc:
                 # KeyError: the scheduler dropped the chosen worker while rows were sent to it (all were lost)
-                if attempt + 1 < attempts and isinstance(exc, (*_COMM_ERRORS, KeyError)):
+                if attempt < LOSSES and isinstance(exc, (*_COMM_ERRORS, KeyError)):
                     continue  # (a cancelled future of drawn rows is made again by the next _load)
                 raise
             self.placement[pid] = (addr, ids)
