@@ -84,6 +84,11 @@ class Call:
         """The ShardRefs its parameters read (resolved on every partition before it runs)."""
         return []
 
+    @property
+    def writes(self):
+        """The sharded model a call writes a new version of (its id), or None."""
+        return None
+
 
 @dataclass(frozen=True)
 class Step(Call):
@@ -122,6 +127,10 @@ class Step(Call):
     def refs(self):
         return shard_refs(self.params)
 
+    @property
+    def writes(self):
+        return None if self.scatter is None else self.scatter.model
+
 
 @dataclass(frozen=True)
 class Build(Call):
@@ -156,6 +165,10 @@ class ShardKeep(Call):
     key: str
     arrays: tuple
 
+    @property
+    def writes(self):
+        return self.key
+
 
 @dataclass(frozen=True)
 class ShardDrop(Call):
@@ -174,6 +187,10 @@ class ShardApply(Call):
     fn_params: object
     small: tuple
     top: int = None
+
+    @property
+    def writes(self):
+        return self.key
 
     @property
     def tree(self):

@@ -1,12 +1,14 @@
 """A partition's side of ``Engine.halo``: a fixed gather plan, then, per call with a ``Halo``, the previous
 values of the rows each chunk reads pushed partition to partition before any step runs (Jacobi: no step sees
 another's update of the same call). The values never pass through the driver; a rebuilt partition is sent
-the plan again (``Engine._plans``)."""
+the plan again. ``HaloPlans`` is the driver's side: the plans of the open ``Engine.halo`` blocks."""
 
+import contextlib
 import weakref
 
 import numpy as np
 
+from .calls import Build, Plan
 from .mailbox import Answer, gather_all
 
 
@@ -138,3 +140,52 @@ class HaloExchange:
                 pos = c.state[("halo", key)], len(rows), np.searchsorted(rows, c.state[("halo", key)])
                 c.state[("halo-pos", key)] = pos
             c.halo[field] = (values, pos[2]) if call.halo.indexed else values[pos[2]]
+
+
+class HaloPlans:
+    """The driver's side of ``Engine.halo``: the plans of the open blocks, those not sent yet (a plan is made
+    when the first call uses it, after the steps before it made the state its ``need_step`` may read; again
+    after a ``rerun`` restart), and the state fields their calls filled in (dropped with the plan)."""
+
+    def __init__(self, starts):
+        self._starts = starts
+        self._plans = {}  # key -> (need_step, params)
+        self._unsent = set()
+        self._fields = {}
+
+    @contextlib.contextmanager
+    def block(self, key, need_step, params, send):
+        self._plans[key] = (need_step, params)
+        self._fields[key] = set()
+        self._unsent.add(key)
+        try:
+            yield
+            send(Build, step=pop_halo, params=(key, tuple(self._fields[key])))
+        finally:
+            self._plans.pop(key, None)
+            self._fields.pop(key, None)
+            self._unsent.discard(key)
+
+    def used(self, halo):
+        """A call with ``halo`` is sent: the fields of the plan's state it fills in."""
+        self._fields[halo.key].add(halo.field)
+
+    def unsent(self, halo):
+        """The fields of the ``Plan`` call to send before a call with ``halo`` (once per plan), or None."""
+        if halo is None or halo.key not in self._unsent:
+            return None
+        self._unsent.discard(halo.key)
+        return self.fields(halo.key)
+
+    def fields(self, key):
+        need_step, params = self._plans[key]
+        return dict(need_step=need_step, key=key, params=params, starts=self._starts)
+
+    def sent(self, ids):
+        """The plans sent so far, as calls numbered from ``ids``: for a partition rebuilt before a call is
+        repeated (the others go when used)."""
+        return [Plan(next(ids), **self.fields(key)) for key in self._plans if key not in self._unsent]
+
+    def restarted(self):
+        """A ``rerun`` phase restarts: every plan is made again when next used."""
+        self._unsent.update(self._plans)

@@ -9,12 +9,10 @@ whatever the number of chunks or workers (a ``Rows`` field excepted: its size is
 """
 
 import contextlib
-import copy
 import itertools
 import logging
 import math
 import os
-import socket
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,16 +21,18 @@ import numpy as np
 
 from ..errors import InputError
 from ..kernels.stats import chunk_summary, fixed_top_exponent
-from ..outputs import UNREADABLE, file_sha256, stored_arrays
 from . import config
-from .calls import Build, Gather, Plan, ReduceScatter, ShardApply, ShardDrop, ShardKeep, ShardRef, Step
-from .chunk import pop_state, routed_rows
+from .backups import DeclaredStates
+from .calls import Plan, ReduceScatter, Step
+from .chunk import routed_rows
 from .cluster import IN_PROCESS
 from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
 from .data import ArraySource, as_source
-from .halo import pop_halo
+from .halo import HaloPlans
 from .local import backend_for
 from .recovery import LOSSES, Restarted
+from .rowfiles import dump_chunk_rows, load_chunk_rows, rows_file
+from .sharded import ShardedModels
 
 logger = logging.getLogger("dask_clust")
 
@@ -94,123 +94,6 @@ def _input_ids(chunk, params):
     return (chunk.input_ids(),)
 
 
-def _rows_file(directory, key, start, stop):
-    return os.path.join(directory, f"{key}-{start:012d}-{stop:012d}.npz")
-
-
-def _dump_rows(chunk, params):
-    """Write the chunk's state ``key`` (a dict of per-row arrays, or one array; of a dict only ``fields``
-    when given) beside its rows' range; its rows' range and the file's sha256 (``dump_rows``)."""
-    directory, key, fields, order = params
-    if not os.path.isdir(directory):
-        raise InputError(
-            f"the checkpoint directory {directory} is not visible on the worker "
-            f"{socket.gethostname()}: per-row state is written where the rows live, so a checkpoint "
-            "on a cluster needs a directory on a filesystem every worker shares"
-        )
-    state = chunk.state[key]
-    if fields:
-        state = {f: _by_row(state[f], state[order]) if order else state[f] for f in fields}
-    where = _rows_file(directory, key, chunk.start, chunk.stop)
-    np.savez(where, **(state if isinstance(state, dict) else {"": state}))
-    return np.array([[chunk.start, chunk.stop]], np.int64), np.frombuffer(bytes.fromhex(file_sha256(where)), np.uint8)[
-        None
-    ]
-
-
-def restored_rows(chunk, params):
-    """A state builder: the chunk's state ``key`` as ``_dump_rows`` wrote it in the checkpoint's ``rows`` =
-    (directory, {file name: sha256}), from the files that cover the chunk's rows (they need not be cut as
-    this engine's chunks are). ``fields`` declares each field ({name: (dtype, shape of a row, least value,
-    bound above)}, the values unchecked where those are None): a checkpoint is a file users move between
-    machines, and a crafted one must not reach a kernel (cluster indices of 2**30 crashed the process), so
-    every file is checked before any of it is used: its bytes against the checksum its generation recorded
-    (a value edited within its range would resume to another model), its rows against its name, every
-    declared field present with its dtype, shape and range."""
-    (directory, digests), key, fields = params
-    exact = os.path.basename(_rows_file(directory, key, chunk.start, chunk.stop))
-    # the same chunks as the checkpoint's (the usual case): the chunk's own file, without sorting every chunk's
-    names = [exact] if exact in digests else sorted(digests)
-    pieces = []
-    for name in names:  # zero-padded starts: sorted names are in row order
-        parts = name[: -len(".npz")].rsplit("-", 2)
-        if len(parts) != 3 or parts[0] != key:
-            continue
-        lo, hi = int(parts[1]), int(parts[2])
-        if hi > chunk.start and lo < chunk.stop:
-            pieces.append((lo, hi, name))
-    covered = chunk.start
-    found = {}
-    for lo, hi, name in pieces:
-        if lo > covered:
-            break
-        where = os.path.join(directory, name)
-        try:
-            if file_sha256(where) != digests[name]:
-                raise ValueError("its bytes do not match the checksum its generation recorded (edited or damaged)")
-            values = stored_arrays(where)
-        except UNREADABLE as exc:
-            raise InputError(f"the checkpoint's rows file {where} cannot be read: {exc}") from None
-        _check_rows(values, fields, hi - lo, where)
-        a, b = covered - lo, min(hi, chunk.stop) - lo
-        for f, v in values.items():
-            found.setdefault(f, []).append(v[a:b])
-        covered = min(hi, chunk.stop)
-    if covered < chunk.stop:
-        raise InputError(
-            f"the checkpoint's per-row state {key!r} in {directory} lacks rows {covered}..{chunk.stop - 1}"
-        )
-    state = {f: np.concatenate(v) for f, v in found.items()}
-    chunk.state[key] = state[""] if "" in state else state
-
-
-def _check_rows(values, fields, n_rows, where):
-    """One rows file against its declared fields (``restored_rows``); InputError naming the first problem."""
-    if set(values) != set(fields):
-        raise InputError(f"the checkpoint's rows file {where} holds fields {sorted(values)}, not {sorted(fields)}")
-    for f, (dtype, width, least, bound) in fields.items():
-        v = values[f]
-        if v.dtype != np.dtype(dtype) or v.shape != (n_rows,) + tuple(width):
-            raise InputError(
-                f"the checkpoint's rows file {where}: {f!r} is {v.dtype} {v.shape}, not {np.dtype(dtype)} "
-                f"{(n_rows,) + tuple(width)} (the rows its name covers)"
-            )
-        if least is not None and v.size and not (v.min() >= least and v.max() < bound):
-            raise InputError(f"the checkpoint's rows file {where}: {f!r} holds values outside [{least}, {bound})")
-
-
-def _load_rows(chunk, params):
-    """The chunk's state ``key`` from the files; fields of a dict already there are replaced (put in its
-    ``order`` when it keeps one), the rest kept."""
-    rows, key, fields, order = params
-    had = chunk.state.get(key)
-    restored_rows(chunk, (rows, key, fields))
-    if isinstance(had, dict):
-        loaded = chunk.state[key]
-        if order:
-            loaded = {f: v[had[order]] for f, v in loaded.items()}
-        chunk.state[key] = {**had, **loaded}
-    return (np.int64(1),)
-
-
-def _by_row(values, order):
-    """Per-row values a state keeps in another order (``values[i]`` belongs to row ``order[i]``), by row."""
-    out = np.empty_like(values)
-    out[order] = values
-    return out
-
-
-def _nbytes(params):
-    """The bytes of the arrays in a call's parameters (nested tuples, lists and dicts)."""
-    if isinstance(params, np.ndarray):
-        return params.nbytes
-    if isinstance(params, (tuple, list)):
-        return sum(map(_nbytes, params))
-    if isinstance(params, dict):
-        return sum(map(_nbytes, params.values()))
-    return 0
-
-
 class Engine:
     """Verbs over the partitions of one input; built by ``open_engine``."""
 
@@ -222,15 +105,11 @@ class Engine:
         self.dtype = source.dtype
         self.n_chunks = source.n_chunks
         self.entropy = entropy
-        self._states = {}  # key -> (builder, model, backup fields): replayed on a rebuilt partition
-        self._stepped = set()  # states with backup fields that a step has run with since they were built
-        self._replay = {}  # such a state -> its build and steps since, or None (``state``)
-        self._replayed = {}  # ... and the bytes of their arrays
-        self._halos = {}  # key -> (need_step, params): gather plans, rebuilt after a rebuild
-        self._unsent = set()  # plans to send before their next use (new, or stale after a restart)
+        # each feature's driver side: declared states (backups, replays), gather plans, sharded models
+        self._states = DeclaredStates(keeps_replays=not backend.in_process)
+        self._halos = HaloPlans(source.starts)
+        self._models = ShardedModels()
         self._restarting = 0  # within ``rerun``: a lost worker raises Restarted, the call is not repeated
-        self._halo_fields = {}  # key -> the state fields its calls filled in (dropped with the plan)
-        self._shards = {}  # sharded model key -> the id of the call that last wrote it
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
         self.top = None
@@ -243,72 +122,30 @@ class Engine:
     def n_workers(self):
         return self.backend.n_workers
 
-    def _builders(self):
-        """(key, builder, model, backup fields, replay) per declared state; the fields only once a step has
-        run with the state (before that, its builder makes it exactly as it was); replay: the (step, params)
-        that make it as the last step left it, or None (``state``)."""
-        return [
-            (key, builder, model(), fields if key in self._stepped else (), self._replay.get(key))
-            for key, (builder, model, fields) in self._states.items()
-        ]
-
-    def _drop_state(self, key):
-        for kept in (self._states, self._replay, self._replayed):
-            kept.pop(key, None)
-
-    def _log(self, call):
-        """A step's call joins the replay of every backed-up state it ran with, while the replays stay under
-        ``replay-bytes`` and the call can run again on its own (no halo, scatter or sharded model: those
-        depend on other partitions' or the model's past versions)."""
-        logs = [key for key, _ in call.backup if self._replay.get(key) is not None]
-        if not logs:
-            return
-        replayable = call.halo is None and call.scatter is None and not call.refs()
-        params = copy.deepcopy(call.params) if replayable else None  # the driver may change its arrays in place
-        limit, size = config.get_bytes("replay-bytes"), _nbytes(params)
-        for key in logs:
-            log = self._replay[key]
-            if replayable and self._replayed[key] + size <= limit:
-                log.append((call.step, params))
-                self._replayed[key] += size
-            else:
-                self._replay[key] = None
-                logger.info(
-                    "state %r of the fit is no longer replayed after its copies are lost: %s",
-                    key,
-                    "a step of it depends on other partitions"
-                    if not replayable
-                    else f"its steps' parameters would pass replay-bytes ({limit / 2**20:.0f} MiB)",
-                )
-
     def _send(self, kind, **fields):
         """One round trip: a call of class ``kind`` with these fields and the next id, to every partition
         (after the gather plan a step's halo needs, when it has not been sent yet)."""
         self.round_trips += 1
-        halo = fields.get("halo")
-        if halo is not None and halo.key in self._unsent:
-            self._unsent.discard(halo.key)
-            self._send(Plan, **self._plan_fields(halo.key))
+        plan = self._halos.unsent(fields.get("halo"))
+        if plan is not None:
+            self._send(Plan, **plan)
         call = kind(next(self._ids), **fields)
         try:
             out = self.backend.call(
-                call, self._builders, self._plans, lambda: list(self._shards), repeat=not self._restarting
+                call,
+                self._states.builders,
+                lambda: self._halos.sent(self._ids),
+                self._models.keys,
+                repeat=not self._restarting,
             )
         except Restarted:
-            self._unsent.update(self._halos)
+            self._halos.restarted()
             raise
-        if isinstance(call, Step):
-            self._stepped.update(key for key, _ in call.backup)
-            self._log(call)
-        written = call.scatter.model if isinstance(call, Step) and call.scatter is not None else None
-        if isinstance(call, (ShardKeep, ShardApply)):
-            written = call.key
-        if written is not None:
-            self._shards[written] = call.id
+        self._states.ran(call)
+        self._models.written(call)
         return out
 
     def _step(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None):
-        backup = tuple((key, fields) for key, (_, _, fields) in self._states.items() if fields)
         return self._send(
             Step,
             step=step,
@@ -317,17 +154,9 @@ class Engine:
             top=self.top,
             at_root=at_root,
             halo=halo,
-            backup=backup,
+            backup=self._states.backup(),
             scatter=scatter,
         )
-
-    def _plan_fields(self, key):
-        need_step, params = self._halos[key]
-        return dict(need_step=need_step, key=key, params=params, starts=self.source.starts)
-
-    def _plans(self):
-        """The plans sent so far, for a partition rebuilt before a call is repeated (the others go when used)."""
-        return [Plan(next(self._ids), **self._plan_fields(key)) for key in self._halos if key not in self._unsent]
 
     def _first_pass(self):
         n, sums, sumsq, total_w, (max_abs, at), bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
@@ -380,7 +209,7 @@ class Engine:
                 raise ValueError("a reduce-scatter needs at least one field whose combine is Scatter(...)")
             scatter = ReduceScatter(scatter.model.key, scatter.at_shard, tuple(scatter.small))
         if halo is not None:
-            self._halo_fields[halo.key].add(halo.field)
+            self._halos.used(halo)
         return self._step(step, params, combine, at_root, halo, scatter)
 
     def shards_model(self, nbytes):
@@ -393,15 +222,8 @@ class Engine:
         split by rows over the partitions, partition p holding ``combine.shard_bounds(rows, P)[p:p + 2]``,
         each shard copied to the next partition (restored from there when its worker is lost). The driver
         sends the arrays once; yields a ``ShardedModel``; dropped everywhere when the block ends."""
-        arrays = tuple(np.asarray(a) for a in arrays)
-        if len({len(a) for a in arrays}) != 1:
-            raise ValueError("the arrays of a sharded model must have the same number of rows")
-        self._send(ShardKeep, key=key, arrays=arrays)
-        try:
-            yield ShardedModel(self, key)
-        finally:
-            self._shards.pop(key, None)
-            self._send(ShardDrop, key=key)
+        with self._models.block(key, arrays, self._send, self.top) as model:
+            yield model
 
     @contextlib.contextmanager
     def state(self, key, builder, model=lambda: None, *, build=True, backup=()):
@@ -417,21 +239,8 @@ class Engine:
         partition replays the build and every step since, which the driver keeps on a cluster while their
         parameters stay under ``replay-bytes``; past that, the fit ends in one line (``WorkerLost``) rather
         than go on to another model."""
-        self._states[key] = (builder, model, tuple(backup))
-        self._stepped.discard(key)
-        params = model() if build else None
-        if backup and not self.backend.in_process:
-            self._replay[key] = [(builder, copy.deepcopy(params))] if build else []
-            self._replayed[key] = _nbytes(params)
-        try:
-            if build:
-                self._send(Build, step=builder, params=params)
+        with self._states.block(key, builder, model, build, backup, self._send):
             yield
-        except BaseException:
-            self._drop_state(key)
-            raise
-        self._drop_state(key)
-        self._send(Build, step=pop_state, params=key)
 
     @contextlib.contextmanager
     def halo(self, key, need_step, params=None):
@@ -443,16 +252,8 @@ class Engine:
         the driver; a partition rebuilt after a lost worker gets the plan again. The plan is made when the
         first call uses it (after the steps before it have made the state ``need_step`` may read), and made
         again after a ``rerun`` restart."""
-        self._halos[key] = (need_step, params)
-        self._halo_fields[key] = set()
-        self._unsent.add(key)
-        try:
+        with self._halos.block(key, need_step, params, self._send):
             yield
-            self._send(Build, step=pop_halo, params=(key, tuple(self._halo_fields[key])))
-        finally:
-            self._halos.pop(key, None)
-            self._halo_fields.pop(key, None)
-            self._unsent.discard(key)
 
     def rerun(self, phase, repair=None):
         """``phase(restarted)``, recovered by restarting it: within it, a call that loses a worker rebuilds
@@ -481,9 +282,9 @@ class Engine:
         another order, the row of each entry; the files hold them by row all the same, so that engines cut
         in other chunks read them. Returns {file name: sha256}: the driver receives 48 bytes a chunk."""
         bounds, digests = self.reduce(
-            _dump_rows, (os.fspath(directory), key, tuple(fields or ()), order), (Rows(), Rows())
+            dump_chunk_rows, (os.fspath(directory), key, tuple(fields or ()), order), (Rows(), Rows())
         )
-        return {os.path.basename(_rows_file("", key, lo, hi)): bytes(d).hex() for (lo, hi), d in zip(bounds, digests)}
+        return {os.path.basename(rows_file("", key, lo, hi)): bytes(d).hex() for (lo, hi), d in zip(bounds, digests)}
 
     def load_rows(self, rows, key, fields, order=None):
         """Every chunk's state ``key`` read back from ``dump_rows``'s files (``rows`` = (directory, their
@@ -491,7 +292,7 @@ class Engine:
         dict-valued state already there (a registered state whose builder rebuilds a lost partition from
         the model; one whose only source is the checkpoint takes ``restored_rows`` as its builder), each
         file checked against ``fields`` (``restored_rows``); ``order`` as ``dump_rows``'s."""
-        self.reduce(_load_rows, (rows, key, fields, order))
+        self.reduce(load_chunk_rows, (rows, key, fields, order))
 
     def take(self, ids, weights=False):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array; with
@@ -597,30 +398,6 @@ class Engine:
             "rebuilds": self.backend.n_rebuilds,
             "round_trips": self.round_trips,
         }
-
-
-class ShardedModel:
-    """A model that lives on the workers, split by rows over the partitions (``Engine.sharded``)."""
-
-    def __init__(self, engine, key):
-        self.engine = engine
-        self.key = key
-
-    def ref(self, field=0):
-        """For a call's parameters: the whole field as it is now, assembled on every partition from the
-        others' shards (straight from them, never through the driver; once per version)."""
-        return ShardRef(self.key, self.engine._shards[self.key], field)
-
-    def apply(self, fn, params=None, small=()):
-        """``fn(shard, params, lo)`` -> (new shard, small fields) where each shard lives (the next step of a
-        sharded M-step); the small fields combined by ``small`` come back."""
-        return self.engine._send(
-            ShardApply, key=self.key, fn=fn, fn_params=params, small=tuple(small), top=self.engine.top
-        )
-
-    def gather(self, field=0):
-        """The whole field on the driver (the end of a fit)."""
-        return self.engine._send(Gather, ref=self.ref(field))
 
 
 @contextlib.contextmanager

@@ -3,15 +3,16 @@ partitions (partition p owns rows ``combine.shard_bounds(rows, P)[p:p + 2]``). E
 newest versions of its rows and copies of its buddies' (``backups.buddies``: the partitions before it);
 every partition assembles a whole field a step reads (``ShardRef``) straight from the others, once per
 version; a reduce-scatter sends every partition the rows it owns of the others' partials, worker to worker,
-and runs ``at_shard`` where each shard lives."""
+and runs ``at_shard`` where each shard lives. ``ShardedModels`` and ``ShardedModel`` are the driver's side."""
 
+import contextlib
 import weakref
 
 import numpy as np
 
 from . import combine as combines
 from .backups import buddies
-from .calls import resolved_params
+from .calls import Gather, ShardApply, ShardDrop, ShardKeep, ShardRef, resolved_params
 from .mailbox import Answer, gather_all, keep_newest
 
 
@@ -186,3 +187,54 @@ class ShardStore:
         box = await part.mail.collect((call.id, "scatter"), range(part.n_parts))
         small = await part.offload(self.step, call, box, lo)
         return tuple(f for i, f in enumerate(mine) if i not in call.scattered) + tuple(small)
+
+
+class ShardedModels:
+    """The driver's side of ``Engine.sharded``: per open sharded model, the id of the call that last wrote
+    it (the version a ``ShardRef`` names, and a rebuilt partition restores)."""
+
+    def __init__(self):
+        self.versions = {}
+
+    def written(self, call):
+        if call.writes is not None:
+            self.versions[call.writes] = call.id
+
+    def keys(self):
+        return list(self.versions)
+
+    @contextlib.contextmanager
+    def block(self, key, arrays, send, top):
+        arrays = tuple(np.asarray(a) for a in arrays)
+        if len({len(a) for a in arrays}) != 1:
+            raise ValueError("the arrays of a sharded model must have the same number of rows")
+        send(ShardKeep, key=key, arrays=arrays)
+        try:
+            yield ShardedModel(key, self.versions, send, top)
+        finally:
+            self.versions.pop(key, None)
+            send(ShardDrop, key=key)
+
+
+class ShardedModel:
+    """A model that lives on the workers, split by rows over the partitions (``Engine.sharded``)."""
+
+    def __init__(self, key, versions, send, top):
+        self.key = key
+        self._versions = versions
+        self._send = send
+        self._top = top
+
+    def ref(self, field=0):
+        """For a call's parameters: the whole field as it is now, assembled on every partition from the
+        others' shards (straight from them, never through the driver; once per version)."""
+        return ShardRef(self.key, self._versions[self.key], field)
+
+    def apply(self, fn, params=None, small=()):
+        """``fn(shard, params, lo)`` -> (new shard, small fields) where each shard lives (the next step of a
+        sharded M-step); the small fields combined by ``small`` come back."""
+        return self._send(ShardApply, key=self.key, fn=fn, fn_params=params, small=tuple(small), top=self._top)
+
+    def gather(self, field=0):
+        """The whole field on the driver (the end of a fit)."""
+        return self._send(Gather, ref=self.ref(field))

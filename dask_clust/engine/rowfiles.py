@@ -1,0 +1,118 @@
+"""A checkpoint's per-row state, written and read where the rows live (``Engine.dump_rows``/``load_rows``):
+one ``.npz`` file per chunk, named by the state's key and the chunk's row range, so that an engine cut in
+other chunks reads the rows it holds from the files that cover them; every file checked against the sha256
+its generation recorded and the fields the algorithm declares before any of it reaches a kernel."""
+
+import os
+import socket
+
+import numpy as np
+
+from ..errors import InputError
+from ..outputs import UNREADABLE, file_sha256, stored_arrays
+
+
+def rows_file(directory, key, start, stop):
+    return os.path.join(directory, f"{key}-{start:012d}-{stop:012d}.npz")
+
+
+def dump_chunk_rows(chunk, params):
+    """Write the chunk's state ``key`` (a dict of per-row arrays, or one array; of a dict only ``fields``
+    when given) beside its rows' range; its rows' range and the file's sha256 (``dump_rows``)."""
+    directory, key, fields, order = params
+    if not os.path.isdir(directory):
+        raise InputError(
+            f"the checkpoint directory {directory} is not visible on the worker "
+            f"{socket.gethostname()}: per-row state is written where the rows live, so a checkpoint "
+            "on a cluster needs a directory on a filesystem every worker shares"
+        )
+    state = chunk.state[key]
+    if fields:
+        state = {f: _by_row(state[f], state[order]) if order else state[f] for f in fields}
+    where = rows_file(directory, key, chunk.start, chunk.stop)
+    np.savez(where, **(state if isinstance(state, dict) else {"": state}))
+    return np.array([[chunk.start, chunk.stop]], np.int64), np.frombuffer(bytes.fromhex(file_sha256(where)), np.uint8)[
+        None
+    ]
+
+
+def restored_rows(chunk, params):
+    """A state builder: the chunk's state ``key`` as ``dump_chunk_rows`` wrote it in the checkpoint's ``rows`` =
+    (directory, {file name: sha256}), from the files that cover the chunk's rows (they need not be cut as
+    this engine's chunks are). ``fields`` declares each field ({name: (dtype, shape of a row, least value,
+    bound above)}, the values unchecked where those are None): a checkpoint is a file users move between
+    machines, and a crafted one must not reach a kernel (cluster indices of 2**30 crashed the process), so
+    every file is checked before any of it is used: its bytes against the checksum its generation recorded
+    (a value edited within its range would resume to another model), its rows against its name, every
+    declared field present with its dtype, shape and range."""
+    (directory, digests), key, fields = params
+    exact = os.path.basename(rows_file(directory, key, chunk.start, chunk.stop))
+    # the same chunks as the checkpoint's (the usual case): the chunk's own file, without sorting every chunk's
+    names = [exact] if exact in digests else sorted(digests)
+    pieces = []
+    for name in names:  # zero-padded starts: sorted names are in row order
+        parts = name[: -len(".npz")].rsplit("-", 2)
+        if len(parts) != 3 or parts[0] != key:
+            continue
+        lo, hi = int(parts[1]), int(parts[2])
+        if hi > chunk.start and lo < chunk.stop:
+            pieces.append((lo, hi, name))
+    covered = chunk.start
+    found = {}
+    for lo, hi, name in pieces:
+        if lo > covered:
+            break
+        where = os.path.join(directory, name)
+        try:
+            if file_sha256(where) != digests[name]:
+                raise ValueError("its bytes do not match the checksum its generation recorded (edited or damaged)")
+            values = stored_arrays(where)
+        except UNREADABLE as exc:
+            raise InputError(f"the checkpoint's rows file {where} cannot be read: {exc}") from None
+        _check_rows(values, fields, hi - lo, where)
+        a, b = covered - lo, min(hi, chunk.stop) - lo
+        for f, v in values.items():
+            found.setdefault(f, []).append(v[a:b])
+        covered = min(hi, chunk.stop)
+    if covered < chunk.stop:
+        raise InputError(
+            f"the checkpoint's per-row state {key!r} in {directory} lacks rows {covered}..{chunk.stop - 1}"
+        )
+    state = {f: np.concatenate(v) for f, v in found.items()}
+    chunk.state[key] = state[""] if "" in state else state
+
+
+def _check_rows(values, fields, n_rows, where):
+    """One rows file against its declared fields (``restored_rows``); InputError naming the first problem."""
+    if set(values) != set(fields):
+        raise InputError(f"the checkpoint's rows file {where} holds fields {sorted(values)}, not {sorted(fields)}")
+    for f, (dtype, width, least, bound) in fields.items():
+        v = values[f]
+        if v.dtype != np.dtype(dtype) or v.shape != (n_rows,) + tuple(width):
+            raise InputError(
+                f"the checkpoint's rows file {where}: {f!r} is {v.dtype} {v.shape}, not {np.dtype(dtype)} "
+                f"{(n_rows,) + tuple(width)} (the rows its name covers)"
+            )
+        if least is not None and v.size and not (v.min() >= least and v.max() < bound):
+            raise InputError(f"the checkpoint's rows file {where}: {f!r} holds values outside [{least}, {bound})")
+
+
+def load_chunk_rows(chunk, params):
+    """The chunk's state ``key`` from the files; fields of a dict already there are replaced (put in its
+    ``order`` when it keeps one), the rest kept."""
+    rows, key, fields, order = params
+    had = chunk.state.get(key)
+    restored_rows(chunk, (rows, key, fields))
+    if isinstance(had, dict):
+        loaded = chunk.state[key]
+        if order:
+            loaded = {f: v[had[order]] for f, v in loaded.items()}
+        chunk.state[key] = {**had, **loaded}
+    return (np.int64(1),)
+
+
+def _by_row(values, order):
+    """Per-row values a state keeps in another order (``values[i]`` belongs to row ``order[i]``), by row."""
+    out = np.empty_like(values)
+    out[order] = values
+    return out
