@@ -46,7 +46,10 @@ import numpy as np
 from .._params import ArrayOf2D, Interval, NoneOK, Options
 from ..blocks.knn import (
     BLOCK_VALUES,
+    GRAPH,
+    INPUT_IDS,
     METHODS,
+    ROWS,
     gemm_sqdist,
     groups_in,
     keep_halo_ids,
@@ -156,7 +159,7 @@ def _neighbour_lists(chunk, params):
     missing and the graph is not (after a lost worker: once the rebuilt partitions are searched again)."""
     if "slk-nb" in chunk.state or unsearched(chunk):
         return ()
-    ids, _, in_ids = chunk.state["knn"]
+    ids, _, in_ids = chunk.state[GRAPH]
     by_input = np.take_along_axis(ids, np.argsort(in_ids, axis=1, kind="stable"), 1)
     own = np.arange(chunk.start, chunk.stop, dtype=np.int64)
     reads = np.union1d(own, by_input.ravel())
@@ -171,7 +174,7 @@ def _reads(chunk, params):
 
 
 def _first_labels(chunk, seeds):
-    chunk.state["slk-labels"] = nearest(chunk.state["knn-x"], Prepared(seeds, np.float64))[0].astype(np.int64)
+    chunk.state["slk-labels"] = nearest(chunk.state[ROWS], Prepared(seeds, np.float64))[0].astype(np.int64)
     return (np.bincount(chunk.state["slk-labels"], minlength=len(seeds)),)
 
 
@@ -184,7 +187,7 @@ def _densest_members(chunk, params):
     """BO's first modes: each row's in-cluster kernel density Σ_q k(x, x_q) over its cluster's members
     (summed in input-id order), the densest row per cluster (ties to the lowest input id), with its row."""
     sigma, starts = params
-    x, everyone, member_in = chunk.state["knn-x"], chunk.halo["knn-x"], chunk.state.pop("slk-member-in")
+    x, everyone, member_in = chunk.state[ROWS], chunk.halo[ROWS], chunk.state.pop("slk-member-in")
     in_ids = chunk.input_ids()
     k = len(starts) - 1
     best, ids, rows = np.full(k, -np.inf), np.zeros(k, np.int64), np.zeros((k, x.shape[1]))
@@ -212,7 +215,7 @@ def _densest_members(chunk, params):
 def _ms_sums(chunk, params):
     """One mean-shift step's partial sums per cluster over its hard members: Σ g x and Σ g."""
     modes, sigma = params
-    x, labels = chunk.state["knn-x"], chunk.state["slk-labels"]
+    x, labels = chunk.state[ROWS], chunk.state["slk-labels"]
     k = len(modes)
     sums, weights = np.zeros((k, x.shape[1])), np.zeros(k)
     for l in np.unique(labels):
@@ -228,7 +231,7 @@ def _start_inner(chunk, params):
     halo: BO's energy takes it with the new a). a is kept as state ``slk-a`` when ``store``, else each
     update recomputes it (an empty ``slk-a``)."""
     modes, sigma, store = params
-    x = chunk.state["knn-x"]
+    x = chunk.state[ROWS]
     a = chunk.state.get("slk-a")
     if a is None or a.shape != (x.shape[0], len(modes)):
         a = np.empty((x.shape[0], len(modes)))
@@ -253,7 +256,7 @@ def _update(chunk, lmbda):
     labels, col_max, col_arg = np.empty(n, np.int64), np.empty(k), np.empty(k, np.int64)
     zlogz, az, bz = bound_update(
         a,
-        chunk.state["knn-x"],
+        chunk.state[ROWS],
         modes,
         sigma,
         z,
@@ -275,7 +278,7 @@ def _settle(chunk, lmbda):
     (value, input id, row), and the energy's parts −a·z and −λ (W z)·z."""
     labels, col_max, col_arg, az, bz = chunk.state["slk-kept"]
     chunk.state["slk-labels"] = labels
-    top = (col_max, chunk.input_ids()[col_arg], chunk.state["knn-x"][col_arg])
+    top = (col_max, chunk.input_ids()[col_arg], chunk.state[ROWS][col_arg])
     return np.bincount(labels, minlength=len(col_max)), top, -az, -lmbda * bz
 
 
@@ -298,8 +301,8 @@ def first_modes(engine, seeds, sigma, mode, normalize):
         counts[keys] = totals
         starts = np.concatenate([[0], np.cumsum(counts)])
         with (
-            by_seed.state("knn-x", rows_float64, lambda: normalize),
-            by_seed.state("knn-in", keep_input_ids),
+            by_seed.state(ROWS, rows_float64, lambda: normalize),
+            by_seed.state(INPUT_IDS, keep_input_ids),
             by_seed.halo("slk-members", _members, starts),
         ):
             ((best, ids, rows),) = by_seed.rerun(lambda restarted: densest_members(by_seed, sigma, starts))
@@ -309,8 +312,8 @@ def first_modes(engine, seeds, sigma, mode, normalize):
 
 
 def densest_members(by_seed, sigma, starts):
-    by_seed.reduce(keep_halo_ids, "slk-member-in", halo=Halo("slk-members", "knn-in"))
-    return by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),), halo=Halo("slk-members", "knn-x"))
+    by_seed.reduce(keep_halo_ids, "slk-member-in", halo=Halo("slk-members", INPUT_IDS))
+    return by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),), halo=Halo("slk-members", ROWS))
 
 
 def mean_shift(engine, modes, sigma, sizes, tol=1e-5, max_iter=1000):

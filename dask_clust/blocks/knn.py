@@ -42,6 +42,11 @@ from .coreset import lightweight_coreset
 from .lloyd import lloyd
 from .seeding import seed
 
+# the per-chunk state a graph's engine keeps, which the algorithms on the graph read too (SLK)
+ROWS = "knn-x"  # the rows in float64 (unit length when normalised): searched, and what modes are made of
+GRAPH = "knn"  # (neighbour ids, their squared distances, their input ids), r per row
+INPUT_IDS = "knn-in"  # each row's input id, on an engine whose rows were moved (its cells, SLK's seeds)
+
 METHODS = ("auto", "exact", "ivf")
 # query rows per GEMM block: keeps the block's distances near 128 MB whatever N is
 BLOCK_VALUES = 1 << 24
@@ -53,11 +58,11 @@ RECALL_QUERIES = 1000
 
 def rows_float64(chunk, normalize):
     """State ``knn-x``: the chunk's rows in float64, L2-normalised when asked (SLK's input)."""
-    chunk.state["knn-x"] = l2_rows(chunk.x) if normalize else np.asarray(chunk.x, dtype=np.float64)
+    chunk.state[ROWS] = l2_rows(chunk.x) if normalize else np.asarray(chunk.x, dtype=np.float64)
 
 
 def keep_input_ids(chunk, params):
-    chunk.state["knn-in"] = chunk.input_ids()
+    chunk.state[INPUT_IDS] = chunk.input_ids()
 
 
 def gemm_sqdist(Q, Y, qq, yy):
@@ -92,7 +97,7 @@ def nearest_among(Q, q_ids, Y, y_ids, r):
 
 def unsearched(chunk):
     """Whether the chunk's rows have no neighbours yet (before the search, or rebuilt after a lost worker)."""
-    return chunk.state.get("knn") is None
+    return chunk.state.get(GRAPH) is None
 
 
 def _unsearched_state(chunk, params):
@@ -101,7 +106,7 @@ def _unsearched_state(chunk, params):
 
 def _sum_d2(chunk, params):
     """The exact Σ d2 (a KeyedSum on one key: the same bits for any layout)."""
-    d2 = chunk.state["knn"][1]
+    d2 = chunk.state[GRAPH][1]
     return ((np.zeros(d2.size, np.int64), d2.ravel()),)
 
 
@@ -114,12 +119,12 @@ def _all_rows(chunk, n):
 
 def search_exact(chunk, r):
     """State ``knn`` = (neighbours as rows, squared distances, neighbours' input ids): every row's r
-    nearest among all rows (``halo["knn-x"]``; this engine is in input order, so a row's id is its input id)."""
+    nearest among all rows (``halo[ROWS]``; this engine is in input order, so a row's id is its input id)."""
     if unsearched(chunk):
-        Y = chunk.halo["knn-x"]
+        Y = chunk.halo[ROWS]
         all_ids = np.arange(Y.shape[0], dtype=np.int64)
-        ids, d2 = nearest_among(chunk.state["knn-x"], all_ids[chunk.start : chunk.stop], Y, all_ids, r)
-        chunk.state["knn"] = ids, d2, ids
+        ids, d2 = nearest_among(chunk.state[ROWS], all_ids[chunk.start : chunk.stop], Y, all_ids, r)
+        chunk.state[GRAPH] = ids, d2, ids
     return ()
 
 
@@ -169,7 +174,7 @@ def _probe_pairs(chunk, params):
     live_centroids, live, starts, nprobe = params
     nlist = len(starts) - 1
     probes = np.empty((chunk.stop - chunk.start, min(nprobe, len(live))), np.int64)
-    nearest_centres(chunk.state["knn-x"], live_centroids, probes)
+    nearest_centres(chunk.state[ROWS], live_centroids, probes)
     cell = np.searchsorted(starts, np.arange(chunk.start, chunk.stop), side="right") - 1
     keys = np.unique(cell[:, None] * nlist + live[probes])
     return ((keys, np.ones(len(keys), np.int64)),)
@@ -235,9 +240,9 @@ def _probed_rows(chunk, params):
 
 
 def keep_halo_ids(chunk, key):
-    """State ``key``: the input ids of the rows this chunk reads (``halo["knn-in"]``), for a later step that
+    """State ``key``: the input ids of the rows this chunk reads (``halo[INPUT_IDS]``), for a later step that
     reads their rows through the same plan."""
-    chunk.state[key] = chunk.halo["knn-in"]
+    chunk.state[key] = chunk.halo[INPUT_IDS]
     return ()
 
 
@@ -248,8 +253,8 @@ def search_ivf(chunk, params):
     if not unsearched(chunk):
         return ()
     r, starts, ptr, cells = params
-    H, read_at = chunk.halo["knn-x"]
-    own = chunk.state["knn-x"]
+    H, read_at = chunk.halo[ROWS]
+    own = chunk.state[ROWS]
     q_in = chunk.input_ids()
     mine, need, offsets = _probed(chunk, starts, ptr, cells)
     rows = rows_of(starts, need)
@@ -261,7 +266,7 @@ def search_ivf(chunk, params):
         sel = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in at])
         j, d2[lo:hi] = nearest_among(own[lo:hi], q_in[lo:hi], H[read_at[sel]], H_in[sel], r)
         ids[lo:hi], in_ids[lo:hi] = rows[sel][j], H_in[sel][j]
-    chunk.state["knn"] = ids, d2, in_ids
+    chunk.state[GRAPH] = ids, d2, in_ids
     return ()
 
 
@@ -271,12 +276,12 @@ def search_ivf(chunk, params):
 def _queries(chunk, picks):
     lo, hi = np.searchsorted(picks, [chunk.start, chunk.stop])
     at = picks[lo:hi] - chunk.start
-    return chunk.state["knn-x"][at], chunk.input_ids()[at], chunk.state["knn"][2][at]
+    return chunk.state[ROWS][at], chunk.input_ids()[at], chunk.state[GRAPH][2][at]
 
 
 def _brute(chunk, params):
     Q, q_in, r = params
-    j, d2 = nearest_among(Q, q_in, chunk.state["knn-x"], chunk.input_ids(), r)
+    j, d2 = nearest_among(Q, q_in, chunk.state[ROWS], chunk.input_ids(), r)
     return ((d2, np.where(j >= 0, chunk.input_ids()[np.maximum(j, 0)], np.iinfo(np.int64).max)),)
 
 
@@ -284,7 +289,7 @@ def measure_recall(engine, r, entropy, n_queries=RECALL_QUERIES):
     """recall@r of the graph on ``n_queries`` random rows: the share of their true r nearest (brute force
     over all rows, on the workers) that the graph holds."""
     n = engine.n_samples
-    picks = np.sort(stream(entropy, "knn", "recall").choice(n, min(n, n_queries), replace=False))
+    picks = np.sort(stream(entropy, GRAPH, "recall").choice(n, min(n, n_queries), replace=False))
     Q, q_in, found = engine.reduce(_queries, picks, (Rows(), Rows(), Rows()))
     ((_, truth),) = engine.reduce(_brute, (Q, q_in, r), (RowTop(r),))
     hits = sum(len(np.intersect1d(a, b)) for a, b in zip(found, truth))
@@ -326,7 +331,7 @@ def check_neighbours(n_neighbors, n_samples, n_features, method="exact", nlist=N
 
 
 def _graph_rows(chunk, params):
-    _, d2, in_ids = chunk.state["knn"]
+    _, d2, in_ids = chunk.state[GRAPH]
     return chunk.input_ids(), in_ids, d2
 
 
@@ -347,11 +352,11 @@ class NeighbourGraph:
         e, r = self.engine, self.n_neighbors
         if self.method == "exact":
             with e.halo("knn-all", _all_rows, e.n_samples):  # every row in every chunk: gone before the graph is used
-                e.reduce(search_exact, r, halo=Halo("knn-all", "knn-x"))
+                e.reduce(search_exact, r, halo=Halo("knn-all", ROWS))
             return
         with e.halo("knn-probed", _probed_rows, self._plan):  # its rows go before the graph is used
-            e.reduce(keep_halo_ids, "knn-cand-in", halo=Halo("knn-probed", "knn-in"))
-            e.reduce(search_ivf, (r,) + self._plan, halo=Halo("knn-probed", "knn-x", indexed=True))
+            e.reduce(keep_halo_ids, "knn-cand-in", halo=Halo("knn-probed", INPUT_IDS))
+            e.reduce(search_ivf, (r,) + self._plan, halo=Halo("knn-probed", ROWS, indexed=True))
 
     def _measure(self, entropy):
         """The search, then Σ d2 and recall@r (a phase of ``rerun``: after a lost worker, the rebuilt
@@ -387,8 +392,8 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
     method = resolve_method(method, n, engine.n_features)
     if method == "exact":
         with (
-            engine.state("knn-x", rows_float64, lambda: normalize),
-            engine.state("knn", _unsearched_state, build=False),
+            engine.state(ROWS, rows_float64, lambda: normalize),
+            engine.state(GRAPH, _unsearched_state, build=False),
         ):
             graph = NeighbourGraph(engine, r, method)
             engine.rerun(lambda restarted: graph._measure(entropy))
@@ -402,9 +407,9 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
         sizes[keys] = totals
         starts = np.concatenate([[0], np.cumsum(sizes)])
         with (
-            cells.state("knn-x", rows_float64, lambda: normalize),
-            cells.state("knn-in", keep_input_ids),
-            cells.state("knn", _unsearched_state, build=False),
+            cells.state(ROWS, rows_float64, lambda: normalize),
+            cells.state(INPUT_IDS, keep_input_ids),
+            cells.state(GRAPH, _unsearched_state, build=False),
         ):
             graph = NeighbourGraph(
                 cells, r, method, (starts,) + probe_lists(cells, centroids, starts, int(nprobe), r), nlist

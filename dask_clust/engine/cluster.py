@@ -295,10 +295,10 @@ class ClusterBackend(Recovery, RowMoves):
     # -- calls with recovery
     def call(self, call, builders=None, plans=None, shards=None, repeat=True):
         """Run ``call`` over the tree of partitions; after a lost worker, rebuild its partitions elsewhere
-        (reload the rows, run ``builders()`` (``backups.DeclaredStates.builders``) of the declared states, restore the shards
-        of every sharded model in ``shards()`` from the buddy's copy), rebuild every halo plan (``plans()`` =
-        [plan Call]) on all partitions, and repeat the call: the survivors answer from the partial they kept
-        (and resend the halo values and scattered rows they sent), so no state changes twice. Unless
+        (reload the rows, run ``builders()`` (``backups.DeclaredStates.builders``) of the declared states,
+        restore the shards of every sharded model in ``shards()`` from the buddy's copy), rebuild every halo
+        plan (``plans()`` = [plan Call]) on all partitions, and repeat the call: the survivors answer from the
+        partial they kept (and resend the halo values and scattered rows they sent), so no state changes twice. Unless
         ``repeat``: then, once the partitions are rebuilt, ``Restarted`` (``Engine.rerun``)."""
         for attempt in range(LOSSES + 1):
             # partitions on a worker this process already saw lost (by another engine: a coreset's): rebuilt
