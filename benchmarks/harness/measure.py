@@ -21,6 +21,8 @@ from .data import read
 # repeats stop once the fits so far took this long: a fit of minutes is timed once (its noise is small
 # against its length), which keeps the paper suite within its hour
 LONG_FIT_S = 30.0
+# a --tiny run's loop lengths, by the name each algorithm gives its loop
+TINY_LOOP = {"max_iter": 5, "max_epochs": 2, "omaxit": 5}
 
 
 def quantization_error(X, centers):

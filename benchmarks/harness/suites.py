@@ -20,6 +20,7 @@ from dask_clust import algorithms
 
 from . import measure, paper, scaling, sweep
 from .data import materialise, read
+from .measure import TINY_LOOP
 
 logger = logging.getLogger("harness")
 
@@ -31,7 +32,6 @@ QUICK_TABLES = (("iris", 3), ("digits", 10), ("shuttle", 7), ("mnist5k", 10), ("
 PAPER_TABLES = (("imgpatches", 50),)
 # variants beyond each registered algorithm's defaults
 VARIANTS = {"kmeans": [("kmeans++", {"init": "k-means++"})]}
-TINY_LOOP = {"max_iter": 5, "max_epochs": 2, "omaxit": 5}
 # scored by their labels, not in the QE tables: SLK's modes live on the L2-normalised rows (``slk_quality``)
 NOT_QE = ("slk",)
 

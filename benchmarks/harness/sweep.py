@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from . import measure
+from .measure import TINY_LOOP
 
 logger = logging.getLogger("harness")
 
@@ -55,7 +56,6 @@ def versus(got, base):
 
 
 def run_all(run):
-    from .suites import TINY_LOOP
 
     path, X = run.data(DATA)
     overhead = measure.engine_overhead_ms(path, run.client)
