@@ -164,3 +164,29 @@ class DeclaredStates:
                     if not replayable
                     else f"its steps' parameters would pass replay-bytes ({limit / 2**20:.0f} MiB)",
                 )
+
+
+def restore_state(part, order, key, builder, params, fields, steps, call_id):
+    """The recovery hook of a declared state (``DeclaredStates.builders`` gives the rest): on the rebuilt
+    partition ``part`` (``recovery.Rebuilding``), its backed-up ``fields`` from the first buddy that kept
+    them as the last call before ``call_id`` left them; else, where a step has changed them since the build
+    (the builder would make another state), its build and every step since replayed; else the builder.
+    Returns None, or why the state cannot be made as it was (the fit then ends in one line)."""
+    kept = part.from_buddies("backups.get", key, part.ids, call_id) if fields else None
+    if kept is not None:
+        logger.info("restoring state %r of partition %d from its buddy's copy", key, part.pid)
+        part.call("backups.restore", key, kept)
+        return None
+    if fields:
+        if steps is None:
+            return (
+                f"its state {key!r} and every copy of it were lost (its worker and those of the "
+                f"{BACKUP_COPIES} partitions after it), and its steps are not kept to replay (replay-bytes); "
+                "the fit cannot continue to the same model: fit again, or resume from a checkpoint"
+            )
+        logger.warning(
+            "state %r of partition %d and every copy of it were lost: replaying its %d steps", key, part.pid, len(steps)
+        )
+        builder, params = replay, steps
+    part.run(Build(-1 - order, builder, params))
+    return None

@@ -16,10 +16,10 @@ from distributed.comm.core import CommClosedError
 
 from ..errors import ClusterLost
 from . import config
-from .backups import BACKUP_COPIES, buddies, replay
-from .calls import Build
+from .backups import BACKUP_COPIES, buddies, restore_state
 from .events import count
 from .mailbox import remote_call, remote_run
+from .sharded import restore_shards
 
 _COMM_ERRORS = (
     OSError,
@@ -202,33 +202,14 @@ class Recovery:
                 futs = self._load(ids, addr)
                 part_future = self._spawn(pid, ids, addr, futs, workers[addr])
                 self._started(part_future, addr)
-                rpc = self.client.rpc(addr)
-                for i, (key, step, params, backup, steps) in enumerate(builders):
-                    kept = self._backup(pid, key, ids, call_id) if backup else None
-                    if kept is not None:
-                        logger.info("restoring state %r of partition %d from its buddy's copy", key, pid)
-                        self.client.sync(remote_call, rpc, part_future.key, "backups.restore", key, kept)
-                        continue
-                    if backup:  # a step has changed it since it was built: the builder would make another
-                        if steps is None:
-                            raise WorkerLost(
-                                [pid],
-                                f"its state {key!r} and every copy of it were lost (its worker "
-                                f"and those of the {BACKUP_COPIES} partitions after it), and its "
-                                f"steps are not kept to replay (replay-bytes); the fit cannot "
-                                f"continue to the same model: fit again, or resume from a "
-                                f"checkpoint",
-                            )
-                        logger.warning(
-                            "state %r of partition %d and every copy of it were lost: replaying its %d steps",
-                            key,
-                            pid,
-                            len(steps),
-                        )
-                        step, params = replay, steps
-                    build = Build(-1 - i, step, params)
-                    self.client.sync(remote_run, rpc, part_future.key, build, [], True)
-                self._restore_shards(pid, addr, part_future.key, shards)
+                part = Rebuilding(self, pid, addr, part_future.key)
+                for order, declared in enumerate(builders):
+                    why = restore_state(part, order, *declared, call_id)
+                    if why is not None:
+                        raise WorkerLost([pid], why)
+                why = restore_shards(part, shards)
+                if why is not None:
+                    raise WorkerLost([pid], why)
             except Exception as exc:
                 # KeyError: the scheduler dropped the chosen worker while rows were sent to it (all were lost)
                 if attempt < LOSSES and isinstance(exc, (*_COMM_ERRORS, KeyError)):
@@ -275,45 +256,33 @@ class Recovery:
                 part_future.cancel()
                 raise CommClosedError(f"worker {addr} left before the partition started on it")
 
-    def _restore_shards(self, pid, addr, part_key, shards):
-        """A rebuilt partition's shards of every sharded model, from the first of its buddies that kept a copy;
-        then it sends them to its buddies again, and the partitions whose copies the lost one kept send theirs."""
-        if not shards:
-            return
-        keys = [f.key for f in self._part_futures]
-        peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
-        for key in shards:
-            kept = self._ask_buddies(pid, peers, "shards.backup_get", key, pid)
-            if kept is None:
-                raise WorkerLost(
-                    [pid],
-                    f"its shard of the sharded model {key!r} and every copy of it were lost (its "
-                    f"worker and those of the {BACKUP_COPIES} partitions after it)",
-                )
-            logger.info("restoring partition %d's shard of %r from its buddy's copy", pid, key)
-            self.client.sync(remote_call, self.client.rpc(addr), part_key, "shards.restore", key, kept)
-        peers[pid] = (addr, part_key, peers[pid][2])
-        live = self._live_workers()  # partitions lost and not rebuilt yet get their copies when they are
-        peers = [p if j == pid or (p[0] in live and p[0] not in LOST_WORKERS) else None for j, p in enumerate(peers)]
-        for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):  # itself (its buddies may be new too), then
-            before = peers[(pid - j) % len(peers)]  # those whose copies it kept
-            if before is None:
-                continue
-            try:
-                self.client.sync(remote_call, self.client.rpc(before[0]), before[1], "shards.rebackup", peers)
-            except _COMM_ERRORS:  # that one is lost too: it is rebuilt next, and its next write copies again
-                pass
 
-    def _ask_buddies(self, pid, peers, method, *args):
-        """``method(*args)`` of the first of partition ``pid``'s buddies (``partition.buddies``) that answers
+class Rebuilding:
+    """A lost partition being rebuilt on ``addr``, as each feature's recovery hook sees it
+    (``backups.restore_state``, ``sharded.restore_shards``): its buddies asked, itself called, and the
+    partitions around it told to send their copies again."""
+
+    def __init__(self, backend, pid, addr, part_key):
+        self.pid = pid
+        self.ids = backend.placement[pid][1]
+        self._backend = backend
+        self._rpc = backend.client.rpc(addr)
+        self._key = part_key
+        keys = [f.key for f in backend._part_futures]
+        self._peers = [(a, k, ids) for (a, ids), k in zip(backend.placement, keys)]
+        self._peers[pid] = (addr, part_key, self.ids)
+
+    def from_buddies(self, method, *args):
+        """``method(*args)`` of the first of the partition's buddies (``backups.buddies``) that answers
         something other than None; None when none does. A buddy whose worker has left is not asked: asking
         would retry connecting to it for comm.timeouts.connect (30 s)."""
-        live = self._live_workers()
-        for addr, part_key, _ in buddies(peers, pid):
+        backend = self._backend
+        live = backend._live_workers()
+        for addr, part_key, _ in buddies(self._peers, self.pid):
             if addr not in live or addr in LOST_WORKERS:
                 continue
             try:
-                kept = self.client.sync(remote_call, self.client.rpc(addr), part_key, method, *args)
+                kept = backend.client.sync(remote_call, backend.client.rpc(addr), part_key, method, *args)
             except Exception as exc:
                 if _worker_gone(exc):
                     continue
@@ -322,9 +291,27 @@ class Recovery:
                 return kept
         return None
 
-    def _backup(self, pid, key, ids, call_id):
-        """Partition ``pid``'s state ``key`` from the first of its buddies that kept a copy, as the last call
-        before ``call_id`` left it; None when none did (a single partition, buddies lost or rebuilt since)."""
-        keys = [f.key for f in self._part_futures]
-        peers = [(a, k, chunk_ids) for (a, chunk_ids), k in zip(self.placement, keys)]
-        return self._ask_buddies(pid, peers, "backups.get", key, ids, call_id)
+    def call(self, method, *args):
+        return self._backend.client.sync(remote_call, self._rpc, self._key, method, *args)
+
+    def run(self, call):
+        """``call`` on this partition alone (a builder, a replay)."""
+        self._backend.client.sync(remote_run, self._rpc, self._key, call, [], True)
+
+    def tell_keepers(self, method):
+        """``method(peers)`` on this partition and the ``BACKUP_COPIES`` before it (whose copies it kept),
+        ``peers`` as they are now: a partition lost and not rebuilt yet is None, and gets its copies when it is."""
+        backend = self._backend
+        live = backend._live_workers()
+        peers = [
+            p if j == self.pid or (p[0] in live and p[0] not in LOST_WORKERS) else None
+            for j, p in enumerate(self._peers)
+        ]
+        for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):  # itself (its buddies may be new too), then
+            before = peers[(self.pid - j) % len(peers)]  # those whose copies it kept
+            if before is None:
+                continue
+            try:
+                backend.client.sync(remote_call, backend.client.rpc(before[0]), before[1], method, peers)
+            except _COMM_ERRORS:  # that one is lost too: it is rebuilt next, and its next write copies again
+                pass

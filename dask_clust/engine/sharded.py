@@ -6,14 +6,17 @@ version; a reduce-scatter sends every partition the rows it owns of the others' 
 and runs ``at_shard`` where each shard lives. ``ShardedModels`` and ``ShardedModel`` are the driver's side."""
 
 import contextlib
+import logging
 import weakref
 
 import numpy as np
 
 from . import combine as combines
-from .backups import buddies
+from .backups import BACKUP_COPIES, buddies
 from .calls import Gather, ShardApply, ShardDrop, ShardKeep, ShardRef, resolved_params
 from .mailbox import Answer, gather_all, keep_newest
+
+logger = logging.getLogger("dask_clust")
 
 
 class ShardStore:
@@ -238,3 +241,23 @@ class ShardedModel:
     def gather(self, field=0):
         """The whole field on the driver (the end of a fit)."""
         return self._send(Gather, ref=self.ref(field))
+
+
+def restore_shards(part, models):
+    """The recovery hook of the sharded ``models`` (their keys): the rebuilt partition ``part``
+    (``recovery.Rebuilding``) takes its shard of each from the first of its buddies that kept a copy, then
+    sends its copies to its buddies again, and the partitions whose copies the lost one kept send theirs.
+    Returns None, or why a shard cannot be restored (the fit then ends in one line)."""
+    if not models:
+        return None
+    for key in models:
+        kept = part.from_buddies("shards.backup_get", key, part.pid)
+        if kept is None:
+            return (
+                f"its shard of the sharded model {key!r} and every copy of it were lost (its worker and those "
+                f"of the {BACKUP_COPIES} partitions after it)"
+            )
+        logger.info("restoring partition %d's shard of %r from its buddy's copy", part.pid, key)
+        part.call("shards.restore", key, kept)
+    part.tell_keepers("shards.rebackup")
+    return None
