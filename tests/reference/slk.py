@@ -42,8 +42,8 @@ def softmax(v):
 def neighbour_sum(graph, z):
     """b_p = Σ_{q in N(p)} z_q, summed in ascending neighbour id."""
     b = np.zeros_like(z)
-    for j in np.argsort(graph, axis=1, kind="stable").T:
-        b += z[np.take_along_axis(graph, j[:, None], 1)[:, 0]]
+    for q in np.sort(graph, axis=1).T:
+        b += z[q]
     return b
 
 
@@ -54,10 +54,11 @@ def relaxed_energy(z, a, b, lmbda):
 
 def inner_loop(a, graph, lmbda, z, tol=1e-6, max_iter=1000):
     """Jacobi bound updates z <- softmax(a + λ W z) until the relaxed energy changes <= tol relative."""
-    e_old = None
+    e_old, b = None, neighbour_sum(graph, z)
     for it in range(1, max_iter + 1):
-        z = softmax(a + lmbda * neighbour_sum(graph, z))
-        e = relaxed_energy(z, a, neighbour_sum(graph, z), lmbda)
+        z = softmax(a + lmbda * b)
+        b = neighbour_sum(graph, z)  # the energy's, and the next update's
+        e = relaxed_energy(z, a, b, lmbda)
         if e_old is not None and abs(e - e_old) <= tol * abs(e_old):
             return z, it
         e_old = e
