@@ -38,8 +38,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -52,7 +50,7 @@ from distributed import Client, LocalCluster
 import dask_clust
 from dask_clust.datasets import make_blobs
 from dask_clust.engine.local import worker_environ
-from harness.common import emit
+from harness.common import dask_process, emit
 from harness.measure import Workers
 
 
@@ -259,24 +257,7 @@ class ProcessCluster:
     def __init__(self, scratch, nanny):
         self.nanny = nanny
         self.scheduler_file = os.path.join(scratch, f"scheduler-{'nanny' if nanny else 'bare'}.json")
-        self.bin = os.path.dirname(sys.executable)
-        self.procs = [
-            subprocess.Popen(
-                [
-                    os.path.join(self.bin, "dask"),
-                    "scheduler",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--no-dashboard",
-                    "--scheduler-file",
-                    self.scheduler_file,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        ]
+        self.procs = [dask_process("scheduler", self.scheduler_file)]
         while not os.path.exists(self.scheduler_file):
             time.sleep(0.2)
         self.client = Client(scheduler_file=self.scheduler_file)
@@ -285,23 +266,7 @@ class ProcessCluster:
 
     def _start(self):
         env = {**os.environ, **{k: str(v) for k, v in worker_environ().items()}}
-        return subprocess.Popen(
-            [
-                os.path.join(self.bin, "dask"),
-                "worker",
-                "--scheduler-file",
-                self.scheduler_file,
-                "--nthreads",
-                "1",
-                "--no-dashboard",
-                "--host",
-                "127.0.0.1",
-            ]
-            + ([] if self.nanny else ["--no-nanny"]),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
+        return dask_process("worker", self.scheduler_file, self.nanny, env)
 
     def refill(self):
         """The worker pids, once 3 workers are there."""

@@ -4,8 +4,6 @@
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import dask_clust
@@ -65,49 +63,14 @@ def separate_cluster(d, n_workers=2, nanny=True):
     """A scheduler and ``n_workers`` workers (each with its nanny unless not ``nanny``) started as separate
     processes on 127.0.0.1: (client, [scheduler process, worker processes])."""
     sched_file = str(d / "scheduler.json")
-    bin_dir = os.path.dirname(sys.executable)
+    from harness.common import dask_process  # here: the workers import this module, not the harness
+
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    procs = [
-        subprocess.Popen(
-            [
-                os.path.join(bin_dir, "dask"),
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--no-dashboard",
-                "--scheduler-file",
-                sched_file,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-    ]
+    procs = [dask_process("scheduler", sched_file, env=env)]
     deadline = time.time() + 60
     while not os.path.exists(sched_file) and time.time() < deadline:
         time.sleep(0.2)
-    for _ in range(n_workers):
-        procs.append(
-            subprocess.Popen(
-                [
-                    os.path.join(bin_dir, "dask"),
-                    "worker",
-                    "--scheduler-file",
-                    sched_file,
-                    "--nthreads",
-                    "1",
-                    "--no-dashboard",
-                    "--host",
-                    "127.0.0.1",
-                ]
-                + ([] if nanny else ["--no-nanny"]),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-            )
-        )
+    procs += [dask_process("worker", sched_file, nanny, env) for _ in range(n_workers)]
     try:
         from distributed import Client
 

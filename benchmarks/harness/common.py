@@ -4,6 +4,8 @@ import contextlib
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 
 # benchmarks/, where results/ is
@@ -55,3 +57,19 @@ class Rows:
     def emit(self, row):
         self.rows.append(row)
         emit(self.name, row)
+
+
+def dask_process(role, scheduler_file, nanny=True, env=None):
+    """``dask scheduler`` or ``dask worker`` (one thread, under a nanny unless not ``nanny``) on 127.0.0.1 in a
+    process of its own, as dask-jobqueue or a Helm chart starts them; the scheduler writes its address to
+    ``scheduler_file``, where the workers read it."""
+    args = {
+        "scheduler": ["--port", "0", "--scheduler-file", scheduler_file],
+        "worker": ["--scheduler-file", scheduler_file, "--nthreads", "1"] + ([] if nanny else ["--no-nanny"]),
+    }[role]
+    return subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "dask"), role, "--host", "127.0.0.1", "--no-dashboard", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
