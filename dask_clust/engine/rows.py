@@ -54,13 +54,20 @@ class RowMoves:
             if c in ids:
                 break
         if not self.streaming and any(getattr(f, "status", None) in GONE for f in self.data[pid]):
-            live = sorted(self._live_workers() or self._await_worker())
-            if not live:
-                raise WorkerLost([pid], "the cluster has no worker left to draw rows on")
+            live = self._homes([pid])
             addr = addr if addr in live else live[0]
             self.data[pid] = self._load(ids, addr)  # the partition itself is rebuilt by its next call
         meta = (c, int(self.source.starts[c]), int(self.source.starts[c + 1]), self.entropy)
         return addr, self._near(addr, draw_chunk, self.data[pid][ids.index(c)], meta, fn, *args)
+
+    def _homes(self, pids):
+        """The sorted live addresses rows are moved to: every worker can be lost between a partition's rebuild
+        choosing a worker and its rows being drawn again, so this waits for one to come back, as the rebuild
+        does."""
+        live = sorted(self._live_workers() or self._await_worker())
+        if not live:
+            raise WorkerLost(pids, "the cluster has no worker left to move rows to")
+        return live
 
     def drawn(self, step, params, counts, chunk_rows):
         """A ``FutureSource`` of the rows ``step`` draws, chunk c drawing counts[c]: one task per chunk where
@@ -74,7 +81,7 @@ class RowMoves:
 
         def make(new_ids):
             pieces, futures = {}, []
-            addrs = sorted(self._live_workers())
+            addrs = self._homes(range(len(self.placement)))
             for j in new_ids:
                 a, b = starts[j], starts[j + 1]
                 parts = []
@@ -112,7 +119,7 @@ class RowMoves:
 
         def make(new_ids):
             routed, futures = {}, []
-            addrs = sorted(self._live_workers())
+            addrs = self._homes(range(len(self.placement)))
             for j in new_ids:
                 for c in feeds[j] - set(routed):
                     routed[c] = self._one_shot(c, sorted_routed, plan)
