@@ -155,6 +155,44 @@ def test_a_worker_retired_during_a_fit_leaves_and_the_fit_gives_the_same_model(l
     assert hit.objective_ == calm.objective_ and took < 25, took
 
 
+def test_a_new_clusters_worker_on_a_lost_workers_port_is_not_taken_for_it(lost):
+    """The driver remembers the addresses of the workers it saw lost, so that no call waits on them again. It
+    remembered them for the whole process: a new cluster whose worker was given a lost worker's port (a fixed
+    --worker-port, or a port the system hands out again) had that worker's partitions rebuilt at every engine's
+    first call (once in the suite: four rebuilds in a fit that lost nothing). Losses are now remembered per
+    scheduler."""
+    import socket
+
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    def free(port):
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind(("127.0.0.1", port))
+            return True
+        return False
+
+    port = next(p for p in range(41000, 42000, 2) if free(p) and free(p + 1))
+    first = f"tcp://127.0.0.1:{port}"
+    X = da.from_array(blobs(6000, 4, 5, seed=1)[0], chunks=1500)
+    kw = dict(algo="kmeans", n_clusters=5, random_state=0, tol=0, max_iter=6)
+
+    def kill_first(rec):
+        if rec["iteration"] == 2 and not lost:
+            os.kill(client.run(os.getpid, workers=[first])[first], signal.SIGKILL)
+
+    models = []
+    for ports, callback in ((f"{port}:{port + 1}", kill_first), (port, None)):
+        with (
+            LocalCluster(n_workers=2 if callback else 1, threads_per_worker=1, worker_port=ports) as lc,
+            Client(lc, set_as_default=False) as client,
+        ):
+            assert first in client.scheduler_info()["workers"]
+            models.append(dask_clust.fit(X, client=client, callback=callback, **kw))
+        assert lost == [0], lost  # the first cluster's loss (partition 0 on its first worker); none after
+    np.testing.assert_array_equal(models[0].cluster_centers_, models[1].cluster_centers_)
+
+
 def test_a_rebuild_target_lost_before_its_partition_starts_is_placed_again(three_workers, lost):
     """Issue #35: the worker chosen to rebuild a lost partition SIGKILLed right after the partition's task
     was submitted to it. The task is pinned to that worker, and the rebuild waited on it for ever; it now

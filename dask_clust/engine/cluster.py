@@ -93,6 +93,7 @@ class ClusterBackend(Recovery, RowMoves):
         self.client = client
         self.source = source
         self.entropy = entropy
+        self.lost_workers = LOST_WORKERS[self._scheduler_identity()["id"]]
         workers = self._live_workers()
         if not workers:  # none yet, or a worker being restarted by its nanny: wait as for a lost worker
             timeout = parse_timedelta(config.get("lost-worker-timeout"))
@@ -202,9 +203,12 @@ class ClusterBackend(Recovery, RowMoves):
         return future
 
     def _worker_info(self):
+        return self._scheduler_identity()["workers"]
+
+    def _scheduler_identity(self):
         self._check_scheduler()
         try:
-            return self.client.sync(self._identity)["workers"]
+            return self.client.sync(self._identity)
         except OSError:
             self._check_scheduler(lost=True)
 
@@ -303,7 +307,7 @@ class ClusterBackend(Recovery, RowMoves):
         for attempt in range(LOSSES + 1):
             # partitions on a worker this process already saw lost (by another engine: a coreset's): rebuilt
             # before the call, which would otherwise retry connecting to it for comm.timeouts.connect (30 s)
-            lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in LOST_WORKERS]
+            lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in self.lost_workers]
             if not lost:
                 try:
                     return self._direct(call)
@@ -333,7 +337,7 @@ class ClusterBackend(Recovery, RowMoves):
         # a lost scheduler: nothing to ask, and asking waits 30 s (comm.timeouts.connect); the fit can see the
         # loss before the client's status changes (a loaded suite run ended 30.04 s after the kill)
         if self.client.status == "running" and not self.scheduler_lost:
-            return_heap(self.client, keys, sorted({a for a, _ in self.placement} - LOST_WORKERS))
+            return_heap(self.client, keys, sorted({a for a, _ in self.placement} - self.lost_workers))
 
 
 def _accepts_n_workers():

@@ -5,6 +5,7 @@ buddy's copy or replayed, sharded models' shards are restored from their copies,
 (or, within ``Engine.rerun``, ``Restarted`` is raised)."""
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -70,8 +71,9 @@ class Restarted(RuntimeError):
         self.partition_ids = partition_ids
 
 
-# the worker addresses this process has seen lost (a restarted worker comes back at a new address)
-LOST_WORKERS = set()
+# the worker addresses this process has seen lost, per scheduler id (a restarted worker comes back at a new
+# address; a new cluster's worker may be given a lost one's port, and must not be taken for it)
+LOST_WORKERS = collections.defaultdict(set)
 
 
 # a future whose value is gone: its worker was lost and Dask cannot compute it again (scattered rows, or a
@@ -148,7 +150,7 @@ class Recovery:
                 silent,
                 limit,
             )
-            LOST_WORKERS.update(silent)
+            self.lost_workers.update(silent)
             with contextlib.suppress(Exception):  # (a nanny SIGKILLs a worker that does not stop within 4 s)
                 await self.client.scheduler.restart_workers(
                     workers=silent,
@@ -178,13 +180,13 @@ class Recovery:
             live = self._live_workers()
             lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr not in live]
             if not lost and time.monotonic() > deadline:  # found unresponsive, and still listed
-                lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in LOST_WORKERS]
+                lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in self.lost_workers]
             if lost or time.monotonic() > deadline:
                 return lost
             time.sleep(0.1)
 
     def _recover(self, pid, builders, call_id, shards=()):
-        LOST_WORKERS.add(self.placement[pid][0])
+        self.lost_workers.add(self.placement[pid][0])
         count("lost", pid=pid)
         for attempt in range(LOSSES + 1):
             ids = self.placement[pid][1]
@@ -196,7 +198,7 @@ class Recovery:
                     f"none came back within lost-worker-timeout)",
                 )
             # (a worker found unresponsive may still be listed while its nanny kills it)
-            addr = self._target(pid, {a: t for a, t in workers.items() if a not in LOST_WORKERS} or workers)
+            addr = self._target(pid, {a: t for a, t in workers.items() if a not in self.lost_workers} or workers)
             logger.warning("worker of partition %d lost; rebuilding its %d chunks on %s", pid, len(ids), addr)
             try:
                 futs = self._load(ids, addr)
@@ -216,7 +218,7 @@ class Recovery:
                     continue  # (a cancelled future of drawn rows is made again by the next _load)
                 raise
             self.placement[pid] = (addr, ids)
-            LOST_WORKERS.discard(addr)  # live again: a new worker may reuse a lost one's port
+            self.lost_workers.discard(addr)  # live again: a new worker may reuse a lost one's port
             self.data[pid] = futs
             self._part_futures[pid] = part_future
             self.n_rebuilds += 1
@@ -279,7 +281,7 @@ class Rebuilding:
         backend = self._backend
         live = backend._live_workers()
         for addr, part_key, _ in buddies(self._peers, self.pid):
-            if addr not in live or addr in LOST_WORKERS:
+            if addr not in live or addr in backend.lost_workers:
                 continue
             try:
                 kept = backend.client.sync(remote_call, backend.client.rpc(addr), part_key, method, *args)
@@ -304,7 +306,7 @@ class Rebuilding:
         backend = self._backend
         live = backend._live_workers()
         peers = [
-            p if j == self.pid or (p[0] in live and p[0] not in LOST_WORKERS) else None
+            p if j == self.pid or (p[0] in live and p[0] not in backend.lost_workers) else None
             for j, p in enumerate(self._peers)
         ]
         for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):  # itself (its buddies may be new too), then
