@@ -5,10 +5,15 @@ tests/test_vcgmm.py: deterministic given the initial K^(n) and G_c (no "+1", C' 
 import numpy as np
 
 
-def estep_search(X, mu, K, Gc):
+def sqdist(x, mu, S):
+    return ((x.astype(np.float64) - mu[S]) ** 2).sum(axis=1)
+
+
+def estep_search(X, mu, K, Gc, cost=sqdist):
     """S_n = ∪_{c ∈ K^(n)} G_c (K^(n) first in its order, then each G_c's others as first seen; equal
     distances keep this order); K^(n) ← its C' closest. Returns the new K, their d²,
-    and per row the search space with its distances."""
+    and per row the search space with its distances. ``cost(x, mu, S)``: another distance of row x to the
+    clusters S (a mixture's −ℓ)."""
     n, Cp = K.shape
     newK = np.empty_like(K)
     Kd2 = np.empty(K.shape)
@@ -20,7 +25,7 @@ def estep_search(X, mu, K, Gc):
                 if g not in S:
                     S.append(int(g))
         S = np.array(S)
-        d2 = ((X[i].astype(np.float64) - mu[S]) ** 2).sum(axis=1)
+        d2 = cost(X[i], mu, S)
         order = np.argsort(d2, kind="stable")[:Cp]
         newK[i] = S[order]
         Kd2[i] = d2[order]

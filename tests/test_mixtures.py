@@ -1,0 +1,104 @@
+"""Gaussian mixtures with per-cluster ("spherical") and diagonal ("diag") variances and mixing weights: the
+plain-numpy reference of their truncated variational EM (tests/reference/gmm.py) against scikit-learn's
+GaussianMixture, and the bound's invariants."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tests.reference import gmm as ref
+from tests.reference.vcgmm import update_neighbourhoods
+
+
+def scaled_blobs(n, d, c, seed):
+    """Blobs whose clusters have per-dimension scales in [0.3, 3] and Dirichlet(2) weights."""
+    rng = np.random.default_rng(seed)
+    pi = rng.dirichlet(np.full(c, 2.0))
+    lab = rng.choice(c, n, p=pi)
+    centres = rng.uniform(-10, 10, (c, d))
+    scales = rng.uniform(0.3, 3.0, (c, d))
+    return centres[lab] + scales[lab] * rng.standard_normal((n, d))
+
+
+def data_set(name):
+    from sklearn.datasets import load_iris, load_wine
+
+    if name == "blobs":
+        return scaled_blobs(2000, 5, 8, seed=3)
+    return (load_iris if name == "iris" else load_wine)().data
+
+
+def start(X, C, covariance_type, seed):
+    """Means at C distinct rows, variances spread about the data's, Dirichlet weights."""
+    rng = np.random.default_rng(seed)
+    mu = X[rng.choice(len(X), C, replace=False)].astype(np.float64)
+    var = X.var(axis=0) * rng.uniform(0.2, 2.0, (C, X.shape[1]))
+    if covariance_type == "spherical":
+        var[:] = var.mean(axis=1, keepdims=True)
+    return mu, var, rng.dirichlet(np.full(C, 3.0))
+
+
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("name", ["blobs", "iris", "wine"])
+def test_one_iteration_with_every_cluster_searched_is_scikit_learns_em(name, covariance_type):
+    """With C' = C every row's K^(n) holds every cluster: the truncated E-step is exact, F is the
+    log-likelihood, and one iteration is the EM step scikit-learn's GaussianMixture takes from the same
+    weights, means and precisions (to 1e-10 relative; its lower_bound_ is the mean log-likelihood at them)."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import GaussianMixture
+
+    X = data_set(name)
+    C, reg = 6, 1e-6
+    mu, var, pi = start(X, C, covariance_type, seed=1)
+    K = np.tile(np.arange(C, dtype=np.int32), (len(X), 1))
+    Gc = np.arange(C, dtype=np.int32)[:, None]
+    new_mu, new_var, new_pi, _, _, F = ref.em_step(
+        X, np.ones(len(X)), mu, var, pi, K, Gc, covariance_type=covariance_type, reg_covar=reg
+    )
+    precisions = 1.0 / (var[:, 0] if covariance_type == "spherical" else var)
+    sk = GaussianMixture(
+        C, covariance_type=covariance_type, max_iter=1, reg_covar=reg, weights_init=pi, means_init=mu,
+        precisions_init=precisions, init_params="random_from_data", random_state=0,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # one iteration does not converge
+        sk.fit(X)
+    np.testing.assert_allclose(new_pi, sk.weights_, rtol=1e-10)
+    np.testing.assert_allclose(new_mu, sk.means_, rtol=1e-10, atol=1e-10 * np.abs(X).max())
+    np.testing.assert_allclose(
+        new_var[:, 0] if covariance_type == "spherical" else new_var, sk.covariances_, rtol=1e-10
+    )
+    assert F / len(X) == pytest.approx(sk.lower_bound_, rel=1e-10)
+
+
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+def test_truncated_free_energy_never_decreases(covariance_type):
+    """With C' < C the E-step searches S_n ⊇ K^(n), so the C' best of it bound the log-likelihood at least
+    as tightly as the old K^(n), and the M-step maximises the bound for fixed posteriors: F never decreases
+    (reg_covar = 0, which the M-step's maximiser does not add). Weights learned, rows weighted as a coreset's."""
+    rng = np.random.default_rng(7)
+    X = scaled_blobs(1500, 4, 12, seed=5)
+    w = rng.uniform(0.5, 2.0, len(X))
+    C, Cp, G = 12, 3, 5
+    mu, var, pi = start(X, C, covariance_type, seed=2)
+    K = np.array([rng.choice(C, Cp, replace=False) for _ in range(len(X))], np.int32)
+    Gc = np.array([[c, *rng.choice(np.delete(np.arange(C), c), G - 1, replace=False)] for c in range(C)], np.int32)
+    *_, F = ref.gmm(X, w, mu, var, pi, K, Gc, tol=0, max_iter=25, covariance_type=covariance_type, reg_covar=0.0)
+    assert len(F) == 25 and F[-1] > F[0] + 0.05 * abs(F[0])
+    assert np.all(np.diff(F) >= -1e-12 * np.abs(F[1:])), np.diff(F)
+
+
+def test_neighbourhoods_rank_partners_by_their_mean_score():
+    """G_c's partners: the clusters most often near the rows c wins, by mean −ℓ (vc-GMM's rule with −ℓ in
+    place of d²), so a narrow cluster far away in d² but likely under its own variance is a partner."""
+    mu = np.array([[0.0], [3.0], [1.5]])
+    var = np.array([[1.0], [100.0], [0.01]])
+    pi = np.full(3, 1 / 3)
+    X = np.array([[0.2], [-0.2]])
+    K = np.zeros((2, 1), np.int32)
+    Gc = np.array([[0, 1, 2], [1, 0, 2], [2, 0, 1]], np.int32)
+    new_K, Kcost, spaces = ref.estep_search(X, mu, K, Gc, lambda x, mu, S: -ref.scores(x, mu, var, np.log(pi), S))
+    assert new_K[:, 0].tolist() == [0, 0]
+    # in d², cluster 2 (1.5 away) is nearer than cluster 1 (3 away); under their variances, 1 is likelier
+    assert update_neighbourhoods(Gc, new_K, spaces)[0].tolist() == [0, 1, 2]
