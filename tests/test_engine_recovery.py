@@ -172,7 +172,11 @@ def test_a_new_clusters_worker_on_a_lost_workers_port_is_not_taken_for_it(lost):
             return True
         return False
 
-    port = next(p for p in range(41000, 42000, 2) if free(p) and free(p + 1))
+    port = 0
+    while not port or not free(port + 1):  # a port the system hands out, and the next one, for two workers
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     first = f"tcp://127.0.0.1:{port}"
     X = da.from_array(blobs(6000, 4, 5, seed=1)[0], chunks=1500)
     kw = dict(algo="kmeans", n_clusters=5, random_state=0, tol=0, max_iter=6)
