@@ -54,20 +54,24 @@ class Options:
         return "not-a-valid-option"
 
 
-class ArrayOf2D:
-    """A (rows, cols) array-like of finite numbers (shape checked against the data by the algorithm)."""
+@dataclass(frozen=True)
+class FiniteArray:
+    """An array-like of finite numbers with one of ``ndims`` dimensions (its shape checked against the data
+    by the algorithm)."""
+
+    ndims: tuple = (2,)
 
     def holds(self, v):
         if isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
             return False
         a = np.asarray(v)
-        return a.ndim == 2 and a.dtype.kind in "biuf" and bool(np.all(np.isfinite(a)))
+        return a.ndim in self.ndims and a.dtype.kind in "biuf" and bool(np.all(np.isfinite(a)))
 
     def __str__(self):
-        return "a 2-D array-like of finite numbers"
+        return "a " + " or ".join(f"{n}-D" for n in self.ndims) + " array-like of finite numbers"
 
     def bad_value(self):
-        return [1.0, 2.0]
+        return np.ones((1,) * (max(self.ndims) + 1)).tolist()
 
 
 class Boolean:

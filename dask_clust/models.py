@@ -24,15 +24,61 @@ from .engine.data import (
 )
 from .errors import InputError, InvalidModelError
 from .kernels.assign import Prepared, all_sqdist, nearest
+from .kernels.truncated import diagonal_metric
 from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
 
 FORMAT_VERSION = 1
 
 
+# bytes of the rows × C distance buffer of the truncated search (and of a dense posterior block)
+PROBA_BLOCK_BYTES = 32 << 20
+
+
+class MixtureCosts:
+    """A mixture with per-component variances or weights (vc-GMM's other models): −ℓ_c(x) = −log π_c N(x; μ_c,
+    diag σ²_c) = offset_c + Σ_d h_cd (x_d − μ_cd)². A row's label is its component of largest ℓ (not the
+    nearest mean), its posteriors a softmax of ℓ."""
+
+    def __init__(self, mu, var, weights):
+        self.mu = mu
+        self.h, self.offset = diagonal_metric(var, weights)
+        self._hmu = self.h * mu
+        self._const = (self._hmu * mu).sum(axis=1) + self.offset
+
+    def costs(self, x):
+        """−ℓ of rows x for every component, (n, C) float64 (the GEMM form, as scikit-learn's)."""
+        x = np.asarray(x, np.float64)
+        out = (x * x) @ self.h.T
+        out -= 2.0 * (x @ self._hmu.T)
+        out += self._const
+        return out
+
+    def costs_of(self, x, ids):
+        """−ℓ of each row for the components ``ids`` (n, m), directly: no cancellation between the terms."""
+        x = np.asarray(x, np.float64)
+        out = np.empty(ids.shape)
+        for j in range(ids.shape[1]):
+            c = ids[:, j]
+            out[:, j] = self.offset[c] + (self.h[c] * (x - self.mu[c]) ** 2).sum(axis=1)
+        return out
+
+
+def _labels(x, centers):
+    """The label of each row: its nearest centre (``Prepared``), or its likeliest component (``MixtureCosts``,
+    in row blocks of PROBA_BLOCK_BYTES)."""
+    x = np.ascontiguousarray(x)
+    if not isinstance(centers, MixtureCosts):
+        return nearest(x, centers)[0]
+    rows = max(1, PROBA_BLOCK_BYTES // (8 * len(centers.mu)))
+    out = np.empty(len(x), np.int32)
+    for b0 in range(0, len(x), rows):
+        out[b0 : b0 + rows] = np.argmin(centers.costs(x[b0 : b0 + rows]), axis=1)
+    return out
+
+
 def _predict_block(x, centers, block_info=None):
     check_finite_block(x, block_info)
-    labels, _, _ = nearest(np.ascontiguousarray(x), centers)
-    return labels
+    return _labels(x, centers)
 
 
 def _frame_labels(frame, centers, normalise, partition_info=None):
@@ -47,8 +93,7 @@ def _frame_labels(frame, centers, normalise, partition_info=None):
         raise InputError(f"Input contains NaN or infinity at row {int(np.argmin(ok))}{where}")
     if normalise:
         x = l2_rows(x)
-    labels, _, _ = nearest(np.ascontiguousarray(x), centers)
-    return pd.Series(labels, index=frame.index, name="label")
+    return pd.Series(_labels(x, centers), index=frame.index, name="label")
 
 
 def _l2_rows(x, block_info=None):
@@ -69,13 +114,10 @@ def _qe_block(x, centers, block_info=None):
     return mind
 
 
-# bytes of the rows × C distance buffer of the truncated search (and of a dense posterior block)
-PROBA_BLOCK_BYTES = 32 << 20
-
-
-def _truncated_ids_block(x, C, n_truncated, block_info=None):
-    """Each row's ``n_truncated`` nearest means (int32, nearest first), in sub-blocks whose rows × C
-    float64 distances stay within PROBA_BLOCK_BYTES whatever C is."""
+def _truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
+    """Each row's ``n_truncated`` nearest means (int32, nearest first), or its likeliest components given a
+    ``MixtureCosts``, in sub-blocks whose rows × C float64 distances stay within PROBA_BLOCK_BYTES whatever
+    C is."""
     check_finite_block(x, block_info)
     x = np.ascontiguousarray(x)
     n, k = x.shape[0], C.shape[0]
@@ -84,7 +126,10 @@ def _truncated_ids_block(x, C, n_truncated, block_info=None):
     buf = np.empty((min(n, rows), k))
     for b0 in range(0, n, rows):
         d2 = buf[: min(rows, n - b0)]
-        all_sqdist(x[b0 : b0 + rows], C, d2)
+        if mixture is None:
+            all_sqdist(x[b0 : b0 + rows], C, d2)
+        else:
+            d2[:] = mixture.costs(x[b0 : b0 + rows])
         top = (
             np.argpartition(d2, n_truncated - 1, axis=1)[:, :n_truncated]
             if n_truncated < k
@@ -95,13 +140,17 @@ def _truncated_ids_block(x, C, n_truncated, block_info=None):
     return ids
 
 
-def _truncated_proba_block(x, ids, C, sigma2):
-    """softmax over a row's truncated set of −d²/(2σ²), d² in float64 from the rows themselves."""
+def _truncated_proba_block(x, ids, C, sigma2, mixture=None):
+    """softmax over a row's truncated set of −d²/(2σ²) (or of ℓ, given a ``MixtureCosts``), in float64 from
+    the rows themselves."""
     x = x.astype(np.float64)
-    a = np.empty(ids.shape)
-    for j in range(ids.shape[1]):
-        a[:, j] = ((x - C[ids[:, j]]) ** 2).sum(axis=1)
-    a *= -0.5 / sigma2
+    if mixture is not None:
+        a = -mixture.costs_of(x, ids)
+    else:
+        a = np.empty(ids.shape)
+        for j in range(ids.shape[1]):
+            a[:, j] = ((x - C[ids[:, j]]) ** 2).sum(axis=1)
+        a *= -0.5 / sigma2
     e = np.exp(a - a.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
@@ -185,8 +234,15 @@ class ClusteringModel:
             )
         return Prepared(self.cluster_centers_, dtype)
 
+    def _mixture(self):
+        """The mixture's costs (``MixtureCosts``) when the model has per-component variances or weights."""
+        if "variances_" not in self.extras_:
+            return None
+        return MixtureCosts(self.cluster_centers_, self.extras_["variances_"], self.extras_["weights_"])
+
     def predict(self, X):
-        """Index of the nearest centre of each row (int32, exact, blocked GEMM): a lazy dask array; for a
+        """Index of the nearest centre of each row (int32, exact, blocked GEMM; for a mixture with per-component
+        variances or weights, its likeliest component): a lazy dask array; for a
         DataFrame a Series named "label" on X's index, lazy with X's partitions for a dask DataFrame (so
         ``ddf[["id"]].assign(cluster=model.predict(ddf[features]))`` puts each label beside its key), computed
         for a pandas one."""
@@ -197,7 +253,7 @@ class ClusteringModel:
     def predict_array(self, X):
         """``predict`` as a lazy dask array of int32 whatever X is (a DataFrame too): the estimators' form."""
         X, centers = self._rows(X)
-        return map_rows(X, _predict_block, np.int32, None, centers)
+        return map_rows(X, _predict_block, np.int32, None, self._mixture() or centers)
 
     def _predict_frame(self, X):
         import pandas as pd
@@ -215,7 +271,7 @@ class ClusteringModel:
                 f"X has {len(names)} features, but the model was fitted with {self.n_features_in_} features"
             )
         normalise = self.extras_.get("row_normalization_") == "l2"
-        centers = self._prepared(np.dtype(np.float64) if normalise else frame_dtype(X))
+        centers = self._mixture() or self._prepared(np.dtype(np.float64) if normalise else frame_dtype(X))
         if is_pandas(X):
             return _frame_labels(X, centers, normalise)
         meta = pd.Series(np.empty(0, np.int32), name="label", index=X._meta.index)
@@ -228,7 +284,9 @@ class ClusteringModel:
 
     def predict_proba(self, X, output="truncated"):
         """Truncated posteriors of a probabilistic model (vc-GMM): per row, softmax of −d²/(2σ²) over its
-        C' = ``n_truncated_`` nearest means (ties in distance: either), zero for every other cluster.
+        C' = ``n_truncated_`` nearest means (ties in distance: either), zero for every other cluster; for a
+        mixture with per-component variances or weights, softmax of ℓ_c(x) = log π_c N(x; μ_c, diag σ²_c) over
+        its C' likeliest components.
 
         ``output``: "truncated" (default) gives what they are, two lazy dask arrays (ids, probabilities),
         (n, C') int32 and float64, nearest mean first: 12·C' bytes per row, whatever k is. "sparse": a
@@ -244,13 +302,15 @@ class ClusteringModel:
             rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
             if max(X.chunks[0]) > rows:
                 X = X.rechunk({0: rows})
-        ids = map_rows(X, _truncated_ids_block, np.int32, Cp, self.cluster_centers_, Cp)
+        mixture = self._mixture()
+        ids = map_rows(X, _truncated_ids_block, np.int32, Cp, self.cluster_centers_, Cp, mixture)
         p = da.map_blocks(
             _truncated_proba_block,
             X,
             ids,
             self.cluster_centers_,
             float(self.extras_["sigma2_"]),
+            mixture,
             dtype=np.float64,
             meta=np.empty((0, 0)),
         )

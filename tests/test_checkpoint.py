@@ -122,6 +122,29 @@ def test_a_checkpoint_written_by_workers_resumes_anywhere(tmp_path, data, cluste
     assert whole.n_iter_ > 12
 
 
+@pytest.mark.parametrize("model", [dict(covariance_type="diag"), dict(covariance_type="tied-spherical")])
+def test_a_mixture_resumes_to_the_uninterrupted_bits(tmp_path, data, model):
+    """A mixture with learned weights keeps its σ² and π in the checkpoint beside the means, its K^(n)'s costs
+    (−ℓ, of either sign) in the rows files: a fit stopped after iteration 9 continues to the uninterrupted
+    bits, weights and variances included."""
+    path = tmp_path / "ck"
+
+    def stop(record):
+        if record["iteration"] == 9:
+            raise StopFit
+
+    kw = dict(client="in-process", weights="learned", **model)
+    _fit(data, "vargmm", checkpoint=path, checkpoint_every=3, callback=stop, **kw)
+    calls = []
+    resumed = _fit(data, "vargmm", checkpoint=path, callback=calls.append, **kw)
+    assert calls[0]["iteration"] == 10
+    whole = _fit(data, "vargmm", **kw)
+    assert_same_model(resumed, whole, whole.n_iter_)
+    for name in ("weights_", "variances_"):
+        np.testing.assert_array_equal(resumed.extras_[name], whole.extras_[name])
+    assert whole.n_iter_ > 12
+
+
 def test_a_finished_checkpoint_gives_the_model_without_iterating(tmp_path, data):
     path = tmp_path / "ck"
     first = _fit(data, "kmeans", client="in-process", checkpoint=path)

@@ -281,16 +281,24 @@ def test_sharded_lloyd_gives_the_model_of_the_driver(three_workers, case):
     assert sum(h["relocated"] for h in driver.history_) == (20 if case == 0 else 0)
 
 
-@pytest.mark.parametrize("algo", ["vcgmm", "vargmm"])
-def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo):
+@pytest.mark.parametrize(
+    "algo,model",
+    [
+        ("vcgmm", {}),
+        ("vargmm", {}),
+        ("vcgmm", dict(covariance_type="diag", weights="learned")),
+        ("vargmm", dict(covariance_type="tied-spherical", weights="learned")),
+    ],
+)
+def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo, model):
     """vc-GMM's means over model-bytes live sharded on the workers (pair and posterior statistics
-    reduce-scattered by cluster, G_c and the M-step where each cluster range lives): the same bits, free
-    energy and σ² history included, as the means on the driver; with the working set in-process and on
-    3 workers."""
+    reduce-scattered by cluster, G_c and the M-step where each cluster range lives; the other models' σ²,
+    π and metric there too, a shared σ² set where they live): the same bits, free energy and σ² history
+    included, as the means on the driver; with the working set in-process and on 3 workers."""
     import dask
 
     X, _ = blobs(3000, 4, 6, seed=1)
-    kw = dict(algo=algo, n_clusters=40, G=4, n_init_esteps=1, random_state=2, max_iter=8)
+    kw = dict(algo=algo, n_clusters=40, G=4, n_init_esteps=1, random_state=2, max_iter=8, **model)
     if algo == "vcgmm":
         kw["coreset_size"] = 2000
     with dask.config.set({"dask_clust.working-set-chunk-rows": 400}):  # several chunks per partition
@@ -303,8 +311,10 @@ def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo):
             np.testing.assert_array_equal(sharded.cluster_centers_, driver.cluster_centers_)
             assert sharded.objective_ == driver.objective_
             assert sharded.extras_["sigma2_"] == driver.extras_["sigma2_"]
-            assert [(h["objective"], h["sigma2"], h["active_clusters"]) for h in sharded.history_] == [
-                (h["objective"], h["sigma2"], h["active_clusters"]) for h in driver.history_
+            for name in ("weights_", "variances_"):
+                np.testing.assert_array_equal(sharded.extras_.get(name), driver.extras_.get(name))
+            assert [(h["objective"], h.get("sigma2"), h["active_clusters"]) for h in sharded.history_] == [
+                (h["objective"], h.get("sigma2"), h["active_clusters"]) for h in driver.history_
             ]
     assert driver.n_iter_ > 2
 

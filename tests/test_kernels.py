@@ -523,27 +523,32 @@ def test_draw_distinct_rows_are_distinct_and_keyed_by_row(n, n_clusters, seed, r
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 20), st.integers(1, 3), st.integers(1, 6), st.integers(0, 2**31))
-def test_posterior_stats_match_numpy(n, d, k, seed):
+@given(st.integers(1, 20), st.integers(1, 3), st.integers(1, 6), st.integers(0, 2**31), st.booleans())
+def test_posterior_stats_match_numpy(n, d, k, seed, per_dim):
     """The M-step's statistics from truncated posteriors s = e / Σ e over K^(n): Σ w s x, Σ w s, Σ w s d²
-    per cluster and Σ w logsumexp(−d²/2σ²), against tests/reference/vcgmm.py's posteriors."""
+    per cluster (or, given the means, Σ w s (x_d − μ_cd)² per dimension) and Σ w logsumexp(−d²/2σ²), against
+    tests/reference/vcgmm.py's posteriors."""
     from dask_clust.kernels.truncated import posterior_stats
     from tests.reference.vcgmm import posteriors
 
     rng = np.random.default_rng(seed)
     Cp = int(rng.integers(1, k + 1))
     X, w = rng.normal(size=(n, d)), rng.uniform(0.5, 2, n)
+    mu = rng.normal(size=(k, d))
     K = np.array([rng.permutation(k)[:Cp] for _ in range(n)], np.int32)
     Kd2 = np.sort(rng.uniform(0, 4, (n, Cp)), 1)
     sigma2 = float(rng.uniform(0.2, 2))
     inv = 1 / (2 * sigma2)
     e = np.exp(-(Kd2 - Kd2[:, :1]) * inv)
-    sums, U, Q = np.zeros((k, d)), np.zeros(k), np.zeros(k)
-    total = posterior_stats(X, w, K, Kd2, e, inv, sums, U, Q)
+    sums, U, Q = np.zeros((k, d)), np.zeros(k), np.zeros((k, d if per_dim else 1))
+    total = posterior_stats(X, w, K, Kd2, e, inv, mu if per_dim else np.empty((0, 0)), sums, U, Q)
     s, lse = posteriors(Kd2, sigma2)
-    want_sums, want_U, want_Q = np.zeros((k, d)), np.zeros(k), np.zeros(k)
+    want_sums, want_U, want_Q = np.zeros((k, d)), np.zeros(k), np.zeros(Q.shape)
     np.add.at(want_U, K, w[:, None] * s)
-    np.add.at(want_Q, K, w[:, None] * s * Kd2)
+    if per_dim:
+        np.add.at(want_Q, K, (w[:, None] * s)[..., None] * (X[:, None, :] - mu[K]) ** 2)
+    else:
+        np.add.at(want_Q[:, 0], K, w[:, None] * s * Kd2)
     np.add.at(want_sums, K, (w[:, None] * s)[..., None] * X[:, None, :])
     np.testing.assert_allclose(U, want_U, rtol=1e-12)
     np.testing.assert_allclose(Q, want_Q, rtol=1e-12, atol=1e-14)

@@ -102,3 +102,119 @@ def test_neighbourhoods_rank_partners_by_their_mean_score():
     assert new_K[:, 0].tolist() == [0, 0]
     # in d², cluster 2 (1.5 away) is nearer than cluster 1 (3 away); under their variances, 1 is likelier
     assert update_neighbourhoods(Gc, new_K, spaces)[0].tolist() == [0, 1, 2]
+
+
+def engine_fit(X, mu, var, pi, covariance_type, **kw):
+    """var-GMM-S (all rows, weight 1) in-process from the mixture (μ, σ², π), weights learned."""
+    import dask_clust
+
+    precisions = 1.0 / (var[:, 0] if covariance_type == "spherical" else var)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a fit cut short by max_iter warns
+        return dask_clust.fit(
+            X, algo="vargmm", n_clusters=len(mu), init=mu, precisions_init=precisions, weights_init=pi,
+            covariance_type=covariance_type, weights="learned", client="in-process", **kw,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("name", ["blobs", "iris", "wine"])
+def test_the_engines_one_iteration_with_every_cluster_searched_is_scikit_learns_em(name, covariance_type):
+    """The fit itself (kernels, chunks, exact sums, the M-step from sums about the old means): with C' = G = C
+    one iteration from scikit-learn's start gives its weights, means and covariances to 1e-10, and F / N is
+    its lower_bound_."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import GaussianMixture
+
+    X = data_set(name)
+    C, reg = 6, 1e-6
+    mu, var, pi = start(X, C, covariance_type, seed=1)
+    m = engine_fit(X, mu, var, pi, covariance_type, n_truncated=C, G=C, max_iter=1, reg_covar=reg)
+    precisions = 1.0 / (var[:, 0] if covariance_type == "spherical" else var)
+    sk = GaussianMixture(
+        C, covariance_type=covariance_type, max_iter=1, reg_covar=reg, weights_init=pi, means_init=mu,
+        precisions_init=precisions, init_params="random_from_data", random_state=0,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        sk.fit(X)
+    np.testing.assert_allclose(m.weights_, sk.weights_, rtol=1e-10)
+    np.testing.assert_allclose(m.cluster_centers_, sk.means_, rtol=1e-10, atol=1e-10 * np.abs(X).max())
+    var_ = m.variances_[:, 0] if covariance_type == "spherical" else m.variances_
+    np.testing.assert_allclose(var_, sk.covariances_, rtol=1e-10)
+    assert m.history_[0]["objective"] / len(X) == pytest.approx(sk.lower_bound_, rel=1e-10)
+
+
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+def test_the_engines_truncated_fit_follows_the_reference(covariance_type):
+    """C' < C: the fit's free energy at every iteration, and its final weights, means and variances, are the
+    plain-numpy reference's from the same K^(n) and G_c (as the fit draws them), the rows in several chunks
+    and search blocks."""
+    import dask
+
+    from dask_clust._random import check_random_state
+    from dask_clust.algorithms import vcgmm
+    from tests.test_vcgmm import initial_sets
+
+    X = scaled_blobs(1200, 4, 12, seed=5)
+    C, Cp, G, rs = 12, 3, 5, 4
+    mu, var, pi = start(X, C, covariance_type, seed=2)
+    with pytest.MonkeyPatch.context() as mp, dask.config.set({"dask_clust.working-set-chunk-rows": 300}):
+        mp.setattr(vcgmm, "BLOCK_ROWS", 128)
+        m = engine_fit(
+            X, mu, var, pi, covariance_type, n_truncated=Cp, G=G, max_iter=15, tol=0, random_state=rs,
+            truncated_init="random",
+        )  # fmt: skip
+    K, Gc = initial_sets(check_random_state(rs), len(X), C, G, Cp)
+    want_mu, want_var, want_pi, F = ref.gmm(
+        X, np.ones(len(X)), mu, var, pi, K, Gc, tol=0, max_iter=15, covariance_type=covariance_type
+    )
+    np.testing.assert_allclose([h["objective"] for h in m.history_], F, rtol=1e-9)
+    np.testing.assert_allclose(m.weights_, want_pi, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(m.cluster_centers_, want_mu, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(m.variances_, want_var, rtol=1e-8)
+    assert abs(m.weights_.sum() - 1) < 1e-12 and F[-1] > F[0]
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(weights_init=np.full(4, 0.25)), "weights='equal' keeps"),
+        (dict(weights="learned", weights_init=np.full(4, 0.25)), "weights_init needs precisions_init"),
+        (dict(weights="learned", weights_init=np.full(3, 1 / 3), precisions_init=1.0), r"shape \(3,\); expected"),
+        (dict(weights="learned", weights_init=np.full(4, 0.3), precisions_init=1.0), "sum to 1; got sum 1.2"),
+        (dict(covariance_type="diag", precisions_init=np.ones(4)), r"'diag' takes shape \(4, 2\)"),
+        (dict(covariance_type="spherical", precisions_init=np.array([1.0, 1, 0, 1])), "must be positive"),
+    ],
+)
+def test_a_bad_initial_mixture_is_refused_before_any_work(kw, message):
+    import dask_clust
+    from dask_clust.errors import InputError
+
+    X = np.random.default_rng(0).normal(size=(50, 2))
+    with pytest.raises(InputError, match=message):
+        dask_clust.fit(X, algo="vargmm", n_clusters=4, client="in-process", **kw)
+
+
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+def test_a_mixtures_labels_and_posteriors_are_its_likeliest_components(covariance_type, tmp_path):
+    """predict: each row's component of largest ℓ (not its nearest mean); predict_proba: the softmax of ℓ
+    over the C' likeliest, against the reference's scores over all C; the same after save and load."""
+    import dask_clust
+
+    X = scaled_blobs(1500, 3, 6, seed=8)
+    mu, var, pi = start(X, 6, covariance_type, seed=3)
+    m = engine_fit(X, mu, var, pi, covariance_type, n_truncated=3, G=4, max_iter=5)
+    scores = np.array([ref.scores(x, m.cluster_centers_, m.variances_, np.log(m.weights_), np.arange(6)) for x in X])
+    nearest = ((X[:, None] - m.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
+    want = scores.argmax(1)
+    assert (want != nearest).sum() > 10  # the likeliest component is often not the nearest mean here
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :3]
+    s = np.take_along_axis(scores, top, 1)
+    p = np.exp(s - s.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    for model in (m, dask_clust.load(m.save(str(tmp_path / "m")))):
+        np.testing.assert_array_equal(model.predict(X).compute(), want)
+        ids, proba = (a.compute() for a in model.predict_proba(X))
+        np.testing.assert_array_equal(ids, top)
+        np.testing.assert_allclose(proba, p, rtol=1e-10, atol=1e-15)

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, NoneOK, Options
+from .._params import FiniteArray, Interval, NoneOK, Options
 from ..blocks.coreset import working_set
 from ..blocks.lloyd import LLOYD_ROW_BYTES, lloyd
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
@@ -32,7 +32,7 @@ class KMeansConfig:
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
-        "init": [Options(SEEDERS), ArrayOf2D()],
+        "init": [Options(SEEDERS), FiniteArray()],
         "max_iter": [Interval(numbers.Integral, 1, None)],
         "tol": [Interval(numbers.Real, 0, None, "left")],
         "oversampling_factor": [Interval(numbers.Real, 0, None, "neither")],

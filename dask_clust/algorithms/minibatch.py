@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, NoneOK, Options
+from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.batches import steps_per_gather
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
@@ -48,7 +48,7 @@ class MiniBatchConfig:
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
-        "init": [Options(SEEDERS), ArrayOf2D()],
+        "init": [Options(SEEDERS), FiniteArray()],
         "batch_size": [Interval(numbers.Integral, 1, None)],
         "init_size": [Interval(numbers.Integral, 1, None), NoneOK()],
         "max_iter": [Interval(numbers.Integral, 1, None)],

@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, NoneOK, Options
+from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed, seed_rows
 from ..engine.combine import Rows
@@ -62,7 +62,7 @@ class NMBatchConfig:
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
-        "init": [Options(SEEDERS + ("first-k",)), ArrayOf2D()],
+        "init": [Options(SEEDERS + ("first-k",)), FiniteArray()],
         "init_size": [Interval(numbers.Integral, 1, None), NoneOK()],
         "batch_size": [Interval(numbers.Integral, 1, None)],
         "rho": [Interval(numbers.Real, 0, None, "neither")],

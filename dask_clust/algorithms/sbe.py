@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, NoneOK, Options
+from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.batches import KEYED_GATHER_BYTES, steps_per_gather
 from ..blocks.lloyd import quantization_error
@@ -60,7 +60,7 @@ class SBEConfig:
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
-        "init": [Options(SEEDERS), ArrayOf2D()],
+        "init": [Options(SEEDERS), FiniteArray()],
         "init_size": [Interval(numbers.Integral, 1, None), NoneOK()],
         "batch_size": [Interval(numbers.Integral, 1, None)],
         "omaxit": [Interval(numbers.Integral, 1, None)],

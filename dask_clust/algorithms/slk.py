@@ -43,7 +43,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, NoneOK, Options
+from .._params import FiniteArray, Interval, NoneOK, Options
 from ..blocks.knn import (
     BLOCK_VALUES,
     GRAPH,
@@ -94,7 +94,7 @@ class SLKConfig:
         "lmbda": [Interval(numbers.Real, 0, None, "left")],
         "n_neighbors": [Interval(numbers.Integral, 1, None)],
         "sigma": [Options(("reference",)), Interval(numbers.Real, 0, None, "neither")],
-        "init": [Options(SEEDERS), ArrayOf2D()],
+        "init": [Options(SEEDERS), FiniteArray()],
         "tol": [Interval(numbers.Real, 0, None, "left")],
         "min_iter": [Interval(numbers.Integral, 1, None)],
         "max_iter": [Interval(numbers.Integral, 1, None)],

@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import ArrayOf2D, Interval, NoneOK, Options
+from .._params import FiniteArray, Interval, NoneOK, Options
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from ..engine.combine import Fold, Sum
 from ..kernels.assign import Prepared, accumulate, nearest
@@ -52,7 +52,7 @@ class VRKMConfig:
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
         "variant": [Options(("vrkm++", "vrkm"))],
-        "init": [Options(SEEDERS), ArrayOf2D()],
+        "init": [Options(SEEDERS), FiniteArray()],
         "learning_rate": [Interval(numbers.Real, 0, None, "neither"), NoneOK()],
         "epoch_size": [Interval(numbers.Integral, 0, None), Interval(numbers.Real, 0, 1, "right"), NoneOK()],
         "max_epochs": [Interval(numbers.Integral, 1, None)],

@@ -62,6 +62,21 @@ def sqdist_row(xr, C, j):
     return s
 
 
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def scaled_sqdist_row(xr, C, h, a, j):
+    """a[j] + Σ_t h[j, t] (xr[t] − C[j, t])²: a squared distance under row j's diagonal metric, plus its
+    offset. With h = 1/2σ² and a = −log π + ½ Σ_t log 2πσ²_t it is a Gaussian component's −log density, the
+    cost a mixture's truncated E-step ranks clusters by.
+
+    xr : IN float64 (d,);  C, h : IN float64 (k, d);  a : IN float64 (k,);  j : IN row of C
+    """
+    s = 0.0
+    for t in range(xr.shape[0]):
+        v = xr[t] - C[j, t]
+        s += h[j, t] * (v * v)
+    return a[j] + s
+
+
 # absolute slack of a bound from the GEMM form: products that underflow in float32 lose < 1.5e-45 each
 UNDERFLOW = 1e-30
 

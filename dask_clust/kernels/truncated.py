@@ -1,8 +1,9 @@
-"""Truncated variational E-steps for isotropic GMMs (vc-GMM / var-GMM-S: Hirschberger,
-Forster, Lücke, TPAMI 2022, Alg. 1-2).
+"""Truncated variational E-steps for Gaussian mixtures (vc-GMM / var-GMM-S: Hirschberger,
+Forster, Lücke, TPAMI 2022, Alg. 1-2, and the same steps with per-cluster diagonal variances and weights).
 
-Per row n: the search space S_n = ∪_{c ∈ K^(n)} G_c (+1 random cluster), distances to its members,
-K^(n) ← the C' closest; the winner c_o = argmin over S_n feeds the neighbourhood statistics, the
+Per row n: the search space S_n = ∪_{c ∈ K^(n)} G_c (+1 random cluster), the cost of each member (the
+squared distance for the isotropic model with equal weights, −log π_c N(x; μ_c, Σ_c) for the others),
+K^(n) ← the C' cheapest; the winner c_o = argmin over S_n feeds the neighbourhood statistics, the
 truncated posteriors over K^(n) feed the M-step. Random draws use ``streams``' counter-based generator
 keyed by (seed, global row), so they do not depend on how rows are chunked or which thread runs them.
 """
@@ -11,7 +12,15 @@ import numpy as np
 from numba import njit
 
 from .._random import row_state, splitmix
-from .distance import sqdist_row
+from .distance import scaled_sqdist_row, sqdist_row
+
+
+def diagonal_metric(var, weights):
+    """``truncated_search``'s h and offset for the components N(μ_c, diag σ²_c) of weight π_c, so that its cost
+    is −ℓ_c(x) = −log π_c N(x; μ_c, diag σ²_c): h = 1/2σ², offset_c = ½ Σ_d log 2πσ²_cd − log π_c (+∞ for
+    π_c = 0). Row-wise (a shard of the components gives the bits of the whole)."""
+    with np.errstate(divide="ignore"):
+        return 0.5 / var, 0.5 * np.log(2 * np.pi * var).sum(axis=1) - np.log(weights)
 
 
 @njit(nogil=True, cache=True)
@@ -44,25 +53,28 @@ def draw_distinct(first, row0, n_clusters, seed, out):
 
 
 @njit(nogil=True, cache=True)
-def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mark, pos, space, space_d2):
-    """E-step search, one pass: for every row S_n = ∪_{c ∈ K^(n)} G_c (+1), K^(n) ← its C' closest
-    (ascending, stable); S_n and its distances are kept for the neighbourhood statistics. Returns
-    (distance evaluations, Σ w min d², changed winners).
+def truncated_search(X, w, row0, mu, h, offset, K, Kd2, winner, Gc, seed, extra_random, mark, pos, space, space_d2):
+    """E-step search, one pass: for every row S_n = ∪_{c ∈ K^(n)} G_c (+1), K^(n) ← its C' cheapest
+    (ascending, stable); S_n and its costs are kept for the neighbourhood statistics. Returns
+    (cost evaluations, Σ w min cost, changed winners).
 
     X      : IN    float32/float64 (n, d) rows;  w : IN float64 (n,) weights
     row0   : IN    int   global index of row 0 (keys the random draws)
     mu     : IN    float64 (C, d) means;   Gc : IN int32 (C, G) neighbourhoods, Gc[c, 0] = c
-    K      : INOUT int32 (n, C') truncated sets;   Kd2 : OUT float64 (n, C') their squared distances
+    h, offset : IN float64 (C, d), (C,) the cost offset[c] + Σ h[c] (x − μ_c)² (``scaled_sqdist_row``),
+                   or (0, 0), (0,): the squared distance
+    K      : INOUT int32 (n, C') truncated sets;   Kd2 : OUT float64 (n, C') their costs
     winner : INOUT int32 (n,) K[:, 0] of the previous search (to count changes)
     seed   : IN    int   random stream of this search ("+1" and top-ups up to C')
     extra_random : IN bool  add one uniform random cluster to S_n (dropped when already present)
     mark   : SCRATCH int64 (C,), -1 on the first call of a search
     pos    : OUT int64 (n + 1,) row i's search space is entries pos[i]..pos[i+1] of
-    space, space_d2 : OUT int32 / float64 (>= n·(C'·G + 1)) S_n and its distances, packed row after row
+    space, space_d2 : OUT int32 / float64 (>= n·(C'·G + 1)) S_n and its costs, packed row after row
     """
     n, Cp = K.shape
     C = np.uint64(mu.shape[0])
     G = Gc.shape[1]
+    scaled = h.shape[0] > 0
     top = np.empty(Cp, np.int32)
     topd = np.empty(Cp)
     xr = np.empty(X.shape[1])
@@ -100,7 +112,10 @@ def truncated_search(X, w, row0, mu, K, Kd2, winner, Gc, seed, extra_random, mar
                 space[o + m_] = m
                 m_ += 1
         for s in range(o, o + m_):  # apart from the selection: independent loads overlap
-            space_d2[s] = sqdist_row(xr, mu, space[s])
+            if scaled:
+                space_d2[s] = scaled_sqdist_row(xr, mu, h, offset, space[s])
+            else:
+                space_d2[s] = sqdist_row(xr, mu, space[s])
         kept = 0
         for s in range(o, o + m_):  # insertion into the sorted C' best; equal distances keep their order
             d = space_d2[s]
@@ -149,18 +164,20 @@ _BIT_INDEX[[((1 << i) * 0x03F79D71B4CB0A89 % (1 << 64)) >> 58 for i in range(64)
 
 
 @njit(nogil=True, cache=True)
-def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, key, count, dsum):
+def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, shift, cap, key, count, dsum):
     """Step 5's sufficient statistics of a block: for every winner c_o and every other member c~ of the
-    search spaces of the rows c_o won, (count, Σ d²(x_n, μ_c~)). Rows are visited grouped by winner (a
-    counting sort); one winner's partners accumulate in dense per-cluster sums and a bitset of the partners
-    seen, which hands them back in ascending order in O(C/64 + partners): a block's keys c_o·C + c~ come
-    out sorted and distinct, so a ``KeyedSum`` takes them without sorting. Each pair's Σ d² adds its rows
+    search spaces of the rows c_o won, (count, Σ cost(x_n, c~)), each cost taken as min(cost − shift, cap).
+    Rows are visited grouped by winner (a counting sort); one winner's partners accumulate in dense
+    per-cluster sums and a bitset of the partners seen, which hands them back in ascending order in
+    O(C/64 + partners): a block's keys c_o·C + c~ come out sorted and distinct, so a ``KeyedSum`` takes them
+    without sorting. Each pair's Σ cost adds its rows
     in ascending order, whatever the thread, and leaves as an integer count of 1/inv_unit (rounded), so
     the blocks' sums add exactly as int64, one word instead of a float's fixed-point three: the partners
-    are only ranked by mean d², for which a grid 2^-62 of the largest possible sum is ample.
+    are only ranked by mean cost, for which a grid 2^-62 of the largest possible sum is ample.
 
-    winner : IN int32 (n,);  pos, space, space_d2 : IN truncated_search's packed S_n and distances
-    inv_unit : IN float64 a power of two: Σ d² · inv_unit < 2^62 for any pair (``pair_grid``)
+    winner : IN int32 (n,);  pos, space, space_d2 : IN truncated_search's packed S_n and costs
+    inv_unit, shift, cap : IN float64 costs enter as min(cost − shift, cap) >= 0, on a grid 1/inv_unit (a power
+    of two) such that the sum over any pair's rows is < 2^62 (``pair_grid``)
     key, count, dsum : OUT int64 / int32 / int64 (>= pos[n]) the entries, key = c_o·C + c~
     Returns the number of entries.
     """
@@ -187,7 +204,7 @@ def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, key, cou
             for s in range(pos[i], pos[i + 1]):  # the winner itself too (no branch), dropped below
                 p = space[s]
                 cnt[p] += 1
-                tot[p] += space_d2[s]
+                tot[p] += min(space_d2[s] - shift, cap)
                 seen[p >> 6] |= one << (np.uint64(p) & low6)
         if first[c + 1] > first[c]:
             seen[c >> 6] &= ~(one << (np.uint64(c) & low6))
@@ -212,16 +229,21 @@ def pair_statistics(winner, pos, space, space_d2, n_clusters, inv_unit, key, cou
 
 
 @njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
-def posterior_stats(X, w, K, Kd2, e, inv, sums, U, Q):
+def posterior_stats(X, w, K, Kd2, e, inv, mu, sums, U, Q):
     """The M-step's sufficient statistics from the truncated posteriors s_nc = e_nc / Σ_c e_nc over K^(n);
-    returns Σ_n w_n logsumexp_{c ∈ K^(n)}(−d²/2σ²), the data part of F.
+    returns Σ_n w_n logsumexp_{c ∈ K^(n)}(−inv·cost), the data part of F (all of F when the costs are −ℓ and
+    inv = 1).
 
-    X : IN (n, d);  w : IN float64 (n,);  K : IN int32 (n, C');  Kd2 : IN float64 (n, C') ascending
-    e : IN float64 (n, C') exp(−(d² − min d²)/2σ²);  inv : IN 1/2σ²
-    sums : INOUT float64 (C, d)  Σ w s x;   U : INOUT float64 (C,) Σ w s;   Q : INOUT float64 (C,) Σ w s d²
+    X : IN (n, d);  w : IN float64 (n,);  K : IN int32 (n, C');  Kd2 : IN float64 (n, C') costs, ascending
+    e : IN float64 (n, C') exp(−(cost − min cost)·inv)
+    mu : IN float64 (C, d) the means the costs used, or (0, 0) when the costs are squared distances
+    sums : INOUT float64 (C, d)  Σ w s x;   U : INOUT float64 (C,) Σ w s
+    Q : INOUT float64 (C, d) Σ w s (x_d − μ_cd)², per dimension (diagonal variances), or, without ``mu``,
+        (C, 1) Σ w s d²
     """
     n, Cp = K.shape
     d = X.shape[1]
+    per_dim = mu.shape[0] > 0
     total = 0.0
     for i in range(n):
         z = 0.0
@@ -233,15 +255,22 @@ def posterior_stats(X, w, K, Kd2, e, inv, sums, U, Q):
             c = K[i, a]
             ws = wz * e[i, a]
             U[c] += ws
-            Q[c] += ws * Kd2[i, a]
-            for t in range(d):
-                sums[c, t] += ws * np.float64(X[i, t])
+            if per_dim:
+                for t in range(d):
+                    x = np.float64(X[i, t])
+                    v = x - mu[c, t]
+                    sums[c, t] += ws * x
+                    Q[c, t] += ws * (v * v)
+            else:
+                Q[c, 0] += ws * Kd2[i, a]
+                for t in range(d):
+                    sums[c, t] += ws * np.float64(X[i, t])
     return total
 
 
 @njit(nogil=True, cache=True)
 def select_neighbours(start, keys, lo, count, dsum, Gc, n_clusters):
-    """G_c ← {c} + the G−1 partners with the smallest mean d² (ties: lower index), from every block's
+    """G_c ← {c} + the G−1 partners with the smallest mean cost (ties: lower index), from every block's
     ``pair_statistics``, summed in block order (so they depend on the chunks, not on the workers);
     clusters that won no row keep their G_c. Gc may be a range of the C clusters (a shard): partners are
     any of the ``n_clusters``.
