@@ -20,6 +20,7 @@ _LAZY = {
     "fit": "api",
     "load": "api",
     "ClusteringModel": "models",
+    "MixtureModel": "mixture",
     "InputError": "errors",
     "InvalidParameterError": "errors",
     "StopFit": "loop",

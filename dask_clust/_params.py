@@ -9,6 +9,10 @@ import numpy as np
 
 from .errors import InvalidParameterError
 
+# a Gaussian mixture's covariance types (vc-GMM's ``covariance_type``, ``MixtureModel``): one σ² shared by
+# every component, one per component, one per component and feature
+COVARIANCE_TYPES = ("tied-spherical", "spherical", "diag")
+
 
 @dataclass(frozen=True)
 class Interval:

@@ -19,6 +19,7 @@ from .engine import as_source, open_engine
 from .engine.data import feature_names, select_columns
 from .errors import ConvergenceWarning, InputError, InvalidParameterError, UnguardedScript
 from .loop import Loop
+from .mixture import MixtureModel
 from .models import ClusteringModel
 
 logger = logging.getLogger("dask_clust")
@@ -189,7 +190,9 @@ def fit(
         "not computed" if result.objective is None else f"{result.objective:.6g}",
         info["wall_s"],
     )
-    return ClusteringModel(
+    # a fit whose extras describe a mixture (``MixtureModel.FIELDS``) gives a mixture model
+    kind = MixtureModel if "covariance_type_" in result.extras else ClusteringModel
+    return kind(
         algo,
         params_out,
         result.centers,
@@ -217,5 +220,5 @@ def _check_checkpointing(spec, checkpoint, resume, every, seconds):
 
 
 def load(path):
-    """Read a model written by ``ClusteringModel.save``."""
+    """Read a model written by ``ClusteringModel.save`` (a ``ClusteringModel`` or a ``MixtureModel``)."""
     return ClusteringModel.load(path)

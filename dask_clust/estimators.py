@@ -8,7 +8,7 @@ import warnings
 from dataclasses import MISSING, fields
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, DensityMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from . import algorithms
@@ -351,3 +351,183 @@ def _defaults_of(spec):
 
 
 ESTIMATORS = {spec.estimator: _make_estimator(spec) for spec in algorithms.REGISTRY.values()}
+
+
+class GaussianMixture(DensityMixin, BaseEstimator):
+    """Gaussian mixture with per-component spherical or diagonal covariances and learned weights, fitted by
+    vc-GMM's truncated variational EM on a lightweight coreset, on a Dask cluster: scikit-learn's
+    ``GaussianMixture`` attributes and methods, for data no single machine holds and thousands of components.
+
+    References: F. Hirschberger, D. Forster, J. Lücke, "A Variational EM Acceleration for Efficient
+    Clustering at Very Large Scales", IEEE TPAMI 44(12), 2022 (the truncated E-step, the coreset); the model
+    p(x) = Σ_c π_c N(x; μ_c, diag σ²_c) as scikit-learn's (its M-step, ``reg_covar``). Each row's posterior
+    covers its C' = ``n_truncated`` likeliest components (found among the neighbourhoods of its last ones, O(C'·G·D)
+    per row, not O(C·D)); with ``n_truncated`` = ``G`` = n_components and ``coreset_size=None`` an iteration is
+    scikit-learn's EM step. The coreset's weighted log-likelihood is an unbiased estimate of the data's (see
+    ``dask_clust.algorithms.vcgmm``).
+
+    Parameters
+    ----------
+    n_components : int, default=1
+    covariance_type : {"diag", "spherical", "tied-spherical"}, default="diag"
+        Per component: diag(σ²_c1 … σ²_cD), or σ²_c I; or one σ²I shared by all.
+    tol : float, default=1e-4
+        Stop when the free energy (the log-likelihood's truncated lower bound) changes by less than tol, relative.
+    reg_covar : float, default=1e-6
+        Added to every variance (scikit-learn's meaning).
+    max_iter : int, default=100
+    n_init : int, default=1
+        Fits from different seeds, keeping the one of highest ``lower_bound_`` (scikit-learn's rule).
+    init_params : str, default="auto"
+        How the means start when ``means_init`` is None: a seeder of ``dask_clust.VCGMM``'s ``init``
+        ("auto": k-means|| while C²·D ≤ 2^32, else AFK-MC2).
+    weights_init, means_init, precisions_init : array-like or None
+        The starting mixture, in scikit-learn's shapes (precisions: (C,) "spherical", (C, D) "diag", a float
+        "tied-spherical"); weights and precisions together, or neither (the first E-step then uses one σ²
+        and equal weights, vc-GMM's).
+    random_state : int, SeedSequence or None, default=None
+    weights : {"learned", "equal"}, default="learned"
+    coreset_size : "auto", int or None, default="auto"
+        Rows of the lightweight coreset the EM runs on ("auto": min(N, max(2^15, 64 C))); None: every row.
+    G : int, default=5
+        Size of each component's neighbourhood, from which the rows' search spaces are built.
+    n_truncated : int or None, default=None
+        C', the components each row's posterior covers (None: G).
+
+    Attributes
+    ----------
+    weights_, means_, covariances_, precisions_, precisions_cholesky_ : as scikit-learn's (see
+        ``covariance_type``); ``converged_``, ``n_iter_``, ``lower_bound_`` (the free energy per unit of weight
+        on the rows the EM ran on); ``history_``; ``model_``, the ``MixtureModel``.
+    """
+
+    def __init__(
+        self,
+        n_components=1,
+        *,
+        covariance_type="diag",
+        tol=1e-4,
+        reg_covar=1e-6,
+        max_iter=100,
+        n_init=1,
+        init_params="auto",
+        weights_init=None,
+        means_init=None,
+        precisions_init=None,
+        random_state=None,
+        weights="learned",
+        coreset_size="auto",
+        G=5,
+        n_truncated=None,
+    ):
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.tol = tol
+        self.reg_covar = reg_covar
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.init_params = init_params
+        self.weights_init = weights_init
+        self.means_init = means_init
+        self.precisions_init = precisions_init
+        self.random_state = random_state
+        self.weights = weights
+        self.coreset_size = coreset_size
+        self.G = G
+        self.n_truncated = n_truncated
+
+    def _fit_params(self):
+        if (self.covariance_type, self.weights) == ("tied-spherical", "equal"):
+            raise InvalidParameterError(
+                "covariance_type='tied-spherical' with weights='equal' is vc-GMM's own model: use dask_clust.VCGMM"
+            )
+        return dict(
+            algo="vcgmm",
+            n_clusters=self.n_components,
+            init=self.init_params if self.means_init is None else self.means_init,
+            covariance_type=self.covariance_type,
+            weights=self.weights,
+            reg_covar=self.reg_covar,
+            weights_init=self.weights_init,
+            precisions_init=self.precisions_init,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            coreset_size=self.coreset_size,
+            G=self.G,
+            n_truncated=self.n_truncated,
+            final_objective=None,  # a mixture is judged by its likelihood, not by a QE pass over every row
+        )
+
+    def fit(self, X, y=None, sample_weight=None, *, client=None, progress=None, callback=None, **checkpointing):
+        """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback`` and
+        ``checkpointing`` (checkpoint, resume, checkpoint_every, checkpoint_seconds): as ``dask_clust.fit``."""
+        unknown = set(checkpointing) - CHECKPOINTING
+        if unknown:
+            raise TypeError(f"GaussianMixture.fit() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        n_init = self.n_init
+        if not (isinstance(n_init, numbers.Integral) and not isinstance(n_init, bool) and n_init >= 1):
+            raise InvalidParameterError(f"n_init must be an int >= 1; got {n_init!r}")
+        params = self._fit_params()
+        options = dict(
+            client=client, sample_weight=sample_weight, progress=progress, callback=callback, **checkpointing
+        )
+        if n_init > 1 and {"checkpoint", "resume"} & {k for k, v in checkpointing.items() if v is not None}:
+            raise InvalidParameterError("n_init > 1 cannot be checkpointed: checkpoint one fit per random_state")
+        seeds = [self.random_state]
+        if n_init > 1:
+            root = np.random.SeedSequence(check_random_state(self.random_state))
+            seeds = [int(s) for s in root.generate_state(n_init, np.uint64)]
+        best = None
+        for seed in seeds:
+            model = fit(X, random_state=seed, **options, **params)
+            if best is None or model.lower_bound_ > best.lower_bound_:
+                best = model
+        names = _feature_names(X)
+        self.__dict__.pop("feature_names_in_", None)
+        if names is not None:
+            self.feature_names_in_ = names
+        self.model_ = best
+        self.weights_, self.means_ = best.weights_, best.means_
+        self.covariances_, self.precisions_cholesky_ = best.covariances_, best.precisions_cholesky_
+        self.precisions_ = self.precisions_cholesky_**2
+        self.converged_, self.n_iter_, self.lower_bound_ = best.converged_, best.n_iter_, best.lower_bound_
+        self.history_, self.n_features_in_ = best.history_, best.n_features_in_
+        return self
+
+    _checked = ClusteringEstimator._checked
+    _out = staticmethod(ClusteringEstimator._out)
+
+    def predict(self, X):
+        """Each row's likeliest component (int32)."""
+        return self._out(X, self._checked(X).predict_array(X))
+
+    def fit_predict(self, X, y=None, **fit_params):
+        return self.fit(X, **fit_params).predict(X)
+
+    predict_proba = ProbabilisticEstimator.predict_proba
+
+    def score_samples(self, X, exact=False):
+        """Per-row log-likelihood (float64): over the row's C' likeliest components by default, a lower bound
+        (the fit's own bound); over every component when ``exact`` (scikit-learn's, O(C·D) per row)."""
+        return self._out(X, self._checked(X).score_samples(X, exact))
+
+    def score(self, X, y=None, sample_weight=None, exact=False):
+        """Mean log-likelihood of X (``score_samples``: truncated by default, ``exact`` over every component)."""
+        return self._checked(X).score(X, sample_weight, exact)
+
+    def bic(self, X):
+        """Bayesian information criterion on X (exact log-likelihood): lower is better."""
+        return self._checked(X).bic(X)
+
+    def aic(self, X):
+        """Akaike information criterion on X (exact log-likelihood): lower is better."""
+        return self._checked(X).aic(X)
+
+    def sample(self, n_samples=1):
+        """``n_samples`` rows drawn from the fitted mixture and their components, (X, y), drawn with
+        ``random_state``."""
+        check_is_fitted(self, "model_")
+        return self.model_.sample(n_samples, self.random_state)
+
+
+ESTIMATORS["GaussianMixture"] = GaussianMixture

@@ -24,7 +24,6 @@ from .engine.data import (
 )
 from .errors import InputError, InvalidModelError
 from .kernels.assign import Prepared, all_sqdist, nearest
-from .kernels.truncated import diagonal_metric
 from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
 
 FORMAT_VERSION = 1
@@ -34,40 +33,11 @@ FORMAT_VERSION = 1
 PROBA_BLOCK_BYTES = 32 << 20
 
 
-class MixtureCosts:
-    """A mixture with per-component variances or weights (vc-GMM's other models): −ℓ_c(x) = −log π_c N(x; μ_c,
-    diag σ²_c) = offset_c + Σ_d h_cd (x_d − μ_cd)². A row's label is its component of largest ℓ (not the
-    nearest mean), its posteriors a softmax of ℓ."""
-
-    def __init__(self, mu, var, weights):
-        self.mu = mu
-        self.h, self.offset = diagonal_metric(var, weights)
-        self._hmu = self.h * mu
-        self._const = (self._hmu * mu).sum(axis=1) + self.offset
-
-    def costs(self, x):
-        """−ℓ of rows x for every component, (n, C) float64 (the GEMM form, as scikit-learn's)."""
-        x = np.asarray(x, np.float64)
-        out = (x * x) @ self.h.T
-        out -= 2.0 * (x @ self._hmu.T)
-        out += self._const
-        return out
-
-    def costs_of(self, x, ids):
-        """−ℓ of each row for the components ``ids`` (n, m), directly: no cancellation between the terms."""
-        x = np.asarray(x, np.float64)
-        out = np.empty(ids.shape)
-        for j in range(ids.shape[1]):
-            c = ids[:, j]
-            out[:, j] = self.offset[c] + (self.h[c] * (x - self.mu[c]) ** 2).sum(axis=1)
-        return out
-
-
 def _labels(x, centers):
-    """The label of each row: its nearest centre (``Prepared``), or its likeliest component (``MixtureCosts``,
-    in row blocks of PROBA_BLOCK_BYTES)."""
+    """The label of each row: its nearest centre (``Prepared``), or its likeliest component (a mixture's
+    costs, ``mixture.MixtureCosts``, in row blocks of PROBA_BLOCK_BYTES)."""
     x = np.ascontiguousarray(x)
-    if not isinstance(centers, MixtureCosts):
+    if isinstance(centers, Prepared):
         return nearest(x, centers)[0]
     rows = max(1, PROBA_BLOCK_BYTES // (8 * len(centers.mu)))
     out = np.empty(len(x), np.int32)
@@ -114,10 +84,10 @@ def _qe_block(x, centers, block_info=None):
     return mind
 
 
-def _truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
+def truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
     """Each row's ``n_truncated`` nearest means (int32, nearest first), or its likeliest components given a
-    ``MixtureCosts``, in sub-blocks whose rows × C float64 distances stay within PROBA_BLOCK_BYTES whatever
-    C is."""
+    mixture's costs (``mixture.MixtureCosts``), in sub-blocks whose rows × C float64 distances stay within
+    PROBA_BLOCK_BYTES whatever C is."""
     check_finite_block(x, block_info)
     x = np.ascontiguousarray(x)
     n, k = x.shape[0], C.shape[0]
@@ -141,7 +111,7 @@ def _truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
 
 
 def _truncated_proba_block(x, ids, C, sigma2, mixture=None):
-    """softmax over a row's truncated set of −d²/(2σ²) (or of ℓ, given a ``MixtureCosts``), in float64 from
+    """softmax over a row's truncated set of −d²/(2σ²) (or of ℓ, given a mixture's costs), in float64 from
     the rows themselves."""
     x = x.astype(np.float64)
     if mixture is not None:
@@ -161,6 +131,10 @@ def _dense_block(ids, p, n_clusters):
     return out
 
 
+# the model classes by the "model" key of their model.json (absent: "clustering")
+MODEL_KINDS = {}
+
+
 class ClusteringModel:
     """A fitted clustering model (returned by ``fit``).
 
@@ -169,6 +143,14 @@ class ClusteringModel:
     objective; QE for k-means), ``extras_`` (algorithm-specific figures), ``engine_`` (where it ran), and
     ``feature_names_in_`` (the column names) when it was fitted on a table.
     """
+
+    kind = "clustering"
+    # extras a model of another kind keeps, which this kind's model.json may not hold
+    FIELDS = ()
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        MODEL_KINDS[cls.kind] = cls
 
     def __init__(
         self,
@@ -235,10 +217,8 @@ class ClusteringModel:
         return Prepared(self.cluster_centers_, dtype)
 
     def _mixture(self):
-        """The mixture's costs (``MixtureCosts``) when the model has per-component variances or weights."""
-        if "variances_" not in self.extras_:
-            return None
-        return MixtureCosts(self.cluster_centers_, self.extras_["variances_"], self.extras_["weights_"])
+        """A mixture's costs, which its predictions read instead of the nearest centre (``MixtureModel``)."""
+        return None
 
     def predict(self, X):
         """Index of the nearest centre of each row (int32, exact, blocked GEMM; for a mixture with per-component
@@ -303,7 +283,7 @@ class ClusteringModel:
             if max(X.chunks[0]) > rows:
                 X = X.rechunk({0: rows})
         mixture = self._mixture()
-        ids = map_rows(X, _truncated_ids_block, np.int32, Cp, self.cluster_centers_, Cp, mixture)
+        ids = map_rows(X, truncated_ids_block, np.int32, Cp, self.cluster_centers_, Cp, mixture)
         p = da.map_blocks(
             _truncated_proba_block,
             X,
@@ -430,6 +410,7 @@ class ClusteringModel:
                 extras[k] = v
         meta = {
             "format_version": FORMAT_VERSION,
+            **({} if self.kind == "clustering" else {"model": self.kind}),
             "algo": self.algo,
             "params": params,
             "n_iter_": self.n_iter_,
@@ -460,9 +441,13 @@ class ClusteringModel:
         meta, arrays = _read(path)
         try:
             params, extras = _check_model(meta, arrays)
+            kind = MODEL_KINDS[meta.get("model", "clustering")]
+            if cls is not ClusteringModel and kind is not cls:
+                raise ValueError(f"it holds a {kind.kind} model, not a {cls.kind} one")
+            kind.check_fields(params, extras, arrays["cluster_centers_"])
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidModelError(f"{path} is not a valid dask_clust model: {_reason(exc)}") from None
-        return cls(
+        return kind(
             meta["algo"],
             params,
             arrays["cluster_centers_"],
@@ -475,6 +460,16 @@ class ClusteringModel:
             engine_=meta.get("engine_"),
             feature_names_in_=meta.get("feature_names_in_"),
         )
+
+    @staticmethod
+    def check_fields(params, extras, centers):
+        """The schema of this kind's own fields (a subclass's); a clustering model holds none of a mixture's."""
+        other = sorted(set(extras) & {f for k in MODEL_KINDS.values() for f in k.FIELDS})
+        if other:
+            raise ValueError(f"extras_ holds {other[0]!r}, which only a mixture model has")
+
+
+MODEL_KINDS["clustering"] = ClusteringModel
 
 
 def _history_svg(values, width=320, height=160, pad=28):

@@ -18,7 +18,7 @@ LAYERS = (
     ("engine",),
     ("blocks",),
     ("algorithms",),
-    ("models", "metrics"),
+    ("models", "metrics", "mixture"),
     ("api", "estimators"),
     ("cli", "__init__"),
 )

@@ -218,3 +218,136 @@ def test_a_mixtures_labels_and_posteriors_are_its_likeliest_components(covarianc
         ids, proba = (a.compute() for a in model.predict_proba(X))
         np.testing.assert_array_equal(ids, top)
         np.testing.assert_allclose(proba, p, rtol=1e-10, atol=1e-15)
+
+
+def sklearn_twin(m):
+    """scikit-learn's GaussianMixture holding the fitted mixture m's parameters."""
+    from sklearn.mixture import GaussianMixture
+
+    sk = GaussianMixture(m.n_clusters, covariance_type=m.covariance_type)
+    sk.weights_, sk.means_, sk.covariances_ = m.weights_, m.means_, m.covariances_
+    sk.precisions_cholesky_ = m.precisions_cholesky_
+    sk.precisions_ = sk.precisions_cholesky_**2
+    sk.converged_, sk.n_iter_, sk.lower_bound_, sk.n_features_in_ = True, 1, 0.0, m.n_features_in_
+    return sk
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X = scaled_blobs(2000, 3, 6, seed=9)
+    models = {}
+    for kind in ("spherical", "diag"):
+        mu, var, pi = start(X, 6, kind, seed=4)
+        models[kind] = engine_fit(X, mu, var, pi, kind, n_truncated=2, G=4, max_iter=10)
+    return X, models
+
+
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+def test_a_mixtures_likelihoods_and_criteria_are_scikit_learns(fitted, covariance_type):
+    """score_samples(exact=True), score, bic and aic equal scikit-learn's for the same parameters; the default
+    truncated log-likelihood (C' = 2 of 6 components) is a lower bound of it, and close."""
+    X, models = fitted
+    m = models[covariance_type]
+    sk = sklearn_twin(m)
+    exact = m.score_samples(X, exact=True).compute()
+    np.testing.assert_allclose(exact, sk.score_samples(X), rtol=1e-10)
+    bound = m.score_samples(X).compute()
+    assert (bound <= exact + 1e-12).all() and np.mean(exact - bound) < 0.05
+    assert m.score(X, exact=True) == pytest.approx(sk.score(X), rel=1e-10)
+    assert m.bic(X) == pytest.approx(sk.bic(X), rel=1e-10)
+    assert m.aic(X) == pytest.approx(sk.aic(X), rel=1e-10)
+    w = np.random.default_rng(0).uniform(0, 2, len(X))
+    assert m.score(X, sample_weight=w, exact=True) == pytest.approx(np.average(exact, weights=w), rel=1e-10)
+
+
+def test_samples_follow_the_mixture(fitted):
+    """sample(n): component counts within 4 standard deviations of n·π, each component's rows with its mean
+    and variances (to 4 standard errors), the same draws for the same random_state."""
+    m = fitted[1]["diag"]
+    n = 60_000
+    X, y = m.sample(n, random_state=3)
+    assert X.shape == (n, 3) and np.all(np.diff(y) >= 0)
+    counts = np.bincount(y, minlength=6)
+    pi = m.weights_
+    assert np.all(np.abs(counts - n * pi) <= 4 * np.sqrt(n * pi * (1 - pi)) + 1)
+    for c in np.flatnonzero(counts > 1000):
+        rows = X[y == c]
+        se = np.sqrt(m.variances_[c] / len(rows))
+        assert np.all(np.abs(rows.mean(0) - m.means_[c]) < 4 * se)
+        assert np.all(np.abs(rows.var(0) / m.variances_[c] - 1) < 4 * np.sqrt(2 / len(rows)))
+    np.testing.assert_array_equal(m.sample(100, random_state=3)[0], m.sample(100, random_state=3)[0])
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda a, e: a["extra:variances_"].__setitem__((0, 0), -1.0), "variances_ must be"),
+        (lambda a, e: a["extra:variances_"].__setitem__((0, 0), 0.0), "variances_ must be"),
+        (lambda a, e: a["extra:weights_"].__setitem__(0, a["extra:weights_"][0] + 1e-6), "must sum to 1"),
+        (lambda a, e: a["extra:weights_"].__setitem__(0, -a["extra:weights_"][0]), "weights_ must be"),
+        (lambda a, e: e.__setitem__("covariance_type_", "full"), "covariance_type_ 'full'"),
+    ],
+)
+def test_a_saved_mixture_is_checked_on_load(fitted, tmp_path, edit, message):
+    """A mixture's own schema: variances positive and finite, weights non-negative and summing to 1, a known
+    covariance type; and a k-means model never carries a mixture's fields."""
+    import json
+
+    import dask_clust
+    from dask_clust.errors import InvalidModelError
+
+    m = fitted[1]["diag"]
+    path = tmp_path / "m"
+    m.save(str(path))
+    again = dask_clust.load(str(path))
+    assert type(again).__name__ == "MixtureModel"
+    np.testing.assert_array_equal(again.weights_, m.weights_)
+    arrays = dict(np.load(path / "arrays.npz"))
+    meta = json.loads((path / "model.json").read_text())
+    edit(arrays, meta["extras_"])
+    np.savez(path / "arrays.npz", **arrays)
+    (path / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(InvalidModelError, match=message):
+        dask_clust.load(str(path))
+
+
+def test_a_clustering_model_with_a_mixtures_fields_is_refused(tmp_path):
+    import json
+
+    import dask_clust
+    from dask_clust.errors import InvalidModelError
+
+    X = np.random.default_rng(0).normal(size=(200, 2))
+    path = tmp_path / "k"
+    dask_clust.fit(X, n_clusters=3, client="in-process", random_state=0).save(str(path))
+    meta = json.loads((path / "model.json").read_text())
+    meta["extras_"]["lower_bound_"] = -1.0
+    (path / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(InvalidModelError, match="only a mixture model has"):
+        dask_clust.load(str(path))
+
+
+def test_gaussian_mixture_in_a_pipeline_and_cross_validation():
+    """GaussianMixture is a scikit-learn density estimator: in a Pipeline its predict and score are the
+    MixtureModel's on the scaled rows, and cross_val_score scores each held-out fold by its mean
+    log-likelihood (the truncated bound); its attributes are scikit-learn's shapes."""
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    import dask_clust
+
+    X = scaled_blobs(3000, 4, 5, seed=2)
+    pipe = Pipeline([("scale", StandardScaler()), ("gm", dask_clust.GaussianMixture(5, random_state=0))])
+    labels = pipe.fit(X).predict(X)
+    gm, scaled = pipe.named_steps["gm"], StandardScaler().fit_transform(X)
+    np.testing.assert_array_equal(labels, gm.model_.predict(scaled).compute())
+    assert gm.weights_.shape == (5,) and gm.means_.shape == gm.covariances_.shape == (5, 4)
+    np.testing.assert_allclose(gm.precisions_, 1 / gm.covariances_)
+    assert pipe.score(X) == pytest.approx(gm.model_.score(scaled))
+    scores = cross_val_score(pipe, X, cv=3)
+    assert scores.shape == (3,) and np.all(np.isfinite(scores))
+    spherical = dask_clust.GaussianMixture(5, covariance_type="spherical", random_state=0).fit(X)
+    assert spherical.covariances_.shape == (5,) and spherical.bic(X) < dask_clust.GaussianMixture(
+        1, covariance_type="spherical", random_state=0
+    ).fit(X).bic(X)

@@ -30,7 +30,9 @@ EXPECTED_FAILURES = {
 
 
 def _expected(estimator):
-    return EXPECTED_FAILURES if "sample_weight" in estimator.fit.__code__.co_varnames else {}
+    # GaussianMixture's checks run with n_components=1: no seeding draws, so a weight is a repeat there
+    weighted = "sample_weight" in estimator.fit.__code__.co_varnames
+    return EXPECTED_FAILURES if weighted and not isinstance(estimator, dask_clust.GaussianMixture) else {}
 
 
 @parametrize_with_checks([cls(random_state=0) for cls in ESTIMATORS.values()], expected_failed_checks=_expected)

@@ -63,7 +63,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from .. import progress
-from .._params import Boolean, FiniteArray, Interval, NoneOK, Options
+from .._params import COVARIANCE_TYPES, Boolean, FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.coreset import default_size, uniform_sample, working_set
 from ..blocks.knn import nearest_centre
@@ -88,7 +88,6 @@ from .registry import BIG, COUNT, NUMBER, AlgorithmSpec, centres, final_pass, re
 BLOCK_ROWS = 1 << 16
 # σ² never falls below this fraction of the mean feature variance (keeps 1/σ² finite, as reg_covar)
 SIGMA2_FLOOR = 1e-10
-COVARIANCE_TYPES = ("tied-spherical", "spherical", "diag")
 # the search's metric when its cost is the squared distance
 NO_METRIC = (np.empty((0, 0)), np.empty(0))
 
@@ -921,7 +920,7 @@ def fit(engine, cfg, entropy, loop):
         qe, qe_evals = final_objective(engine, work, mu, getattr(cfg, "final_objective", "exact"))
         phases["final_qe"] = time.perf_counter() - t
     extras = {
-        **mixture_extras(cfg, mixture),
+        **mixture_extras(cfg, mixture, f, work.summary.total_weight),
         "sigma2_": float(sigma2),
         "free_energy_": float(f),
         "coreset_size_": size,
@@ -948,12 +947,18 @@ MODEL_EXTRAS = (
 )
 
 
-def mixture_extras(cfg, mixture):
-    """The other models' fitted attributes: the covariance type, π (C,) and σ² (C, D); none for vc-GMM's."""
+def mixture_extras(cfg, mixture, f, total_weight):
+    """The other models' fitted attributes (a ``MixtureModel``'s): the covariance type, π (C,), σ² (C, D) and
+    the free energy per unit of weight; none for vc-GMM's."""
     if mixture is None:
         return {}
     var, weights = mixture
-    return {"covariance_type_": cfg.covariance_type, "weights_": weights, "variances_": var}
+    return {
+        "covariance_type_": cfg.covariance_type,
+        "weights_": weights,
+        "variances_": var,
+        "lower_bound_": float(f) / total_weight,
+    }
 
 
 def saved(cfg, n_samples, n_features):

@@ -1,0 +1,176 @@
+"""MixtureModel: a fitted Gaussian mixture with per-component variances or learned weights (vc-GMM's
+``covariance_type`` "spherical" and "diag", or weights="learned"), its likelihoods and its files.
+
+p(x) = Σ_c π_c N(x; μ_c, diag σ²_c). Everything below reads the components through their costs −ℓ_c(x) =
+−log π_c N(x; μ_c, diag σ²_c) (``MixtureCosts``): a row's label is its component of largest ℓ, its posteriors
+a softmax of ℓ over its C' likeliest components, its log-likelihood log Σ_c exp ℓ_c(x) (over all C when
+asked: O(C·D) per row; else over those C', a lower bound, as the fit's free energy). Saved as every model
+is (``ClusteringModel.save``), with "model": "mixture" in model.json and a schema of its own: variances
+finite and positive (one per component for "spherical", one for all for "tied-spherical"), weights
+non-negative and summing to 1.
+"""
+
+import math
+
+import dask.array as da
+import numpy as np
+
+from ._params import COVARIANCE_TYPES
+from ._random import check_random_state
+from .engine.data import as_dask_rows, check_finite_block, map_rows
+from .kernels.truncated import diagonal_metric
+from .models import PROBA_BLOCK_BYTES, ClusteringModel, truncated_ids_block
+
+# the weights must sum to 1 within this (a model's π are U_c / Σw, rounded once each)
+WEIGHTS_SUM_TOL = 1e-9
+
+
+class MixtureCosts:
+    """The components' costs −ℓ_c(x) = offset_c + Σ_d h_cd (x_d − μ_cd)², h = 1/2σ², offset_c = ½ Σ_d log 2πσ²_cd −
+    log π_c (+∞ for a component of weight 0)."""
+
+    def __init__(self, mu, var, weights):
+        self.mu = mu
+        self.h, self.offset = diagonal_metric(var, weights)
+        self._hmu = self.h * mu
+        self._const = (self._hmu * mu).sum(axis=1) + self.offset
+
+    def costs(self, x):
+        """−ℓ of rows x for every component, (n, C) float64, in the GEMM form (as scikit-learn's)."""
+        x = np.asarray(x, np.float64)
+        out = (x * x) @ self.h.T
+        out -= 2.0 * (x @ self._hmu.T)
+        out += self._const
+        return out
+
+    def costs_of(self, x, ids):
+        """−ℓ of each row for its components ``ids`` (n, m), directly: no cancellation between the terms."""
+        x = np.asarray(x, np.float64)
+        out = np.empty(ids.shape)
+        for j in range(ids.shape[1]):
+            c = ids[:, j]
+            out[:, j] = self.offset[c] + (self.h[c] * (x - self.mu[c]) ** 2).sum(axis=1)
+        return out
+
+
+def _logsumexp_neg(costs):
+    """log Σ exp(−cost) per row."""
+    low = costs.min(axis=1, keepdims=True)
+    return -low[:, 0] + np.log(np.exp(low - costs).sum(axis=1))
+
+
+def _score_block(x, mixture, n_truncated, block_info=None):
+    """Per-row log-likelihood: over every component (``n_truncated`` None), in row blocks of
+    PROBA_BLOCK_BYTES, or over the row's ``n_truncated`` likeliest (a lower bound)."""
+    check_finite_block(x, block_info)
+    x = np.ascontiguousarray(x)
+    if n_truncated is not None:
+        ids = truncated_ids_block(x, mixture.mu, n_truncated, mixture)
+        return _logsumexp_neg(mixture.costs_of(x, ids))
+    rows = max(1, PROBA_BLOCK_BYTES // (8 * len(mixture.mu)))
+    return np.concatenate([_logsumexp_neg(mixture.costs(x[b : b + rows])) for b in range(0, len(x), rows)] or [[]])
+
+
+class MixtureModel(ClusteringModel):
+    """A fitted Gaussian mixture (returned by ``fit`` for vc-GMM's other models). Beside a ``ClusteringModel``'s
+    attributes: ``covariance_type``, ``weights_`` (C,), ``means_`` (C, D, the centres), ``variances_`` (C, D),
+    ``covariances_`` and ``precisions_cholesky_`` in scikit-learn's shapes ((C,) "spherical", (C, D) "diag", a
+    float "tied-spherical"), ``lower_bound_`` (the free energy per unit of weight: the mean log-likelihood's
+    lower bound on the rows the EM ran on)."""
+
+    kind = "mixture"
+    FIELDS = ("covariance_type_", "weights_", "variances_", "lower_bound_")
+
+    @property
+    def covariance_type(self):
+        return self.extras_["covariance_type_"]
+
+    @property
+    def means_(self):
+        return self.cluster_centers_
+
+    @property
+    def covariances_(self):
+        var = self.extras_["variances_"]
+        if self.covariance_type == "diag":
+            return var
+        return var[:, 0].copy() if self.covariance_type == "spherical" else float(var[0, 0])
+
+    @property
+    def precisions_cholesky_(self):
+        return 1.0 / np.sqrt(self.covariances_)
+
+    def _mixture(self):
+        return MixtureCosts(self.cluster_centers_, self.extras_["variances_"], self.extras_["weights_"])
+
+    def score_samples(self, X, exact=False):
+        """Per-row log-likelihood log p(x), a lazy float64 dask array: over every component when ``exact``
+        (O(C·D) a row, scikit-learn's), else over the row's C' = ``n_truncated_`` likeliest components, a
+        lower bound that is tight when the others are far less likely (O(C·D) to find them as well, but
+        no C-wide exponentials)."""
+        X = as_dask_rows(X, self.n_features_in_)
+        n_truncated = None if exact else int(self.extras_["n_truncated_"])
+        return map_rows(X, _score_block, np.float64, None, self._mixture(), n_truncated)
+
+    def score(self, X, sample_weight=None, exact=False):
+        """Mean log-likelihood of X (weighted by ``sample_weight``), computed now; ``exact`` as
+        ``score_samples``."""
+        ll = self.score_samples(X, exact)
+        if sample_weight is None:
+            return float(ll.mean().compute())
+        w = sample_weight if isinstance(sample_weight, da.Array) else da.from_array(np.asarray(sample_weight, float))
+        if w.shape != ll.shape:
+            raise ValueError(f"sample_weight must have shape {ll.shape}; got {w.shape}")
+        w = w.rechunk(ll.chunks)
+        total, weight = da.compute((ll * w).sum(), w.sum())
+        return float(total / weight)
+
+    def n_parameters(self):
+        """Free parameters: the means, the variances (C·D, C or 1) and the weights (C − 1 when learned)."""
+        C, D = self.cluster_centers_.shape
+        var = {"diag": C * D, "spherical": C, "tied-spherical": 1}[self.covariance_type]
+        return C * D + var + (C - 1 if self.params.get("weights") == "learned" else 0)
+
+    def bic(self, X):
+        """Bayesian information criterion on X: −2 log L + p log n, log L over every component (exact)."""
+        n = as_dask_rows(X, self.n_features_in_).shape[0]
+        return -2.0 * self.score(X, exact=True) * n + self.n_parameters() * math.log(n)
+
+    def aic(self, X):
+        """Akaike information criterion on X: −2 log L + 2p, log L over every component (exact)."""
+        n = as_dask_rows(X, self.n_features_in_).shape[0]
+        return -2.0 * self.score(X, exact=True) * n + 2 * self.n_parameters()
+
+    def sample(self, n_samples=1, random_state=None):
+        """``n_samples`` rows drawn from the mixture and their components, (X, y), grouped by component as
+        scikit-learn's: counts ~ Multinomial(n, π), then x ~ N(μ_c, diag σ²_c)."""
+        if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
+            raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}")
+        rng = np.random.default_rng(check_random_state(random_state))
+        counts = rng.multinomial(n_samples, self.extras_["weights_"])
+        std = np.sqrt(self.extras_["variances_"])
+        X = np.concatenate(
+            [mu + s * rng.standard_normal((n, len(mu))) for mu, s, n in zip(self.cluster_centers_, std, counts)]
+        )
+        return X, np.repeat(np.arange(len(counts)), counts)
+
+    @staticmethod
+    def check_fields(params, extras, centers):
+        """The schema of a mixture's own fields, on load: raises ValueError naming the first problem."""
+        C, D = centers.shape
+        kind = extras["covariance_type_"]
+        if kind not in COVARIANCE_TYPES or kind != params.get("covariance_type"):
+            raise ValueError(f"covariance_type_ {kind!r} is not one of {COVARIANCE_TYPES} or not the params'")
+        var, weights = np.asarray(extras["variances_"]), np.asarray(extras["weights_"])
+        if var.shape != (C, D) or var.dtype.kind != "f" or not (np.isfinite(var).all() and (var > 0).all()):
+            raise ValueError(f"variances_ must be ({C}, {D}) finite positive floats")
+        if kind != "diag" and not (var == var[:, :1]).all():
+            raise ValueError(f"variances_ of a {kind!r} mixture must be equal across features")
+        if kind == "tied-spherical" and not (var == var[0, 0]).all():
+            raise ValueError("variances_ of a 'tied-spherical' mixture must be one value")
+        if weights.shape != (C,) or weights.dtype.kind != "f" or not np.isfinite(weights).all() or (weights < 0).any():
+            raise ValueError(f"weights_ must be ({C},) finite non-negative floats")
+        if abs(weights.sum() - 1.0) > WEIGHTS_SUM_TOL:
+            raise ValueError(f"weights_ must sum to 1; they sum to {weights.sum():.12g}")
+        if not isinstance(extras["lower_bound_"], (int, float)) or not math.isfinite(extras["lower_bound_"]):
+            raise ValueError("lower_bound_ must be a finite number")
