@@ -18,6 +18,7 @@ FITS = (
     [(algo, {}) for algo in sorted(dask_clust.REGISTRY)]
     + [("kmeans", {"init": init}) for init in ("k-means++", "afkmc2", "random")]
     + [("kmeans", {"coreset_size": 4000}), ("vcgmm", {"init": "k-means++"})]
+    + [("vcgmm", {"covariance_type": "diag", "weights": "learned"})]
 )
 
 

@@ -24,11 +24,16 @@ KILL_PARAMS = {
 }
 
 
+# "<algo>-diag": the algorithm fitting a diagonal mixture with learned weights
+MODELS = {"diag": dict(covariance_type="diag", weights="learned")}
+
+
 def churn_fit(client, algo, event, rebuilt=()):
     """The undisturbed fit (which rebuilds nothing: ``rebuilt`` stays empty) and the fit with ``event(pids by
     address)`` run after iteration 3, on 60,000 lazy 8-d blobs (a lost chunk is recomputed), vc-GMM's
     20k-row coreset on the workers in 5 chunks so that its partitions have buddies to keep their K^(n),
-    "-sharded": the model sharded on the workers; (calm, hit, hit's wall time)."""
+    "-sharded": the model sharded on the workers, "-diag": a diagonal mixture (``MODELS``); (calm, hit, hit's
+    wall time)."""
     import dask
 
     from dask_clust.datasets import make_blobs
@@ -36,6 +41,8 @@ def churn_fit(client, algo, event, rebuilt=()):
     X, _ = make_blobs(60_000, 8, 20, chunks=6000, random_state=5)
     name = algo.split("-")[0]
     kw = dict(algo=name, n_clusters=20, random_state=0, **KILL_PARAMS[name])
+    for part in algo.split("-")[1:]:
+        kw.update(MODELS.get(part, {}))
     settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}
     if algo.endswith("-sharded"):
         settings["dask_clust.model-bytes"] = "1"

@@ -1,6 +1,7 @@
 """Checkpoint and resume (issue #20): a fit killed at any moment continues from its last checkpoint to the
 bits of the uninterrupted fit; a checkpoint of other data or parameters is refused, never replaced."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -122,21 +123,27 @@ def test_a_checkpoint_written_by_workers_resumes_anywhere(tmp_path, data, cluste
     assert whole.n_iter_ > 12
 
 
-@pytest.mark.parametrize("model", [dict(covariance_type="diag"), dict(covariance_type="tied-spherical")])
-def test_a_mixture_resumes_to_the_uninterrupted_bits(tmp_path, data, model):
+@pytest.mark.parametrize(
+    "model,sharded",
+    [(dict(covariance_type="diag"), False), (dict(covariance_type="tied-spherical"), False),
+     (dict(covariance_type="diag"), True)],
+)  # fmt: skip
+def test_a_mixture_resumes_to_the_uninterrupted_bits(tmp_path, data, model, sharded):
     """A mixture with learned weights keeps its σ² and π in the checkpoint beside the means, its K^(n)'s costs
     (−ℓ, of either sign) in the rows files: a fit stopped after iteration 9 continues to the uninterrupted
-    bits, weights and variances included."""
+    bits, weights and variances included; with the model sharded, its shards start from the checkpoint's."""
     path = tmp_path / "ck"
+    settings = dask.config.set({"dask_clust.model-bytes": "256B"}) if sharded else contextlib.nullcontext()
 
     def stop(record):
         if record["iteration"] == 9:
             raise StopFit
 
     kw = dict(client="in-process", weights="learned", **model)
-    _fit(data, "vargmm", checkpoint=path, checkpoint_every=3, callback=stop, **kw)
-    calls = []
-    resumed = _fit(data, "vargmm", checkpoint=path, callback=calls.append, **kw)
+    with settings:
+        _fit(data, "vargmm", checkpoint=path, checkpoint_every=3, callback=stop, **kw)
+        calls = []
+        resumed = _fit(data, "vargmm", checkpoint=path, callback=calls.append, **kw)
     assert calls[0]["iteration"] == 10
     whole = _fit(data, "vargmm", **kw)
     assert_same_model(resumed, whole, whole.n_iter_)

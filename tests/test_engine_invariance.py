@@ -45,6 +45,19 @@ def test_every_registered_algorithm_is_worker_count_invariant(cluster, small_blo
     assert one.objective_ == two.objective_
 
 
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+def test_a_gaussian_mixture_is_worker_count_invariant(cluster, small_blobs, covariance_type):
+    """A mixture with learned weights on its coreset: weights, means and variances bit-identical on one and
+    on two partitions."""
+    X, _ = small_blobs
+    kw = dict(algo="vcgmm", n_clusters=6, random_state=5, covariance_type=covariance_type, weights="learned")
+    one = dask_clust.fit(X, client="in-process", **kw)
+    two = dask_clust.fit(X, client=cluster, **kw)
+    for name in ("cluster_centers_", "weights_", "variances_"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(two, name))
+    assert one.lower_bound_ == two.lower_bound_
+
+
 def _held_bytes(value):
     """Bytes of the numpy arrays in a chunk's state (dicts, tuples and lists of them)."""
     if isinstance(value, np.ndarray):

@@ -16,7 +16,7 @@ from tests.engine_support import churn_fit, kill_all, separate_cluster, worker_p
 from tests.reference.make_blobs import blobs
 
 # SLK restarts an outer iteration instead of repeating a call: test_slk_worker_killed_mid_fit_gives_the_same_model
-KILL_CASES = sorted(set(dask_clust.REGISTRY) - {"slk"}) + ["kmeans-sharded", "vcgmm-sharded"]
+KILL_CASES = sorted(set(dask_clust.REGISTRY) - {"slk"}) + ["kmeans-sharded", "vcgmm-sharded", "vcgmm-diag-sharded"]
 
 
 @pytest.mark.parametrize("algo", KILL_CASES)
@@ -26,7 +26,8 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, lost, algo):
     repeated (the survivors answer from the partial they kept), and the model is the undisturbed fit's, bit
     for bit. vc-GMM's coreset is kept on the workers (in-process-bytes 1 KiB), so its EM runs there.
     "kmeans-sharded", "vcgmm-sharded": the centres / means sharded on the workers (model-bytes 1 B), the
-    lost shard restored from its buddy's copy. The victim is the first, second or third worker by pid, in turn."""
+    lost shard restored from its buddy's copy; "vcgmm-diag-sharded": a diagonal mixture with learned weights,
+    its variances and weights sharded too. The victim is the first, second or third worker by pid, in turn."""
     victim = KILL_CASES.index(algo) % 3
     calm, hit, _ = churn_fit(
         three_workers, algo, lambda pids: os.kill(sorted(pids.values())[victim], signal.SIGKILL), lost
@@ -34,6 +35,8 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, lost, algo):
     assert lost
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_
+    for name in ("weights_", "variances_"):
+        np.testing.assert_array_equal(hit.extras_.get(name), calm.extras_.get(name))
 
 
 @pytest.mark.parametrize("algo", ["kmeans", "vcgmm", "kmeans-sharded"])
