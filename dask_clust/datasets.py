@@ -61,6 +61,19 @@ def make_blobs(n_samples, n_features, centers, *, background=0.1, chunks=None, r
     return da.concatenate(xs), da.concatenate(ys)
 
 
+def make_gaussian_mixture(n_samples, n_features, n_components, *, random_state=0, scales=(0.3, 3.0), spread=10.0):
+    """Rows of a Gaussian mixture with per-component diagonal covariances and unequal weights, in memory, and
+    their components: weights π ~ Dirichlet(2), means uniform in [-spread, spread]^D, per-dimension standard
+    deviations uniform in ``scales``. The data of the mixture benchmarks (``GaussianMixture`` against
+    scikit-learn's)."""
+    rng = np.random.default_rng(random_state)
+    pi = rng.dirichlet(np.full(n_components, 2.0))
+    lab = rng.choice(n_components, n_samples, p=pi)
+    centres = rng.uniform(-spread, spread, (n_components, n_features))
+    std = rng.uniform(*scales, (n_components, n_features))
+    return centres[lab] + std[lab] * rng.standard_normal((n_samples, n_features)), lab
+
+
 def make_digitlike(n_samples=60_000, n_centers=8, sigma=0.2, random_state=2017):
     """784-d "digit-like" data, SBE's Gaussian-MNIST-centroids test: ``n_centers`` smooth random 28x28 ink
     images (about 15 % ink) plus N(0, sigma²) per pixel, n_samples // n_centers rows per centre (the

@@ -53,8 +53,8 @@ class MixtureCosts:
         return out
 
 
-def _logsumexp_neg(costs):
-    """log Σ exp(−cost) per row."""
+def log_likelihood(costs):
+    """log Σ_c exp(−cost_c) per row of costs −ℓ: the rows' log-likelihood over those components."""
     low = costs.min(axis=1, keepdims=True)
     return -low[:, 0] + np.log(np.exp(low - costs).sum(axis=1))
 
@@ -66,9 +66,9 @@ def _score_block(x, mixture, n_truncated, block_info=None):
     x = np.ascontiguousarray(x)
     if n_truncated is not None:
         ids = truncated_ids_block(x, mixture.mu, n_truncated, mixture)
-        return _logsumexp_neg(mixture.costs_of(x, ids))
+        return log_likelihood(mixture.costs_of(x, ids))
     rows = max(1, PROBA_BLOCK_BYTES // (8 * len(mixture.mu)))
-    return np.concatenate([_logsumexp_neg(mixture.costs(x[b : b + rows])) for b in range(0, len(x), rows)] or [[]])
+    return np.concatenate([log_likelihood(mixture.costs(x[b : b + rows])) for b in range(0, len(x), rows)] or [[]])
 
 
 class MixtureModel(ClusteringModel):

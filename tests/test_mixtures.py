@@ -13,12 +13,9 @@ from tests.reference.vcgmm import update_neighbourhoods
 
 def scaled_blobs(n, d, c, seed):
     """Blobs whose clusters have per-dimension scales in [0.3, 3] and Dirichlet(2) weights."""
-    rng = np.random.default_rng(seed)
-    pi = rng.dirichlet(np.full(c, 2.0))
-    lab = rng.choice(c, n, p=pi)
-    centres = rng.uniform(-10, 10, (c, d))
-    scales = rng.uniform(0.3, 3.0, (c, d))
-    return centres[lab] + scales[lab] * rng.standard_normal((n, d))
+    from dask_clust.datasets import make_gaussian_mixture
+
+    return make_gaussian_mixture(n, d, c, random_state=seed)[0]
 
 
 def data_set(name):
@@ -39,14 +36,31 @@ def start(X, C, covariance_type, seed):
     return mu, var, rng.dirichlet(np.full(C, 3.0))
 
 
+def precisions_of(var, covariance_type):
+    """scikit-learn's precisions_init for the variances (C, D): (C,) for "spherical"."""
+    return 1.0 / (var[:, 0] if covariance_type == "spherical" else var)
+
+
+def sklearn_em_step(X, mu, var, pi, covariance_type, reg):
+    """scikit-learn's GaussianMixture after one EM iteration from (π, μ, σ²)."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import GaussianMixture
+
+    sk = GaussianMixture(
+        len(mu), covariance_type=covariance_type, max_iter=1, reg_covar=reg, weights_init=pi, means_init=mu,
+        precisions_init=precisions_of(var, covariance_type), init_params="random_from_data", random_state=0,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # one iteration does not converge
+        return sk.fit(X)
+
+
 @pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
 @pytest.mark.parametrize("name", ["blobs", "iris", "wine"])
 def test_one_iteration_with_every_cluster_searched_is_scikit_learns_em(name, covariance_type):
     """With C' = C every row's K^(n) holds every cluster: the truncated E-step is exact, F is the
     log-likelihood, and one iteration is the EM step scikit-learn's GaussianMixture takes from the same
     weights, means and precisions (to 1e-10 relative; its lower_bound_ is the mean log-likelihood at them)."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.mixture import GaussianMixture
 
     X = data_set(name)
     C, reg = 6, 1e-6
@@ -56,14 +70,7 @@ def test_one_iteration_with_every_cluster_searched_is_scikit_learns_em(name, cov
     new_mu, new_var, new_pi, _, _, F = ref.em_step(
         X, np.ones(len(X)), mu, var, pi, K, Gc, covariance_type=covariance_type, reg_covar=reg
     )
-    precisions = 1.0 / (var[:, 0] if covariance_type == "spherical" else var)
-    sk = GaussianMixture(
-        C, covariance_type=covariance_type, max_iter=1, reg_covar=reg, weights_init=pi, means_init=mu,
-        precisions_init=precisions, init_params="random_from_data", random_state=0,
-    )  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # one iteration does not converge
-        sk.fit(X)
+    sk = sklearn_em_step(X, mu, var, pi, covariance_type, reg)
     np.testing.assert_allclose(new_pi, sk.weights_, rtol=1e-10)
     np.testing.assert_allclose(new_mu, sk.means_, rtol=1e-10, atol=1e-10 * np.abs(X).max())
     np.testing.assert_allclose(
@@ -108,7 +115,7 @@ def engine_fit(X, mu, var, pi, covariance_type, **kw):
     """var-GMM-S (all rows, weight 1) in-process from the mixture (μ, σ², π), weights learned."""
     import dask_clust
 
-    precisions = 1.0 / (var[:, 0] if covariance_type == "spherical" else var)
+    precisions = precisions_of(var, covariance_type)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fit cut short by max_iter warns
         return dask_clust.fit(
@@ -123,21 +130,12 @@ def test_the_engines_one_iteration_with_every_cluster_searched_is_scikit_learns_
     """The fit itself (kernels, chunks, exact sums, the M-step from sums about the old means): with C' = G = C
     one iteration from scikit-learn's start gives its weights, means and covariances to 1e-10, and F / N is
     its lower_bound_."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.mixture import GaussianMixture
 
     X = data_set(name)
     C, reg = 6, 1e-6
     mu, var, pi = start(X, C, covariance_type, seed=1)
     m = engine_fit(X, mu, var, pi, covariance_type, n_truncated=C, G=C, max_iter=1, reg_covar=reg)
-    precisions = 1.0 / (var[:, 0] if covariance_type == "spherical" else var)
-    sk = GaussianMixture(
-        C, covariance_type=covariance_type, max_iter=1, reg_covar=reg, weights_init=pi, means_init=mu,
-        precisions_init=precisions, init_params="random_from_data", random_state=0,
-    )  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        sk.fit(X)
+    sk = sklearn_em_step(X, mu, var, pi, covariance_type, reg)
     np.testing.assert_allclose(m.weights_, sk.weights_, rtol=1e-10)
     np.testing.assert_allclose(m.cluster_centers_, sk.means_, rtol=1e-10, atol=1e-10 * np.abs(X).max())
     var_ = m.variances_[:, 0] if covariance_type == "spherical" else m.variances_
