@@ -181,6 +181,7 @@ def test_the_engines_truncated_fit_follows_the_reference(covariance_type):
         (dict(weights="learned", weights_init=np.full(4, 0.25)), "weights_init needs precisions_init"),
         (dict(weights="learned", weights_init=np.full(3, 1 / 3), precisions_init=1.0), r"shape \(3,\); expected"),
         (dict(weights="learned", weights_init=np.full(4, 0.3), precisions_init=1.0), "sum to 1; got sum 1.2"),
+        (dict(weights="learned", weights_init=np.array([0.5, 0.5, 0, 0]), precisions_init=1.0), "must be positive"),
         (dict(covariance_type="diag", precisions_init=np.ones(4)), r"'diag' takes shape \(4, 2\)"),
         (dict(covariance_type="spherical", precisions_init=np.array([1.0, 1, 0, 1])), "must be positive"),
     ],
@@ -349,3 +350,22 @@ def test_gaussian_mixture_in_a_pipeline_and_cross_validation():
     assert spherical.covariances_.shape == (5,) and spherical.bic(X) < dask_clust.GaussianMixture(
         1, covariance_type="spherical", random_state=0
     ).fit(X).bic(X)
+
+
+def test_a_row_of_weight_zero_adds_nothing_even_with_every_cost_infinite():
+    """A row of sample weight 0 may have only components of weight 0 (cost +∞) in its K^(n): no component
+    gained weight from it. Its posteriors would be ∞ − ∞; it must add nothing, not NaN."""
+    from dask_clust.kernels.truncated import posterior_stats
+
+    X = np.array([[1.0, 2.0], [3.0, 4.0]])
+    w = np.array([1.0, 0.0])
+    K = np.array([[0, 1], [2, 3]], np.int32)
+    Kd2 = np.array([[0.5, 1.5], [np.inf, np.inf]])
+    with np.errstate(invalid="ignore"):
+        e = np.exp(Kd2[:, :1] - Kd2)
+    sums, U, Q = np.zeros((4, 2)), np.zeros(4), np.zeros((4, 2))
+    total = posterior_stats(X, w, K, Kd2, e, 1.0, np.zeros((4, 2)), sums, U, Q)
+    s = np.exp(-Kd2[0]) / np.exp(-Kd2[0]).sum()
+    assert total == pytest.approx(np.log(np.exp(-Kd2[0]).sum()))
+    np.testing.assert_allclose(U, [s[0], s[1], 0, 0])
+    assert np.isfinite(sums).all() and np.isfinite(Q).all() and not sums[2:].any()

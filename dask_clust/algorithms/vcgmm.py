@@ -150,7 +150,7 @@ class VarGMMConfig:
         "weights": "'equal': π_c = 1/C (the paper's); 'learned': π_c = Σ_n w_n s_nc / Σw from each M-step.",
         "reg_covar": "Added to every per-component variance (scikit-learn's meaning), so none collapses onto "
         "a few rows; 'tied-spherical' keeps vc-GMM's σ² (floored at 1e-10 of the mean feature variance).",
-        "weights_init": "Initial π (n_clusters,), non-negative, summing to 1 (weights='learned' only; needs "
+        "weights_init": "Initial π (n_clusters,), positive, summing to 1 (weights='learned' only; needs "
         "precisions_init). None: equal.",
         "precisions_init": "Initial 1/σ², as scikit-learn's: a positive float ('tied-spherical'), "
         "(n_clusters,) ('spherical') or (n_clusters, n_features) ('diag'). The first E-step then "
@@ -843,10 +843,8 @@ def check_data(cfg, source):
             )
         if w.shape != (C,):
             raise InputError(f"weights_init has shape {w.shape}; expected (n_clusters,) = ({C},)")
-        if (w < 0).any() or abs(w.sum() - 1.0) > 1e-6:
-            raise InputError(
-                f"weights_init must be non-negative and sum to 1; got sum {w.sum():.9g}, min {w.min():.3g}"
-            )
+        if (w <= 0).any() or abs(w.sum() - 1.0) > 1e-6:  # a weight of 0 gives its component no row, ever
+            raise InputError(f"weights_init must be positive and sum to 1; got sum {w.sum():.9g}, min {w.min():.3g}")
     if cfg.precisions_init is not None:
         p = np.asarray(cfg.precisions_init, np.float64)
         want = {"tied-spherical": (), "spherical": (C,), "diag": (C, D)}[cfg.covariance_type]

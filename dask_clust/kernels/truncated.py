@@ -246,6 +246,8 @@ def posterior_stats(X, w, K, Kd2, e, inv, mu, sums, U, Q):
     per_dim = mu.shape[0] > 0
     total = 0.0
     for i in range(n):
+        if w[i] == 0.0:  # nothing to add, and its costs may all be +∞ (components of weight 0)
+            continue
         z = 0.0
         for a in range(Cp):
             z += e[i, a]
