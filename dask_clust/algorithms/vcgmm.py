@@ -428,6 +428,11 @@ def m_step(mu, sums, U, Q):
     return new, np.maximum(Q[:, 0] - U * shift, 0.0)
 
 
+def isotropic(cfg):
+    """Whether a config (or a ``Family``) asks for vc-GMM's own model: one σ² and equal weights."""
+    return (cfg.covariance_type, cfg.weights) == ("tied-spherical", "equal")
+
+
 class Family(NamedTuple):
     """The mixture a fit learns (``VarGMMConfig``), and the floor of its variances."""
 
@@ -439,7 +444,7 @@ class Family(NamedTuple):
     @property
     def isotropic(self):
         """vc-GMM's own model (one σ², equal weights): its searches rank clusters by squared distance."""
-        return self.covariance_type == "tied-spherical" and self.weights == "equal"
+        return isotropic(self)
 
 
 def mixture_m_step(family, mu, var, weights, sums, U, Q, total_weight):
@@ -691,10 +696,6 @@ def means_for(engine, mu, family, mixture=None):
         yield ShardedMeans(engine, model, C, family, scaled=mixture is not None)
 
 
-def mixture_family(cfg, floor):
-    return Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor)
-
-
 def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=None):
     """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``; ``sets``: how K^(n) starts
     (``truncated_init``), ``cells``: the engine's rows sorted by nearest seed (``by_nearest_seed``). Returns
@@ -704,7 +705,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
     Cp = min(cfg.n_truncated or cfg.G, C)
     total_w = engine.summary.total_weight
     floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
-    family = mixture_family(cfg, floor)
+    family = Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor)
     tied = family.covariance_type == "tied-spherical"
     Gc = init_neighbourhoods(C, G, kernel_key(entropy, "G"))
     key_K = kernel_key(entropy, "K")
@@ -801,7 +802,7 @@ def refit_size(cfg, n_samples, coreset):
     model other than the isotropic one with equal weights: a Lloyd step would move its means away from the
     variances and weights fitted with them)."""
     size = getattr(cfg, "refit_size", None)
-    if coreset is None or size is None or (cfg.covariance_type, cfg.weights) != ("tied-spherical", "equal"):
+    if coreset is None or size is None or not isotropic(cfg):
         return None
     return min(n_samples, 2 * coreset if size == "auto" else size)
 
@@ -863,7 +864,7 @@ def initial_mixture(cfg, n_features):
         return None
     C = cfg.n_clusters
     var = 1.0 / np.asarray(cfg.precisions_init, np.float64)
-    if (cfg.covariance_type, cfg.weights) == ("tied-spherical", "equal"):
+    if isotropic(cfg):
         return float(var)
     weights = np.full(C, 1.0 / C) if cfg.weights_init is None else np.asarray(cfg.weights_init, np.float64)
     return np.broadcast_to(
@@ -964,7 +965,7 @@ def saved(cfg, n_samples, n_features):
     a kernel reads), σ², F and the seeds that order the coreset; the other models' σ² (C, D) and π."""
     k = cfg.n_clusters
     mixture = {}
-    if (cfg.covariance_type, cfg.weights) != ("tied-spherical", "equal"):
+    if not isotropic(cfg):
         mixture = {"var": ("floats", (k, n_features)), "weights": ("floats", (k,))}
     return {
         **mixture,
