@@ -106,7 +106,7 @@ def _nesting(chunk, params):
     are assigned afresh to the centres of the round that last assigned them: the labels and distances the
     lost partition held (its bounds are fresh, tighter)."""
     key, n_total, width, centers, b = params
-    n = chunk.x.shape[0]
+    n = chunk.n
     ranks = np.empty(n, np.int64)
     nested_ranks(chunk.start, n_total, key, ranks)
     order = np.argsort(ranks)

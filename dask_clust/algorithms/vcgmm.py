@@ -198,7 +198,7 @@ def _init_truncated_sets(chunk, params):
     row's seed from the working set's order (``cells``: rows sorted by nearest seed, so a row's cell follows
     from its position), or, for var-GMM-S's rows, the nearest of ``means`` (one assignment pass)."""
     n_truncated, n_clusters, key, means, cells = params
-    n = chunk.x.shape[0]
+    n = chunk.n
     first = np.full(n, -1, np.int32)
     if cells is not None:
         starts, seeds = cells

@@ -102,7 +102,7 @@ def _steps(chunk, params):
     C = A.copy()
     if T == 0:
         return C - A, np.int64(0), np.int64(0)
-    idx = chunk.rng("vrkm", epoch).integers(0, chunk.x.shape[0], T)
+    idx = chunk.rng("vrkm", epoch).integers(0, chunk.n, T)
     labels, lower2 = chunk.state["vrkm"]
     moved, evals = variance_reduced_steps(chunk.x, idx, labels, lower2, Ct, A, C, eta)
     if grad is not None:  # the batch gradient enters every step; it does not depend on C, so it sums up

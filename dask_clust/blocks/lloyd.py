@@ -41,7 +41,7 @@ def lloyd_step(chunk, centers):
     st = chunk.state
     prev = st.get("lloyd_labels")
     labels, mind, sums, weights, qe, evals = _assigned_sums(chunk, centers, st.get("lloyd_spare"), st.get("lloyd_mind"))
-    changed = chunk.x.shape[0] if prev is None else int(np.count_nonzero(prev != labels))
+    changed = chunk.n if prev is None else int(np.count_nonzero(prev != labels))
     st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"] = labels, prev, mind
     return sums, weights, qe, np.int64(changed), np.int64(evals)
 

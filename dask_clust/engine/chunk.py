@@ -1,16 +1,19 @@
 """A row chunk as a step sees it, and where ``Engine.reorder`` sends each of its rows.
 
 Rows are held in memory, or, for data larger than the cluster's memory (ARCHITECTURE.md, rule 4), a chunk
-holds only its loader (the chunk's pickled dask graph, e.g. a zarr or parquet read) and loads its rows for
-the duration of each step; its state stays resident either way.
+holds only its loader (``streaming.ChunkLoader``: slices of the input's stored blocks) and reads its rows
+when a step first touches ``x`` (or its weights, ``w``), for the duration of that step: a step that reads no
+rows loads none. A streamed chunk the partition's memory allows (``resident``) keeps what it read. Its state
+stays resident either way.
 """
 
-import pickle
 import threading
 
 import numpy as np
 
 from .._random import stream
+from .data import ChunkLoader
+from .streaming import BlockCache
 
 
 class Chunk:
@@ -19,12 +22,28 @@ class Chunk:
     for buffers a step reuses from chunk to chunk (a thread runs one chunk at a time), shared by the
     partition's chunks and gone with the partition."""
 
-    __slots__ = ("index", "start", "stop", "x", "w", "state", "entropy", "loader", "halo", "ids", "scratch")
+    __slots__ = (
+        "index",
+        "start",
+        "stop",
+        "_x",
+        "_w",
+        "state",
+        "entropy",
+        "loader",
+        "cache",
+        "resident",
+        "halo",
+        "ids",
+        "scratch",
+        "_prefetch",
+    )
 
-    def __init__(self, index, start, stop, data, entropy, scratch=None):
-        """data: (x, w) or (x, w, input ids) rows held in memory, or bytes: a pickled dask object computing
-        (x, w). Input ids are the rows' global ids in the input (``Engine.reorder``); by default
-        start..stop. scratch: the partition's ``threading.local`` (a chunk of its own gets a new one)."""
+    def __init__(self, index, start, stop, data, entropy, scratch=None, cache=None):
+        """data: (x, w) or (x, w, input ids) rows held in memory, or a ``ChunkLoader``. Input ids are the
+        rows' global ids in the input (``Engine.reorder``); by default start..stop. scratch: the partition's
+        ``threading.local`` (a chunk of its own gets a new one); cache: the partition's ``BlockCache``, which
+        decodes each stored block once per call for all of its chunks (a chunk of its own gets one)."""
         self.scratch = threading.local() if scratch is None else scratch
         self.index = int(index)
         self.start = int(start)
@@ -32,15 +51,45 @@ class Chunk:
         self.state = {}
         self.halo = {}  # field -> the previous call's values of the rows this chunk reads (Engine.halo)
         self.entropy = entropy
-        self.loader = data if isinstance(data, bytes) else None
-        self.x = self.w = self.ids = None
+        self.loader = data if isinstance(data, ChunkLoader) else None
+        self.resident = False  # a streamed chunk that keeps the rows it read (set by its partition)
+        self._prefetch = True
+        self._x = self._w = self.ids = None
+        self.cache = None
         if self.loader is None:
             self._hold(*data)
+        else:
+            self.cache = BlockCache([(self.index, self.loader)]) if cache is None else cache
 
     def _hold(self, x, w, ids=None):
-        self.x = x
-        self.w = np.ones(x.shape[0]) if w is None else w
+        self._x = x
+        self._w = np.ones(x.shape[0]) if w is None else w
         self.ids = ids
+
+    @property
+    def n(self):
+        """The chunk's number of rows, known without reading them."""
+        return self.stop - self.start
+
+    @property
+    def x(self):
+        """The rows (n × d, the input's float dtype); a streamed chunk reads them here, the first time a step
+        asks."""
+        if self._x is None and self.loader is not None:
+            self._x = self.loader.rows(self.cache, self._prefetch, keep=self.resident)
+        return self._x
+
+    @property
+    def loaded(self):
+        """Whether the chunk holds its rows now (in memory, or read by the step running)."""
+        return self._x is not None
+
+    @property
+    def w(self):
+        """The rows' sample weights (n,) float64: ones when none were given, read without the rows."""
+        if self._w is None and self.loader is not None:
+            self._w = self.loader.weights(self.n)
+        return self._w
 
     def input_ids(self):
         """The rows' ids in the input (their global ids unless the engine was reordered)."""
@@ -49,11 +98,15 @@ class Chunk:
     def run(self, step, params):
         if self.loader is None:
             return step(self, params)
-        self._hold(*pickle.loads(self.loader).compute(scheduler="sync"))
+        # a step that reads a few chunks' rows (``take``) says so: the chunks after it are not read ahead
+        self._prefetch = getattr(step, "prefetch", True)
+        self.cache.started(self)
         try:
             return step(self, params)
         finally:
-            self.x = self.w = None
+            if not self.resident:
+                self._x = self._w = None
+            self.cache.release(self)
 
     def rng(self, *tag):
         """This chunk's random stream for ``tag``: independent of which worker holds the chunk."""

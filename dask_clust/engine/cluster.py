@@ -28,7 +28,7 @@ from .mailbox import remote_run
 from .partition import Partition, home, partition_meta, tree
 from .recovery import GONE, LOSSES, LOST_WORKERS, Recovery, Restarted
 from .rows import RowMoves
-from .streaming import loaders, should_stream, streaming_memory
+from .streaming import loaders, resident_bytes, should_stream, streaming_memory
 
 logger = logging.getLogger("dask_clust")
 
@@ -45,9 +45,14 @@ class InProcessBackend:
     def __init__(self, source, entropy, state=(0, "the fit")):
         self.threads = int(config.get("in-process-threads") or os.cpu_count() or 1)
         ids = range(source.n_chunks)
-        self.streaming = should_stream(source, psutil.virtual_memory().available, state)
+        available = psutil.virtual_memory().available
+        self.streaming = should_stream(source, available, state)
         blocks = loaders(source, ids) if self.streaming else [source.block(i) for i in ids]
-        self.part = Partition(partition_meta(ids, source, entropy, self.threads), *blocks)
+        keep = 0
+        if self.streaming:  # what fits stays, as on a worker whose limit is this machine's free memory
+            me = {"memory_limit": available, "nthreads": self.threads}
+            keep = resident_bytes(source, state, {"": me}, available)[""]
+        self.part = Partition(partition_meta(ids, source, entropy, self.threads, resident=keep), *blocks)
         self.n_workers = 1
         self.n_rebuilds = 0
         # our pool runs one chunk per core; a multi-threaded BLAS inside each would oversubscribe them, and
@@ -107,8 +112,10 @@ class ClusterBackend(Recovery, RowMoves):
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
         self.streaming = should_stream(source, memory, state)
         self.stream_estimate = None  # bytes the most loaded worker is estimated to need while streaming
+        self.keep = {}  # worker address -> bytes of streamed rows its partition may keep between passes
         if self.streaming:
             self.stream_estimate = streaming_memory(source, state, self._worker_info())
+            self.keep = resident_bytes(source, state, self._worker_info(), psutil.virtual_memory().total)
             logger.info(
                 "streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
                 source.nbytes / 1e9,
@@ -189,7 +196,10 @@ class ClusterBackend(Recovery, RowMoves):
 
     def _spawn(self, pid, ids, addr, futs, threads):
         """Start partition ``pid`` on ``addr`` over the rows ``futs`` of chunks ``ids``; its future."""
-        meta = partition_meta(ids, self.source, self.entropy, threads, pid, self.n_parts, worker=True)
+        # a worker given a lost worker's partition besides its own keeps none of the new one's rows
+        alone = all(a != addr for p, (a, _) in enumerate(self.placement) if p != pid)
+        keep = self.keep.get(addr, 0) if alone else 0
+        meta = partition_meta(ids, self.source, self.entropy, threads, pid, self.n_parts, worker=True, resident=keep)
         future = self.client.submit(
             host,
             meta,

@@ -88,9 +88,13 @@ def _rows(X, a, b, dtype, w):
 
 
 class DaskSource(Source):
-    """A dask array (from dask, zarr or parquet): chunks are computed where they are loaded."""
+    """A dask array (from dask, zarr or parquet): chunks are computed where they are loaded.
 
-    def __init__(self, X, weights, input_chunk_bytes=0):
+    stored: the input's own row blocks (a zarr chunk, a parquet partition; columns joined), in the fit's
+    dtype, which X's chunks are cut from: a streamed chunk reads them (``loader``), so that each stored block
+    is decoded once per pass however the chunks cut it (the chunking follows the data's size, rule 5)."""
+
+    def __init__(self, X, weights, input_chunk_bytes=0, stored=None):
         starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
         super().__init__(X.shape[0], X.shape[1], X.dtype, starts, False)
         self.X = X
@@ -98,6 +102,30 @@ class DaskSource(Source):
         # the largest block of the input as given, before any rechunk: computing one of our chunks decodes
         # whole input blocks (a zarr chunk), which a streaming worker holds too
         self.input_chunk_bytes = int(input_chunk_bytes)
+        self.stored = X if stored is None else stored
+        self.stored_starts = np.concatenate([[0], np.cumsum(self.stored.chunks[0])]).astype(np.int64)
+        self._graphs = {}  # stored block -> its pickled graph, made once
+
+    def loader(self, i):
+        """Chunk i as a ``ChunkLoader``: its rows' slices of the stored blocks, and its weights' graph."""
+        import cloudpickle
+        import dask
+
+        def graph(block):  # culled to the one block, as a Delayed: an array's pickle carries far more
+            (block,) = dask.optimize(block)
+            return cloudpickle.dumps(block.to_delayed().ravel()[0])
+
+        a, b = int(self.starts[i]), int(self.starts[i + 1])
+        t = self.stored_starts
+        parts = []
+        for j in range(int(np.searchsorted(t, a, "right")) - 1, int(np.searchsorted(t, b, "left"))):
+            if j not in self._graphs:
+                self._graphs[j] = graph(self.stored.blocks[j])
+            parts.append((j, self._graphs[j], max(a, t[j]) - t[j], min(b, t[j + 1]) - t[j], t[j + 1] - t[j]))
+        weights = None
+        if self.weights is not None:
+            weights = graph(self.weights.blocks[i])
+        return ChunkLoader(tuple(parts), weights, self.n_features * self.dtype.itemsize)
 
     def delayed_block(self, i):
         """Chunk i as a Delayed (x, w), its graph culled to that chunk (it travels to workers)."""
@@ -112,6 +140,46 @@ class DaskSource(Source):
 
     def block(self, i):
         return self.delayed_block(i).compute(scheduler="threads")
+
+
+class ChunkLoader:
+    """What a streamed chunk reads on every pass: ``parts``, its rows as slices of the input's stored blocks,
+    each (block key, the block's pickled dask graph, first row, end row, the block's rows); ``weights``, the
+    pickled graph of its sample weights, or None; ``row_bytes``, the bytes of one of its rows."""
+
+    __slots__ = ("parts", "w_graph", "row_bytes")
+
+    def __init__(self, parts, weights, row_bytes):
+        self.parts = tuple((int(k), g, int(lo), int(hi), int(n)) for k, g, lo, hi, n in parts)
+        self.w_graph = weights
+        self.row_bytes = int(row_bytes)
+
+    @property
+    def keys(self):
+        return [p[0] for p in self.parts]
+
+    @property
+    def nbytes(self):
+        return sum(hi - lo for _, _, lo, hi, _ in self.parts) * self.row_bytes
+
+    def rows(self, cache, prefetch=True, keep=False):
+        """The chunk's rows, each stored block taken from ``cache`` (decoded there once per call); then the
+        next chunk's blocks read ahead (``prefetch``). ``keep``: a copy that does not hold on to a block the
+        chunk uses only part of."""
+        pieces = []
+        for key, graph, lo, hi, n in self.parts:
+            block = cache.block(key, graph)
+            pieces.append(block[lo:hi] if not keep or (lo, hi) == (0, n) else block[lo:hi].copy())
+        if prefetch:
+            cache.read_ahead()
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def weights(self, n):
+        if self.w_graph is None:
+            return np.ones(n)
+        import pickle
+
+        return np.ascontiguousarray(pickle.loads(self.w_graph).compute(scheduler="sync"), dtype=np.float64)
 
 
 class FutureSource(Source):
@@ -364,17 +432,18 @@ def as_source(X, sample_weight=None, *, chunk_rows=None):
     if isinstance(X, da.Array):
         given = max(X.chunks[0]) * max(X.chunks[1]) * X.dtype.itemsize
         X = X.astype(dtype) if X.dtype != dtype else X
+        stored = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
         if chunk_rows is not None or config.get("chunking") != "input" or not _chunks_ok(X):
-            X = X.rechunk({0: rows, 1: -1})
-        elif len(X.chunks[1]) > 1:
-            X = X.rechunk({1: -1})
+            X = stored.rechunk({0: rows})
+        else:
+            X = stored
         if weights is not None:
             weights = (
                 da.from_array(weights, chunks=(X.chunks[0],))
                 if isinstance(weights, np.ndarray)
                 else weights.rechunk((X.chunks[0],))
             )
-        return DaskSource(X, weights, given)
+        return DaskSource(X, weights, given, stored)
     if isinstance(weights, da.Array):
         weights = weights.compute()
     return ArraySource(X, weights, row_starts(n, rows), path=path)

@@ -73,10 +73,22 @@ def _summary_step(chunk, params):
     )
 
 
-def _take_step(chunk, ids):
+def _take_step(chunk, params):
+    ids, d, dtype = params
     lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
+    if lo == hi:  # a streamed chunk holding none of the rows is not read
+        return np.empty((0, d), dtype), np.empty(0)
     rows = ids[lo:hi] - chunk.start
     return chunk.x[rows], chunk.w[rows]
+
+
+_take_step.prefetch = False  # it reads the few chunks holding its rows: none read ahead
+
+
+def _bytes_read(chunk, params):
+    """The stored bytes the chunk's partition has decoded so far, counted once (by its first chunk)."""
+    cache = chunk.cache
+    return (np.int64(cache.read if cache is not None and cache.first == chunk.index else 0),)
 
 
 def _empty_step(chunk, params):
@@ -299,7 +311,7 @@ class Engine:
         ``weights``, (rows, their sample weights)."""
         ids = np.asarray(ids, dtype=np.int64)
         uniq, inverse = np.unique(ids, return_inverse=True)
-        rows, w = self.reduce(_take_step, uniq, (Rows(), Rows()))
+        rows, w = self.reduce(_take_step, (uniq, self.n_features, self.dtype), (Rows(), Rows()))
         return (rows[inverse], w[inverse]) if weights else rows[inverse]
 
     @contextlib.contextmanager
@@ -368,6 +380,13 @@ class Engine:
         out[ids] = values
         return out
 
+    def bytes_read(self):
+        """The stored bytes the partitions have decoded from a streamed source so far (0 when the rows are
+        held in memory): the passes a fit made are this ÷ ``source.nbytes``. One round trip that reads no
+        rows."""
+        (read,) = self.reduce(_bytes_read)
+        return int(read)
+
     def empty_iteration_ms(self):
         """Wall time of one empty iteration (a reduce of an empty step over every partition), in ms."""
         t = time.perf_counter()
@@ -395,6 +414,8 @@ class Engine:
             "chunks": self.n_chunks,
             "streaming": self.backend.streaming,
             "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
+            # the passes a streamed fit made over its source (the stored bytes decoded ÷ the data's size)
+            "passes": self.bytes_read() / self.source.nbytes if self.backend.streaming else None,
             "rebuilds": self.backend.n_rebuilds,
             "round_trips": self.round_trips,
         }

@@ -26,10 +26,12 @@ from . import combine as combines
 from .backups import Backups, buddies
 from .calls import Build, Gather, Plan, ShardApply, ShardDrop, ShardKeep, Step
 from .chunk import Chunk
+from .data import ChunkLoader
 from .events import count
 from .halo import HaloExchange
 from .mailbox import Answer, Mailbox, drive, remote_call, remote_run
 from .sharded import ShardStore
+from .streaming import BlockCache
 
 _PINNED = []
 
@@ -54,10 +56,18 @@ class Partition:
         # steps' per-thread buffers live as long as the partition, not as long as its worker's threads (a
         # module-level threading.local kept vc-GMM's buffers in the driver's and workers' threads after every fit)
         scratch = threading.local()
-        self.chunks = [
-            Chunk(i, a, b, data, meta["entropy"], scratch) for (i, a, b), data in zip(meta["chunks"], blocks)
-        ]
         self.threads = max(1, int(meta.get("threads", 1)))
+        streamed = [(i, data) for (i, _, _), data in zip(meta["chunks"], blocks) if isinstance(data, ChunkLoader)]
+        self.cache = BlockCache(streamed, self.threads) if streamed else None
+        self.chunks = [
+            Chunk(i, a, b, data, meta["entropy"], scratch, self.cache)
+            for (i, a, b), data in zip(meta["chunks"], blocks)
+        ]
+        keep = int(meta.get("resident", 0))  # bytes of streamed rows this partition may keep (rule 4)
+        for c in self.chunks:
+            if c.loader is not None and keep >= c.loader.nbytes:
+                c.resident = True
+                keep -= c.loader.nbytes
         if meta.get("worker"):
             pin_blas()
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 and len(self.chunks) > 1 else None
@@ -74,6 +84,8 @@ class Partition:
 
     def each(self, step, params):
         """``step(chunk, params)`` on every chunk, on the worker's threads; the results in chunk order."""
+        if self.cache is not None:
+            self.cache.begin()
         if self._pool is None:
             return [c.run(step, params) for c in self.chunks]
         return list(self._pool.map(lambda c: c.run(step, params), self.chunks))
@@ -110,6 +122,8 @@ class Partition:
         """The chunks' partials of a step, each added into this partition's lifted sum as soon as it is
         computed: a worker holds one partial per thread and one sum (at large C a partial is C x D), not a
         partial per chunk."""
+        if self.cache is not None:
+            self.cache.begin()
         if self._pool is None:
             acc = None
             for c in self.chunks:
@@ -175,12 +189,16 @@ class Partition:
         for pool in (self._pool, self._runner):
             if pool is not None:
                 pool.shutdown()
+        if self.cache is not None:
+            self.cache.close()
         for c in self.chunks:  # the last references to the steps' per-thread buffers
             c.scratch = None
 
 
-def partition_meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker=False):
+def partition_meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker=False, resident=0):
+    """What a partition is made from (``Partition``); ``resident``: bytes of streamed rows it may keep."""
     return {
+        "resident": int(resident),
         "chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
         "entropy": entropy,
         "threads": threads,

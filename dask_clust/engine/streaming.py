@@ -1,13 +1,20 @@
-"""Rule 4 (ARCHITECTURE.md): whether an input streams from its source on every pass, and whether a
-streaming worker would outgrow its memory limit, both decided before a fit starts."""
+"""Rule 4 (ARCHITECTURE.md): whether an input streams from its source on every pass, whether a streaming
+worker would outgrow its memory limit and how many of its rows it may keep, all decided before a fit starts;
+and how a streaming partition reads its chunks (``BlockCache``): each stored block decoded once per call,
+the next chunk's blocks read while the current ones are computed."""
 
-import cloudpickle
+import collections
+import pickle
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
 import dask
 import numpy as np
 
 from ..errors import InputError
 from . import config
 from .data import ArraySource, FutureSource
+from .events import count
 
 # what a streaming worker needs beyond its chunks, state and buffers, measured on CPython 3.11 (one worker of
 # one thread, zarr stores of 1 and 2 GiB in 32 MiB chunks, Lloyd; ``benchmarks/bench_faults.py --parts
@@ -18,6 +25,9 @@ WORKER_BASE = 340 << 20
 
 
 STREAM_PASS = 48 << 20
+# the share of a streaming worker's memory limit the rows it keeps may bring it to: below distributed's
+# pause threshold (0.8 by default: a paused worker stops taking tasks, and logs "Pausing worker")
+KEEP_FRACTION = 0.7
 
 
 def fit_state(state):
@@ -51,38 +61,146 @@ def should_stream(source, memory_bytes, state=(0, "the fit")):
     return source.nbytes + held > fraction * memory_bytes
 
 
-def loaders(source, ids):
-    """Per chunk, its pickled dask graph: what a streaming partition computes on every pass."""
-    return [cloudpickle.dumps(source.delayed_block(i)) for i in ids]
+def _worker_need(source, state, w, n_workers):
+    """What a streaming worker ``w`` (the scheduler's info of it) needs besides any rows it keeps: the process,
+    per thread its chunk, the input block(s) it is cut from and the fit's buffers, one chunk's blocks read
+    ahead, and its share of the fit's state. Returns (bytes, chunk, block, share)."""
+    chunk = int(np.diff(source.starts).max()) * source.n_features * source.dtype.itemsize
+    block = getattr(source, "input_chunk_bytes", 0)
+    row_bytes, _, buffers = fit_state(state)
+    per_thread = chunk + max(chunk, block) + buffers
+    share = source.n_samples * row_bytes / max(1, n_workers)
+    process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
+    return process + w.get("nthreads", 1) * per_thread + max(chunk, block) + share, chunk, block, share
 
 
 def streaming_memory(source, state, workers):
     """A streamed chunk is computed from its source on every pass: a worker thread holds it and the input
-    block(s) it is cut from meanwhile (a zarr chunk decoded whole), and the fit's buffers. With the
-    worker's share of the fit's state and the process itself, that must stay under the memory its nanny
-    allows, or the nanny restarts the worker in every pass: refused before any work instead, in one line.
-    ``workers``: the scheduler's {address: {"memory_limit", "nthreads", "metrics": {"memory"}}}. Returns the
-    largest worker's estimate in bytes."""
-    chunk = int(np.diff(source.starts).max()) * source.n_features * source.dtype.itemsize
-    block = getattr(source, "input_chunk_bytes", 0)
-    row_bytes, who, buffers = fit_state(state)
-    per_thread = chunk + max(chunk, block) + buffers  # the chunk, the input it is cut from, the fit's buffers
-    share = source.n_samples * row_bytes / max(1, len(workers))
+    block(s) it is cut from meanwhile (a zarr chunk decoded whole), and the fit's buffers; the worker reads
+    the next chunk's blocks ahead. With the worker's share of the fit's state and the process itself, that
+    must stay under the memory its nanny allows, or the nanny restarts the worker in every pass: refused
+    before any work instead, in one line. ``workers``: the scheduler's {address: {"memory_limit", "nthreads",
+    "metrics": {"memory"}}}. Returns the largest worker's estimate in bytes."""
+    _, who, buffers = fit_state(state)
     terminate = float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
     largest = 0
     for addr, w in sorted(workers.items()):
         limit = w.get("memory_limit") or 0
-        process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
-        need = process + w.get("nthreads", 1) * per_thread + share
+        need, chunk, block, share = _worker_need(source, state, w, len(workers))
         largest = max(largest, need)
         if limit and need > terminate * limit:
             raise InputError(
                 f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
                 f"{block / 2**20:.0f} MiB: worker {addr} would need about "
                 f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both"
-                f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, "
+                f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, one read ahead, "
                 f"{share / 2**20:.0f} MiB of state, the process) of its {limit / 2**20:.0f} MiB limit; "
                 "store the input in smaller chunks, set dask_clust.chunk-bytes lower, or give "
                 "workers more memory"
             )
     return int(largest)
+
+
+def resident_bytes(source, state, workers, total_memory):
+    """Rule 4, what fits stays: per worker address, the bytes of streamed rows its partition may keep from
+    one pass to the next, up to ``KEEP_FRACTION`` of its memory limit (of ``total_memory`` shared by the
+    workers when it has none) less what it needs to stream the rest (``streaming_memory``)."""
+    out = {}
+    for addr, w in workers.items():
+        limit = w.get("memory_limit") or total_memory / max(1, len(workers))
+        need = _worker_need(source, state, w, len(workers))[0]
+        out[addr] = int(max(0, KEEP_FRACTION * limit - need))
+    return out
+
+
+def loaders(source, ids):
+    """Per chunk, its ``ChunkLoader``: what a streaming partition reads on every pass."""
+    return [source.loader(i) for i in ids]
+
+
+class BlockCache:
+    """The stored blocks a partition's streamed chunks are cut from, while a call reads them: each decoded once
+    per call, by the first chunk that asks (the others wait for it), and dropped when the last of the
+    partition's chunks cut from it has run; a chunk that starts reading has the blocks of the next chunk not
+    yet started read on a thread of its own meanwhile (at most ``threads`` + 1 chunks' blocks held).
+    ``read``: the bytes decoded so far (the passes a fit makes are ``read`` ÷ the data's size)."""
+
+    def __init__(self, loaders, threads=1):
+        """loaders: [(chunk index, ChunkLoader)] of the partition's streamed chunks, in chunk order."""
+        self._order = list(loaders)
+        self._uses = collections.Counter(k for _, ld in self._order for k in ld.keys)
+        self.first = self._order[0][0] if self._order else None
+        per_chunk = max((len(ld.parts) for _, ld in self._order), default=1)
+        self._limit = (max(1, int(threads)) + 1) * per_chunk
+        self._lock = threading.Lock()
+        self._pool = None
+        self._kept = set()  # chunks that keep what they read (resident), once they have read it
+        self.read = 0
+        self.begin()
+
+    def begin(self):
+        """A new call: no chunk started, every block to be read again."""
+        with self._lock:
+            self._left = dict(self._uses)
+            self._blocks = {}
+            self._started = set()
+
+    def started(self, chunk):
+        with self._lock:
+            self._started.add(chunk.index)
+
+    def block(self, key, graph):
+        """Stored block ``key``, decoded from its ``graph`` here unless it is (being) decoded already."""
+        with self._lock:
+            fut = self._blocks.get(key)
+            mine = fut is None
+            if mine:
+                fut = self._blocks[key] = Future()
+        if mine:
+            self._decode(key, graph, fut)
+        return fut.result()
+
+    def _decode(self, key, graph, fut):
+        try:
+            block = np.ascontiguousarray(pickle.loads(graph).compute(scheduler="sync"))
+        except BaseException as exc:
+            with self._lock:
+                if self._blocks.get(key) is fut:
+                    del self._blocks[key]
+            fut.set_exception(exc)
+            return
+        with self._lock:
+            self.read += block.nbytes
+        count("read", nbytes=block.nbytes)
+        fut.set_result(block)
+
+    def read_ahead(self):
+        """Start decoding the blocks of the next chunk no thread has started, on the read-ahead thread, while
+        the blocks held stay within the limit."""
+        with self._lock:
+            for i, ld in self._order:
+                if i in self._started or i in self._kept:
+                    continue
+                missing = [(k, g) for k, g, *_ in ld.parts if k not in self._blocks]
+                if not missing or len(self._blocks) + len(missing) > self._limit:
+                    return
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="dask_clust-read-ahead")
+                for k, g in missing:
+                    fut = self._blocks[k] = Future()
+                    self._pool.submit(self._decode, k, g, fut)
+                return
+
+    def release(self, chunk):
+        """The chunk has run: a block no other chunk of the call still needs is dropped."""
+        with self._lock:
+            if chunk.resident and chunk.loaded:
+                self._kept.add(chunk.index)
+            for k in chunk.loader.keys:
+                self._left[k] -= 1
+                if self._left[k] <= 0:
+                    self._blocks.pop(k, None)
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
