@@ -197,3 +197,33 @@ def test_a_streaming_partition_keeps_what_fits_its_memory(store):
             assert sums[0] == sums[1] == pytest.approx(X.sum(dtype=np.float64), rel=1e-12)
             assert engine.bytes_read() == passes * X.nbytes
 
+
+def test_kmeans_parallel_draws_each_round_in_the_pass_that_updates_the_potential(store, monkeypatch):
+    """k-means||: each round's draw rides on the pass that adds the last round's candidates to the potential;
+    the rows it returns hold every row the separate draw keeps, and the centres are those of the separate draw
+    (forced here by a margin no key passes), bit for bit. Streamed, a fit makes its summary pass, one pass per
+    round and one for the candidates' weights, then Lloyd's iterations and the final pass, and reads one block
+    for its first centre."""
+    import dask
+
+    from dask_clust.blocks import seeding
+    from dask_clust.engine import streaming
+    from dask_clust.engine.ops import Engine
+
+    path, X = store
+    w = np.random.default_rng(1).uniform(0.5, 2.0, len(X))
+    steps = []
+    reduce = Engine.reduce
+    monkeypatch.setattr(Engine, "reduce", lambda self, step, *a, **k: steps.append(step) or reduce(self, step, *a, **k))
+    monkeypatch.setattr(streaming, "KEEP_FRACTION", 0.0)  # no chunk kept: every pass reads the store
+    with dask.config.set({"dask_clust.stream": True, "dask_clust.chunk-bytes": "26400B"}):
+        fused = dask_clust.fit(path, n_clusters=12, max_iter=4, random_state=3, sample_weight=w, client="in-process")
+    rounds = steps.count(seeding._update_and_draw)
+    assert seeding._oversample not in steps and rounds == 5
+    needed = 1 + rounds + 1 + fused.n_iter_ + 1
+    assert needed + 0.25 <= fused.engine_["passes"] <= needed + 0.5  # + the one or two blocks of a chunk
+    monkeypatch.setattr(seeding, "KEY_MARGIN", np.inf)
+    separate = dask_clust.fit(X, n_clusters=12, max_iter=4, random_state=3, sample_weight=w, client="in-process")
+    assert steps.count(seeding._oversample) == 5
+    np.testing.assert_array_equal(fused.cluster_centers_, separate.cluster_centers_)
+    assert fused.objective_ == separate.objective_

@@ -18,7 +18,7 @@ import numpy as np
 from .. import progress
 from .._random import stream
 from ..engine import open_local
-from ..engine.combine import Rows, Sum
+from ..engine.combine import Max, Rows, Sum
 from ..kernels.assign import Prepared, candidate_potentials, nearest, update_mind
 from ..kernels.distance import gemm_tolerance
 from ..kernels.sampling import draw_proportional, greedy_plusplus
@@ -44,7 +44,7 @@ def _lower_mind(x, centers, mind, near=None, offset=0):
 
 def _init_mind(chunk, centers):
     """State: squared distance of each row to its nearest chosen centre (rebuildable from the centres)."""
-    mind = np.full(chunk.x.shape[0], np.inf)
+    mind = np.full(chunk.n, np.inf)
     if centers is not None and len(centers):
         _lower_mind(chunk.x, centers, mind)
     chunk.state["mind"] = mind
@@ -73,6 +73,21 @@ def _propose(chunk, params):
 PROPOSALS = (Rows(), Sum(), Rows())
 
 
+def _chunk_mass(chunk, _):
+    return (np.array([chunk.w.sum()]),)
+
+
+def _propose_in(chunk, params):
+    """``_propose``'s uniform proposal of one row, from chunk ``c`` alone (no other chunk is read)."""
+    c, step, d, dtype = params
+    if chunk.index != c:
+        return (np.empty((0, d), dtype),)
+    return (_propose(chunk, (None, 1, step, True))[2],)
+
+
+_propose_in.prefetch = False
+
+
 def _potentials(chunk, centers):
     pot = np.zeros(centers.C.shape[0])
     evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers.Cd, centers.cnorm, centers.block, pot)
@@ -82,7 +97,7 @@ def _potentials(chunk, centers):
 def _init_candidates(chunk, cands):
     """State of k-means||: each row's min d² to the candidates so far and the index of the nearest (the
     lowest on ties), rebuildable from the candidates."""
-    n = chunk.x.shape[0]
+    n = chunk.n
     st = {"mind": np.full(n, np.inf), "near": np.full(n, -1, np.int32)}
     if cands is not None and len(cands):
         _lower_mind(chunk.x, cands, st["mind"], st["near"])
@@ -91,18 +106,75 @@ def _init_candidates(chunk, cands):
 
 def _update_potential(chunk, params):
     """Add a round's candidates (numbered from ``offset``) to mind and near; return Σ w·mind (φ)."""
-    new_centers, offset = params
+    new_centers, offset = params[:2]
     st = chunk.state["k-means||"]
     evals = _lower_mind(chunk.x, new_centers, st["mind"], st["near"], offset) if len(new_centers) else 0
-    return float(np.dot(chunk.w, st["mind"])), np.int64(evals)
+    st["phi"] = float(np.dot(chunk.w, st["mind"]))
+    return st["phi"], np.int64(evals)
 
 
 def _oversample(chunk, params):
     """k-means|| round: keep each row independently with probability min(1, ℓ w mind / φ)."""
     ell, phi, rnd = params
     prob = np.minimum(1.0, ell * chunk.w * chunk.state["k-means||"]["mind"] / phi)
-    keep = np.flatnonzero(chunk.rng("k-means||", rnd).random(chunk.x.shape[0]) < prob)
+    keep = np.flatnonzero(chunk.rng("k-means||", rnd).random(chunk.n) < prob)
     return keep + chunk.start, chunk.x[keep]
+
+
+def _update_and_draw(chunk, params):
+    """``_update_potential``, then round ``rnd``'s draw in the same read of the rows, before φ (the sum of
+    every chunk's) is known: a row is kept when u < ℓ w mind / φ, i.e. when its key ℓ w mind / u exceeds φ,
+    so the chunk returns its rows of the largest keys (``budget``, about 3ℓ times its expected share of φ)
+    and the largest key it left out. When φ is above that key, the rows it returned hold every row the draw
+    keeps, and the driver keeps those with ``_oversample``'s own test (the same rows, the same bits); when
+    not, the driver draws with a pass of its own. (φ, evaluations, global ids, rows, w, mind, u, largest key
+    left out)."""
+    new_centers, offset, ell, rnd, phi_before, weight = params
+    st = chunk.state["k-means||"]
+    share = st["phi"] / phi_before if "phi" in st and phi_before > 0 else chunk.w.sum() / weight
+    phi, evals = _update_potential(chunk, (new_centers, offset))
+    u = chunk.rng("k-means||", rnd).random(chunk.n)
+    a = ell * chunk.w * st["mind"]
+    live = np.flatnonzero(a > 0)  # a row of a = 0 is never kept
+    key = a[live] / u[live]
+    budget = int(math.ceil(3 * ell * share)) + 16
+    left_out = 0.0
+    if len(live) > budget:
+        part = np.argpartition(-key, budget)
+        left_out = float(key[part[budget:]].max())
+        live = np.sort(live[part[:budget]])
+    return (
+        phi,
+        evals,
+        live + chunk.start,
+        chunk.x[live],
+        chunk.w[live],
+        st["mind"][live],
+        u[live],
+        left_out,
+    )
+
+
+# φ and evaluations summed; the returned rows in chunk order; the largest key left out
+FUSED_DRAW = (Sum(), Sum(), Rows(), Rows(), Rows(), Rows(), Rows(), Max())
+# φ may exceed a key left out by this much relative rounding before the rows returned are all that can be kept
+KEY_MARGIN = 1e-9
+
+
+def _kept(ell, phi, fused):
+    """The rows of a fused draw that ``_oversample`` keeps, or None when a row left out could be kept too."""
+    _, _, ids, rows, w, mind, u, left_out = fused
+    if not phi > left_out * (1 + KEY_MARGIN):
+        return None
+    keep = u < np.minimum(1.0, ell * w * mind / phi)
+    return ids[keep], rows[keep]
+
+
+def _update_and_weigh(chunk, params):
+    """The last round's ``_update_potential`` and ``_candidate_weights`` in one read of the rows."""
+    new_centers, offset, n_cands = params
+    _, evals = _update_potential(chunk, (new_centers, offset))
+    return _candidate_weights(chunk, n_cands)[0], np.int64(evals)
 
 
 def _candidate_weights(chunk, n_cands):
@@ -122,7 +194,7 @@ def _afk_build(chunk, model):
     chunk's proposals instead, in chain-slot order, with their min d² to the centres chosen so far
     (rebuildable: the draw is row-keyed and the driver holds the chosen centres)."""
     first, plan, centers = model
-    d2 = np.full(chunk.x.shape[0], np.inf)
+    d2 = np.full(chunk.n, np.inf)
     update_mind(chunk.x, first, d2)
     chunk.state["afkmc2"] = {"d2": d2}
     if plan is not None:
@@ -165,7 +237,7 @@ def _afk_chains(chunk, params):
     evals = 0
     st["pending"].extend(new_centers)
     a, b = np.searchsorted(st["slot"], [(j - 1) * chain_length, (j - 1 + n_chains) * chain_length])
-    pending = np.array(st["pending"]).reshape(-1, chunk.x.shape[1])
+    pending = np.array(st["pending"]).reshape(-1, st["rows"].shape[1])
     if len(pending) >= AFK_BLOCK:
         evals += update_mind(st["rows"][a:], pending, st["mind"][a:])
         st["pending"], pending = [], pending[:0]
@@ -202,8 +274,13 @@ def _pick_proposals(masses, rows, trials, rng):
 
 
 def first_center(engine, rng_tag, entropy):
-    masses, _, rows = engine.reduce(_propose, (None, 1, (rng_tag, 0), True), PROPOSALS)
-    return _pick_proposals(masses, rows, 1, stream(entropy, rng_tag, "driver", 0))
+    """One row ∝ w: its chunk ∝ the chunk's Σ w (read without the rows), then that chunk's proposal, the
+    one chunk read (the draws of ``_propose`` over every chunk, and ``_pick_proposals``'s choice among them)."""
+    (masses,) = engine.reduce(_chunk_mass, None, (Rows(),))
+    total = masses.sum()
+    c = int(stream(entropy, rng_tag, "driver", 0).choice(len(masses), size=1, p=masses / total)[0])
+    (row,) = engine.reduce(_propose_in, (c, (rng_tag, 0), engine.n_features, engine.dtype), (Rows(),))
+    return row
 
 
 def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
@@ -249,28 +326,34 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
         progress.phase("seeding k-means||", None, "round") as shown,
     ):
         cands.append(first_center(engine, "k-means||", entropy).astype(np.float64))
-        phi, evals = engine.reduce(_update_potential, (cands[0], 0))
-        evals = int(evals)
-        rounds = max(1, min(max_rounds, math.ceil(math.log(phi)))) if phi > 1 else 1
-        for r in range(rounds):
+        new, offset, phi, evals, rounds = cands[0], 0, 0.0, 0, 1
+        for r in range(max_rounds):
+            if r >= rounds:
+                break
+            # the round's draw rides on the pass that adds the last round's candidates to the potential
+            fused = engine.reduce(_update_and_draw, (new, offset, ell, r, phi, engine.summary.total_weight), FUSED_DRAW)
+            phi, evals = fused[0], evals + int(fused[1])
+            if r == 0:
+                rounds = max(1, min(max_rounds, math.ceil(math.log(phi)))) if phi > 1 else 1
             if not phi > 0:
                 break
-            _, new = engine.reduce(_oversample, (ell, phi, r), (Rows(), Rows()))
-            if not len(new):
-                continue
+            drawn = _kept(ell, phi, fused)
+            if drawn is None:  # a chunk left out a row the draw could keep: the round's draw alone
+                drawn = engine.reduce(_oversample, (ell, phi, r), (Rows(), Rows()))
             offset = sum(map(len, cands))
-            cands.append(new.astype(np.float64))
-            phi, e = engine.reduce(_update_potential, (cands[-1], offset))
-            evals += int(e)
-            shown.update(candidates=offset + len(new))
+            new = drawn[1].astype(np.float64)
+            if len(new):
+                cands.append(new)
+                shown.update(candidates=offset + len(new))
+        n_cands = sum(map(len, cands))
+        weights, e = engine.reduce(_update_and_weigh, (new if phi > 0 else new[:0], offset, n_cands))
+        evals += int(e)
         cands = np.concatenate(cands)
         if len(cands) < k:  # too few distinct candidates: top up with uniformly random rows
             extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - len(cands), replace=False)
             cands = np.concatenate([cands, engine.take(extra).astype(np.float64)])
             weights, e = engine.reduce(_nearest_weights, Prepared(cands, engine.dtype))
             evals += int(e)
-        else:
-            (weights,) = engine.reduce(_candidate_weights, len(cands))
     keep = weights > 0
     if keep.sum() >= k:
         cands, weights = cands[keep], weights[keep]
