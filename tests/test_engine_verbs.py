@@ -342,8 +342,9 @@ def test_afkmc2_chains_run_on_the_workers(cluster, monkeypatch):
         assert eng.n_workers == 2
         trips = eng.round_trips
         there, evals_there = seeding.afkmc2(eng, k, 9, chain_length=m)
-        # the first centre, the state, the masses, the draw and the state's drop, then one per round
-        assert eng.round_trips - trips == 5 + -(-(k - 1) // n)
+        # the first centre (the chunks' weights, then its chunk's row), the state, the masses, the draw and the
+        # state's drop, then one per round
+        assert eng.round_trips - trips == 6 + -(-(k - 1) // n)
     np.testing.assert_array_equal(there, here)
     # one pass for d² to the first centre, then each proposal of chain j against centres 2..j once
     assert evals_there == evals_here == len(X) + m * sum(range(0, k - 1))
