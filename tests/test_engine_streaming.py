@@ -2,6 +2,7 @@
 refuses before any work."""
 
 import contextlib
+import os
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from dask_clust.engine import as_source
 
 @pytest.mark.parametrize("where", ["in-process", "cluster"])
 def test_streaming_gives_the_same_model(cluster, where):
-    """Rule 4: data streamed from its source on every pass gives the model persisted data gives."""
+    """Rule 4: data streamed from its source on every pass gives the model persisted data gives, with the
+    fit's state in memory or in local files between calls."""
     import dask
 
     from dask_clust.datasets import make_blobs
@@ -21,11 +23,13 @@ def test_streaming_gives_the_same_model(cluster, where):
     w = np.linspace(0.5, 2.0, 6000)
     client = "in-process" if where == "in-process" else cluster
     held = dask_clust.fit(X, n_clusters=8, random_state=0, client=client, sample_weight=w)
-    with dask.config.set({"dask_clust.stream": True}):
-        streamed = dask_clust.fit(X, n_clusters=8, random_state=0, client=client, sample_weight=w)
-    assert streamed.engine_["streaming"] and not held.engine_["streaming"]
-    np.testing.assert_array_equal(streamed.cluster_centers_, held.cluster_centers_)
-    assert streamed.n_iter_ == held.n_iter_ and streamed.objective_ == held.objective_
+    for files in (False, True):  # the state in memory, or in the workers' files between calls
+        with dask.config.set({"dask_clust.stream": True, "dask_clust.state-files": files}):
+            streamed = dask_clust.fit(X, n_clusters=8, random_state=0, client=client, sample_weight=w)
+        assert streamed.engine_["streaming"] and not held.engine_["streaming"]
+        assert streamed.engine_["state_files"] == files
+        np.testing.assert_array_equal(streamed.cluster_centers_, held.cluster_centers_)
+        assert streamed.n_iter_ == held.n_iter_ and streamed.objective_ == held.objective_
 
 
 def test_stream_auto_switch_and_small_loaders(input_chunks):
@@ -227,3 +231,46 @@ def test_kmeans_parallel_draws_each_round_in_the_pass_that_updates_the_potential
     assert steps.count(seeding._oversample) == 5
     np.testing.assert_array_equal(fused.cluster_centers_, separate.cluster_centers_)
     assert fused.objective_ == separate.objective_
+
+
+def test_state_in_files_maps_back_what_was_written(tmp_path):
+    """A chunk's state between calls (``rowfiles``): arrays (also in a dict of the state) come back mapped, so
+    an in-place write lasts without being written again; an array replaced, or kept under another name while
+    its file's name gets a new array (Lloyd's spare labels), is written anew, never over a mapped file; other
+    values come back as they were; files of arrays no longer in the state are removed."""
+    from dask_clust.engine.rowfiles import state_from_files, state_to_files
+
+    where = str(tmp_path / "c")
+    labels, mind = np.arange(5, dtype=np.int32), np.linspace(0, 1, 5)
+    state_to_files({"labels": labels, "k-means||": {"mind": mind, "phi": 2.5, "pending": []}}, where, {})
+    state, mapped = state_from_files(where)
+    assert state["k-means||"]["phi"] == 2.5 and state["k-means||"]["pending"] == []
+    np.testing.assert_array_equal(state["labels"], labels)
+    state["k-means||"]["mind"][2] = -1.0  # in place, through the mapping
+    state["spare"], state["labels"] = state["labels"], labels[::-1].copy()
+    state_to_files(state, where, mapped)
+    del state, mapped
+    again, _ = state_from_files(where)
+    np.testing.assert_array_equal(again["labels"], labels[::-1])
+    np.testing.assert_array_equal(again["spare"], labels)
+    np.testing.assert_array_equal(again["k-means||"]["mind"], [0, 0.25, -1.0, 0.75, 1.0])
+    assert len([f for f in os.listdir(where) if f.endswith(".npy")]) == 3
+
+
+@pytest.mark.parametrize("algo", ["kmeans", "nmbatch"])
+def test_a_streamed_fit_with_its_state_in_files_gives_the_same_model(store, algo):
+    """Rule 4: kmeans and nmbatch, whose state only their steps touch, keep it in local files between calls
+    when it would not fit (forced here by ``state-files``) and give the bits of the fit that keeps it in
+    memory."""
+    import dask
+
+    path, _ = store
+    kw = dict(algo=algo, n_clusters=6, random_state=2, client="in-process")
+    with dask.config.set({"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": False}):
+        held = dask_clust.fit(path, **kw)
+    filing = {"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": True, "dask_clust.state-files": True}
+    with dask.config.set(filing):
+        filed = dask_clust.fit(path, **kw)
+    assert filed.engine_["state_files"] and filed.engine_["streaming"] and not held.engine_["state_files"]
+    np.testing.assert_array_equal(filed.cluster_centers_, held.cluster_centers_)
+    assert filed.objective_ == held.objective_ and filed.n_iter_ == held.n_iter_

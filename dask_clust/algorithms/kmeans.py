@@ -103,6 +103,7 @@ register(
         objective="QE of the iteration's assignment, Σ w ||x − c_label||², before the centres move",
         # the seeder's state, then Lloyd's; on a coreset both are the working set's, none of the input rows'
         state_bytes=lambda cfg: 0 if cfg.coreset_size else max(ROW_BYTES, LLOYD_ROW_BYTES),
+        state_files=True,
         resumable=True,
         saved=saved,
     )

@@ -346,6 +346,7 @@ register(
             ROW_BYTES, 8 + 8 + 8 + 4 + 8 + 4 * (cfg.n_clusters if cfg.bounds == "elkan" else 1)
         ),
         keeps_rows=True,
+        state_files=True,
         resumable=True,
         saved=saved,
     )

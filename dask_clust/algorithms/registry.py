@@ -29,7 +29,10 @@ class AlgorithmSpec:
     state_bytes(config): bytes of state the fit keeps per input row through the fit (the engine streams or
         refuses with them counted); None: none. keeps_rows: its state holds a copy of its input rows and
         weights besides (counted too). thread_bytes(config): bytes of buffers each worker thread keeps
-        through the fit (``Chunk.scratch``), counted when the input streams; None: none.
+        through the fit (``Chunk.scratch``), counted when the input streams; None: none. state_files: its
+        per-row state is touched by its steps alone (no backup, halo or partition-to-partition exchange of
+        it), so a streamed fit whose state would not fit the workers' memory keeps it in local files between
+        calls instead of being refused.
     resumable: ``fit(checkpoint=, resume=)`` continues it to the same bits (its fit saves through
         ``loop.save`` and starts from ``loop.restored``). saved(config, n_samples, n_features) ->
         {name: spec} of what its checkpoint holds (``checkpoint.check_saved``): a resumed fit's state is
@@ -55,6 +58,7 @@ class AlgorithmSpec:
     state_bytes: object = None
     keeps_rows: bool = False
     thread_bytes: object = None
+    state_files: bool = False
     resumable: bool = False
     saved: object = None
     model_extras: tuple = ()
@@ -79,12 +83,14 @@ def centres(cfg, n_features):
 
 
 def state_of(spec, cfg, row_bytes):
-    """(bytes of per-row state, who keeps it, bytes of buffers per worker thread): what ``open_engine``
-    counts for the fit of ``spec`` on rows of ``row_bytes`` bytes each (with their weight)."""
+    """(bytes of per-row state, who keeps it, bytes of buffers per worker thread, whether the state may live
+    in files): what ``open_engine`` counts for the fit of ``spec`` on rows of ``row_bytes`` bytes each (with
+    their weight)."""
     return (
         (int(spec.state_bytes(cfg)) if spec.state_bytes else 0) + (row_bytes if spec.keeps_rows else 0),
         f"algo={spec.name!r}",
         (int(spec.thread_bytes(cfg)) if spec.thread_bytes else 0),
+        spec.state_files,
     )
 
 

@@ -4,7 +4,8 @@ Rows are held in memory, or, for data larger than the cluster's memory (ARCHITEC
 holds only its loader (``streaming.ChunkLoader``: slices of the input's stored blocks) and reads its rows
 when a step first touches ``x`` (or its weights, ``w``), for the duration of that step: a step that reads no
 rows loads none. A streamed chunk the partition's memory allows (``resident``) keeps what it read. Its state
-stays resident either way.
+stays in memory, or, where the fit's state would not fit the worker's memory (``files``), in local files
+between calls, mapped back while a step runs (``rowfiles.state_from_files``).
 """
 
 import threading
@@ -13,6 +14,7 @@ import numpy as np
 
 from .._random import stream
 from .data import ChunkLoader
+from .rowfiles import state_from_files, state_to_files
 from .streaming import BlockCache
 
 
@@ -36,6 +38,7 @@ class Chunk:
         "halo",
         "ids",
         "scratch",
+        "files",
         "_prefetch",
     )
 
@@ -54,6 +57,7 @@ class Chunk:
         self.loader = data if isinstance(data, ChunkLoader) else None
         self.resident = False  # a streamed chunk that keeps the rows it read (set by its partition)
         self._prefetch = True
+        self.files = None  # the directory holding the chunk's state between calls, when it is not in memory
         self._x = self._w = self.ids = None
         self.cache = None
         if self.loader is None:
@@ -96,6 +100,16 @@ class Chunk:
         return np.arange(self.start, self.stop, dtype=np.int64) if self.ids is None else self.ids
 
     def run(self, step, params):
+        if self.files is None:
+            return self._run(step, params)
+        self.state, mapped = state_from_files(self.files)
+        try:
+            return self._run(step, params)
+        finally:
+            state, self.state = self.state, {}
+            state_to_files(state, self.files, mapped)
+
+    def _run(self, step, params):
         if self.loader is None:
             return step(self, params)
         # a step that reads a few chunks' rows (``take``) says so: the chunks after it are not read ahead

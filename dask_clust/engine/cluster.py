@@ -28,7 +28,7 @@ from .mailbox import remote_run
 from .partition import Partition, home, partition_meta, tree
 from .recovery import GONE, LOSSES, LOST_WORKERS, Recovery, Restarted
 from .rows import RowMoves
-from .streaming import loaders, resident_bytes, should_stream, streaming_memory
+from .streaming import loaders, resident_bytes, should_stream, state_in_files, streaming_memory
 
 logger = logging.getLogger("dask_clust")
 
@@ -47,12 +47,14 @@ class InProcessBackend:
         ids = range(source.n_chunks)
         available = psutil.virtual_memory().available
         self.streaming = should_stream(source, available, state)
+        self.state_files = self.streaming and state_in_files(source, available, state)
         blocks = loaders(source, ids) if self.streaming else [source.block(i) for i in ids]
         keep = 0
         if self.streaming:  # what fits stays, as on a worker whose limit is this machine's free memory
             me = {"memory_limit": available, "nthreads": self.threads}
-            keep = resident_bytes(source, state, {"": me}, available)[""]
-        self.part = Partition(partition_meta(ids, source, entropy, self.threads, resident=keep), *blocks)
+            keep = resident_bytes(source, state, {"": me}, available, self.state_files)[""]
+        meta = partition_meta(ids, source, entropy, self.threads, resident=keep, state_files=self.state_files)
+        self.part = Partition(meta, *blocks)
         self.n_workers = 1
         self.n_rebuilds = 0
         # our pool runs one chunk per core; a multi-threaded BLAS inside each would oversubscribe them, and
@@ -111,11 +113,13 @@ class ClusterBackend(Recovery, RowMoves):
         self._file_seen = {}  # worker address -> whether it sees the .npy file the source maps
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
         self.streaming = should_stream(source, memory, state)
+        self.state_files = self.streaming and state_in_files(source, memory, state)
         self.stream_estimate = None  # bytes the most loaded worker is estimated to need while streaming
         self.keep = {}  # worker address -> bytes of streamed rows its partition may keep between passes
         if self.streaming:
-            self.stream_estimate = streaming_memory(source, state, self._worker_info())
-            self.keep = resident_bytes(source, state, self._worker_info(), psutil.virtual_memory().total)
+            info, total = self._worker_info(), psutil.virtual_memory().total
+            self.stream_estimate = streaming_memory(source, state, info, self.state_files)
+            self.keep = resident_bytes(source, state, info, total, self.state_files)
             logger.info(
                 "streaming %.3g GB from its source on every pass (cluster memory %.3g GB)",
                 source.nbytes / 1e9,
@@ -199,7 +203,7 @@ class ClusterBackend(Recovery, RowMoves):
         # a worker given a lost worker's partition besides its own keeps none of the new one's rows
         alone = all(a != addr for p, (a, _) in enumerate(self.placement) if p != pid)
         keep = self.keep.get(addr, 0) if alone else 0
-        meta = partition_meta(ids, self.source, self.entropy, threads, pid, self.n_parts, worker=True, resident=keep)
+        meta = partition_meta(ids, self.source, self.entropy, threads, pid, self.n_parts, True, keep, self.state_files)
         future = self.client.submit(
             host,
             meta,

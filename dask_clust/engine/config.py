@@ -31,6 +31,9 @@ DEFAULTS = {
     # of the memory that would hold it (the cluster's workers, or this machine in-process)
     "stream": "auto",
     "stream-fraction": 0.5,
+    # a streamed fit whose per-row state would take more than stream-fraction of the memory keeps it in local
+    # files between calls where its algorithm allows ("auto"); True: always when streamed; False: never
+    "state-files": "auto",
     # rule 1: the driver owns a model up to this size; a larger one lives sharded on the workers
     # (``Engine.sharded``) and is gathered only at the end
     "model-bytes": "512MiB",

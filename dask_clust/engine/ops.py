@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..kernels.stats import chunk_summary, fixed_top_exponent
+from ..kernels.stats import chunk_summary, fixed_top_exponent, weighted_moments
 from . import config
 from .backups import DeclaredStates
 from .calls import Plan, ReduceScatter, Step
@@ -52,16 +52,18 @@ NO_ROW = np.iinfo(np.int64).max
 # log2 of the largest sum a fit may form: float64's range (2^1023) less the fixed-point grid's headroom
 MAX_EXPONENT = 960
 # the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|
-# with its first row, the first non-finite row and the first chunk with a bad weight
-SUMMARY = (Sum(), Fold(), Fold(), Fold(), ArgMax(), Min(), Min())
+# with its first row, the first non-finite row and the first chunk with a bad weight; per chunk, Σ w, Σ w x
+# and Σ w ||x||² (``Engine.chunk_moments``)
+SUMMARY = (Sum(), Fold(), Fold(), Fold(), ArgMax(), Min(), Min(), Rows(), Rows(), Rows())
 
 
 def _summary_step(chunk, params):
     d = chunk.x.shape[1]
-    sums, sumsq = np.empty(d), np.empty(d)
+    sums, sumsq, wx = np.empty(d), np.empty(d), np.zeros(d)
     max_abs, at, bad = chunk_summary(chunk.x, sums, sumsq)
     w = chunk.w
     w_ok = bool(np.all(np.isfinite(w)) and np.all(w >= 0))
+    wxx = weighted_moments(chunk.x, w, wx) if bad < 0 and w_ok else 0.0
     return (
         np.int64(chunk.x.shape[0]),
         sums,
@@ -70,6 +72,9 @@ def _summary_step(chunk, params):
         (np.array([max_abs]), np.array([chunk.start + at], np.int64)),
         np.int64(NO_ROW if bad < 0 else chunk.start + bad),
         np.int64(NO_ROW if w_ok else chunk.index),
+        np.array([w.sum()]),
+        wx[None, :],
+        np.array([wxx]),
     )
 
 
@@ -125,6 +130,9 @@ class Engine:
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
         self.top = None
+        # per chunk (Σ w, Σ w x, Σ w ||x||²) from the first pass, for a draw that needs the chunks' shares of a
+        # proposal about a centre (the lightweight coreset's); None for an engine given a summary
+        self.chunk_moments = None
         if summary is None:
             summary = self._first_pass()
             top = fixed_top_exponent(summary.total_weight, self.n_features, summary.max_abs)
@@ -171,7 +179,8 @@ class Engine:
         )
 
     def _first_pass(self):
-        n, sums, sumsq, total_w, (max_abs, at), bad, bad_w = self.reduce(_summary_step, combine=SUMMARY)
+        n, sums, sumsq, total_w, (max_abs, at), bad, bad_w, *moments = self.reduce(_summary_step, combine=SUMMARY)
+        self.chunk_moments = tuple(moments)
         max_abs, at = float(max_abs[0]), int(at[0])
         if bad != NO_ROW:
             raise InputError(f"Input contains NaN or infinity at {self._where(bad)}")
@@ -337,14 +346,19 @@ class Engine:
         that decides whether it comes to this process)."""
         counts = np.asarray(counts, dtype=np.int64)
         rows = int(config.get("working-set-chunk-rows"))
-        nbytes = int(counts.sum()) * max(self.n_features * self.dtype.itemsize, int(row_bytes or 0))
-        if self.backend.in_process or nbytes <= config.get_bytes("in-process-bytes"):
+        if self.samples_here(int(counts.sum()), row_bytes):
             X, w = self.reduce(step, params, (Rows(), Rows()))
             source, client = as_source(X, w, chunk_rows=rows), IN_PROCESS
         else:
             source, client = self.backend.drawn(step, params, counts, rows), self.backend.client
         with _releasing(source), open_engine(source, client, entropy) as engine:
             yield engine
+
+    def samples_here(self, rows, row_bytes=None):
+        """Whether ``sample`` brings a set of ``rows`` rows (``row_bytes`` each with its state, when more than
+        the row) to this process: in-process, or within ``in-process-bytes`` (rule 6)."""
+        nbytes = int(rows) * max(self.n_features * self.dtype.itemsize, int(row_bytes or 0))
+        return self.backend.in_process or nbytes <= config.get_bytes("in-process-bytes")
 
     @contextlib.contextmanager
     def reorder(self, key_step, params=None):
@@ -413,6 +427,7 @@ class Engine:
             "threads": self.backend.threads,
             "chunks": self.n_chunks,
             "streaming": self.backend.streaming,
+            "state_files": getattr(self.backend, "state_files", False),
             "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
             # the passes a streamed fit made over its source (the stored bytes decoded ÷ the data's size)
             "passes": self.bytes_read() / self.source.nbytes if self.backend.streaming else None,

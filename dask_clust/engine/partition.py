@@ -17,6 +17,9 @@ between partitions).
 
 import asyncio
 import copy
+import os
+import shutil
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -68,6 +71,10 @@ class Partition:
             if c.loader is not None and keep >= c.loader.nbytes:
                 c.resident = True
                 keep -= c.loader.nbytes
+        # the chunks' state in local files between calls, when the fit's would not fit the memory (rule 4)
+        self.files = tempfile.mkdtemp(prefix="dask_clust-state-") if meta.get("state_files") else None
+        for c in self.chunks if self.files else ():
+            c.files = os.path.join(self.files, str(c.index))
         if meta.get("worker"):
             pin_blas()
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 and len(self.chunks) > 1 else None
@@ -191,14 +198,20 @@ class Partition:
                 pool.shutdown()
         if self.cache is not None:
             self.cache.close()
+        if self.files is not None:
+            shutil.rmtree(self.files, ignore_errors=True)
         for c in self.chunks:  # the last references to the steps' per-thread buffers
             c.scratch = None
 
 
-def partition_meta(chunk_ids, source, entropy, threads, partition=0, partitions=1, worker=False, resident=0):
-    """What a partition is made from (``Partition``); ``resident``: bytes of streamed rows it may keep."""
+def partition_meta(
+    chunk_ids, source, entropy, threads, partition=0, partitions=1, worker=False, resident=0, state_files=False
+):
+    """What a partition is made from (``Partition``); ``resident``: bytes of streamed rows it may keep;
+    ``state_files``: whether its chunks keep their state in local files between calls."""
     return {
         "resident": int(resident),
+        "state_files": bool(state_files),
         "chunks": [(int(i), int(source.starts[i]), int(source.starts[i + 1])) for i in chunk_ids],
         "entropy": entropy,
         "threads": threads,

@@ -1,10 +1,15 @@
-"""A checkpoint's per-row state, written and read where the rows live (``Engine.dump_rows``/``load_rows``):
-one ``.npz`` file per chunk, named by the state's key and the chunk's row range, so that an engine cut in
-other chunks reads the rows it holds from the files that cover them; every file checked against the sha256
-its generation recorded and the fields the algorithm declares before any of it reaches a kernel."""
+"""Per-row state in files. A checkpoint's, written and read where the rows live (``Engine.dump_rows``/
+``load_rows``): one ``.npz`` file per chunk, named by the state's key and the chunk's row range, so that an
+engine cut in other chunks reads the rows it holds from the files that cover them; every file checked against
+the sha256 its generation recorded and the fields the algorithm declares before any of it reaches a kernel.
+And a streaming partition's, between its calls, when the fit's state would not fit its memory
+(``state_from_files``/``state_to_files``, rule 4): in a local directory of the worker, gone with the
+partition (a lost partition's state is rebuilt from the model, as it would be from memory)."""
 
 import os
+import pickle
 import socket
+import uuid
 
 import numpy as np
 
@@ -116,3 +121,62 @@ def _by_row(values, order):
     out = np.empty_like(values)
     out[order] = values
     return out
+
+
+# ---------------------------------------------------------------- a streaming partition's state between calls
+
+
+def state_from_files(directory):
+    """A chunk's state as ``state_to_files`` left it in ``directory``: its arrays mapped from their files (a
+    step reads only the pages it touches and writes in place through them; nmbatch's batch is a prefix of its
+    rows), the rest unpickled; and {path: (file name, array)} of the mapped ones. Empty when nothing was
+    written yet."""
+    manifest = os.path.join(directory, "state.pkl")
+    if not os.path.exists(manifest):
+        return {}, {}
+    with open(manifest, "rb") as f:
+        leaves = pickle.load(f)
+    state, mapped = {}, {}
+    for path, (kind, value) in leaves.items():
+        if kind == "npy":
+            array = np.asarray(np.load(os.path.join(directory, value), mmap_mode="r+"))
+            mapped[path], value = (value, array), array
+        _put(state, path, value)
+    return state, mapped
+
+
+def state_to_files(state, directory, mapped):
+    """Write a chunk's state into ``directory``: each array (of the state, or of a dict in it) to a new
+    ``.npy`` file unless it is the array ``state_from_files`` mapped there (changed in place, if at all),
+    everything else into one pickle; files no longer part of the state are removed. A file is never written
+    over: the state may still map it (Lloyd keeps last call's labels as its spare), and a mapped file cut
+    short would fault; one unlinked stays readable until unmapped."""
+    os.makedirs(directory, exist_ok=True)
+    leaves, names = {}, set()
+    for path, value in _leaves(state):
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            name, was = mapped.get(path, (None, None))
+            if was is not value:
+                name = f"{uuid.uuid4().hex}.npy"
+                np.save(os.path.join(directory, name), value)
+            leaves[path], names = ("npy", name), names | {name}
+        else:
+            leaves[path] = ("obj", value)
+    with open(os.path.join(directory, "state.pkl"), "wb") as f:
+        pickle.dump(leaves, f, protocol=pickle.HIGHEST_PROTOCOL)
+    for name in set(os.listdir(directory)) - names - {"state.pkl"}:
+        os.remove(os.path.join(directory, name))
+
+
+def _leaves(state, prefix=()):
+    for key, value in state.items():
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            yield from _leaves(value, prefix + (key,))
+        else:
+            yield prefix + (key,), value
+
+
+def _put(state, path, value):
+    for key in path[:-1]:
+        state = state.setdefault(key, {})
+    state[path[-1]] = value

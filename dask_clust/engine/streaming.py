@@ -31,21 +31,36 @@ KEEP_FRACTION = 0.7
 
 
 def fit_state(state):
-    """(bytes of state per row, who keeps them, bytes of buffers per worker thread) of the ``state`` a fit
-    declares (``algorithms.state_of``); the last may be left out (none)."""
-    row_bytes, who, *buffers = state
-    return int(row_bytes), who, int(buffers[0]) if buffers else 0
+    """(bytes of state per row, who keeps them, bytes of buffers per worker thread, whether the state may
+    live in local files between calls) of the ``state`` a fit declares (``algorithms.state_of``); the last two
+    may be left out (none, no)."""
+    row_bytes, who, *rest = state
+    rest = list(rest) + [0, False][len(rest) :]
+    return int(row_bytes), who, int(rest[0]), bool(rest[1])
+
+
+def state_in_files(source, memory_bytes, state):
+    """Rule 4: a streamed fit keeps its per-row state in local files between calls (``rowfiles``) when the
+    algorithm allows it (its state is touched by its steps alone) and the state would take more than
+    ``stream-fraction`` of the memory (``state-files``: "auto", True or False)."""
+    row_bytes, _, _, files = fit_state(state)
+    mode = config.get("state-files")
+    if not files or mode is False or isinstance(source, (ArraySource, FutureSource)):
+        return False
+    return mode is True or source.n_samples * row_bytes > float(config.get("stream-fraction")) * memory_bytes
 
 
 def should_stream(source, memory_bytes, state=(0, "the fit")):
     """Rule 4: stream a dask source from where it lives each pass when it and the fit's per-row state would
     take more than ``stream-fraction`` of the memory available to hold them (``stream``: "auto", True or
-    False). ``state`` = (bytes per row, who keeps them[, bytes per thread]), declared by the algorithm: the
-    state stays in memory either way, so a fit whose state alone is over that share is refused before it
-    starts."""
-    row_bytes, who, _ = fit_state(state)
+    False). ``state`` = (bytes per row, who keeps them[, bytes per thread, whether it may live in files]),
+    declared by the algorithm: a fit whose state alone is over that share streams with its state in files
+    where the algorithm allows it (``state_in_files``), and is refused before it starts where not."""
+    row_bytes, who, _, _ = fit_state(state)
     fraction = float(config.get("stream-fraction"))
     held = source.n_samples * int(row_bytes)
+    if state_in_files(source, memory_bytes, state) and config.get("stream") not in (False, "never"):
+        return True
     if held > fraction * memory_bytes:
         raise InputError(
             f"{who} keeps {int(row_bytes)} B of state per row: {held / 1e9:.3g} GB for "
@@ -61,32 +76,34 @@ def should_stream(source, memory_bytes, state=(0, "the fit")):
     return source.nbytes + held > fraction * memory_bytes
 
 
-def _worker_need(source, state, w, n_workers):
+def _worker_need(source, state, w, n_workers, in_files=False):
     """What a streaming worker ``w`` (the scheduler's info of it) needs besides any rows it keeps: the process,
     per thread its chunk, the input block(s) it is cut from and the fit's buffers, one chunk's blocks read
-    ahead, and its share of the fit's state. Returns (bytes, chunk, block, share)."""
-    chunk = int(np.diff(source.starts).max()) * source.n_features * source.dtype.itemsize
+    ahead, and its share of the fit's state (``in_files``: a chunk's state per thread instead). Returns
+    (bytes, chunk, block, share)."""
+    rows = int(np.diff(source.starts).max())
+    chunk = rows * source.n_features * source.dtype.itemsize
     block = getattr(source, "input_chunk_bytes", 0)
-    row_bytes, _, buffers = fit_state(state)
-    per_thread = chunk + max(chunk, block) + buffers
-    share = source.n_samples * row_bytes / max(1, n_workers)
+    row_bytes, _, buffers, _ = fit_state(state)
+    per_thread = chunk + max(chunk, block) + buffers + (rows * row_bytes if in_files else 0)
+    share = 0 if in_files else source.n_samples * row_bytes / max(1, n_workers)
     process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
     return process + w.get("nthreads", 1) * per_thread + max(chunk, block) + share, chunk, block, share
 
 
-def streaming_memory(source, state, workers):
+def streaming_memory(source, state, workers, in_files=False):
     """A streamed chunk is computed from its source on every pass: a worker thread holds it and the input
     block(s) it is cut from meanwhile (a zarr chunk decoded whole), and the fit's buffers; the worker reads
     the next chunk's blocks ahead. With the worker's share of the fit's state and the process itself, that
     must stay under the memory its nanny allows, or the nanny restarts the worker in every pass: refused
     before any work instead, in one line. ``workers``: the scheduler's {address: {"memory_limit", "nthreads",
     "metrics": {"memory"}}}. Returns the largest worker's estimate in bytes."""
-    _, who, buffers = fit_state(state)
+    _, who, buffers, _ = fit_state(state)
     terminate = float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
     largest = 0
     for addr, w in sorted(workers.items()):
         limit = w.get("memory_limit") or 0
-        need, chunk, block, share = _worker_need(source, state, w, len(workers))
+        need, chunk, block, share = _worker_need(source, state, w, len(workers), in_files)
         largest = max(largest, need)
         if limit and need > terminate * limit:
             raise InputError(
@@ -101,14 +118,14 @@ def streaming_memory(source, state, workers):
     return int(largest)
 
 
-def resident_bytes(source, state, workers, total_memory):
+def resident_bytes(source, state, workers, total_memory, in_files=False):
     """Rule 4, what fits stays: per worker address, the bytes of streamed rows its partition may keep from
     one pass to the next, up to ``KEEP_FRACTION`` of its memory limit (of ``total_memory`` shared by the
     workers when it has none) less what it needs to stream the rest (``streaming_memory``)."""
     out = {}
     for addr, w in workers.items():
         limit = w.get("memory_limit") or total_memory / max(1, len(workers))
-        need = _worker_need(source, state, w, len(workers))[0]
+        need = _worker_need(source, state, w, len(workers), in_files)[0]
         out[addr] = int(max(0, KEEP_FRACTION * limit - need))
     return out
 
