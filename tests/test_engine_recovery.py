@@ -223,10 +223,11 @@ def test_a_rebuild_target_lost_before_its_partition_starts_is_placed_again(three
 
 
 SEEDING_KILLS = {  # phase: (fit parameters, the step before whose nth call the worker dies, n)
-    "k-means|| round 0": (dict(algo="kmeans", init="k-means||"), "seeding._oversample", 1),
+    "k-means|| round 0": (dict(algo="kmeans", init="k-means||"), "seeding._update_and_draw", 1),
     "k-means++ centre 3": (dict(algo="kmeans", init="k-means++"), "seeding._propose", 3),
     "afkmc2 chains": (dict(algo="kmeans", init="afkmc2"), "seeding._afk_chains", 2),
-    "vc-GMM coreset": (dict(algo="vcgmm", coreset_size=20_000), "coreset._masses", 1),
+    # the coreset drawn on the workers (its shares from the first pass), its engine open: its seeding's first call
+    "vc-GMM coreset": (dict(algo="vcgmm", coreset_size=20_000), "seeding._chunk_mass", 1),
     # the coreset's own engine opening (its first pass): before, a partition pinned to the lost worker waited
     # for it forever, and coreset rows drawn from scattered numpy rows could not be recomputed
     "vc-GMM coreset engine": (dict(algo="vcgmm", coreset_size=20_000), "ops._summary_step", 2),

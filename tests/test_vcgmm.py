@@ -447,3 +447,32 @@ def test_final_objective_choices(data, tmp_path):
     assert fits["exact"].n_distance_evals_ - none.n_distance_evals_ >= len(data) * 12  # + float64 rechecks
     none.save(tmp_path / "m")
     assert dask_clust.load(tmp_path / "m").objective_ is None
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e9])
+def test_coreset_shares_come_from_the_first_pass_unless_cancellation_spoils_them(offset):
+    """Step 2 of the lightweight coreset takes each chunk's Σ w d² about the mean from the first pass's
+    per-chunk moments (no pass of its own): equal to numpy's row-by-row sums to rounding; for rows a billion
+    from the origin with unit spread, the difference would cancel every digit, and the shares come from their
+    own pass instead. Either way the weights keep the coreset unbiased: its weighted mean is the data's."""
+    from dask_clust.blocks.coreset import chunk_shares
+    from dask_clust.engine.ops import Engine
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(9000, 3)) + offset
+    sw = rng.uniform(0.5, 2.0, 9000)
+    passes = []
+    reduce = Engine.reduce
+    with open_engine(as_source(X, sw, chunk_rows=1000), "in-process", 5) as engine:
+        u = (sw @ X) / sw.sum()
+        shared = chunk_shares(engine, u)
+        engine.reduce = lambda step, *a, **k: passes.append(step.__name__) or reduce(engine, step, *a, **k)
+        rows, w = lightweight_coreset(engine, 30000, 5)
+    if offset:
+        assert shared is None and passes == ["_masses", "_sample"]
+    else:
+        exact = np.array([sw[i : i + 1000] @ ((X[i : i + 1000] - u) ** 2).sum(1) for i in range(0, 9000, 1000)])
+        np.testing.assert_allclose(shared[0], exact, rtol=1e-9)
+        assert passes == ["_sample"]
+    assert w.sum() == pytest.approx(sw.sum(), rel=0.02)
+    np.testing.assert_allclose((w @ (rows - offset)) / w.sum(), (sw @ (X - offset)) / sw.sum(), atol=0.03)

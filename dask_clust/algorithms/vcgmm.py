@@ -37,6 +37,10 @@ sensitivity bound, not by this one.
   7. refit_means (ours, ``refit_size``; vc-GMM only): one Lloyd step from the means on a fresh sample of
      2 N' rows, so that the centres returned are not limited by the coreset's ≈ 64 rows per cluster.
 
+Passes over the data: the engine's first pass (the mean, and each chunk's share of the coreset's proposal),
+one drawing the coreset and step 7's sample together (``coreset_and_sample``, when both come to the driver),
+and the exact QE's: three, however large the data.
+
 Departure from the paper's defaults: its AFK-MC2 approximates non-greedy D² sampling, which
 leaves well-separated clusters without a mean (200k × 16, 10 blobs, k = 10: 4 of 10 seeds at 3.1-3.6 × the
 k-means QE, m = 2000 no better, exact D² sampling misses in 3 of 10 as well); and with random K^(n) the first
@@ -65,7 +69,7 @@ import numpy as np
 from .. import progress
 from .._params import COVARIANCE_TYPES, Boolean, FiniteArray, Interval, NoneOK, Options
 from .._random import stream
-from ..blocks.coreset import default_size, uniform_sample, working_set
+from ..blocks.coreset import coreset_and_sample, default_size, uniform_sample
 from ..blocks.knn import nearest_centre
 from ..blocks.lloyd import lloyd_update
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
@@ -807,16 +811,17 @@ def refit_size(cfg, n_samples, coreset):
     return min(n_samples, 2 * coreset if size == "auto" else size)
 
 
-def refit_means(engine, mu, size, entropy):
+def refit_means(engine, mu, size, entropy, drawn=None):
     """Step 7: one Lloyd step from the EM's means on ``size`` fresh rows drawn ∝ w (all rows when ``size`` is
     N). Each mean comes from ≈ N'/C coreset rows (64 by default), importance-weighted, so it carries their
     sampling noise: blobs 1 M × 32, C = 2000, the EM's means end 3.5 % above faiss's QE; re-estimated from
-    2 N' uniform rows, 1.5 % (one step on all N rows: 0.0 %). A cluster no sampled row chooses keeps its mean."""
+    2 N' uniform rows, 1.5 % (one step on all N rows: 0.0 %). A cluster no sampled row chooses keeps its mean.
+    ``drawn``: those rows, drawn with the coreset in its pass (``coreset_and_sample``)."""
     with progress.phase(f"refit on {size:,} rows", 1, "pass") as shown:
         if size >= engine.n_samples:
             new, evals = lloyd_update(engine, mu)
         else:
-            with uniform_sample(engine, size, entropy) as rows:
+            with uniform_sample(engine, size, entropy, drawn) as rows:
                 new, evals = lloyd_update(rows, mu)
         shown.update()
     return new, evals
@@ -893,7 +898,9 @@ def fit(engine, cfg, entropy, loop):
         size = default_size(engine.n_samples, cfg.n_clusters)
     _check(engine)
     phases = {}
-    with working_set(engine, size, entropy, cfg.n_clusters, phases) as work:
+    refit = refit_size(cfg, engine.n_samples, size)
+    aside = refit if refit and refit < engine.n_samples else None  # drawn with the coreset, in its pass
+    with coreset_and_sample(engine, size, aside, entropy, cfg.n_clusters, phases) as (work, drawn):
         t = time.perf_counter()
         seeder = seeding_method(cfg, engine.n_features)
         if loop.restored is None:
@@ -911,9 +918,8 @@ def fit(engine, cfg, entropy, loop):
             mu, sigma2, f, em_evals, mixture = truncated_em(rows, mu, cfg, entropy, loop, phases, sets, cells)
         if sets == "nearest":  # the assignment pass over the working set: the sort's key or the builder's
             seed_evals += work.n_samples * cfg.n_clusters
-        refit = refit_size(cfg, engine.n_samples, size)
         t = time.perf_counter()
-        mu, refit_evals = refit_means(engine, mu, refit, entropy) if refit else (mu, 0)
+        mu, refit_evals = refit_means(engine, mu, refit, entropy, drawn) if refit else (mu, 0)
         phases["refit"] = time.perf_counter() - t
         t = time.perf_counter()
         qe, qe_evals = final_objective(engine, work, mu, getattr(cfg, "final_objective", "exact"))

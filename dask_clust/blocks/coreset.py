@@ -4,11 +4,18 @@ O. Bachem, M. Lucic, A. Krause, "Scalable k-Means Clustering via Lightweight Cor
 doi:10.1145/3219819.3219973.
 
   1. u = the (weighted) mean of X                                   pass 1 (the engine's first pass)
-  2. d²_n = ||x_n − u||², q_n = ½ w_n/Σw + ½ w_n d²_n/Σ w d²         pass 2: per-chunk masses
+  2. d²_n = ||x_n − u||², q_n = ½ w_n/Σw + ½ w_n d²_n/Σ w d²         each chunk's share of q from the
+                                                                    first pass's per-chunk moments
   3. N' rows i.i.d. ∝ q with replacement, weight w_n/(N' q_n)       per-chunk Multinomial counts,
-                                                                    then local sampling per chunk
+                                                                    then local sampling per chunk (pass 2)
 Duplicates stay separate rows; Σ weights ≈ Σw (unbiased). All rows equal (Σ w d² = 0): q = w/Σw.
 Input sample weights generalise the paper's unit weights (w_n = 1 gives its q and 1/(N' q)).
+
+Step 2 takes a chunk's Σ w d² as Σ w ||x||² − 2 u·Σ w x + ||u||² Σ w from the first pass (no pass of its
+own), which rounding makes slightly off the row-by-row sum; so a row's weight is w_n/(N' p_n) with p_n the
+probability it was actually drawn with (its chunk's share times q_n over the chunk's own Σ q, computed as
+it draws): unbiased whatever the shares. Where that difference cancels too many digits (data far from the
+origin for its spread), the shares come from a pass of their own, row by row, as before.
 
 ``uniform_sample`` draws the same way with q = w/Σw (every row weighing Σw/size): vc-GMM re-estimates its
 means on such a sample (``algorithms/vcgmm.py: refit_means``).
@@ -65,46 +72,95 @@ def _masses(chunk, u):
 
 def _sample(chunk, params):
     """Draw this chunk's count of rows ∝ q (S = 0: ∝ w); return (rows, their weights). Needs no state (d² is
-    computed again), so it also runs as a one-shot task where the chunk's rows live."""
-    u, counts, S, W, size, tag = params
+    computed again), so it also runs as a one-shot task where the chunk's rows live. ``shares``: the chunks'
+    shares of q the counts were drawn with, when not the chunks' exact Σ q: a row then weighs
+    w/(size · share · q/Σ_chunk q), the probability it was drawn with."""
+    u, counts, S, W, size, tag, shares = params
     m = int(counts[chunk.index])
     if m == 0:
         return chunk.x[:0], np.empty(0)
     q = proposal(chunk.w, _d2(chunk, u) if S > 0 else None, S, W)
     idx = np.sort(draw_proportional(q, chunk.rng(tag), m))
-    return chunk.x[idx], chunk.w[idx] / (size * q[idx])
+    p = q[idx] if shares is None else shares[chunk.index] * q[idx] / q.sum()
+    return chunk.x[idx], chunk.w[idx] / (size * p)
 
 
-def mean(engine):
-    """Pass 1: the weighted mean of the rows (the engine's first pass already has it when unweighted)."""
+def _mean(engine):
+    """Step 1: the weighted mean of the rows, from the engine's first pass (its per-chunk Σ w x when
+    weighted), or from a pass of its own (an engine given its summary)."""
     if getattr(engine.source, "weights", None) is None:
         return engine.summary.mean
+    if engine.chunk_moments is not None:
+        w, wx, _ = engine.chunk_moments
+        return wx.sum(axis=0) / w.sum()
     sx, sw = engine.reduce(_weighted_sums)
     return sx / sw
 
 
+# the digits step 2's sum may lose to cancellation before the shares come from a pass of their own: its
+# error is within about d·2^-52 of Σ w ||x||², kept below a millionth of Σ w d²
+CANCELLATION = 1e-6
+
+
+def chunk_shares(engine, u):
+    """Each chunk's Σ w d² about u, Σ w, and their totals (MASSES) from the first pass's per-chunk moments,
+    or None where there are none (an engine given its summary) or cancellation would make them inexact."""
+    if engine.chunk_moments is None:
+        return None
+    w, wx, wxx = engine.chunk_moments
+    s = np.maximum(wxx - 2.0 * (wx @ u) + w * float(u @ u), 0.0)
+    S, W = float(s.sum()), float(w.sum())
+    if not S > CANCELLATION * float(wxx.sum()):
+        return None
+    return s, w, S, W
+
+
 def coreset_draw(engine, size, entropy):
-    """Passes 1 and 2: how many of the ``size`` rows each chunk draws, and the parameters of ``_sample``
-    that draws them (the driver handles per-chunk counts, never rows)."""
-    u = mean(engine)[None, :]
-    s, w, S, W = engine.reduce(_masses, u, MASSES)
+    """How many of the ``size`` rows each chunk draws, and the parameters of ``_sample`` that draws them (the
+    driver handles per-chunk counts, never rows): from the first pass alone (``chunk_shares``), or from
+    a pass of their own."""
+    u = _mean(engine)
+    shared = chunk_shares(engine, u)
+    if shared is None:
+        s, w, S, W = engine.reduce(_masses, u[None, :], MASSES)
+    else:
+        s, w, S, W = shared
     masses = proposal_masses(s, w, S, W)
-    counts = stream(entropy, "coreset", "counts").multinomial(size, masses / masses.sum())
-    return (u, counts, S, W, size, "coreset"), counts
+    shares = masses / masses.sum()
+    counts = stream(entropy, "coreset", "counts").multinomial(size, shares)
+    return (u[None, :], counts, S, W, size, "coreset", None if shared is None else shares), counts
 
 
 def _chunk_weight(chunk, _):
     return (np.array([float(chunk.w.sum())]),)
 
 
-@contextlib.contextmanager
-def uniform_sample(engine, size, entropy):
-    """An engine over ``size`` rows drawn ∝ w with replacement, each weighing Σw/size (an unbiased sample
-    of the rows' mass, like the coreset with q = w/Σw). The driver handles per-chunk Σw and counts."""
+def _sample_both(chunk, params):
+    """``_sample`` of two draws (the coreset, and a uniform sample set aside) from one read of the chunk."""
+    first, second = params
+    return (*_sample(chunk, first), *_sample(chunk, second))
+
+
+def uniform_draw(engine, size, entropy):
+    """How many of ``size`` rows drawn ∝ w each chunk draws (from the chunks' Σ w, read without the rows),
+    the parameters of ``_sample`` that draws them, and the entropy of the engine over them."""
     (w,) = engine.reduce(_chunk_weight, None, (Rows(),))
     counts = stream(entropy, "uniform", "counts").multinomial(size, w / w.sum())
     sub_entropy = int(stream(entropy, "uniform", "engine").integers(2**63))
-    with engine.sample(_sample, (None, counts, 0.0, float(w.sum()), size, "uniform"), counts, sub_entropy) as rows:
+    return (None, counts, 0.0, float(w.sum()), size, "uniform", None), counts, sub_entropy
+
+
+@contextlib.contextmanager
+def uniform_sample(engine, size, entropy, drawn=None):
+    """An engine over ``size`` rows drawn ∝ w with replacement, each weighing Σw/size (an unbiased sample
+    of the rows' mass, like the coreset with q = w/Σw). The driver handles per-chunk Σw and counts.
+    ``drawn``: the same rows drawn already, with the coreset (``coreset_and_sample``)."""
+    if drawn is not None:
+        with engine.working_set(*drawn) as rows:
+            yield rows
+        return
+    params, counts, sub_entropy = uniform_draw(engine, size, entropy)
+    with engine.sample(_sample, params, counts, sub_entropy) as rows:
         yield rows
 
 
@@ -125,6 +181,14 @@ def working_set(engine, size, entropy, n_clusters, phases=None):
     """The engine an algorithm iterates on: a lightweight coreset of ``size`` rows (one partition when it
     fits one worker), or ``engine`` itself when ``size`` is None. Records phases["coreset"] (seconds) when
     given a dict."""
+    with coreset_and_sample(engine, size, None, entropy, n_clusters, phases) as (work, _):
+        yield work
+
+
+@contextlib.contextmanager
+def coreset_and_sample(engine, size, aside, entropy, n_clusters, phases=None):
+    """``working_set``, and ``aside`` rows drawn ∝ w (``uniform_sample``'s) in the same pass when both sets
+    come to this process: (the engine, (rows, weights, entropy) for ``uniform_sample(drawn=)``, or None)."""
     phases = {} if phases is None else phases
     if size is not None and n_clusters > size:
         raise InvalidParameterError(
@@ -133,14 +197,20 @@ def working_set(engine, size, entropy, n_clusters, phases=None):
         )
     if size is None:
         phases["coreset"] = 0.0
-        yield engine
+        yield engine, None
         return
     t = time.perf_counter()
+    drawn = None
     with contextlib.ExitStack() as stack:
         with progress.phase(f"coreset of {size:,} rows", 1, "draw") as shown:
             params, counts = coreset_draw(engine, size, entropy)
             sub_entropy = int(stream(entropy, "coreset", "engine").integers(2**63))
-            work = stack.enter_context(engine.sample(_sample, params, counts, sub_entropy))
+            if aside and engine.samples_here(size) and engine.samples_here(aside):
+                other, _, other_entropy = uniform_draw(engine, aside, entropy)
+                X, w, U, u = engine.reduce(_sample_both, (params, other), (Rows(),) * 4)
+                work, drawn = stack.enter_context(engine.working_set(X, w, sub_entropy)), (U, u, other_entropy)
+            else:
+                work = stack.enter_context(engine.sample(_sample, params, counts, sub_entropy))
             shown.update()
         phases["coreset"] = time.perf_counter() - t
-        yield work
+        yield work, drawn

@@ -264,3 +264,25 @@ def chunk_summary(X, sums, sumsq):
                 max_abs = a
                 at = i
     return max_abs, at, -1
+
+
+@njit(nogil=True, cache=True)
+def weighted_moments(X, w, wx):
+    """A block's Σ w x per feature and Σ w ||x||², float64: with Σ w, the chunk's share of the lightweight
+    coreset's proposal about any centre, without a pass of its own (``blocks/coreset.py: coreset_draw``).
+
+    X  : IN  float32/float64 (n, d), finite
+    w  : IN  float64 (n,)
+    wx : OUT float64 (d,)
+    Returns Σ w ||x||².
+    """
+    wx[:] = 0.0
+    total = 0.0
+    for i in range(X.shape[0]):
+        s = 0.0
+        for j in range(X.shape[1]):
+            v = np.float64(X[i, j])
+            wx[j] += w[i] * v
+            s += v * v
+        total += w[i] * s
+    return total
