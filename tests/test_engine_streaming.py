@@ -274,3 +274,26 @@ def test_a_streamed_fit_with_its_state_in_files_gives_the_same_model(store, algo
     assert filed.engine_["state_files"] and filed.engine_["streaming"] and not held.engine_["state_files"]
     np.testing.assert_array_equal(filed.cluster_centers_, held.cluster_centers_)
     assert filed.objective_ == held.objective_ and filed.n_iter_ == held.n_iter_
+
+
+def test_state_goes_to_files_where_it_would_pause_a_streaming_worker():
+    """kmeans's 16 B of state per row, streamed from 23.5 M rows on two 700 MiB workers: under stream-fraction
+    of the cluster's memory, but with it a worker would pass distributed's pause threshold (0.8 of its limit;
+    measured: 87 % and 11 "Pausing worker" events), so it goes to the workers' files; on 900 MiB workers it
+    stays in memory, and an algorithm that does not allow files keeps it there either way."""
+    from dask_clust.engine.data import Source
+    from dask_clust.engine.streaming import _worker_need, state_in_files
+
+    class Streamed(Source):  # a dask source, as far as the decision goes
+        pass
+
+    rows = 23_500_000
+    src = Streamed(rows, 32, np.float32, np.r_[np.arange(0, rows, 262_144), rows], False)
+    src.input_chunk_bytes = 30 << 20
+    for mib, files in ((700, True), (900, False)):
+        w = {"memory_limit": mib << 20, "nthreads": 1, "metrics": {"memory": 200 << 20}}
+        workers = {"a": w, "b": w}
+        assert src.n_samples * 16 < 0.5 * 2 * (mib << 20)
+        assert (_worker_need(src, (16, "k", 0, True), w, 2)[0] > 0.8 * (mib << 20)) == files
+        assert state_in_files(src, 2 * (mib << 20), (16, "kmeans", 0, True), workers) == files
+        assert not state_in_files(src, 2 * (mib << 20), (16, "vcgmm", 0, False), workers)

@@ -113,7 +113,7 @@ class ClusterBackend(Recovery, RowMoves):
         self._file_seen = {}  # worker address -> whether it sees the .npy file the source maps
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
         self.streaming = should_stream(source, memory, state)
-        self.state_files = self.streaming and state_in_files(source, memory, state)
+        self.state_files = self.streaming and state_in_files(source, memory, state, self._worker_info())
         self.stream_estimate = None  # bytes the most loaded worker is estimated to need while streaming
         self.keep = {}  # worker address -> bytes of streamed rows its partition may keep between passes
         if self.streaming:

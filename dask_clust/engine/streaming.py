@@ -39,15 +39,23 @@ def fit_state(state):
     return int(row_bytes), who, int(rest[0]), bool(rest[1])
 
 
-def state_in_files(source, memory_bytes, state):
+def state_in_files(source, memory_bytes, state, workers=None):
     """Rule 4: a streamed fit keeps its per-row state in local files between calls (``rowfiles``) when the
     algorithm allows it (its state is touched by its steps alone) and the state would take more than
-    ``stream-fraction`` of the memory (``state-files``: "auto", True or False)."""
+    ``stream-fraction`` of the memory, or would bring a streaming worker (``workers``, as ``streaming_memory``
+    takes them) past distributed's pause threshold, where it stops taking tasks and logs "Pausing worker"
+    (``state-files``: "auto", True or False)."""
     row_bytes, _, _, files = fit_state(state)
     mode = config.get("state-files")
     if not files or mode is False or isinstance(source, (ArraySource, FutureSource)):
         return False
-    return mode is True or source.n_samples * row_bytes > float(config.get("stream-fraction")) * memory_bytes
+    if mode is True or source.n_samples * row_bytes > float(config.get("stream-fraction")) * memory_bytes:
+        return True
+    pause = float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
+    return any(
+        (w.get("memory_limit") or 0) and _worker_need(source, state, w, len(workers))[0] > pause * w["memory_limit"]
+        for w in (workers or {}).values()
+    )
 
 
 def should_stream(source, memory_bytes, state=(0, "the fit")):
