@@ -32,8 +32,8 @@ def churn_fit(client, algo, event, rebuilt=()):
     """The undisturbed fit (which rebuilds nothing: ``rebuilt`` stays empty) and the fit with ``event(pids by
     address)`` run after iteration 3, on 60,000 lazy 8-d blobs (a lost chunk is recomputed), vc-GMM's
     20k-row coreset on the workers in 5 chunks so that its partitions have buddies to keep their K^(n),
-    "-sharded": the model sharded on the workers, "-diag": a diagonal mixture (``MODELS``); (calm, hit, hit's
-    wall time)."""
+    "-sharded": the model sharded on the workers, "-diag": a diagonal mixture (``MODELS``), "-streamed": the
+    rows streamed and the state in files; (calm, hit, hit's wall time)."""
     import dask
 
     from dask_clust.datasets import make_blobs
@@ -46,6 +46,8 @@ def churn_fit(client, algo, event, rebuilt=()):
     settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}
     if algo.endswith("-sharded"):
         settings["dask_clust.model-bytes"] = "1"
+    if "-streamed" in algo:  # read from its source on every pass, the fit's state in the workers' files
+        settings.update({"dask_clust.stream": True, "dask_clust.state-files": True})
     with dask.config.set(settings):
         calm = dask_clust.fit(X, client=client, **kw)
         assert not rebuilt

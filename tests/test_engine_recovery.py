@@ -17,6 +17,7 @@ from tests.reference.make_blobs import blobs
 
 # SLK restarts an outer iteration instead of repeating a call: test_slk_worker_killed_mid_fit_gives_the_same_model
 KILL_CASES = sorted(set(dask_clust.REGISTRY) - {"slk"}) + ["kmeans-sharded", "vcgmm-sharded", "vcgmm-diag-sharded"]
+KILL_CASES += ["kmeans-streamed", "nmbatch-streamed"]
 
 
 @pytest.mark.parametrize("algo", KILL_CASES)
@@ -27,7 +28,9 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, lost, algo):
     for bit. vc-GMM's coreset is kept on the workers (in-process-bytes 1 KiB), so its EM runs there.
     "kmeans-sharded", "vcgmm-sharded": the centres / means sharded on the workers (model-bytes 1 B), the
     lost shard restored from its buddy's copy; "vcgmm-diag-sharded": a diagonal mixture with learned weights,
-    its variances and weights sharded too. The victim is the first, second or third worker by pid, in turn."""
+    its variances and weights sharded too; "-streamed": the rows read from their source on every pass and the
+    state in the workers' local files (rebuilt from the model with the partition). The victim is the first,
+    second or third worker by pid, in turn."""
     victim = KILL_CASES.index(algo) % 3
     calm, hit, _ = churn_fit(
         three_workers, algo, lambda pids: os.kill(sorted(pids.values())[victim], signal.SIGKILL), lost
