@@ -1,12 +1,17 @@
 """Model fingerprints: every registered algorithm (plus each seeder for Lloyd) on one data set, fitted
 in-process and on LocalClusters of 1, 2 and 4 single-thread workers; prints the QE and a hash of the
 centres' bits per fit. Run it before and after an engine change: equal lines mean equal models.
+``--streamed``: the same data also from a zarr store (its chunks not aligned with the fit's), read from it on
+every pass with every fit's state in the workers' files where its algorithm allows: lines equal to the
+in-memory ones mean that streaming changes no model.
 
-    python benchmarks/bench_model_bits.py [--workers 1,2,4] > before.txt
+    python benchmarks/bench_model_bits.py [--workers 1,2,4] [--streamed] > before.txt
 """
 
 import argparse
 import hashlib
+import os
+import tempfile
 
 import dask
 import numpy as np
@@ -45,14 +50,23 @@ def run(X, client, where):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workers", default="1,2,4")
+    p.add_argument("--streamed", action="store_true", help="also every fit streamed from a zarr store")
     args = p.parse_args()
     X = blobs(40_000, 8, 12, seed=7)[0]
+    inputs = [(X, "", {})]
+    if args.streamed:
+        import dask.array as da
+
+        path = os.path.join(tempfile.mkdtemp(prefix="model-bits-"), "x.zarr")
+        da.from_array(X, chunks=(3001, 8)).to_zarr(path)
+        inputs.append((path, " streamed", {"dask_clust.stream": True, "dask_clust.state-files": True}))
     # the test suite's chunking: many small chunks, so every multi-chunk path runs
-    with dask.config.set({"dask_clust.min-chunk-bytes": "1KiB"}):
-        run(X, "in-process", "in-process")
-        for w in (int(s) for s in args.workers.split(",") if s):
-            with local_cluster(w, 1) as client:
-                run(X, client, f"{w} workers")
+    for data, how, settings in inputs:
+        with dask.config.set({"dask_clust.min-chunk-bytes": "1KiB", **settings}):
+            run(data, "in-process", "in-process" + how)
+            for w in (int(s) for s in args.workers.split(",") if s):
+                with local_cluster(w, 1) as client:
+                    run(data, client, f"{w} workers{how}")
 
 
 if __name__ == "__main__":

@@ -17,10 +17,11 @@ def build_parser():
     )
     p.add_argument(
         "--suite",
-        choices=["quick", "paper", "scaling", "sweep"],
+        choices=["quick", "paper", "scaling", "sweep", "streaming"],
         help="quick: every algorithm and competitor on 5 data sets (< 10 min); paper: the papers' "
         "experiments too (< 60 min); scaling: 1 vs 2 workers and overhead vs workers; sweep: "
-        "time against C = 500 to 4,096 on blobs 1M x 32 (about 60 min)",
+        "time against C = 500 to 4,096 on blobs 1M x 32 (about 60 min); streaming: fits on zarr stores 2x and "
+        "10x the memory of memory-limited workers (about 30 min)",
     )
     p.add_argument("--tiny", action="store_true", help="2,000 rows per data set, one repeat: a smoke run")
     p.add_argument(

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 from . import paper
 
-SUITES = ("quick", "paper", "scaling", "sweep")
+SUITES = ("quick", "paper", "scaling", "sweep", "streaming")
 COMMAND = "python benchmarks/run.py --suite {suite}"
 
 # The papers' own figures (see the docstrings of ``paper``); quoted as printed, never computed with.
@@ -520,6 +520,56 @@ def scaling_section(rows, plot):
     return lines
 
 
+def streaming_section(rows):
+    """Streamed fits beyond the cluster's memory: passes, time per pass against one cold read and decode of the
+    store, worker peaks against the limit."""
+    rows = of(rows, "streaming")
+    if not rows:
+        return []
+    r0 = rows[0]
+    lines = [
+        f"## Beyond memory (`{COMMAND.format(suite='streaming')}`)",
+        "",
+        f"Zarr stores of 32-d float32 blobs (30 MiB chunks, fitted in 32 MiB chunks) on {r0['workers']} workers of "
+        f"{mib(r0['worker_limit'])} MiB each; passes = stored bytes decoded ÷ the store's size; the floor is one "
+        f"{'cold' if r0['cold'] else 'warm'} read and decode of the whole store on the same workers, in the same run.",
+        "",
+    ]
+    body = []
+    for r in rows:
+        body.append(
+            [
+                f"{r['times_memory']:g}×",
+                f"{r['data_bytes'] / 2**30:.2f}",
+                r["algo"],
+                ", ".join(f"{k}={v}" for k, v in r["params"].items()),
+                r["outcome"] if r["outcome"] == "fitted" else r["outcome"][:80],
+                "files" if r["state_files"] else "memory",
+                fmt(r["passes"], ".2f"),
+                fmt(r["wall_s"], ".0f"),
+                fmt(r["floor_pass_s"], ".1f"),
+                times(r["pass_vs_floor"]),
+                f"{mib(r['peak_worker_bytes'])} ({100 * r['peak_of_limit']:.0f} %)" if r["peak_of_limit"] else "–",
+                r["pausing_events"],
+            ]
+        )
+    header = [
+        "store ÷ memory",
+        "GiB",
+        "fit",
+        "parameters",
+        "outcome",
+        "state",
+        "passes",
+        "wall s",
+        "floor s",
+        "s a pass ÷ floor",
+        "worker peak MiB (of limit)",
+        "pauses",
+    ]
+    return lines + [table(header, body), ""]
+
+
 def sweep_section(rows, plot):
     """Time against C (``--suite sweep``): every fit's wall time, its speedup and eta against scikit-learn's
     k-means++ Lloyd of the same C (speedup only where scikit-learn's time is extrapolated) and its QE against
@@ -793,6 +843,7 @@ def write(results_dir, page, tiny=False):
     lines += slk_section(of(paper_rows, "slk_quality") or runs.get("quick", []))
     lines += sweep_section(runs.get("sweep", []), plot)
     lines += scaling_section(runs.get("scaling", []), plot)
+    lines += streaming_section(runs.get("streaming", []))
     with open(page, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
     return page

@@ -18,7 +18,7 @@ import numpy as np
 
 from dask_clust import algorithms
 
-from . import measure, paper, scaling, sweep
+from . import measure, paper, scaling, streaming, sweep
 from .data import materialise, read
 from .measure import TINY_LOOP
 
@@ -211,7 +211,9 @@ def run_suite(suite, out, client, tiny=False):
             scaling.run_all(run)
         elif suite == "sweep":
             sweep.run_all(run)
+        elif suite == "streaming":
+            streaming.run_all(run)
         else:
-            raise ValueError(f"suite={suite!r}: expected 'quick', 'paper', 'scaling' or 'sweep'")
+            raise ValueError(f"suite={suite!r}: expected 'quick', 'paper', 'scaling', 'sweep' or 'streaming'")
     finally:
         run.close()
