@@ -1,7 +1,7 @@
 """A row chunk as a step sees it, and where ``Engine.reorder`` sends each of its rows.
 
 Rows are held in memory, or, for data larger than the cluster's memory (ARCHITECTURE.md, rule 4), a chunk
-holds only its loader (``streaming.ChunkLoader``: slices of the input's stored blocks) and reads its rows
+holds only its loader (``data.ChunkLoader``: slices of the input's stored blocks) and reads its rows
 when a step first touches ``x`` (or its weights, ``w``), for the duration of that step: a step that reads no
 rows loads none. A streamed chunk the partition's memory allows (``resident``) keeps what it read. Its state
 stays in memory, or, where the fit's state would not fit the worker's memory (``files``), in local files
