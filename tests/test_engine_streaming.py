@@ -95,27 +95,33 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit():
     limit, or the nanny restarts it in every pass (measured: 32 MiB chunks on 512 MiB workers, 3 restarts).
     800 MiB workers, 6 GiB of 32-d float32, kmeans (Lloyd's 16 B of state per row): refused before any work,
     naming the worker and what to change, unless both the chunks and the input's blocks are 32 MiB and the fit
-    keeps no 48 MiB of buffers per thread (vc-GMM's search buffers are about that)."""
+    keeps no 64 MiB of buffers per thread (vc-GMM's search buffers are about that). The next chunk's blocks
+    are read ahead only where that keeps the worker under distributed's pause threshold (0.8 of its limit):
+    here never, on 1,200 MiB workers yes (counted then)."""
     from dask_clust.engine.data import Source
     from dask_clust.engine.streaming import STREAM_PASS, WORKER_BASE, streaming_memory
     from dask_clust.errors import InputError
 
-    limit = 800 << 20
-    workers = {f"tcp://w{i}": {"memory_limit": limit, "nthreads": 1, "metrics": {"memory": 90 << 20}} for i in range(3)}
     rows = 50_331_648
     share = rows * 16 / 3
-    for chunk_mib, block_mib, buffer_mib, refused in (
-        (128, 32, 0, True),
-        (32, 128, 0, True),
-        (32, 32, 48, True),
-        (32, 32, 0, False),
+    for mib, chunk_mib, block_mib, buffer_mib, refused in (
+        (800, 128, 32, 0, True),
+        (800, 32, 128, 0, True),
+        (800, 32, 32, 64, True),
+        (800, 32, 32, 0, False),
+        (1200, 32, 32, 0, False),
     ):
+        limit = mib << 20
+        worker = {"memory_limit": limit, "nthreads": 1, "metrics": {"memory": 90 << 20}}
+        workers = {f"tcp://w{i}": worker for i in range(3)}
         per = (chunk_mib << 20) // 128
         src = Source(rows, 32, np.float32, np.r_[np.arange(0, rows, per), rows], False)
         src.input_chunk_bytes = block_mib << 20
-        read_ahead = max(chunk_mib, block_mib) << 20
-        need = WORKER_BASE + STREAM_PASS + ((chunk_mib + max(chunk_mib, block_mib) + buffer_mib) << 20)
-        need += read_ahead + share
+        decode = max(chunk_mib, block_mib) << 20
+        need = WORKER_BASE + STREAM_PASS + (chunk_mib << 20) + decode + (buffer_mib << 20) + share
+        ahead = need + decode <= 0.8 * limit
+        assert ahead == (mib == 1200)
+        need += decode if ahead else 0
         assert (need > 0.95 * limit) == refused
         state = (16, "algo='kmeans'", buffer_mib << 20)
         if refused:
@@ -125,7 +131,7 @@ def test_streaming_is_refused_when_a_workers_chunks_cannot_fit_its_limit():
                 match=rf"^algo='kmeans' streams chunks of {chunk_mib} MiB cut from input "
                 rf"blocks of up to {block_mib} MiB: worker tcp://w0 "
                 rf"would need about {need / 2**20:.0f} MiB \(1 thread\(s\) x both"
-                rf"{buffers}, one read ahead, .* of its 800 MiB limit",
+                rf"{buffers}, .* of its 800 MiB limit",
             ):
                 streaming_memory(src, state, workers)
         else:

@@ -52,7 +52,7 @@ class InProcessBackend:
         keep = 0
         if self.streaming:  # what fits stays, as on a worker whose limit is this machine's free memory
             me = {"memory_limit": available, "nthreads": self.threads}
-            keep = resident_bytes(source, state, {"": me}, available, self.state_files)[""]
+            keep = resident_bytes(source, state, {"": me}, available, self.state_files)[""][0]
         meta = partition_meta(ids, source, entropy, self.threads, resident=keep, state_files=self.state_files)
         self.part = Partition(meta, *blocks)
         self.n_workers = 1
@@ -115,7 +115,7 @@ class ClusterBackend(Recovery, RowMoves):
         self.streaming = should_stream(source, memory, state)
         self.state_files = self.streaming and state_in_files(source, memory, state, self._worker_info())
         self.stream_estimate = None  # bytes the most loaded worker is estimated to need while streaming
-        self.keep = {}  # worker address -> bytes of streamed rows its partition may keep between passes
+        self.keep = {}  # worker address -> (bytes of streamed rows its partition may keep, whether it reads ahead)
         if self.streaming:
             info, total = self._worker_info(), psutil.virtual_memory().total
             self.stream_estimate = streaming_memory(source, state, info, self.state_files)
@@ -202,8 +202,10 @@ class ClusterBackend(Recovery, RowMoves):
         """Start partition ``pid`` on ``addr`` over the rows ``futs`` of chunks ``ids``; its future."""
         # a worker given a lost worker's partition besides its own keeps none of the new one's rows
         alone = all(a != addr for p, (a, _) in enumerate(self.placement) if p != pid)
-        keep = self.keep.get(addr, 0) if alone else 0
+        keep, ahead = self.keep.get(addr, (0, True))
+        keep = keep if alone else 0
         meta = partition_meta(ids, self.source, self.entropy, threads, pid, self.n_parts, True, keep, self.state_files)
+        meta["read_ahead"] = ahead and alone
         future = self.client.submit(
             host,
             meta,

@@ -61,7 +61,7 @@ class Partition:
         scratch = threading.local()
         self.threads = max(1, int(meta.get("threads", 1)))
         streamed = [(i, data) for (i, _, _), data in zip(meta["chunks"], blocks) if isinstance(data, ChunkLoader)]
-        self.cache = BlockCache(streamed, self.threads) if streamed else None
+        self.cache = BlockCache(streamed, self.threads, meta.get("read_ahead", True)) if streamed else None
         self.chunks = [
             Chunk(i, a, b, data, meta["entropy"], scratch, self.cache)
             for (i, a, b), data in zip(meta["chunks"], blocks)

@@ -4,6 +4,7 @@ and how a streaming partition reads its chunks (``BlockCache``): each stored blo
 the next chunk's blocks read while the current ones are computed."""
 
 import collections
+import logging
 import pickle
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,6 +16,8 @@ from ..errors import InputError
 from . import config
 from .data import ArraySource, FutureSource
 from .events import count
+
+logger = logging.getLogger("dask_clust")
 
 # what a streaming worker needs beyond its chunks, state and buffers, measured on CPython 3.11 (one worker of
 # one thread, zarr stores of 1 and 2 GiB in 32 MiB chunks, Lloyd; ``benchmarks/bench_faults.py --parts
@@ -28,6 +31,10 @@ STREAM_PASS = 48 << 20
 # the share of a streaming worker's memory limit the rows it keeps may bring it to: below distributed's
 # pause threshold (0.8 by default: a paused worker stops taking tasks, and logs "Pausing worker")
 KEEP_FRACTION = 0.7
+
+
+def _pause():
+    return float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
 
 
 def fit_state(state):
@@ -51,9 +58,8 @@ def state_in_files(source, memory_bytes, state, workers=None):
         return False
     if mode is True or source.n_samples * row_bytes > float(config.get("stream-fraction")) * memory_bytes:
         return True
-    pause = float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
     return any(
-        (w.get("memory_limit") or 0) and _worker_need(source, state, w, len(workers))[0] > pause * w["memory_limit"]
+        (w.get("memory_limit") or 0) and _worker_need(source, state, w, len(workers))[0] > _pause() * w["memory_limit"]
         for w in (workers or {}).values()
     )
 
@@ -86,17 +92,22 @@ def should_stream(source, memory_bytes, state=(0, "the fit")):
 
 def _worker_need(source, state, w, n_workers, in_files=False):
     """What a streaming worker ``w`` (the scheduler's info of it) needs besides any rows it keeps: the process,
-    per thread its chunk, the input block(s) it is cut from and the fit's buffers, one chunk's blocks read
-    ahead, and its share of the fit's state (``in_files``: a chunk's state per thread instead). Returns
-    (bytes, chunk, block, share)."""
+    per thread its chunk, the input block(s) it is cut from as they are decoded (``decode_copies`` of them at
+    once: a table's ``data.FRAME_COPIES``) and the fit's buffers, and its share of the fit's state (``in_files``: a
+    chunk's state per thread instead); and one chunk's blocks read ahead, unless that would take the worker
+    past distributed's pause threshold (then none are). Returns (bytes, chunk, block, share, read ahead)."""
     rows = int(np.diff(source.starts).max())
     chunk = rows * source.n_features * source.dtype.itemsize
     block = getattr(source, "input_chunk_bytes", 0)
+    decode = max(chunk, block) + (getattr(source, "decode_copies", 1) - 1) * block
     row_bytes, _, buffers, _ = fit_state(state)
-    per_thread = chunk + max(chunk, block) + buffers + (rows * row_bytes if in_files else 0)
+    per_thread = chunk + decode + buffers + (rows * row_bytes if in_files else 0)
     share = 0 if in_files else source.n_samples * row_bytes / max(1, n_workers)
     process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
-    return process + w.get("nthreads", 1) * per_thread + max(chunk, block) + share, chunk, block, share
+    need = process + w.get("nthreads", 1) * per_thread + share
+    limit = w.get("memory_limit") or 0
+    ahead = not limit or need + decode <= _pause() * limit
+    return need + (decode if ahead else 0), chunk, block, share, ahead
 
 
 def streaming_memory(source, state, workers, in_files=False):
@@ -111,30 +122,41 @@ def streaming_memory(source, state, workers, in_files=False):
     largest = 0
     for addr, w in sorted(workers.items()):
         limit = w.get("memory_limit") or 0
-        need, chunk, block, share = _worker_need(source, state, w, len(workers), in_files)
+        need, chunk, block, share, ahead = _worker_need(source, state, w, len(workers), in_files)
         largest = max(largest, need)
         if limit and need > terminate * limit:
             raise InputError(
                 f"{who} streams chunks of {chunk / 2**20:.0f} MiB cut from input blocks of up to "
                 f"{block / 2**20:.0f} MiB: worker {addr} would need about "
                 f"{need / 2**20:.0f} MiB ({w.get('nthreads', 1)} thread(s) x both"
-                f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, one read ahead, "
+                f"{f' + {buffers / 2**20:.0f} MiB of buffers' if buffers else ''}, "
+                f"{'one read ahead, ' if ahead else ''}"
                 f"{share / 2**20:.0f} MiB of state, the process) of its {limit / 2**20:.0f} MiB limit; "
                 "store the input in smaller chunks, set dask_clust.chunk-bytes lower, or give "
                 "workers more memory"
+            )
+        if limit and need > _pause() * limit:
+            logger.warning(
+                "worker %s will need about %.0f MiB of its %.0f MiB while streaming, past distributed's pause "
+                "threshold: it will pause (and log it) until it frees memory; smaller stored blocks or "
+                "dask_clust.chunk-bytes, or more memory per worker, avoid it",
+                addr,
+                need / 2**20,
+                limit / 2**20,
             )
     return int(largest)
 
 
 def resident_bytes(source, state, workers, total_memory, in_files=False):
-    """Rule 4, what fits stays: per worker address, the bytes of streamed rows its partition may keep from
+    """Rule 4, what fits stays: per worker address, (the bytes of streamed rows its partition may keep from
     one pass to the next, up to ``KEEP_FRACTION`` of its memory limit (of ``total_memory`` shared by the
-    workers when it has none) less what it needs to stream the rest (``streaming_memory``)."""
+    workers when it has none) less what it needs to stream the rest (``streaming_memory``); whether it reads
+    a chunk ahead)."""
     out = {}
     for addr, w in workers.items():
         limit = w.get("memory_limit") or total_memory / max(1, len(workers))
-        need = _worker_need(source, state, w, len(workers), in_files)[0]
-        out[addr] = int(max(0, KEEP_FRACTION * limit - need))
+        need, *_, ahead = _worker_need(source, state, w, len(workers), in_files)
+        out[addr] = int(max(0, KEEP_FRACTION * limit - need)), ahead
     return out
 
 
@@ -150,8 +172,9 @@ class BlockCache:
     yet started read on a thread of its own meanwhile (at most ``threads`` + 1 chunks' blocks held).
     ``read``: the bytes decoded so far (the passes a fit makes are ``read`` ÷ the data's size)."""
 
-    def __init__(self, loaders, threads=1):
-        """loaders: [(chunk index, ChunkLoader)] of the partition's streamed chunks, in chunk order."""
+    def __init__(self, loaders, threads=1, ahead=True):
+        """loaders: [(chunk index, ChunkLoader)] of the partition's streamed chunks, in chunk order; ahead:
+        whether the next chunk's blocks are read ahead (not where the worker's memory is short)."""
         self._order = list(loaders)
         self._uses = collections.Counter(k for _, ld in self._order for k in ld.keys)
         self.first = self._order[0][0] if self._order else None
@@ -160,6 +183,7 @@ class BlockCache:
         self._lock = threading.Lock()
         self._pool = None
         self._kept = set()  # chunks that keep what they read (resident), once they have read it
+        self._ahead = ahead
         self.read = 0
         self.begin()
 
@@ -202,6 +226,8 @@ class BlockCache:
     def read_ahead(self):
         """Start decoding the blocks of the next chunk no thread has started, on the read-ahead thread, while
         the blocks held stay within the limit."""
+        if not self._ahead:
+            return
         with self._lock:
             for i, ld in self._order:
                 if i in self._started or i in self._kept:
