@@ -82,7 +82,12 @@ def test_streaming_counts_the_fits_state_and_refuses_what_cannot_fit(input_chunk
     monkeypatch.setattr(Engine, "reduce", lambda *a, **k: reduces.append(a) or pytest.fail("work before refusing"))
     with (
         dask.config.set({"dask_clust.stream-fraction": 1e-6}),
-        pytest.raises(InputError, match=r"^algo='vargmm' keeps 64 B of state per row: .* GB for 64,000 rows"),
+        pytest.raises(
+            InputError,
+            match=r"^algo='vargmm' keeps 64 B of state per row: .* GB for 64,000 rows, .*; add workers or memory, or "
+            r"fit on a coreset \(algo='kmeans', algo='vcgmm' with coreset_size=\.\.\.\), or with an algorithm "
+            r"that keeps its state in the workers' local files \('kmeans', 'nmbatch'\)$",
+        ),
     ):
         dask_clust.fit(X, algo="vargmm", n_clusters=3, client="in-process")
     assert reduces == []

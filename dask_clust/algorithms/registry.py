@@ -84,13 +84,25 @@ def centres(cfg, n_features):
 
 def state_of(spec, cfg, row_bytes):
     """(bytes of per-row state, who keeps it, bytes of buffers per worker thread, whether the state may live
-    in files): what ``open_engine`` counts for the fit of ``spec`` on rows of ``row_bytes`` bytes each (with
-    their weight)."""
+    in files, what works where the fit's state cannot fit): what ``open_engine`` counts for the fit of
+    ``spec`` on rows of ``row_bytes`` bytes each (with their weight)."""
     return (
         (int(spec.state_bytes(cfg)) if spec.state_bytes else 0) + (row_bytes if spec.keeps_rows else 0),
         f"algo={spec.name!r}",
         (int(spec.thread_bytes(cfg)) if spec.thread_bytes else 0),
         spec.state_files,
+        routes(),
+    )
+
+
+def routes():
+    """The fits whose state does not grow with the data, for a refusal to name: those that fit on a coreset
+    (their ``coreset_size``) and those that keep their state in the workers' files."""
+    coreset = sorted(n for n, s in REGISTRY.items() if "coreset_size" in s.config.__dataclass_fields__)
+    files = sorted(n for n, s in REGISTRY.items() if s.state_files)
+    return (
+        f"fit on a coreset ({', '.join(f'algo={n!r}' for n in coreset)} with coreset_size=...), or with an "
+        f"algorithm that keeps its state in the workers' local files ({', '.join(map(repr, files))})"
     )
 
 

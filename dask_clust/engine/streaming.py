@@ -67,7 +67,8 @@ def state_in_files(source, memory_bytes, state, workers=None):
 def should_stream(source, memory_bytes, state=(0, "the fit")):
     """Rule 4: stream a dask source from where it lives each pass when it and the fit's per-row state would
     take more than ``stream-fraction`` of the memory available to hold them (``stream``: "auto", True or
-    False). ``state`` = (bytes per row, who keeps them[, bytes per thread, whether it may live in files]),
+    False). ``state`` = (bytes per row, who keeps them[, bytes per thread, whether it may live in files, the
+    routes that work where it cannot: the refusal names them]),
     declared by the algorithm: a fit whose state alone is over that share streams with its state in files
     where the algorithm allows it (``state_in_files``), and is refused before it starts where not."""
     row_bytes, who, _, _ = fit_state(state)
@@ -79,8 +80,8 @@ def should_stream(source, memory_bytes, state=(0, "the fit")):
         raise InputError(
             f"{who} keeps {int(row_bytes)} B of state per row: {held / 1e9:.3g} GB for "
             f"{source.n_samples:,} rows, over stream-fraction = {fraction:g} of the "
-            f"{memory_bytes / 1e9:.3g} GB of memory it runs in; add workers or memory, or fit on a "
-            "sample (an algorithm with a coreset, or its coreset_size where the algorithm takes one)"
+            f"{memory_bytes / 1e9:.3g} GB of memory it runs in; add workers or memory, or "
+            f"{state[4] if len(state) > 4 else 'fit on a sample (an algorithm with a coreset)'}"
         )
     mode = config.get("stream")
     if isinstance(source, (ArraySource, FutureSource)) or mode is False or mode == "never":
