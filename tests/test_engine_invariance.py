@@ -89,7 +89,7 @@ def test_every_registered_algorithm_keeps_what_it_declares(small_blobs, algo, pa
 
     X, _ = small_blobs
     spec = dask_clust.REGISTRY[algo]
-    row_bytes, _, thread_bytes, _ = state_of(spec, spec.config(n_clusters=6, **params), X.shape[1] * X.itemsize + 8)
+    row_bytes, _, thread_bytes, *_ = state_of(spec, spec.config(n_clusters=6, **params), X.shape[1] * X.itemsize + 8)
     seen = {"input": None, "state": 0, "buffers": 0}
 
     def made(partition):
