@@ -50,14 +50,13 @@ from distributed import Client, LocalCluster
 import dask_clust
 from dask_clust.datasets import make_blobs
 from dask_clust.engine.local import worker_environ
+from harness import streaming
 from harness.common import dask_process, emit
 from harness.measure import Workers
 
 
 def store(path, rows, d):
-    X, _ = make_blobs(rows, d, 100, random_state=0, chunks=(32 << 20) // (4 * d))  # 32 MiB zarr chunks
-    da.to_zarr(X.astype("float32"), path)
-    return da.from_zarr(path)
+    return streaming.store(path, rows, (32 << 20) // (4 * d), d)  # 32 MiB zarr chunks
 
 
 def fit(X, client, algo, settings, **kw):

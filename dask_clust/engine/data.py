@@ -183,9 +183,14 @@ class ChunkLoader:
     def weights(self, n):
         if self.w_graph is None:
             return np.ones(n)
-        import pickle
+        return np.ascontiguousarray(run_graph(self.w_graph), dtype=np.float64)
 
-        return np.ascontiguousarray(pickle.loads(self.w_graph).compute(scheduler="sync"), dtype=np.float64)
+
+def run_graph(graph):
+    """A pickled dask object computed here, in this thread (a streamed chunk's stored block or weights)."""
+    import pickle
+
+    return pickle.loads(graph).compute(scheduler="sync")
 
 
 class FutureSource(Source):

@@ -5,7 +5,6 @@ the next chunk's blocks read while the current ones are computed."""
 
 import collections
 import logging
-import pickle
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -14,7 +13,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import config
-from .data import ArraySource, FutureSource
+from .data import ArraySource, FutureSource, run_graph
 from .events import count
 
 logger = logging.getLogger("dask_clust")
@@ -212,7 +211,7 @@ class BlockCache:
 
     def _decode(self, key, graph, fut):
         try:
-            block = np.ascontiguousarray(pickle.loads(graph).compute(scheduler="sync"))
+            block = np.ascontiguousarray(run_graph(graph))
         except BaseException as exc:
             with self._lock:
                 if self._blocks.get(key) is fut:
