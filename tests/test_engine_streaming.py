@@ -244,6 +244,36 @@ def test_kmeans_parallel_draws_each_round_in_the_pass_that_updates_the_potential
     assert fused.objective_ == separate.objective_
 
 
+def test_streamed_minibatch_gathers_its_seeding_and_batches_in_one_pass(store, monkeypatch):
+    """minibatch's uniform batches touch every stored block, so each gather is a pass over a streamed store:
+    streamed, one gather brings the seeding sample and every batch the driver's budget holds (here all 40), and
+    the fit makes three passes (the summary, that gather, the final QE); in memory, gathers of 4 steps give the
+    same model, bit for bit (each batch comes from its step's own stream)."""
+    import dask
+
+    from dask_clust.blocks import batches
+    from dask_clust.engine import streaming
+    from dask_clust.engine.ops import Engine
+
+    path, _ = store
+    kw = dict(algo="minibatch", n_clusters=6, batch_size=64, max_iter=40, max_no_improvement=None, random_state=4)
+    gathers = []
+    take = Engine.take
+    monkeypatch.setattr(Engine, "take", lambda self, ids, **k: gathers.append(len(ids)) or take(self, ids, **k))
+    monkeypatch.setattr(streaming, "KEEP_FRACTION", 0.0)
+    with dask.config.set({"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": True}):
+        streamed = dask_clust.fit(path, client="in-process", **kw)
+    assert streamed.engine_["streaming"] and streamed.engine_["passes"] == 3.0
+    assert gathers == [300 + 40 * 64]  # init_size: 50 k = 300 rows, then the batches
+    monkeypatch.setattr(batches, "MOST_STEPS", 4)
+    gathers.clear()
+    with dask.config.set({"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": False}):
+        held = dask_clust.fit(path, client="in-process", **kw)
+    assert gathers == [300 + 4 * 64] + [4 * 64] * 9
+    np.testing.assert_array_equal(streamed.cluster_centers_, held.cluster_centers_)
+    assert streamed.objective_ == held.objective_ and streamed.n_iter_ == held.n_iter_ == 40
+
+
 def test_state_in_files_maps_back_what_was_written(tmp_path):
     """A chunk's state between calls (``rowfiles``): arrays (also in a dict of the state) come back mapped, so
     an in-place write lasts without being written again; an array replaced, or kept under another name while

@@ -171,8 +171,6 @@ def test_stops_when_the_whole_data_is_stable(data):
 def test_minibatch_matches_sculley_reference(data, ratio):
     """Batches of 64 rows from a 3,000-row set against the plain-numpy reference; ratio 0.3 moves light
     centres onto batch rows (scikit-learn's reassignment, here made frequent)."""
-    from dask_clust.blocks.batches import steps_per_gather
-
     k, b, rs, steps = 6, 64, 4, 12
     init = data[[0, 500, 1000, 1500, 2000, 2500]].astype(np.float64)
     m = dask_clust.fit(
@@ -188,11 +186,7 @@ def test_minibatch_matches_sculley_reference(data, ratio):
         client="in-process",
     )
     entropy = check_random_state(rs)
-    length = steps_per_gather(b, data.shape[1])
-    batches = [
-        stream(entropy, "minibatch", "batches", s // length).integers(0, len(data), (length, b))[s % length]
-        for s in range(steps)
-    ]
+    batches = [stream(entropy, "minibatch", "batch", s).integers(0, len(data), b) for s in range(steps)]
     want, counts, _ = ref.minibatch(data, init, batches, ratio, lambda s: stream(entropy, "minibatch", "reassign", s))
     np.testing.assert_allclose(m.cluster_centers_, want, rtol=1e-10)
     np.testing.assert_array_equal(m.counts_, counts)

@@ -10,15 +10,18 @@ on a sample, the reassignment and the stopping rule are scikit-learn's (``sklear
   1. seed on init_size rows drawn uniformly (k-means|| by default: on the image patches at k = 200, 0.5 %
      lower QE than scikit-learn's k-means++ on 3·b rows, in less time); v_j = 0
   repeat
-  2. draw_block: the row ids of the next batches, one gather for several batches (a round trip per block,
-     not per batch: a batch's arithmetic is far below a round trip's cost)
+  2. draw_block: the row ids of the next batches, each from its step's own stream, in one gather for several
+     batches (a round trip per block, not per batch: a batch's arithmetic is far below a round trip's cost;
+     on a streamed input a pass over the store per block, so there a block is as large as the driver's
+     budget allows, ``blocks/batches.py``); the seeding sample rides on the first gather
   3. minibatch_step: assign the batch to the current centres; v += Σ w, c += (Σ w x − Σ w c) / v
   4. reassign: every 10·k rows (and whenever a centre has v = 0), centres with v < reassignment_ratio ·
      max v jump to distinct random rows of the batch and take the smallest v of the others
   until the smoothed batch inertia has not improved for ``max_no_improvement`` batches, Σ ||Δc||² ≤ tol
   (scaled by the mean feature variance), or max_iter batches.
 
-The driver holds the centres, their counts and one block of batches: O(k·D + block·b·D), whatever N.
+The driver holds the centres, their counts and one block of batches: O(k·D + block·b·D), whatever N (a block
+is at most 64 MiB of rows in memory, 256 MiB streamed).
 """
 
 import numbers
@@ -30,7 +33,7 @@ import numpy as np
 from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.batches import steps_per_gather
-from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
+from ..blocks.seeding import ROW_BYTES, SEEDERS, sample_ids, seed, seed_rows
 from ..kernels.assign import Prepared, accumulate, nearest
 from .registry import BIG, COUNT, MAYBE, AlgorithmSpec, centres, finish, register
 
@@ -118,11 +121,20 @@ def partial_step(cfg, x, w, centers, counts, since, entropy, step, dtype):
     return centers, counts, 0 if due else since + len(x)
 
 
-def draw_block(engine, entropy, block, length, b):
-    """Step 2: the rows and weights of the batches of block ``block``, (length, b, D) and (length, b)."""
-    ids = stream(entropy, "minibatch", "batches", block).integers(0, engine.n_samples, (length, b))
-    rows, w = engine.take(ids.ravel(), weights=True)
-    return rows.reshape(length, b, -1), w.reshape(length, b)
+def batch_ids(entropy, first, last, n_samples, b):
+    """Step 2's row ids of batches [first, last), (last - first, b): each batch from its step's own stream, so
+    a batch is the same however many steps a gather serves."""
+    return np.stack([stream(entropy, "minibatch", "batch", s).integers(0, n_samples, b) for s in range(first, last)])
+
+
+def draw_block(engine, entropy, first, last, b, seeding=()):
+    """Step 2: the rows and weights of batches [first, last), (steps, b, D) and (steps, b), in one gather,
+    with the rows of the ids ``seeding`` (the seeding sample's) riding on it: (rows, weights) of those."""
+    ids = batch_ids(entropy, first, last, engine.n_samples, b)
+    m = len(seeding)
+    rows, w = engine.take(np.concatenate([np.asarray(seeding, np.int64), ids.ravel()]), weights=True)
+    batches = rows[m:].reshape(last - first, b, -1), w[m:].reshape(last - first, b)
+    return batches, (rows[:m], w[:m])
 
 
 def seeding_rows(cfg, n_samples):
@@ -154,10 +166,17 @@ class NoImprovement:
 def fit(engine, cfg, entropy, loop):
     N, k, dtype = engine.n_samples, cfg.n_clusters, engine.dtype
     b = min(cfg.batch_size, N)
-    length = steps_per_gather(cfg.batch_size, engine.n_features)
     restored = loop.restored
-    if restored is None:
-        centers, seed_evals = seed_sample(engine, k, cfg.init, entropy, seeding_rows(cfg, N), "minibatch")
+    first, block = 0, None
+    if restored is None:  # the seeding sample comes in the first batches' gather (a pass less when streamed)
+        length = steps_per_gather(engine, b, loop.max_iter)
+        sampled = isinstance(cfg.init, str)
+        ids = sample_ids(engine, entropy, seeding_rows(cfg, N), "minibatch") if sampled else ()
+        block, (rows, w) = draw_block(engine, entropy, 0, length, b, ids)
+        if sampled:
+            centers, seed_evals = seed_rows(engine, rows, w, k, cfg.init, entropy)
+        else:
+            centers, seed_evals = seed(engine, k, cfg.init, entropy)
         counts, since, evals_total = np.zeros(k), 0, seed_evals
         rule = NoImprovement(b, N, cfg.max_no_improvement)
     else:  # a resumed fit: the centres, their counts and the rule's state; the batches are keyed by step
@@ -166,12 +185,11 @@ def fit(engine, cfg, entropy, loop):
         rule = NoImprovement(b, N, cfg.max_no_improvement, restored["ewa"], restored["best"], restored["stale"])
     loop.keep(seed_evals=int(seed_evals))
     tol = cfg.tol * float(np.mean(engine.summary.var))
-    block, rows, w = None, None, None
     for step in loop:
-        if step // length != block:
-            block = step // length
-            rows, w = draw_block(engine, entropy, block, length, b)
-        x, wx = rows[step % length], w[step % length]
+        if block is None or step >= first + len(block[0]):
+            first = step
+            block, _ = draw_block(engine, entropy, step, step + steps_per_gather(engine, b, loop.max_iter - step), b)
+        x, wx = block[0][step - first], block[1][step - first]
         # as scikit-learn: due every 10·k rows, or when a centre had no weight before this batch
         since += b
         due = cfg.reassignment_ratio > 0 and (since >= 10 * k or not counts.all())

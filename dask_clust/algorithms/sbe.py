@@ -20,9 +20,9 @@ the fit ends with the exact QE of its centres.
 
 The batches are drawn from one random stream keyed by the outer step and gathered by global row, so the
 model depends on random_state only. The driver holds the centres and one block of batches, O(k·D +
-steps·imaxit·b·D) with the block capped at ``batches.KEYED_GATHER_BYTES``, whatever N; the steps run in its
-process. The step-size schedule is the paper's lost detail: γ0 = step_size · k makes the dimensionless
-step γ|C_j|/N ≈ step_size for balanced clusters; both are parameters.
+steps·imaxit·b·D) with the block capped at ``batches.GATHER_BYTES`` (``STREAMED_GATHER_BYTES`` streamed),
+whatever N; the steps run in its process. The step-size schedule is the paper's lost detail: γ0 =
+step_size · k makes the dimensionless step γ|C_j|/N ≈ step_size for balanced clusters; both are parameters.
 """
 
 import numbers
@@ -33,7 +33,7 @@ import numpy as np
 
 from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
-from ..blocks.batches import KEYED_GATHER_BYTES, steps_per_gather
+from ..blocks.batches import steps_per_gather
 from ..blocks.lloyd import quantization_error
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed_sample
 from ..kernels.backward_euler import backward_euler_step
@@ -119,12 +119,12 @@ def fit(engine, cfg, entropy, loop):
     z = np.empty_like(x)
     limit = ESCAPE * (engine.summary.max_abs + 1.0)
     tol, block = gemm_tolerance(engine.dtype, engine.n_features), rows_per_block(k)
-    length = steps_per_gather(cfg.imaxit * cfg.batch_size, engine.n_features, KEYED_GATHER_BYTES)
     batches, first = None, None
     for outer in loop:
         if first is None or not first <= outer < first + len(batches):
             first = outer
-            batches = draw_block(engine, entropy, outer, min(outer + length, loop.max_iter), cfg)
+            length = steps_per_gather(engine, cfg.imaxit * cfg.batch_size, loop.max_iter - outer)
+            batches = draw_block(engine, entropy, outer, outer + length, cfg)
         qe = backward_euler_step(batches[outer - first], x, gamma, cfg.alpha, tol, block, z)
         if not np.all(np.isfinite(z)) or float(np.abs(z).max()) > limit:
             raise FloatingPointError(

@@ -447,15 +447,19 @@ def seed_rows(engine, rows, weights, k, init, entropy):
         return seed(work, k, init, entropy)
 
 
+def sample_ids(engine, entropy, m, tag):
+    """The row ids ``seed_sample`` seeds on: m drawn uniformly with replacement from the stream ``tag`` (at
+    most all rows); a method may fetch them in a gather of its own."""
+    return stream(entropy, tag, "seeding").integers(0, engine.n_samples, min(m, engine.n_samples))
+
+
 def seed_sample(engine, k, init, entropy, m, tag):
     """``seed`` on m rows drawn uniformly with replacement (their weights kept) from the stream ``tag``: the
     stochastic methods' seeding, whose cost must not grow with N (scikit-learn's MiniBatchKMeans seeds on
     3·batch_size rows); a given array is returned as it is."""
     if not isinstance(init, str):
         return seed(engine, k, init, entropy)
-    rows, w = engine.take(
-        stream(entropy, tag, "seeding").integers(0, engine.n_samples, min(m, engine.n_samples)), weights=True
-    )
+    rows, w = engine.take(sample_ids(engine, entropy, m, tag), weights=True)
     return seed_rows(engine, rows, w, k, init, entropy)
 
 

@@ -394,6 +394,11 @@ class Engine:
         out[ids] = values
         return out
 
+    @property
+    def streaming(self):
+        """Whether the partitions read their rows from the input's store on every pass."""
+        return self.backend.streaming
+
     def bytes_read(self):
         """The stored bytes the partitions have decoded from a streamed source so far (0 when the rows are
         held in memory): the passes a fit made are this ÷ ``source.nbytes``. One round trip that reads no
@@ -426,11 +431,11 @@ class Engine:
             "workers": self.n_workers,
             "threads": self.backend.threads,
             "chunks": self.n_chunks,
-            "streaming": self.backend.streaming,
+            "streaming": self.streaming,
             "state_files": getattr(self.backend, "state_files", False),
             "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
             # the passes a streamed fit made over its source (the stored bytes decoded ÷ the data's size)
-            "passes": self.bytes_read() / self.source.nbytes if self.backend.streaming else None,
+            "passes": self.bytes_read() / self.source.nbytes if self.streaming else None,
             "rebuilds": self.backend.n_rebuilds,
             "round_trips": self.round_trips,
         }
