@@ -5,8 +5,10 @@ import contextlib
 import os
 import signal
 import time
+from unittest import mock
 
 import dask_clust
+from dask_clust.engine import streaming
 
 
 def worker_pids(client):
@@ -46,9 +48,11 @@ def churn_fit(client, algo, event, rebuilt=()):
     settings = {"dask_clust.in-process-bytes": "1KiB", "dask_clust.working-set-chunk-rows": 4000}
     if algo.endswith("-sharded"):
         settings["dask_clust.model-bytes"] = "1"
-    if "-streamed" in algo:  # read from its source on every pass, the fit's state in the workers' files
+    keep = streaming.KEEP_FRACTION
+    if "-streamed" in algo:  # read from its source on every pass (no chunk kept), the state in the workers' files
         settings.update({"dask_clust.stream": True, "dask_clust.state-files": True})
-    with dask.config.set(settings):
+        keep = 0.0
+    with dask.config.set(settings), mock.patch.object(streaming, "KEEP_FRACTION", keep):
         calm = dask_clust.fit(X, client=client, **kw)
         assert not rebuilt
         pids = worker_pids(client)
@@ -60,6 +64,12 @@ def churn_fit(client, algo, event, rebuilt=()):
         t = time.monotonic()
         hit = dask_clust.fit(X, client=client, callback=at_3, **kw)
     return calm, hit, time.monotonic() - t
+
+
+def slowly_decoded(block):
+    """A stored block that takes 0.1 s to decode (a streamed pass long enough to be hit in its middle)."""
+    time.sleep(0.1)
+    return block
 
 
 def kill_all(pids):

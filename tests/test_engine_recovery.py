@@ -12,7 +12,7 @@ import pytest
 
 import dask_clust
 from dask_clust.engine import Halo, as_source, open_engine
-from tests.engine_support import churn_fit, kill_all, separate_cluster, worker_pids
+from tests.engine_support import KILL_PARAMS, churn_fit, kill_all, separate_cluster, slowly_decoded, worker_pids
 from tests.reference.make_blobs import blobs
 
 # SLK restarts an outer iteration instead of repeating a call: test_slk_worker_killed_mid_fit_gives_the_same_model
@@ -40,6 +40,55 @@ def test_worker_killed_mid_fit_gives_the_same_model(three_workers, lost, algo):
     assert hit.objective_ == calm.objective_
     for name in ("weights_", "variances_"):
         np.testing.assert_array_equal(hit.extras_.get(name), calm.extras_.get(name))
+
+
+@pytest.mark.parametrize("algo,step", [("kmeans", "lloyd_step"), ("nmbatch", "_qe_step")])
+def test_a_worker_killed_during_a_streamed_pass_gives_the_same_model(three_workers, monkeypatch, lost, algo, step):
+    """A worker SIGKILLed in the middle of a streamed pass over the store (0.25 s into the first call of
+    ``step`` after iteration 2: a Lloyd iteration, nmbatch's final pass; the rows in 30 chunks, 10 a worker,
+    cut from 20 stored blocks each 0.1 s to decode, so the pass is reading and computing), no chunk kept and
+    the state in the workers' local files: the fit ends with the undisturbed model's bits, and the kill
+    landed before the call ended."""
+    import threading
+
+    import dask
+
+    from dask_clust.datasets import make_blobs
+    from dask_clust.engine import streaming
+    from dask_clust.engine.ops import Engine
+
+    X, _ = make_blobs(60_000, 8, 20, chunks=3000, random_state=5)
+    X = X.map_blocks(slowly_decoded, dtype=X.dtype)
+    monkeypatch.setattr(streaming, "KEEP_FRACTION", 0.0)  # no chunk kept: every pass reads its blocks
+    kw = dict(algo=algo, n_clusters=20, random_state=0, **KILL_PARAMS[algo])
+    kw.update(dict(max_iter=6) if algo == "kmeans" else {})
+    settings = {"dask_clust.stream": True, "dask_clust.state-files": True, "dask_clust.chunk-bytes": "64KiB"}
+    with dask.config.set(settings):
+        calm = dask_clust.fit(X, client=three_workers, **kw)
+        victim = sorted(worker_pids(three_workers).values())[1]
+        armed, timing = [], {}
+        reduce = Engine.reduce
+
+        def kill():
+            timing["kill"] = time.monotonic()
+            os.kill(victim, signal.SIGKILL)
+
+        def hitting(self, fn, *args, **kwargs):
+            first = bool(armed) and not timing and getattr(fn, "__name__", "") == step
+            if first:
+                threading.Timer(0.25, kill).start()
+            out = reduce(self, fn, *args, **kwargs)
+            if first:
+                timing["end"] = time.monotonic()
+            return out
+
+        monkeypatch.setattr(Engine, "reduce", hitting)
+        arm = lambda rec: rec["iteration"] == 2 and armed.append(True)  # noqa: E731
+        hit = dask_clust.fit(X, client=three_workers, callback=arm, **kw)
+    assert calm.engine_["streaming"] and calm.engine_["state_files"] and lost
+    assert timing["kill"] < timing["end"], timing
+    np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
+    assert hit.objective_ == calm.objective_
 
 
 @pytest.mark.parametrize("algo", ["kmeans", "vcgmm", "kmeans-sharded"])
