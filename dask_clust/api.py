@@ -132,9 +132,8 @@ def fit(
     _check_checkpointing(spec, checkpoint, resume, checkpoint_every, checkpoint_seconds)
     stored = checkpoint_.stored_entropy(resume if resume is not None else checkpoint)
     entropy = stored if random_state is None and stored is not None else check_random_state(random_state)
-    X = select_columns(X, columns)
-    names = feature_names(X)
-    source = as_source(X, sample_weight)
+    names = feature_names(select_columns(X, columns))
+    source = as_source(X, sample_weight, columns=columns)
     _check_against_data(spec, cfg, source)
     params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
     params_out["random_state"] = entropy

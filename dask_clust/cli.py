@@ -127,12 +127,13 @@ def cmd_fit(args):
     if args.labels_out:
         check_labels_path(args.labels_out, "--labels-out")
     params = _params(args)
-    X = select_columns(args.input, _names(args.columns))
+    X = select_columns(args.input, _names(args.columns))  # a bad column name is refused before a cluster starts
     with _client(args.scheduler) as client:
         t = time.perf_counter()
         model = api.fit(
-            X,
+            args.input,
             args.algo,
+            columns=_names(args.columns),
             random_state=args.seed,
             client=client,
             progress=_progress(args),

@@ -157,3 +157,54 @@ def test_missing_values_in_a_dask_partition_are_named(events):
     model = _in_memory(X)
     with pytest.raises(InputError, match=r"Column 'f2' has a missing value \(NA\) at row 7 of partition 1"):
         model.predict(dd.from_pandas(frame, npartitions=FILES)).compute(scheduler="sync")
+
+
+def test_a_parquet_path_is_read_file_by_file_with_its_row_counts_from_the_footers(tmp_path, monkeypatch):
+    """A parquet dataset on a path (12 files named so that natural and plain sorting differ, one of three row
+    groups, an id column left out) is read without a pass to count its rows (dask's
+    ``compute_chunk_sizes``, made to fail here): one stored block per row group, the rows in
+    ``dd.read_parquet``'s order; an NA in a nullable feature column is named from the footer's null count
+    before any work, with its row; a dataset with a ``_metadata`` file is read by dask, the same rows."""
+    import dask.array as da
+    import dask.dataframe as dd
+
+    from dask_clust.engine.data import as_source
+
+    rng = np.random.default_rng(0)
+    where = tmp_path / "parts"
+    where.mkdir()
+    for i in range(12):
+        n = 50 + 7 * i
+        frame = pd.DataFrame(rng.normal(size=(n, 3)).astype(np.float32), columns=["a", "b", "c"])
+        frame.insert(0, "id", np.arange(n))
+        frame.to_parquet(where / f"part.{i}.parquet", row_group_size=40 if i == 4 else None)
+    want = dd.read_parquet(str(where))[["a", "c"]].compute().to_numpy()
+
+    def no_count(self):
+        raise AssertionError("a pass to count the rows")
+
+    monkeypatch.setattr(da.Array, "compute_chunk_sizes", no_count)
+    source = as_source(str(where), columns=["a", "c"])
+    assert source.stored.numblocks[0] == 11 + 2 and source.n_samples == len(want)  # part.4: 78 rows, 2 groups
+    np.testing.assert_array_equal(source.stored.compute(), want)
+    files = sorted(where.iterdir(), key=lambda p: int(p.name.split(".")[1]))
+    assert files != sorted(where.iterdir())  # part.10 comes after part.9, not after part.1
+    np.testing.assert_array_equal(want, np.concatenate([pd.read_parquet(f)[["a", "c"]].to_numpy() for f in files]))
+    model = dask_clust.fit(str(where), "kmeans", 3, columns=["a", "c"], random_state=0, client="in-process")
+    np.testing.assert_array_equal(model.cluster_centers_, _in_memory(want, 3).cluster_centers_)
+
+    na = tmp_path / "na"
+    na.mkdir()
+    for i in range(3):
+        a = pd.array([1.0, 2.0, None if i == 1 else 3.0, 4.0], dtype="Float32")
+        pd.DataFrame({"a": a, "b": np.ones(4, np.float32)}).to_parquet(na / f"part.{i}.parquet")
+    with pytest.raises(InputError, match=r"Column 'a' has a missing value \(NA\) at row 2 of partition 1"):
+        as_source(str(na))
+
+    meta = str(tmp_path / "meta")  # a _metadata file: dask reads it (and counts the rows)
+    dd.from_pandas(pd.DataFrame(rng.normal(size=(90, 2)), columns=["a", "b"]), npartitions=3).to_parquet(
+        meta, write_metadata_file=True, write_index=False
+    )
+    monkeypatch.undo()
+    got = as_source(meta)
+    np.testing.assert_array_equal(got.stored.compute(), dd.read_parquet(meta).compute().to_numpy())

@@ -319,6 +319,59 @@ def open_path(path):
     return da.from_zarr(path, component=arrays[0])
 
 
+# the file names dask reads as a parquet dataset's (``dd.read_parquet``'s parquet_file_extension)
+PARQUET_EXTENSIONS = (".parq", ".parquet", ".pq")
+
+
+def parquet_files(X, columns=None):
+    """A parquet dataset on the path X (a file, or a directory of files) as a dask array of its feature
+    columns ``columns`` (every column of ``dd.read_parquet`` when None), one block per row group, with the
+    row counts read from the files' footers: dask's own count is a pass over the data before the fit. The
+    rows in ``dd.read_parquet``'s order (the files in natural sort order), each block checked and converted
+    as ``frame_rows`` converts a partition. None where X is no such path, or where its layout is not a
+    plain list of files (hive-partitioned directories, a ``_metadata`` file): dask reads those."""
+    if not isinstance(X, (str, os.PathLike)) or not os.path.exists(X) or not _is_parquet(os.fspath(X)):
+        return None
+    import pyarrow.parquet as pq
+    from dask import delayed
+    from dask.utils import natural_sort_key
+
+    path = os.fspath(X)
+    if os.path.isdir(path):
+        names = os.listdir(path)
+        if any(os.path.isdir(os.path.join(path, n)) or n in ("_metadata", "_common_metadata") for n in names):
+            return None
+        files = [os.path.join(path, n) for n in names if n.endswith(PARQUET_EXTENSIONS) and n[0] not in "._"]
+        files.sort(key=natural_sort_key)
+    else:
+        files = [path]
+    table = select_columns(open_path(path), list(columns) if columns is not None else None)
+    names, dtype = [str(c) for c in table.columns], frame_dtype(table)
+    nullable = [str(c) for c, t in table.dtypes.items() if _nullable(t)]
+    blocks = []
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        where = {meta.schema.column(i).name: i for i in range(meta.num_columns)}
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            if not group.num_rows:
+                continue
+            stats = [group.column(where[c]).statistics if c in where else None for c in nullable]
+            if any(st is None or not st.has_null_count or st.null_count for st in stats):
+                _row_group(f, g, names, dtype, len(blocks))  # raises here, naming the NA's column and row
+            read = delayed(_row_group, pure=True)(f, g, names, dtype, len(blocks))
+            blocks.append(da.from_delayed(read, (group.num_rows, len(names)), dtype=dtype))
+    return da.concatenate(blocks) if blocks else None
+
+
+def _row_group(path, group, columns, dtype, number):
+    """Row group ``group`` of a parquet file as rows of ``columns`` (``parquet_files``' stored block)."""
+    import pyarrow.parquet as pq
+
+    frame = pq.ParquetFile(path).read_row_group(group, columns=columns).to_pandas()
+    return _refuse_missing(frame, {"number": number}).to_numpy(dtype=dtype)
+
+
 def _is_parquet(path):
     return path.endswith(".parquet") or (os.path.isdir(path) and any(f.endswith(".parquet") for f in os.listdir(path)))
 
@@ -355,7 +408,7 @@ def _refuse_missing(frame, partition_info=None):
     for a dask DataFrame, per partition (``map_partitions`` passes ``partition_info``)."""
     where = f" of partition {partition_info['number']}" if partition_info else ""
     for c, t in frame.dtypes.items():
-        if getattr(t, "na_value", None) is not None and not isinstance(t, np.dtype):
+        if _nullable(t):
             missing = frame[c].isna().to_numpy()
             if missing.any():
                 raise InputError(
@@ -363,6 +416,11 @@ def _refuse_missing(frame, partition_info=None):
                     "fill or drop missing values first"
                 )
     return frame
+
+
+def _nullable(dtype):
+    """Whether a column of this dtype may hold pandas' missing value (NA): a nullable extension dtype."""
+    return getattr(dtype, "na_value", None) is not None and not isinstance(dtype, np.dtype)
 
 
 def is_pandas(X):
@@ -423,14 +481,17 @@ def as_array(X):
     return _dense(X)
 
 
-def as_source(X, sample_weight=None, *, chunk_rows=None):
-    """Normalise and validate the input; return its row-chunked ``Source``.
+def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None):
+    """Normalise and validate the input (its feature columns ``columns``: ``select_columns``); return its
+    row-chunked ``Source``.
 
     Raises ``InputError`` (a ValueError) whose message names the problem precisely.
     NaN/inf are found later, in the engine's first pass, and reported with chunk and row.
     """
     path = os.fspath(X) if isinstance(X, (str, os.PathLike)) and os.fspath(X).endswith(".npy") else None
-    table = is_frame(X) or (isinstance(X, (str, os.PathLike)) and os.path.isdir(X) and _is_parquet(os.fspath(X)))
+    files = parquet_files(X, columns)
+    X = select_columns(X, columns) if files is None else files
+    table = files is not None or is_frame(X) or (isinstance(X, (str, os.PathLike)) and _is_parquet(os.fspath(X)))
     X = as_array(X)
     _check_shape(X.shape)
     _check_dtype(X.dtype)
