@@ -106,7 +106,7 @@ def test_the_combine_table_names_every_combine():
     [
         ("| `engine/` |", "| `engine/`, `tls.py` |"),  # a layer that does not exist
         ("| `kernels/` |", "| `kernel/` |"),
-        ("| `engine.take(ids, weights=False)` |", "| `engine.fetch(ids)` |"),  # a renamed verb
+        ('| `engine.take(ids, weights=False, first_pass="before")` |', "| `engine.fetch(ids)` |"),  # a renamed verb
         ("| `RowTop(r)` |", "| `RowTopK(r)` |"),  # a renamed combine
     ],
 )

@@ -244,11 +244,48 @@ def test_kmeans_parallel_draws_each_round_in_the_pass_that_updates_the_potential
     assert fused.objective_ == separate.objective_
 
 
+def test_kmeans_parallel_first_round_carries_the_engines_first_pass(store, monkeypatch):
+    """Unweighted, the first centre's chunk is chosen from the chunks' sizes and read alone before the engine's
+    first pass, and k-means||'s first round carries that pass: a streamed fit makes one pass per round, one
+    for the candidates' weights, Lloyd's iterations and the final pass (and the first centre's chunk); the
+    centres are those of a fit whose first pass ran alone first, bit for bit, and of unit sample weights."""
+    import dask
+
+    from dask_clust.engine import streaming
+    from dask_clust.engine.ops import Engine
+
+    path, X = store
+    kw = dict(n_clusters=12, max_iter=4, tol=0, random_state=3, client="in-process")
+    monkeypatch.setattr(streaming, "KEEP_FRACTION", 0.0)
+    with dask.config.set({"dask_clust.stream": True, "dask_clust.chunk-bytes": "26400B"}):
+        carried = dask_clust.fit(path, **kw)
+        monkeypatch.setattr(Engine, "__init__", _opening_with_first_pass(Engine.__init__))
+        alone = dask_clust.fit(path, **kw)
+    rounds = 5
+    assert rounds + 1 + 4 + 1 <= carried.engine_["passes"] <= rounds + 1 + 4 + 1 + 0.5
+    assert alone.engine_["passes"] == carried.engine_["passes"] + 1
+    ones = dask_clust.fit(X, sample_weight=np.ones(len(X)), **kw)
+    for other in (alone, ones):
+        np.testing.assert_array_equal(carried.cluster_centers_, other.cluster_centers_)
+        assert carried.objective_ == other.objective_
+
+
+def _opening_with_first_pass(init):
+    """``Engine.__init__`` followed by the engine's first pass, as every engine opened before calls could
+    carry it."""
+
+    def opening(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.summary  # noqa: B018
+
+    return opening
+
+
 def test_streamed_minibatch_gathers_its_seeding_and_batches_in_one_pass(store, monkeypatch):
     """minibatch's uniform batches touch every stored block, so each gather is a pass over a streamed store:
-    streamed, one gather brings the seeding sample and every batch the driver's budget holds (here all 40), and
-    the fit makes three passes (the summary, that gather, the final QE); in memory, gathers of 4 steps give the
-    same model, bit for bit (each batch comes from its step's own stream)."""
+    streamed, one gather brings the seeding sample and every batch the driver's budget holds (here all 40) and
+    carries the engine's first pass, so the fit makes two passes (that gather, the final QE); in memory,
+    gathers of 4 steps give the same model, bit for bit (each batch comes from its step's own stream)."""
     import dask
 
     from dask_clust.blocks import batches
@@ -263,7 +300,7 @@ def test_streamed_minibatch_gathers_its_seeding_and_batches_in_one_pass(store, m
     monkeypatch.setattr(streaming, "KEEP_FRACTION", 0.0)
     with dask.config.set({"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": True}):
         streamed = dask_clust.fit(path, client="in-process", **kw)
-    assert streamed.engine_["streaming"] and streamed.engine_["passes"] == 3.0
+    assert streamed.engine_["streaming"] and streamed.engine_["passes"] == 2.0
     assert gathers == [300 + 40 * 64]  # init_size: 50 k = 300 rows, then the batches
     monkeypatch.setattr(batches, "MOST_STEPS", 4)
     gathers.clear()

@@ -55,7 +55,8 @@ def test_nan_inf_reported_with_chunk_and_row(value):
 
 def test_values_whose_squares_overflow_are_named_in_the_first_pass(monkeypatch):
     """Issue #20: 1e300 squared overflows float64; the first pass names the row and its chunk, and nothing
-    runs after it (one reduce: the summary)."""
+    runs after it (here the first pass rides on k-means||'s first round, after the first centre's one-chunk
+    read)."""
     from dask_clust.engine.ops import Engine
 
     Xb = np.random.default_rng(0).standard_normal((40_000, 3))
@@ -72,7 +73,7 @@ def test_values_whose_squares_overflow_are_named_in_the_first_pass(monkeypatch):
         ),
     ):
         dask_clust.fit(da.from_array(Xb, chunks=(10_000, 3)), n_clusters=2, client="in-process")
-    assert [c.__name__ for c in calls] == ["_summary_step"]
+    assert [c.__name__ for c in calls] == ["_propose_in", "_update_and_draw"]
 
 
 def test_n_clusters_larger_than_n_samples():

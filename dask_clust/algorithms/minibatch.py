@@ -13,7 +13,8 @@ on a sample, the reassignment and the stopping rule are scikit-learn's (``sklear
   2. draw_block: the row ids of the next batches, each from its step's own stream, in one gather for several
      batches (a round trip per block, not per batch: a batch's arithmetic is far below a round trip's cost;
      on a streamed input a pass over the store per block, so there a block is as large as the driver's
-     budget allows, ``blocks/batches.py``); the seeding sample rides on the first gather
+     budget allows, ``blocks/batches.py``); the seeding sample and the engine's first pass ride on the
+     first gather
   3. minibatch_step: assign the batch to the current centres; v += Σ w, c += (Σ w x − Σ w c) / v
   4. reassign: every 10·k rows (and whenever a centre has v = 0), centres with v < reassignment_ratio ·
      max v jump to distinct random rows of the batch and take the smallest v of the others
@@ -128,11 +129,13 @@ def batch_ids(entropy, first, last, n_samples, b):
 
 
 def draw_block(engine, entropy, first, last, b, seeding=()):
-    """Step 2: the rows and weights of batches [first, last), (steps, b, D) and (steps, b), in one gather,
-    with the rows of the ids ``seeding`` (the seeding sample's) riding on it: (rows, weights) of those."""
+    """Step 2: the rows and weights of batches [first, last), (steps, b, D) and (steps, b), in one gather
+    (which carries the engine's first pass when that has not run), with the rows of the ids ``seeding`` (the
+    seeding sample's) riding on it: (rows, weights) of those."""
     ids = batch_ids(entropy, first, last, engine.n_samples, b)
     m = len(seeding)
-    rows, w = engine.take(np.concatenate([np.asarray(seeding, np.int64), ids.ravel()]), weights=True)
+    ids = np.concatenate([np.asarray(seeding, np.int64), ids.ravel()])
+    rows, w = engine.take(ids, weights=True, first_pass="with")
     batches = rows[m:].reshape(last - first, b, -1), w[m:].reshape(last - first, b)
     return batches, (rows[:m], w[:m])
 

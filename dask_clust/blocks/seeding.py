@@ -18,7 +18,7 @@ import numpy as np
 from .. import progress
 from .._random import stream
 from ..engine import open_local
-from ..engine.combine import Max, Rows, Sum
+from ..engine.combine import Fold, Max, Rows, Sum
 from ..kernels.assign import Prepared, candidate_potentials, nearest, update_mind
 from ..kernels.distance import gemm_tolerance
 from ..kernels.sampling import draw_proportional, greedy_plusplus
@@ -157,6 +157,8 @@ def _update_and_draw(chunk, params):
 
 # φ and evaluations summed; the returned rows in chunk order; the largest key left out
 FUSED_DRAW = (Sum(), Sum(), Rows(), Rows(), Rows(), Rows(), Rows(), Max())
+# the first round's: φ in chunk order, which needs no grid, so that the round can carry the engine's first pass
+FIRST_DRAW = (Fold(),) + FUSED_DRAW[1:]
 # φ may exceed a key left out by this much relative rounding before the rows returned are all that can be kept
 KEY_MARGIN = 1e-9
 
@@ -274,12 +276,22 @@ def _pick_proposals(masses, rows, trials, rng):
 
 
 def first_center(engine, rng_tag, entropy):
-    """One row ∝ w: its chunk ∝ the chunk's Σ w (read without the rows), then that chunk's proposal, the
-    one chunk read (the draws of ``_propose`` over every chunk, and ``_pick_proposals``'s choice among them)."""
-    (masses,) = engine.reduce(_chunk_mass, None, (Rows(),))
+    """One row ∝ w: its chunk ∝ the chunk's Σ w (its size when no row has a weight of its own: no call; else
+    read without the rows), then that chunk's proposal, the one chunk read (the draws of ``_propose`` over
+    every chunk, and ``_pick_proposals``'s choice among them). Unweighted, the read may come before the
+    engine's first pass, so that the next call can carry it."""
+    if engine.unweighted:
+        masses = np.diff(engine.source.starts).astype(np.float64)
+    else:
+        (masses,) = engine.reduce(_chunk_mass, None, (Rows(),))
     total = masses.sum()
     c = int(stream(entropy, rng_tag, "driver", 0).choice(len(masses), size=1, p=masses / total)[0])
-    (row,) = engine.reduce(_propose_in, (c, (rng_tag, 0), engine.n_features, engine.dtype), (Rows(),))
+    (row,) = engine.reduce(
+        _propose_in,
+        (c, (rng_tag, 0), engine.n_features, engine.dtype),
+        (Rows(),),
+        first_pass="after" if engine.unweighted else "before",
+    )
     return row
 
 
@@ -327,11 +339,18 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
     ):
         cands.append(first_center(engine, "k-means||", entropy).astype(np.float64))
         new, offset, phi, evals, rounds = cands[0], 0, 0.0, 0, 1
+        weight = float(engine.n_samples) if engine.unweighted else engine.summary.total_weight
         for r in range(max_rounds):
             if r >= rounds:
                 break
-            # the round's draw rides on the pass that adds the last round's candidates to the potential
-            fused = engine.reduce(_update_and_draw, (new, offset, ell, r, phi, engine.summary.total_weight), FUSED_DRAW)
+            # the round's draw rides on the pass that adds the last round's candidates to the potential; the
+            # first round's on the engine's first pass too, when that has not run
+            fused = engine.reduce(
+                _update_and_draw,
+                (new, offset, ell, r, phi, weight),
+                FIRST_DRAW if r == 0 else FUSED_DRAW,
+                first_pass="with",
+            )
             phi, evals = fused[0], evals + int(fused[1])
             if r == 0:
                 rounds = max(1, min(max_rounds, math.ceil(math.log(phi)))) if phi > 1 else 1

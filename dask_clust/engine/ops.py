@@ -78,6 +78,12 @@ def _summary_step(chunk, params):
     )
 
 
+def _carrying(chunk, params):
+    """The first pass's fields, then ``step``'s, from one read of the chunk (``reduce(..., first_pass="with")``)."""
+    step, step_params = params
+    return _summary_step(chunk, None) + tuple(step(chunk, step_params))
+
+
 def _take_step(chunk, params):
     ids, d, dtype = params
     lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
@@ -129,14 +135,32 @@ class Engine:
         self._restarting = 0  # within ``rerun``: a lost worker raises Restarted, the call is not repeated
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
-        self.top = None
-        # per chunk (Σ w, Σ w x, Σ w ||x||²) from the first pass, for a draw that needs the chunks' shares of a
-        # proposal about a centre (the lightweight coreset's); None for an engine given a summary
-        self.chunk_moments = None
-        if summary is None:
-            summary = self._first_pass()
-            top = fixed_top_exponent(summary.total_weight, self.n_features, summary.max_abs)
-        self.summary, self.top = summary, top
+        # the first pass runs when first needed (``reduce``'s ``first_pass``); an engine given a summary (a
+        # reorder's) makes none and has no chunk moments
+        self._summary, self._top, self._moments = summary, top, None
+
+    @property
+    def summary(self):
+        """What the first pass learnt about the data (``Summary``), that pass made now if it has not run."""
+        if self._summary is None:
+            self.reduce(_summary_step, combine=SUMMARY)
+        return self._summary
+
+    @property
+    def unweighted(self):
+        """Whether no row has a weight of its own (no sample_weight): each weighs 1, and a chunk's mass is its
+        size, known without a pass."""
+        return getattr(self.source, "weights", 0) is None
+
+    def _grid(self):
+        """The exponent of the fixed-point grid every exact float ``Sum`` is made on (from the first pass)."""
+        return self._top if self.summary is not None else None
+
+    @property
+    def chunk_moments(self):
+        """Per chunk (Σ w, Σ w x, Σ w ||x||²) from the first pass, for a draw that needs the chunks' shares of
+        a proposal about a centre (the lightweight coreset's); None for an engine given a summary."""
+        return self._moments if self.summary is not None else None
 
     @property
     def n_workers(self):
@@ -171,16 +195,17 @@ class Engine:
             step=step,
             params=params,
             combine=combine,
-            top=self.top,
+            top=self._top,
             at_root=at_root,
             halo=halo,
             backup=self._states.backup(),
             scatter=scatter,
         )
 
-    def _first_pass(self):
-        n, sums, sumsq, total_w, (max_abs, at), bad, bad_w, *moments = self.reduce(_summary_step, combine=SUMMARY)
-        self.chunk_moments = tuple(moments)
+    def _learn(self, fields):
+        """The first pass's fields: the summary, the chunks' moments and the grid, after the checks every fit
+        makes of its input (nothing else is trusted until they pass)."""
+        n, sums, sumsq, total_w, (max_abs, at), bad, bad_w, *moments = fields
         max_abs, at = float(max_abs[0]), int(at[0])
         if bad != NO_ROW:
             raise InputError(f"Input contains NaN or infinity at {self._where(bad)}")
@@ -200,7 +225,9 @@ class Engine:
             )
         mean = sums / n
         var = np.maximum(sumsq / n - mean * mean, 0.0)
-        return Summary(n, total_w, mean, var, max_abs)
+        self._moments = tuple(moments)
+        self._top = fixed_top_exponent(total_w, self.n_features, max_abs)
+        self._summary = Summary(n, total_w, mean, var, max_abs)
 
     def _where(self, row):
         """A global row as the user finds it: its index, its chunk and its row within the chunk."""
@@ -208,10 +235,18 @@ class Engine:
         return f"row {row:,} (chunk {i}, row {row - int(self.source.starts[i]):,} of the chunk)"
 
     # -- verbs
-    def reduce(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None):
+    def reduce(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None, first_pass="before"):
         """``step(chunk, params)`` on every chunk, its fields combined by ``combine`` (one per field; None:
         every field an exact ``Sum``); returns the tuple of combined fields, or ``at_root(fields, params)``
-        when given: a module-level function run where the result is finished (the root partition's worker),
+        when given.
+
+        ``first_pass``, while the engine's first pass (``summary``: the checks of the input, the grid of
+        every exact float sum) has not run: "before" runs it first; "with" runs it in this call, which
+        reads every row anyway (a pass saved; the step's combine must hold no float ``Sum``, which needs the
+        grid, and no ``at_root``, halo or scatter); "after" lets this call run without it (a step that
+        reads no weight and whose result waits for a later call that makes the first pass: one row).
+
+        ``at_root``: a module-level function run where the result is finished (the root partition's worker),
         which turns a large combined result into the small one the driver needs. ``halo`` = ``Halo(plan key,
         state field)`` fills ``chunk.halo[field]`` first (see ``halo``); ``Halo(key, field, indexed=True)``
         gives it as (values, positions): the rows every chunk of the partition reads, once, and where the
@@ -225,6 +260,19 @@ class Engine:
         arrays of hi − lo rows, small fields), the new shard is kept, and the small fields are combined by
         ``small`` (one combine each) up the tree. Returns the other fields, then the small ones. An exact
         combine and a row-wise ``at_shard`` give the same bits for any number of partitions."""
+        if self._summary is None and step is not _summary_step:
+            if first_pass == "with":
+                if at_root is not None or halo is not None or scatter is not None:
+                    raise ValueError("a call that carries the first pass takes no at_root, halo or scatter")
+                fields = self._step(_carrying, (step, params), SUMMARY + tuple(combine))
+                self._learn(fields[: len(SUMMARY)])
+                return fields[len(SUMMARY) :]
+            if first_pass == "before":
+                self.reduce(_summary_step, combine=SUMMARY)
+        elif step is _summary_step:
+            fields = self._step(_summary_step, None, SUMMARY)
+            self._learn(fields)
+            return fields
         if scatter is not None:
             if not any(isinstance(c, Scatter) for c in combine or ()):
                 raise ValueError("a reduce-scatter needs at least one field whose combine is Scatter(...)")
@@ -243,7 +291,7 @@ class Engine:
         split by rows over the partitions, partition p holding ``combine.shard_bounds(rows, P)[p:p + 2]``,
         each shard copied to the next partition (restored from there when its worker is lost). The driver
         sends the arrays once; yields a ``ShardedModel``; dropped everywhere when the block ends."""
-        with self._models.block(key, arrays, self._send, self.top) as model:
+        with self._models.block(key, arrays, self._send, self._grid()) as model:
             yield model
 
     @contextlib.contextmanager
@@ -315,12 +363,12 @@ class Engine:
         file checked against ``fields`` (``restored_rows``); ``order`` as ``dump_rows``'s."""
         self.reduce(load_chunk_rows, (rows, key, fields, order))
 
-    def take(self, ids, weights=False):
+    def take(self, ids, weights=False, first_pass="before"):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array; with
-        ``weights``, (rows, their sample weights)."""
+        ``weights``, (rows, their sample weights). ``first_pass``: as ``reduce``'s."""
         ids = np.asarray(ids, dtype=np.int64)
         uniq, inverse = np.unique(ids, return_inverse=True)
-        rows, w = self.reduce(_take_step, (uniq, self.n_features, self.dtype), (Rows(), Rows()))
+        rows, w = self.reduce(_take_step, (uniq, self.n_features, self.dtype), (Rows(), Rows()), first_pass=first_pass)
         return (rows[inverse], w[inverse]) if weights else rows[inverse]
 
     @contextlib.contextmanager
@@ -383,7 +431,7 @@ class Engine:
         else:
             source, client = self.backend.reordered(plan, counts, first, chunks), self.backend.client
         with _releasing(source), backend_for(source, client, self.entropy) as backend:
-            engine = Engine(backend, source, self.entropy, self.summary, self.top)
+            engine = Engine(backend, source, self.entropy, self.summary, self._grid())
             engine.key_totals = distinct, totals
             yield engine
 
