@@ -142,9 +142,12 @@ class Engine:
     @property
     def summary(self):
         """What the first pass learnt about the data (``Summary``), that pass made now if it has not run."""
+        self._first_pass()
+        return self._summary
+
+    def _first_pass(self):
         if self._summary is None:
             self.reduce(_summary_step, combine=SUMMARY)
-        return self._summary
 
     @property
     def unweighted(self):
@@ -154,13 +157,15 @@ class Engine:
 
     def _grid(self):
         """The exponent of the fixed-point grid every exact float ``Sum`` is made on (from the first pass)."""
-        return self._top if self.summary is not None else None
+        self._first_pass()
+        return self._top
 
     @property
     def chunk_moments(self):
         """Per chunk (Σ w, Σ w x, Σ w ||x||²) from the first pass, for a draw that needs the chunks' shares of
         a proposal about a centre (the lightweight coreset's); None for an engine given a summary."""
-        return self._moments if self.summary is not None else None
+        self._first_pass()
+        return self._moments
 
     @property
     def n_workers(self):
@@ -260,6 +265,8 @@ class Engine:
         arrays of hi − lo rows, small fields), the new shard is kept, and the small fields are combined by
         ``small`` (one combine each) up the tree. Returns the other fields, then the small ones. An exact
         combine and a row-wise ``at_shard`` give the same bits for any number of partitions."""
+        if first_pass not in ("before", "with", "after"):
+            raise ValueError(f"first_pass must be 'before', 'with' or 'after'; got {first_pass!r}")
         if self._summary is None and step is not _summary_step:
             if first_pass == "with":
                 if at_root is not None or halo is not None or scatter is not None:
@@ -268,7 +275,7 @@ class Engine:
                 self._learn(fields[: len(SUMMARY)])
                 return fields[len(SUMMARY) :]
             if first_pass == "before":
-                self.reduce(_summary_step, combine=SUMMARY)
+                self._first_pass()
         elif step is _summary_step:
             fields = self._step(_summary_step, None, SUMMARY)
             self._learn(fields)
