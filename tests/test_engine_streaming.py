@@ -270,6 +270,46 @@ def test_kmeans_parallel_first_round_carries_the_engines_first_pass(store, monke
         assert carried.objective_ == other.objective_
 
 
+def test_a_streamed_gather_is_sized_by_the_smallest_workers_memory_and_the_drivers_budget():
+    """Rows gathered for minibatch's steps meet at the root partition's worker: streamed, a gather holds at
+    most 5 % of the smallest worker's memory (and 256 MiB, the driver's), and at most the steps left; in
+    memory, 64 MiB and 64 steps."""
+    from types import SimpleNamespace
+
+    from dask_clust.blocks.batches import steps_per_gather
+
+    def engine(streaming, *memory):
+        return SimpleNamespace(n_features=32, streaming=streaming, partitions=lambda: [(1, m << 20) for m in memory])
+
+    step = 1024 * 32 * 4  # a batch of 1,024 float32 rows of 32 features: 128 KiB
+    assert steps_per_gather(engine(True, 900, 700), 1024, 10**6) == int(0.05 * (700 << 20)) // step == 280
+    assert steps_per_gather(engine(True, 64 << 10), 1024, 10**6) == (256 << 20) // step == 2048
+    assert steps_per_gather(engine(True, 700), 1024, 100) == 100
+    assert steps_per_gather(engine(False, 700), 1024, 10**6) == 64
+    assert steps_per_gather(engine(True, 1), 1024, 10**6) == 1
+
+
+def test_streamed_nmbatch_reads_the_store_twice(store, monkeypatch):
+    """nmbatch's first call builds its nesting-order copy of the rows and carries the engine's first pass, its
+    batches read that copy, and the final QE reads the store again: two passes, the bits of a fit whose first
+    pass ran alone first."""
+    import dask
+
+    from dask_clust.engine import streaming
+    from dask_clust.engine.ops import Engine
+
+    path, _ = store
+    kw = dict(algo="nmbatch", n_clusters=6, batch_size=500, random_state=2, client="in-process")
+    monkeypatch.setattr(streaming, "KEEP_FRACTION", 0.0)
+    with dask.config.set({"dask_clust.stream": True, "dask_clust.chunk-bytes": "26400B"}):
+        carried = dask_clust.fit(path, **kw)
+        monkeypatch.setattr(Engine, "__init__", _opening_with_first_pass(Engine.__init__))
+        alone = dask_clust.fit(path, **kw)
+    assert carried.engine_["passes"] == 2.0 and alone.engine_["passes"] == 3.0
+    np.testing.assert_array_equal(carried.cluster_centers_, alone.cluster_centers_)
+    assert carried.objective_ == alone.objective_
+
+
 def _opening_with_first_pass(init):
     """``Engine.__init__`` followed by the engine's first pass, as every engine opened before calls could
     carry it."""

@@ -149,8 +149,12 @@ def _join(st, centers, b, S, v, sse):
     return evals, more - m
 
 
-def _first_rows(chunk, m):
-    """The chunk's rows of rank < m: (ranks, rows, weights)."""
+def _first_rows(chunk, params):
+    """The chunk's rows of rank < m: (ranks, rows, weights); the fit's first call, which builds the state
+    (``_nesting`` with ``nesting``) in the same read of the rows."""
+    m, nesting = params
+    if "nmbatch" not in chunk.state:
+        _nesting(chunk, nesting)
     st = chunk.state["nmbatch"]
     head = np.searchsorted(st["ranks"], m)
     return st["ranks"][:head], st["x"][:head], st["w"][:head]
@@ -191,22 +195,23 @@ def bounds_kind(engine, cfg):
     return "hamerly"
 
 
-def first_rows(engine, m):
-    """The rows of rank < m, in rank order: (rows, weights)."""
-    ranks, rows, w = engine.reduce(_first_rows, m, (Rows(),) * 3)
+def first_rows(engine, m, nesting):
+    """The rows of rank < m, in rank order: (rows, weights); the call builds the state (``nesting``: its
+    builder's parameters) and carries the engine's first pass, in one read of the rows."""
+    ranks, rows, w = engine.reduce(_first_rows, (m, nesting), (Rows(),) * 3, first_pass="with")
     order = np.argsort(ranks)
     return rows[order], w[order]
 
 
-def initial_centers(engine, cfg, b0, entropy):
+def initial_centers(engine, cfg, b0, entropy, nesting):
     """Step 2: a seeding of the first rows of the nesting order (a uniform sample, gathered to this process
     when small; k-means|| on all rows cost 3 s of a 7 s fit of the image patches for no better QE), the first
     k rows themselves ("first-k"), or a given array. Returns (centres float64, distance evaluations)."""
     if isinstance(cfg.init, str) and cfg.init == "first-k":
-        return first_rows(engine, cfg.n_clusters)[0].astype(np.float64), 0
+        return first_rows(engine, cfg.n_clusters, nesting)[0].astype(np.float64), 0
     if not isinstance(cfg.init, str):
         return seed(engine, cfg.n_clusters, cfg.init, entropy)
-    rows, w = first_rows(engine, seeding_rows(cfg, b0, engine.n_samples))
+    rows, w = first_rows(engine, seeding_rows(cfg, b0, engine.n_samples), nesting)
     return seed_rows(engine, rows, w, cfg.n_clusters, cfg.init, entropy)
 
 
@@ -257,9 +262,12 @@ def fit(engine, cfg, entropy, loop):
     restored = loop.restored
     if restored is not None:  # the state is built with the batch the checkpoint's last round held
         model.update(centers=restored["model_centers"], b=restored["b_old"])
-    with engine.state("nmbatch", _nesting, lambda: (key, N, width, model["centers"], model["b"])):
+    nesting = lambda: (key, N, width, model["centers"], model["b"])  # noqa: E731
+    # the state is built by the first call (``first_rows``), which carries the engine's first pass: one read
+    built_first = restored is None and isinstance(cfg.init, str)
+    with engine.state("nmbatch", _nesting, nesting, build=not built_first):
         if restored is None:
-            centers, seed_evals = initial_centers(engine, cfg, b0, entropy)
+            centers, seed_evals = initial_centers(engine, cfg, b0, entropy, nesting())
             S, v = np.zeros_like(centers), np.zeros(k)
             p = np.zeros(k)
             b_old, b = 0, b0
