@@ -22,7 +22,7 @@ on a sample, the reassignment and the stopping rule are scikit-learn's (``sklear
   (scaled by the mean feature variance), or max_iter batches.
 
 The driver holds the centres, their counts and one block of batches: O(k·D + block·b·D), whatever N (a block
-is at most 64 MiB of rows in memory, 256 MiB streamed).
+is at most 64 MiB of rows in memory; streamed, 256 MiB or 5 % of the smallest worker's memory, the less).
 """
 
 import numbers
