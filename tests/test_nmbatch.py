@@ -109,6 +109,27 @@ def test_nesting_is_one_permutation_whatever_the_chunking():
     assert abs(int(np.count_nonzero(whole[: n // 2] < n // 2)) - n // 4) < 4 * np.sqrt(n / 16)
 
 
+def test_the_first_rows_are_copied_out_of_the_state_they_build():
+    """The first call builds a chunk's nesting-order state and returns its rows of rank < m, in rank order, as
+    the reference ranks them; as copies, so that the call's partial does not keep the chunk's whole state (a
+    streamed worker writes it to its files when the chunk is done)."""
+    from types import SimpleNamespace
+
+    from dask_clust.algorithms.nmbatch import _first_rows
+
+    x = np.random.default_rng(0).normal(size=(500, 3)).astype(np.float32)
+    chunk = SimpleNamespace(n=500, start=1000, x=x, w=np.ones(500), state={})
+    ranks, rows, w = _first_rows(chunk, (40, (7, 5000, 1, None, 0)))
+    st = chunk.state["nmbatch"]
+    want = np.empty(500, np.int64)
+    nested_ranks(1000, 5000, 7, want)
+    order = np.argsort(want)
+    np.testing.assert_array_equal(ranks, want[order][want[order] < 40])
+    np.testing.assert_array_equal(rows, x[order][: len(ranks)])
+    assert len(w) == len(ranks) > 0
+    assert not any(np.shares_memory(a, st[k]) for a, k in ((ranks, "ranks"), (rows, "x"), (w, "w")))
+
+
 def test_chunking_does_not_change_the_fit(data, input_chunks):
     kw = dict(
         algo="nmbatch",
