@@ -2,6 +2,7 @@
 (``churn_fit``), rebuild counting, a scheduler and workers as separate processes."""
 
 import contextlib
+import glob
 import os
 import signal
 import time
@@ -70,6 +71,11 @@ def slowly_decoded(block):
     """A stored block that takes 0.1 s to decode (a streamed pass long enough to be hit in its middle)."""
     time.sleep(0.1)
     return block
+
+
+def state_dirs(dask_worker):
+    """This worker's partitions' state-file directories (``client.run``)."""
+    return glob.glob(os.path.join(dask_worker.local_directory, "dask_clust-state-*"))
 
 
 def kill_all(pids):

@@ -12,7 +12,15 @@ import pytest
 
 import dask_clust
 from dask_clust.engine import Halo, as_source, open_engine
-from tests.engine_support import KILL_PARAMS, churn_fit, kill_all, separate_cluster, slowly_decoded, worker_pids
+from tests.engine_support import (
+    KILL_PARAMS,
+    churn_fit,
+    kill_all,
+    separate_cluster,
+    slowly_decoded,
+    state_dirs,
+    worker_pids,
+)
 from tests.reference.make_blobs import blobs
 
 # SLK restarts an outer iteration instead of repeating a call: test_slk_worker_killed_mid_fit_gives_the_same_model
@@ -47,8 +55,8 @@ def test_a_worker_killed_during_a_streamed_pass_gives_the_same_model(three_worke
     """A worker SIGKILLed in the middle of a streamed pass over the store (0.25 s into the first call of
     ``step`` after iteration 2: a Lloyd iteration, nmbatch's final pass; the rows in 30 chunks, 10 a worker,
     cut from 20 stored blocks each 0.1 s to decode, so the pass is reading and computing), no chunk kept and
-    the state in the workers' local files: the fit ends with the undisturbed model's bits, and the kill
-    landed before the call ended."""
+    the state in the workers' local files: the fit ends with the undisturbed model's bits, the kill landed
+    before the call ended, and no state file outlives the fit (the killed worker's included)."""
     import threading
 
     import dask
@@ -71,6 +79,7 @@ def test_a_worker_killed_during_a_streamed_pass_gives_the_same_model(three_worke
 
         def kill():
             timing["kill"] = time.monotonic()
+            timing["dirs"] = [d for dirs in three_workers.run(state_dirs).values() for d in dirs]
             os.kill(victim, signal.SIGKILL)
 
         def hitting(self, fn, *args, **kwargs):
@@ -89,6 +98,12 @@ def test_a_worker_killed_during_a_streamed_pass_gives_the_same_model(three_worke
     assert timing["kill"] < timing["end"], timing
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_
+    # the state files go with the partitions (the survivors' once the fit's tasks are released) and the killed
+    # worker's with its directory, which the worker started after it removes
+    deadline = time.monotonic() + 30
+    while any(map(os.path.exists, timing["dirs"])) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(timing["dirs"]) == 3 and not [d for d in timing["dirs"] if os.path.exists(d)]
 
 
 @pytest.mark.parametrize("algo", ["kmeans", "vcgmm", "kmeans-sharded"])

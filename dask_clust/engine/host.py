@@ -104,7 +104,9 @@ class PartitionHost:
 def host(meta, *blocks):
     """Task: the partition of ``meta`` over ``blocks``, kept on this worker under this task's key."""
     worker = distributed.get_worker()
-    part = Partition(meta, *blocks)
+    # state files in the worker's own directory: distributed removes it when the worker closes, and a worker
+    # started after this one died removes it too (a killed worker's 9 GB of nmbatch state filled the disk)
+    part = Partition(dict(meta, scratch=worker.local_directory), *blocks)
     part.worker = worker
     PartitionHost.of(worker).parts[worker.get_current_task()] = part
 

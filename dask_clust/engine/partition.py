@@ -72,7 +72,8 @@ class Partition:
                 c.resident = True
                 keep -= c.loader.nbytes
         # the chunks' state in local files between calls, when the fit's would not fit the memory (rule 4)
-        self.files = tempfile.mkdtemp(prefix="dask_clust-state-") if meta.get("state_files") else None
+        files = meta.get("state_files")
+        self.files = tempfile.mkdtemp(prefix="dask_clust-state-", dir=meta.get("scratch")) if files else None
         for c in self.chunks if self.files else ():
             c.files = os.path.join(self.files, str(c.index))
         if meta.get("worker"):
