@@ -75,7 +75,8 @@ def slowly_decoded(block):
 
 def state_dirs(dask_worker):
     """This worker's partitions' state-file directories (``client.run``)."""
-    return glob.glob(os.path.join(dask_worker.local_directory, "dask_clust-state-*"))
+    scratch = os.path.dirname(dask_worker.local_directory)
+    return glob.glob(os.path.join(scratch, f"dask_clust-state-{os.getpid()}-*"))
 
 
 def kill_all(pids):

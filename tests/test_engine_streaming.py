@@ -375,6 +375,29 @@ def test_state_in_files_maps_back_what_was_written(tmp_path):
     assert len([f for f in os.listdir(where) if f.endswith(".npy")]) == 3
 
 
+def test_state_directories_of_ended_processes_are_removed(tmp_path):
+    """A partition's state directory is named after its process; a new one removes those of processes that
+    have ended (a killed worker leaves its own), never a live process's."""
+    import subprocess
+    import sys
+
+    from dask_clust.engine.rowfiles import remove_dead_states, state_directory
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dead = tmp_path / f"dask_clust-state-{ended.pid}-abc"
+    (dead / "3").mkdir(parents=True)
+    live = tmp_path / f"dask_clust-state-{os.getppid()}-abc"
+    live.mkdir()
+    other = tmp_path / "dask_clust-state-notapid"
+    other.mkdir()
+    mine = state_directory(str(tmp_path))
+    assert os.path.basename(mine).startswith(f"dask_clust-state-{os.getpid()}-")
+    assert not dead.exists() and live.exists() and other.exists() and os.path.isdir(mine)
+    remove_dead_states(str(tmp_path))
+    assert os.path.isdir(mine) and live.exists()
+
+
 @pytest.mark.parametrize("algo", ["kmeans", "nmbatch"])
 def test_a_streamed_fit_with_its_state_in_files_gives_the_same_model(store, algo):
     """Rule 4: kmeans and nmbatch, whose state only their steps touch, keep it in local files between calls

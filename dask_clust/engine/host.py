@@ -4,6 +4,7 @@ makes one, and the heap a finished fit leaves free returned to the system."""
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import threading
 import time
 
@@ -104,9 +105,9 @@ class PartitionHost:
 def host(meta, *blocks):
     """Task: the partition of ``meta`` over ``blocks``, kept on this worker under this task's key."""
     worker = distributed.get_worker()
-    # state files in the worker's own directory: distributed removes it when the worker closes, and a worker
-    # started after this one died removes it too (a killed worker's 9 GB of nmbatch state filled the disk)
-    part = Partition(dict(meta, scratch=worker.local_directory), *blocks)
+    # state files beside the node's worker directories (on HPC, the node's scratch that dask-jobqueue names), not
+    # in this worker's, which distributed removes as it closes, while the partition removes its own
+    part = Partition(dict(meta, scratch=os.path.dirname(worker.local_directory)), *blocks)
     part.worker = worker
     PartitionHost.of(worker).parts[worker.get_current_task()] = part
 

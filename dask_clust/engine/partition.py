@@ -19,7 +19,6 @@ import asyncio
 import copy
 import os
 import shutil
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +32,7 @@ from .data import ChunkLoader
 from .events import count
 from .halo import HaloExchange
 from .mailbox import Answer, Mailbox, drive, remote_call, remote_run
+from .rowfiles import remove_dead_states, state_directory
 from .sharded import ShardStore
 from .streaming import BlockCache
 
@@ -72,8 +72,8 @@ class Partition:
                 c.resident = True
                 keep -= c.loader.nbytes
         # the chunks' state in local files between calls, when the fit's would not fit the memory (rule 4)
-        files = meta.get("state_files")
-        self.files = tempfile.mkdtemp(prefix="dask_clust-state-", dir=meta.get("scratch")) if files else None
+        self.scratch = meta.get("scratch")
+        self.files = state_directory(self.scratch) if meta.get("state_files") else None
         for c in self.chunks if self.files else ():
             c.files = os.path.join(self.files, str(c.index))
         if meta.get("worker"):
@@ -201,6 +201,7 @@ class Partition:
             self.cache.close()
         if self.files is not None:
             shutil.rmtree(self.files, ignore_errors=True)
+            remove_dead_states(self.scratch)
         for c in self.chunks:  # the last references to the steps' per-thread buffers
             c.scratch = None
 

@@ -3,12 +3,15 @@
 engine cut in other chunks reads the rows it holds from the files that cover them; every file checked against
 the sha256 its generation recorded and the fields the algorithm declares before any of it reaches a kernel.
 And a streaming partition's, between its calls, when the fit's state would not fit its memory
-(``state_from_files``/``state_to_files``, rule 4): in a local directory of the worker, gone with the
-partition (a lost partition's state is rebuilt from the model, as it would be from memory)."""
+(``state_from_files``/``state_to_files``, rule 4): in a directory of the worker's own on its node, gone with
+the partition, or removed by the next partition on the node when its worker was killed (a lost partition's
+state is rebuilt from the model, as it would be from memory)."""
 
 import os
 import pickle
+import shutil
 import socket
+import tempfile
 import uuid
 
 import numpy as np
@@ -124,6 +127,37 @@ def _by_row(values, order):
 
 
 # ---------------------------------------------------------------- a streaming partition's state between calls
+
+
+STATE_PREFIX = "dask_clust-state-"
+
+
+def state_directory(scratch=None):
+    """A new directory for a partition's state files in ``scratch`` (the system's temporary directory when
+    None), named after this process, once the directories of processes no longer alive are removed: a
+    killed worker cannot remove its own (nmbatch's at 10x the memory: 9 GB each, which filled the disk)."""
+    remove_dead_states(scratch)
+    return tempfile.mkdtemp(prefix=f"{STATE_PREFIX}{os.getpid()}-", dir=scratch)
+
+
+def remove_dead_states(scratch=None):
+    """Remove the state directories in ``scratch`` whose process has ended (a directory is its process's
+    alone, so no other process removes a live one)."""
+    scratch = scratch or tempfile.gettempdir()
+    for name in os.listdir(scratch) if os.path.isdir(scratch) else ():
+        pid = name[len(STATE_PREFIX) :].split("-")[0]
+        if name.startswith(STATE_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(scratch, name), ignore_errors=True)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def state_from_files(directory):
