@@ -328,8 +328,10 @@ def parquet_files(X, columns=None):
     columns ``columns`` (every column of ``dd.read_parquet`` when None), one block per row group, with the
     row counts read from the files' footers: dask's own count is a pass over the data before the fit. The
     rows in ``dd.read_parquet``'s order (the files in natural sort order), each block checked and converted
-    as ``frame_rows`` converts a partition. None where X is no such path, or where its layout is not a
-    plain list of files (hive-partitioned directories, a ``_metadata`` file): dask reads those."""
+    as ``frame_rows`` converts a partition (an NA the footers count is named here, before any work; one in
+    a row group written without statistics, where that block is read). None where X is no such path, or
+    where its layout is not a plain list of files (hive-partitioned directories, a ``_metadata`` file): dask
+    reads those."""
     if not isinstance(X, (str, os.PathLike)) or not os.path.exists(X) or not _is_parquet(os.fspath(X)):
         return None
     import pyarrow.parquet as pq
@@ -357,7 +359,7 @@ def parquet_files(X, columns=None):
             if not group.num_rows:
                 continue
             stats = [group.column(where[c]).statistics if c in where else None for c in nullable]
-            if any(st is None or not st.has_null_count or st.null_count for st in stats):
+            if any(st is not None and st.has_null_count and st.null_count for st in stats):
                 _row_group(f, g, names, dtype, len(blocks))  # raises here, naming the NA's column and row
             read = delayed(_row_group, pure=True)(f, g, names, dtype, len(blocks))
             blocks.append(da.from_delayed(read, (group.num_rows, len(names)), dtype=dtype))
