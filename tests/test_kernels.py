@@ -8,7 +8,18 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from dask_clust.kernels.assign import Prepared, accumulate, all_sqdist, candidate_potentials, nearest, update_mind
+from dask_clust.kernels.assign import (
+    GATHER_ROWS,
+    Prepared,
+    accumulate,
+    all_sqdist,
+    candidate_gaps,
+    candidate_potentials,
+    direct_limit,
+    lower_near,
+    nearest,
+    update_mind,
+)
 from dask_clust.kernels.distance import gemm_tolerance, rows_per_block
 from dask_clust.kernels.sampling import greedy_plusplus, sample_proportional
 from dask_clust.kernels.stats import N_WORDS, chunk_summary, fixed_add, fixed_top_exponent, from_fixed, to_fixed
@@ -115,6 +126,54 @@ def test_candidate_potentials_and_update_mind(xc, seed):
     out = np.empty((len(X), len(C)))
     all_sqdist(X, C, out)
     np.testing.assert_allclose(out, sqdist(X, C), rtol=1e-12, atol=1e-12)
+
+
+def _lower_near(X, K, C):
+    """k-means||'s round update by the triangle test: (mind, near) after rows nearest K meet C."""
+    _, mind, _ = nearest(X, Prepared(K, X.dtype))
+    near, _, _ = nearest(X, Prepared(K, X.dtype))
+    P, most = Prepared(C, X.dtype), direct_limit(len(C))
+    order, gaps = candidate_gaps(K, P.C, min(len(C), most + 1))
+    lower_near(X, P.Cd, P.cnorm, P.C, P.tol, P.block, order, gaps, most, len(K), mind, near)
+    return mind, near
+
+
+def _full_search(X, K, C):
+    """The same update by direct distances to every candidate, known and new (lowest index on ties)."""
+    D = np.empty((len(X), len(K) + len(C)))
+    all_sqdist(X, np.concatenate([K, C]), D)
+    return D.min(1), D.argmin(1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data_and_centers(), st.integers(0, 2**31))
+def test_triangle_pruned_round_update_matches_a_full_search(xc, seed):
+    """Rows measured directly, rows sent to the GEMM and rows no new candidate helps all end as a search
+    over every candidate leaves them; new candidates repeat rows and known candidates, so exact ties with
+    the known nearest (which keep it) and among the new (the lowest index) occur."""
+    X, C = xc
+    rng = np.random.default_rng(seed)
+    split = int(rng.integers(1, len(C) + 1)) if len(C) > 1 else 1
+    K, new = C[:split], C[split:]
+    if len(new) == 0:
+        new = K[rng.integers(0, len(K), 3)]
+    mind, near = _lower_near(X, K, new)
+    ref_mind, ref_near = _full_search(X, K, new)
+    np.testing.assert_array_equal(mind, ref_mind)
+    np.testing.assert_array_equal(near, ref_near)
+
+
+def test_triangle_pruned_update_gathers_many_rows_for_the_gemm():
+    """One known candidate far from the data: every row passes the test for most new candidates and goes to
+    the GEMM, in several gathers."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2 * GATHER_ROWS + 5, 3)).astype(np.float32)
+    K = np.full((1, 3), 50.0)
+    C = rng.normal(size=(8, 3))
+    mind, near = _lower_near(X, K, C)
+    ref_mind, ref_near = _full_search(X, K, C)
+    np.testing.assert_array_equal(mind, ref_mind)
+    np.testing.assert_array_equal(near, ref_near)
 
 
 def _greedy_plusplus_reference(X, w, first, u):

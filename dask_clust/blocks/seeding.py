@@ -19,7 +19,15 @@ from .. import progress
 from .._random import stream
 from ..engine import open_local
 from ..engine.combine import Fold, Max, Rows, Sum
-from ..kernels.assign import Prepared, candidate_potentials, nearest, update_mind
+from ..kernels.assign import (
+    Prepared,
+    candidate_gaps,
+    candidate_potentials,
+    direct_limit,
+    lower_near,
+    nearest,
+    update_mind,
+)
 from ..kernels.distance import gemm_tolerance
 from ..kernels.sampling import draw_proportional, greedy_plusplus
 from .coreset import MASSES, chunk_masses, proposal, proposal_masses
@@ -105,12 +113,28 @@ def _init_candidates(chunk, cands):
 
 
 def _update_potential(chunk, params):
-    """Add a round's candidates (numbered from ``offset``) to mind and near; return Σ w·mind (φ)."""
-    new_centers, offset = params[:2]
+    """Add a round's candidates (``known[offset:]``: the candidates so far, the round's last) to mind and
+    near; return Σ w·mind (φ). Once every row has a nearest candidate, the triangle inequality spares most
+    rows most of the round's candidates (``lower_near``), where the table it needs costs less than the
+    rows it spares."""
+    known, offset = params[:2]
     st = chunk.state["k-means||"]
-    evals = _lower_mind(chunk.x, new_centers, st["mind"], st["near"], offset) if len(new_centers) else 0
+    evals = 0
+    if offset == 0 or offset * TABLE_SHARE > chunk.n:
+        evals = _lower_mind(chunk.x, known[offset:], st["mind"], st["near"], offset) if len(known) > offset else 0
+    elif len(known) > offset:
+        new = Prepared(known[offset:], chunk.x.dtype)
+        most = direct_limit(len(new.C))
+        order, gaps = candidate_gaps(known[:offset], new.C, min(len(new.C), most + 1))
+        evals = lower_near(
+            chunk.x, new.Cd, new.cnorm, new.C, new.tol, new.block, order, gaps, most, offset, st["mind"], st["near"]
+        )
     st["phi"] = float(np.dot(chunk.w, st["mind"]))
     return st["phi"], np.int64(evals)
+
+
+# the triangle test's table (known × new candidates) is built where a chunk has this many rows a known one
+TABLE_SHARE = 16
 
 
 def _oversample(chunk, params):
@@ -129,10 +153,10 @@ def _update_and_draw(chunk, params):
     keeps, and the driver keeps those with ``_oversample``'s own test (the same rows, the same bits); when
     not, the driver draws with a pass of its own. (φ, evaluations, global ids, rows, w, mind, u, largest key
     left out)."""
-    new_centers, offset, ell, rnd, phi_before, weight = params
+    known, offset, ell, rnd, phi_before, weight = params
     st = chunk.state["k-means||"]
     share = st["phi"] / phi_before if "phi" in st and phi_before > 0 else chunk.w.sum() / weight
-    phi, evals = _update_potential(chunk, (new_centers, offset))
+    phi, evals = _update_potential(chunk, (known, offset))
     u = chunk.rng("k-means||", rnd).random(chunk.n)
     a = ell * chunk.w * st["mind"]
     live = np.flatnonzero(a > 0)  # a row of a = 0 is never kept
@@ -174,8 +198,8 @@ def _kept(ell, phi, fused):
 
 def _update_and_weigh(chunk, params):
     """The last round's ``_update_potential`` and ``_candidate_weights`` in one read of the rows."""
-    new_centers, offset, n_cands = params
-    _, evals = _update_potential(chunk, (new_centers, offset))
+    known, offset, n_cands = params
+    _, evals = _update_potential(chunk, (known, offset))
     return _candidate_weights(chunk, n_cands)[0], np.int64(evals)
 
 
@@ -338,7 +362,7 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
         progress.phase("seeding k-means||", None, "round") as shown,
     ):
         cands.append(first_center(engine, "k-means||", entropy).astype(np.float64))
-        new, offset, phi, evals, rounds = cands[0], 0, 0.0, 0, 1
+        offset, phi, evals, rounds = 0, 0.0, 0, 1
         weight = float(engine.n_samples) if engine.unweighted else engine.summary.total_weight
         for r in range(max_rounds):
             if r >= rounds:
@@ -347,7 +371,7 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
             # first round's on the engine's first pass too, when that has not run
             fused = engine.reduce(
                 _update_and_draw,
-                (new, offset, ell, r, phi, weight),
+                (np.concatenate(cands), offset, ell, r, phi, weight),
                 FIRST_DRAW if r == 0 else FUSED_DRAW,
                 first_pass="with",
             )
@@ -365,7 +389,8 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
                 cands.append(new)
                 shown.update(candidates=offset + len(new))
         n_cands = sum(map(len, cands))
-        weights, e = engine.reduce(_update_and_weigh, (new if phi > 0 else new[:0], offset, n_cands))
+        known = np.concatenate(cands) if phi > 0 else np.concatenate(cands)[:offset]
+        weights, e = engine.reduce(_update_and_weigh, (known, offset, n_cands))
         evals += int(e)
         cands = np.concatenate(cands)
         if len(cands) < k:  # too few distinct candidates: top up with uniformly random rows

@@ -151,3 +151,100 @@ def nearest(X, centers, labels=None, mind=None, mind2=None):
 
 
 _NONE = np.empty(0)
+
+
+# relative slack on the triangle-inequality test: far above the rounding of a float64 distance
+TRIANGLE_SLACK = 1e-9
+# rows gathered for the GEMM when too many candidates pass the triangle test
+GATHER_ROWS = 4096
+# a row measures at most this many candidates directly; more go to the GEMM
+MOST_DIRECT = 32
+
+
+def direct_limit(m):
+    """How many of m new candidates a row measures directly before the GEMM is cheaper (a quarter)."""
+    return max(1, min(m // 4, MOST_DIRECT))
+
+
+@njit(nogil=True, cache=True)
+def candidate_gaps(K, C, width):
+    """Each known candidate's nearest ``width`` new ones, for ``lower_near``: (order, gaps), row a of order
+    those new candidates by ascending distance from K[a], row a of gaps their distances shrunk by the slack
+    (a lower bound however they round).
+
+    K : IN float64 (a, d) known candidates;  C : IN float64 (m, d) new candidates;  width : IN <= m
+    """
+    order = np.empty((K.shape[0], width), np.int64)
+    gaps = np.empty((K.shape[0], width))
+    for a in range(K.shape[0]):
+        filled = 0
+        for j in range(C.shape[0]):
+            g = np.sqrt(sqdist(K, a, C, j)) * (1.0 - TRIANGLE_SLACK)
+            if filled == width and g >= gaps[a, width - 1]:
+                continue
+            t = min(filled, width - 1)  # insertion: ties keep the lower index first
+            while t > 0 and gaps[a, t - 1] > g:
+                gaps[a, t] = gaps[a, t - 1]
+                order[a, t] = order[a, t - 1]
+                t -= 1
+            gaps[a, t] = g
+            order[a, t] = j
+            filled = min(filled + 1, width)
+    return order, gaps
+
+
+@njit(nogil=True, cache=True)
+def lower_near(X, Cd, cnorm, C, tol, block, order, gaps, most, offset, mind, near):
+    """mind_i ← min(mind_i, min_j ||x_i − c_j||²) over new candidates C, and near_i ← offset + j where it
+    falls (the lowest j on ties; a tie with mind_i keeps near_i); returns distance evaluations.
+
+    By the triangle inequality a candidate at least 2·sqrt(mind_i) from the row's nearest known candidate
+    near_i cannot be strictly closer: a row measures directly only the candidates nearer than that (a walk
+    along ``order[near_i]``). Where more than ``most`` of them pass (the first rounds, when the
+    known candidates are few), the row goes to the GEMM kernel with others like it instead. Either way the
+    result is the exact nearest new candidate, so the bits are those of a full search.
+
+    X : IN float32/float64 (n, d);  Cd, cnorm, C, tol, block : IN the new candidates as ``assign`` takes them
+    order, gaps : IN (known, min(m, most + 1)) from ``candidate_gaps``;  most : IN ``direct_limit(m)``
+    offset : IN the first new candidate's number;  mind : INOUT float64 (n,) exact squared distance to near
+    near : INOUT int32 (n,),
+    every entry < offset
+    """
+    n = X.shape[0]
+    width = gaps.shape[1]
+    rows = np.empty(GATHER_ROWS, np.int64)
+    Xg = np.empty((GATHER_ROWS, X.shape[1]), X.dtype)
+    labels = np.empty(GATHER_ROWS, np.int32)
+    d2 = np.empty(GATHER_ROWS)
+    none = np.empty(0)
+    evals = 0
+    g = 0
+    for i in range(n):
+        a = near[i]
+        reach = 2.0 * np.sqrt(mind[i]) * (1.0 + TRIANGLE_SLACK)
+        t = 0
+        while t < width and gaps[a, t] < reach:
+            t += 1
+        if t > most:
+            rows[g] = i
+            Xg[g] = X[i]
+            g += 1
+        else:
+            best, bj = mind[i], -1
+            for s in range(t):
+                j = order[a, s]
+                d = sqdist(X, i, C, j)
+                if d < best or (bj >= 0 and d == best and j < bj):
+                    best, bj = d, j
+            evals += t
+            if bj >= 0:
+                mind[i] = best
+                near[i] = offset + bj
+        if g == GATHER_ROWS or (g > 0 and i == n - 1):
+            evals += assign(Xg[:g], Cd, cnorm, C, tol, block, labels, d2, none)
+            for r in range(g):
+                if d2[r] < mind[rows[r]]:
+                    mind[rows[r]] = d2[r]
+                    near[rows[r]] = offset + labels[r]
+            g = 0
+    return evals
