@@ -18,6 +18,7 @@ from dask_clust.kernels.assign import (
     direct_limit,
     lower_near,
     nearest,
+    nearest_after_move,
     update_mind,
 )
 from dask_clust.kernels.distance import gemm_tolerance, rows_per_block
@@ -174,6 +175,42 @@ def test_triangle_pruned_update_gathers_many_rows_for_the_gemm():
     ref_mind, ref_near = _full_search(X, K, C)
     np.testing.assert_array_equal(mind, ref_mind)
     np.testing.assert_array_equal(near, ref_near)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data_and_centers(), st.integers(0, 2**31), st.sampled_from([0.0, 1e-3, 0.1, 10.0]))
+def test_search_after_a_move_matches_a_full_search(xc, seed, scale):
+    """Hamerly's test keeps a row's label only where no other centre can have come as near: labels and
+    distances equal a fresh search's (ties to the lowest index included), whatever the centres' moves,
+    and the second-nearest bound stays a bound."""
+    X, C = xc
+    rng = np.random.default_rng(seed)
+    mind2 = np.empty(len(X))
+    prev, mind, _ = nearest(X, Prepared(C, X.dtype), mind2=mind2)
+    moved = C + rng.normal(scale=scale, size=C.shape) * (rng.random(len(C)) < 0.5)[:, None]
+    shift = np.sqrt(((moved - C) ** 2).sum(1)) * (1 + 1e-9)
+    labels, mind, evals = nearest_after_move(X, Prepared(moved, X.dtype), shift, prev, None, mind, mind2)
+    ref_labels, ref_mind, _ = nearest(X, Prepared(moved, X.dtype))
+    np.testing.assert_array_equal(labels, ref_labels)
+    np.testing.assert_array_equal(mind, ref_mind)
+    D = sqdist(X, moved)
+    D[np.arange(len(X)), labels] = np.inf
+    assert np.all(mind2 <= D.min(1))
+    assert len(X) <= evals <= len(X) * (len(C) + 1) + len(X) * len(C)
+
+
+def test_search_after_a_small_move_measures_few_rows_in_full():
+    """Well-separated centres that barely move: every row keeps its label by the test (one distance each)."""
+    rng = np.random.default_rng(1)
+    C = rng.normal(scale=100.0, size=(16, 4))
+    X = (C[rng.integers(0, 16, 3000)] + rng.normal(size=(3000, 4))).astype(np.float32)
+    mind2 = np.empty(len(X))
+    prev, mind, _ = nearest(X, Prepared(C, X.dtype), mind2=mind2)
+    moved = C + 1e-3
+    shift = np.sqrt(((moved - C) ** 2).sum(1)) * (1 + 1e-9)
+    labels, mind, evals = nearest_after_move(X, Prepared(moved, X.dtype), shift, prev, None, mind, mind2)
+    assert evals == len(X)
+    np.testing.assert_array_equal(labels, nearest(X, Prepared(moved, X.dtype))[0])
 
 
 def _greedy_plusplus_reference(X, w, first, u):

@@ -85,6 +85,7 @@ def saved(cfg, n_samples, n_features):
     """What a kmeans checkpoint holds: Lloyd's state (``blocks/lloyd.py``) and the seeding's evaluations."""
     return {
         "centers": centres(cfg, n_features),
+        "moves": ("floats", (cfg.n_clusters,)),
         "evals": COUNT,
         "objective": ("float", 0.0, BIG, True),
         "strict": ("bool",),

@@ -5,7 +5,10 @@ S. P. Lloyd, "Least squares quantization in PCM", IEEE Trans. Inf. Theory 28(2),
 doi:10.1109/TIT.1982.1056489.
 
 One iteration (``lloyd_step`` on every chunk, exact sum, ``m_step``):
-  1. assign every row to its nearest centre (blocked GEMM, float64 re-search near ties);
+  1. assign every row to its nearest centre (blocked GEMM, float64 re-search near ties); after the first
+     step, a row whose own centre is nearer than any other can have come (its second-nearest bound less
+     the largest move of another centre: Hamerly's test, SDM 2010) keeps its label and is measured against
+     that centre alone, so the labels are those of a full search at a fraction of its cost;
   2. accumulate Σ w x, Σ w and Σ w d² per centre (float64);
   3. centres ← Σ w x / Σ w; an empty cluster takes the row farthest from its centre (as scikit-learn);
   4. stop when no label changed, or when Σ ||Δc||² ≤ tol (scikit-learn's rule, tol already scaled by
@@ -18,51 +21,87 @@ reduce-scattered by cluster, step 3 runs where each cluster range lives, and the
 """
 
 import contextlib
+import itertools
+from typing import NamedTuple
 
 import numpy as np
 
 from ..engine import ReduceScatter
 from ..engine.combine import Rows, Scatter, Sum, Top
-from ..kernels.assign import Prepared, accumulate, nearest
+from ..kernels.assign import Prepared, accumulate, nearest, nearest_after_move
 from ..loop import FitResult, Loop
 
-# what ``lloyd_step`` keeps per row through the fit: the labels, the previous iteration's (int32 each) and
-# the min d² (float64)
-LLOYD_ROW_BYTES = 4 + 4 + 8
+# what ``lloyd_step`` keeps per row through the fit: the labels, the previous iteration's (int32 each), the
+# min d² and the bound of the second-nearest d² (float64 each)
+LLOYD_ROW_BYTES = 4 + 4 + 8 + 8
+# relative slack on a centre's move: far above the rounding of its float64 distance
+SHIFT_SLACK = 1e-9
+
+
+class Moved(NamedTuple):
+    """The centres of a Lloyd step (a ``Prepared``), called ``token``, each at most ``shift`` from those of
+    the step ``since``: a chunk whose labels belong to that step searches only the rows whose label may
+    have changed (``nearest_after_move``). ``since`` None: no earlier step to start from."""
+
+    centers: Prepared
+    token: int
+    since: int | None = None
+    shift: np.ndarray | None = None
 
 
 def lloyd_step(chunk, centers):
     """Assign the chunk's rows and return the partial (Σ w x, Σ w, QE, changed labels, evaluations).
-    ``centers``: a ``Prepared``, or the float64 array of a sharded model (prepared here).
+    ``centers``: a ``Moved`` (its centres a ``Prepared``, or a sharded model's float64 array), or a bare
+    ``Prepared`` (every row searched).
 
-    State: the labels of the previous iteration (to count changes; a rebuilt chunk counts all rows as
-    changed, which can only delay convergence) and the distances (for empty-cluster relocation).
+    State: the labels of the previous step (to count changes, and with the distances to start the next
+    step's search from; a rebuilt chunk counts all rows as changed, which can only delay convergence, and
+    searches every row), the distances (for empty-cluster relocation) and the step they belong to (none
+    recorded: a checkpoint's, the step RESUMED).
     """
     st = chunk.state
+    moved = _moved(centers, chunk.x.dtype)
     prev = st.get("lloyd_labels")
-    labels, mind, sums, weights, qe, evals = _assigned_sums(chunk, centers, st.get("lloyd_spare"), st.get("lloyd_mind"))
+    if moved.since is not None and "lloyd_mind2" in st and st.get("lloyd_step", RESUMED) == moved.since:
+        labels, mind, evals = nearest_after_move(
+            chunk.x, moved.centers, moved.shift, prev, st.get("lloyd_spare"), st["lloyd_mind"], st["lloyd_mind2"]
+        )
+        mind2 = st["lloyd_mind2"]
+    else:
+        mind2 = st.get("lloyd_mind2")
+        mind2 = np.empty(chunk.n) if mind2 is None else mind2
+        labels, mind, evals = nearest(chunk.x, moved.centers, st.get("lloyd_spare"), st.get("lloyd_mind"), mind2)
+    sums, weights, qe = _sums(chunk, moved.centers, labels, mind)
     changed = chunk.n if prev is None else int(np.count_nonzero(prev != labels))
-    st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"] = labels, prev, mind
+    st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"], st["lloyd_mind2"] = labels, prev, mind, mind2
+    st["lloyd_step"] = moved.token
     return sums, weights, qe, np.int64(changed), np.int64(evals)
 
 
-def _assigned_sums(chunk, centers, labels=None, mind=None):
-    """The chunk's rows assigned to their nearest centre (into ``labels`` and ``mind`` when given): (labels,
-    min d², Σ w x and Σ w per centre, QE, evaluations)."""
-    if not isinstance(centers, Prepared):
-        centers = Prepared(centers, chunk.x.dtype)
-    labels, mind, evals = nearest(chunk.x, centers, labels, mind)
+def _sums(chunk, centers, labels, mind):
+    """Σ w x and Σ w per centre and the QE of the chunk's assigned rows."""
     k, d = centers.C.shape
     sums = np.zeros((k, d))
     weights = np.zeros(k)
     qe = accumulate(chunk.x, chunk.w, labels, mind, sums, weights)
-    return labels, mind, sums, weights, qe, evals
+    return sums, weights, qe
+
+
+def _moved(centers, dtype):
+    """``centers`` as a ``Moved`` of a ``Prepared``: a bare ``Prepared`` starts from no step; a sharded
+    model's float64 array is prepared here."""
+    if not isinstance(centers, Moved):
+        centers = Moved(centers, None)
+    if not isinstance(centers.centers, Prepared):
+        centers = centers._replace(centers=Prepared(centers.centers, dtype))
+    return centers
 
 
 def _update_step(chunk, centers):
     """``lloyd_step``'s partial without its state (nothing is kept per row; no label counts as changed)."""
-    _, _, sums, weights, qe, evals = _assigned_sums(chunk, centers)
-    return sums, weights, qe, np.int64(0), np.int64(evals)
+    prepared = _moved(centers, chunk.x.dtype).centers
+    labels, mind, evals = nearest(chunk.x, prepared)
+    return (*_sums(chunk, prepared, labels, mind), np.int64(0), np.int64(evals))
 
 
 def _assigned_qe(chunk, centers):
@@ -121,6 +160,28 @@ def shifts(new, old):
     return ((new - old) ** 2).sum(axis=1)
 
 
+# names of the steps' centres, so that a chunk knows whether its labels belong to the last step's; RESUMED
+# names the step a checkpoint's per-row state belongs to
+_STEPS = itertools.count()
+RESUMED = -1
+
+
+class Steps:
+    """What the centres tell each step, wherever they live: its name, the last step's, and how far each
+    centre moved since (``Moved``). ``moves``: ||Δc||² per cluster since the last step, which the M-step and
+    the relocation set; from a checkpoint, the saved ones and the step RESUMED."""
+
+    def __init__(self, since=None, moves=None):
+        self._token, self.moves = since, moves
+
+    def _moved(self, centers):
+        token = next(_STEPS)
+        shift = None if self.moves is None else np.sqrt(self.moves) * (1.0 + SHIFT_SLACK)
+        moved = Moved(centers, token, self._token, shift)
+        self._token = token
+        return moved
+
+
 # the sharded path: Σ w x and Σ w reduce-scattered by cluster; QE, changed labels and evaluations summed
 SHARDED_STEP = (Scatter(), Scatter(), Sum(), Sum(), Sum())
 
@@ -154,25 +215,29 @@ def quantization_error(engine, centers):
     return float(qe), int(evals)
 
 
-class DriverCentres:
+class DriverCentres(Steps):
     """The centres on the driver (k × d within ``model-bytes``): a step's sums come to the driver finished and
     step 3 runs here."""
 
-    def __init__(self, engine, centers):
+    def __init__(self, engine, centers, **steps):
+        super().__init__(**steps)
         self.engine, self.centers = engine, centers
 
     def step(self, step=lloyd_step):
         """Steps 1-3 from the current centres: (QE, changed labels, evaluations, Σ w and ||Δc||² per cluster)."""
-        self._sums, self._weights, qe, changed, e = self.engine.reduce(step, Prepared(self.centers, self.engine.dtype))
+        moved = self._moved(Prepared(self.centers, self.engine.dtype))
+        self._sums, self._weights, qe, changed, e = self.engine.reduce(step, moved)
         self._old = self.centers
         self.centers = m_step(self._sums, self._weights, self._old)
-        return qe, changed, e, self._weights, shifts(self.centers, self._old)
+        self.moves = shifts(self.centers, self._old)
+        return qe, changed, e, self._weights, self.moves
 
     def relocate(self, moves):
         """The relocation's moves on the step's sums, and step 3 again: ||Δc||² per cluster."""
         apply_moves(self._sums, self._weights, moves)
         self.centers = m_step(self._sums, self._weights, self._old)
-        return shifts(self.centers, self._old)
+        self.moves = shifts(self.centers, self._old)
+        return self.moves
 
     def local(self):
         """The centres, for the callback (None where they are not on the driver)."""
@@ -183,25 +248,28 @@ class DriverCentres:
 
     def assigned_qe(self):
         """One assignment pass for the labels and QE of the current centres: (QE, evaluations)."""
-        _, _, qe, _, e = self.engine.reduce(lloyd_step, Prepared(self.centers, self.engine.dtype))
+        _, _, qe, _, e = self.engine.reduce(lloyd_step, self._moved(Prepared(self.centers, self.engine.dtype)))
         return qe, e
 
 
-class ShardedCentres:
+class ShardedCentres(Steps):
     """The centres sharded on the workers by cluster range (rule 1): step 2's sums are reduce-scattered and
     step 3 runs where each range lives. Per step the driver receives Σ w and ||Δc||² per cluster (16·k bytes)
     and three counters; the callback gets no centres (a checkpoint gathers them: k × d once per checkpoint)."""
 
-    def __init__(self, engine, model):
+    def __init__(self, engine, model, **steps):
+        super().__init__(**steps)
         self.engine, self.model = engine, model
 
     def step(self, step=lloyd_step):
         scatter = ReduceScatter(self.model, sharded_m_step, (Rows(), Rows()))
-        return self.engine.reduce(step, self.model.ref(), SHARDED_STEP, scatter=scatter)
+        out = self.engine.reduce(step, self._moved(self.model.ref()), SHARDED_STEP, scatter=scatter)
+        self.moves = out[-1]
+        return out
 
     def relocate(self, moves):
-        (shift,) = self.model.apply(sharded_relocation, moves, (Rows(),))
-        return shift
+        (self.moves,) = self.model.apply(sharded_relocation, moves, (Rows(),))
+        return self.moves
 
     def local(self):
         return None
@@ -210,18 +278,18 @@ class ShardedCentres:
         return self.model.gather()
 
     def assigned_qe(self):
-        return self.engine.reduce(_assigned_qe, self.model.ref())
+        return self.engine.reduce(_assigned_qe, self._moved(self.model.ref()))
 
 
 @contextlib.contextmanager
-def centres_on(engine, key, centers):
+def centres_on(engine, key, centers, **steps):
     """Where the centres live while Lloyd runs: on the driver, or sharded on the workers when they are over
-    ``model-bytes``; the same iterations and the same bits either way."""
+    ``model-bytes``; the same iterations and the same bits either way. ``steps``: ``Steps``' (a checkpoint's)."""
     if engine.shards_model(centers.nbytes):
         with engine.sharded(key, (centers,)) as model:
-            yield ShardedCentres(engine, model)
+            yield ShardedCentres(engine, model, **steps)
     else:
-        yield DriverCentres(engine, centers)
+        yield DriverCentres(engine, centers, **steps)
 
 
 def lloyd_update(engine, centers):
@@ -232,24 +300,46 @@ def lloyd_update(engine, centers):
         return model.gather(), int(e)
 
 
+# Lloyd's per-row state in a checkpoint: each key's fields as ``restored_rows`` checks them (the bound is
+# any float: a wrong one can only search rows, or keep a label, that the checksum would have refused)
+def _row_fields(k):
+    return {
+        "lloyd_labels": {"": ("int32", (), 0, k)},
+        "lloyd_mind": {"": ("float64", (), 0.0, np.inf)},
+        "lloyd_mind2": {"": ("float64", (), None, None)},
+    }
+
+
 def _restored(engine, centers, loop):
-    """(centres, evaluations, QE, whether no label moved) to start from: the checkpoint's, with every
-    chunk's labels of its last iteration (so ``changed`` counts as it would have), or ``centers``."""
+    """(centres, evaluations, QE, whether no label moved, ``Steps``' arguments) to start from: the
+    checkpoint's, with every chunk's labels and distances of its last iteration (so ``changed`` counts and
+    the next search skips rows as they would have), or ``centers``."""
     state = loop.restored
     if state is None:
-        return centers, 0, None, False
+        return centers, 0, None, False, {}
     if loop.restored_rows is not None:
-        engine.load_rows(loop.restored_rows, "lloyd_labels", {"": ("int32", (), 0, len(state["centers"]))})
-    return state["centers"], state["evals"], state["objective"], state["strict"]
+        for key, fields in _row_fields(len(state["centers"])).items():
+            engine.load_rows(loop.restored_rows, key, fields)
+    steps = {"since": RESUMED, "moves": state["moves"]} if loop.restored_rows is not None else {}
+    return state["centers"], state["evals"], state["objective"], state["strict"], steps
 
 
-def _save(engine, loop, centers, evals, objective, strict):
-    """A checkpoint when one is due: the centres (``centers`` may be a callable that gathers them), the
-    counters and every chunk's labels."""
-    get = centers if callable(centers) else (lambda: centers)
+def _save(engine, loop, model, evals, objective, strict):
+    """A checkpoint when one is due: the centres, how far they moved in the last step, the counters and
+    every chunk's labels and distances."""
+
+    def rows(directory):
+        return {name: sha for key in _row_fields(0) for name, sha in engine.dump_rows(directory, key).items()}
+
     loop.save(
-        lambda: {"centers": get(), "evals": int(evals), "objective": objective, "strict": strict},
-        rows=lambda directory: engine.dump_rows(directory, "lloyd_labels"),
+        lambda: {
+            "centers": model.gather(),
+            "moves": model.moves,
+            "evals": int(evals),
+            "objective": objective,
+            "strict": strict,
+        },
+        rows=rows,
     )
 
 
@@ -259,8 +349,8 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
     Returns a ``FitResult`` whose objective is the QE of the returned centres on ``engine``'s rows.
     """
     loop = loop or Loop("lloyd", max_iter)
-    centers, evals, objective, strict = _restored(engine, centers, loop)
-    with centres_on(engine, "lloyd", centers) as model:
+    centers, evals, objective, strict, steps = _restored(engine, centers, loop)
+    with centres_on(engine, "lloyd", centers, **steps) as model:
         for _ in loop:
             qe, changed, e, weights, shift = model.step()
             evals += e
@@ -274,7 +364,7 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
             objective = qe
             if strict or shift <= tol:
                 loop.converged = True
-            _save(engine, loop, model.gather, evals, objective, strict)
+            _save(engine, loop, model, evals, objective, strict)
         if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
             objective, e = model.assigned_qe()
             evals += e

@@ -200,23 +200,19 @@ def lower_near(X, Cd, cnorm, C, tol, block, order, gaps, most, offset, mind, nea
 
     By the triangle inequality a candidate at least 2·sqrt(mind_i) from the row's nearest known candidate
     near_i cannot be strictly closer: a row measures directly only the candidates nearer than that (a walk
-    along ``order[near_i]``). Where more than ``most`` of them pass (the first rounds, when the
-    known candidates are few), the row goes to the GEMM kernel with others like it instead. Either way the
+    along ``order[near_i]``). Where more than ``most`` of them pass (the first rounds, when the known
+    candidates are few), the row goes to the GEMM kernel with others like it instead. Either way the
     result is the exact nearest new candidate, so the bits are those of a full search.
 
     X : IN float32/float64 (n, d);  Cd, cnorm, C, tol, block : IN the new candidates as ``assign`` takes them
     order, gaps : IN (known, min(m, most + 1)) from ``candidate_gaps``;  most : IN ``direct_limit(m)``
     offset : IN the first new candidate's number;  mind : INOUT float64 (n,) exact squared distance to near
-    near : INOUT int32 (n,),
-    every entry < offset
+    near : INOUT int32 (n,), every entry < offset
     """
     n = X.shape[0]
     width = gaps.shape[1]
-    rows = np.empty(GATHER_ROWS, np.int64)
-    Xg = np.empty((GATHER_ROWS, X.shape[1]), X.dtype)
-    labels = np.empty(GATHER_ROWS, np.int32)
-    d2 = np.empty(GATHER_ROWS)
-    none = np.empty(0)
+    rows, Xg, labels, d2, _ = _gather_buffers(X)
+    skip = np.empty(0)  # no second-nearest bound wanted
     evals = 0
     g = 0
     for i in range(n):
@@ -241,10 +237,74 @@ def lower_near(X, Cd, cnorm, C, tol, block, order, gaps, most, offset, mind, nea
                 mind[i] = best
                 near[i] = offset + bj
         if g == GATHER_ROWS or (g > 0 and i == n - 1):
-            evals += assign(Xg[:g], Cd, cnorm, C, tol, block, labels, d2, none)
+            evals += assign(Xg[:g], Cd, cnorm, C, tol, block, labels, d2, skip)
             for r in range(g):
                 if d2[r] < mind[rows[r]]:
                     mind[rows[r]] = d2[r]
                     near[rows[r]] = offset + labels[r]
             g = 0
     return evals
+
+
+@njit(nogil=True, cache=True)
+def _gather_buffers(X):
+    """Room for GATHER_ROWS rows sent to the GEMM: (their indices, the rows, and their labels, min d² and
+    second-nearest bound as ``assign`` writes them)."""
+    rows = np.empty(GATHER_ROWS, np.int64)
+    Xg = np.empty((GATHER_ROWS, X.shape[1]), X.dtype)
+    return rows, Xg, np.empty(GATHER_ROWS, np.int32), np.empty(GATHER_ROWS), np.empty(GATHER_ROWS)
+
+
+@njit(nogil=True, cache=True)
+def assign_moved(X, Cd, cnorm, C, tol, block, shift, prev, labels, mind, mind2):
+    """``assign`` after the centres moved, for rows whose ``prev`` labels, ``mind`` and ``mind2`` were
+    exact for the centres before the move; returns distance evaluations.
+
+    Hamerly's test (G. Hamerly, "Making k-means even faster", SDM 2010, §3): every other centre is at
+    least sqrt(mind2) − (the largest shift of another centre) from the row; when the row's own centre,
+    measured directly, is strictly nearer than that, the label stands and only that distance is new. Other
+    rows go to the GEMM kernel in gathers. Either way the labels and distances are those of a full search.
+
+    X : IN float32/float64 (n, d);  Cd, cnorm, C, tol, block : IN the centres as ``assign`` takes them
+    shift : IN float64 (k,) an upper bound of each centre's move;  prev : IN int32 (n,) the labels before
+    labels : OUT int32 (n,);  mind : INOUT float64 (n,) exact squared distance to the label's centre
+    mind2 : INOUT float64 (n,) a lower bound of the squared distance to every other centre
+    """
+    far, second, arg = 0.0, 0.0, -1  # the largest move, its centre, and the largest of the others
+    for j in range(shift.shape[0]):
+        if shift[j] > far:
+            far, second, arg = shift[j], far, j
+        elif shift[j] > second:
+            second = shift[j]
+    rows, Xg, glabels, gmind, gmind2 = _gather_buffers(X)
+    n = X.shape[0]
+    evals = n
+    g = 0
+    for i in range(n):
+        a = prev[i]
+        lower = np.sqrt(mind2[i]) * (1.0 - TRIANGLE_SLACK) - (second if a == arg else far)
+        d = sqdist(X, i, C, a)
+        if lower > 0.0 and d < lower * lower:
+            labels[i], mind[i], mind2[i] = a, d, lower * lower
+        else:
+            rows[g] = i
+            Xg[g] = X[i]
+            g += 1
+        if g == GATHER_ROWS or (g > 0 and i == n - 1):
+            evals += assign(Xg[:g], Cd, cnorm, C, tol, block, glabels, gmind, gmind2)
+            for r in range(g):
+                labels[rows[r]], mind[rows[r]], mind2[rows[r]] = glabels[r], gmind[r], gmind2[r]
+            g = 0
+    return evals
+
+
+def nearest_after_move(X, centers, shift, prev, labels, mind, mind2):
+    """``nearest`` for rows whose ``prev`` labels and ``mind``/``mind2`` belong to centres each at most
+    ``shift`` from ``centers`` (a ``Prepared``): the same labels and distances, most rows measured against
+    their own centre alone (``assign_moved``). ``labels`` (None: new) receives the labels; ``mind`` and
+    ``mind2`` are updated in place. Returns (labels, mind, evaluations)."""
+    labels = np.empty(X.shape[0], np.int32) if labels is None else labels
+    evals = assign_moved(
+        X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, shift, prev, labels, mind, mind2
+    )
+    return labels, mind, evals
