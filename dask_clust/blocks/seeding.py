@@ -113,19 +113,18 @@ def _init_candidates(chunk, cands):
 
 
 def _update_potential(chunk, params):
-    """Add a round's candidates (``known[offset:]``: the candidates so far, the round's last) to mind and
-    near; return Σ w·mind (φ). Once every row has a nearest candidate, the triangle inequality spares most
-    rows most of the round's candidates (``lower_near``), where the table it needs costs less than the
-    rows it spares."""
-    known, offset = params[:2]
+    """Add a round's candidates ``new`` (numbered from ``offset``) to mind and near; return Σ w·mind (φ).
+    With ``known``, the candidates numbered below ``offset`` (sent where the table costs little: ``_round``),
+    the triangle inequality spares most rows most of the round's candidates (``lower_near``)."""
+    new, offset, known = params[:3]
     st = chunk.state["k-means||"]
     evals = 0
-    if offset == 0 or offset * TABLE_SHARE > chunk.n:
-        evals = _lower_mind(chunk.x, known[offset:], st["mind"], st["near"], offset) if len(known) > offset else 0
-    elif len(known) > offset:
-        new = Prepared(known[offset:], chunk.x.dtype)
+    if known is None or len(known) * TABLE_SHARE > chunk.n:
+        evals = _lower_mind(chunk.x, new, st["mind"], st["near"], offset) if len(new) else 0
+    elif len(new):
+        new = Prepared(new, chunk.x.dtype)
         most = direct_limit(len(new.C))
-        order, gaps = candidate_gaps(known[:offset], new.C, min(len(new.C), most + 1))
+        order, gaps = candidate_gaps(known, new.C, min(len(new.C), most + 1))
         evals = lower_near(
             chunk.x, new.Cd, new.cnorm, new.C, new.tol, new.block, order, gaps, most, offset, st["mind"], st["near"]
         )
@@ -133,8 +132,18 @@ def _update_potential(chunk, params):
     return st["phi"], np.int64(evals)
 
 
-# the triangle test's table (known × new candidates) is built where a chunk has this many rows a known one
+# the triangle test's table (known × new candidates, built per chunk) is used where a chunk has this many
+# rows a known candidate: it then costs a small share of the search it spares
 TABLE_SHARE = 16
+
+
+def _round(engine, cands, offset):
+    """A round's update as ``_update_potential`` takes it: (the candidates numbered from ``offset``,
+    ``offset``, the known ones before them or None). The known ones travel (rounds·ℓ·d floats to every
+    partition) only where the largest chunk would build the table from them."""
+    known = np.concatenate(cands)
+    rows = int(np.diff(engine.source.starts).max())
+    return known[offset:], offset, known[:offset] if 0 < offset * TABLE_SHARE <= rows else None
 
 
 def _oversample(chunk, params):
@@ -153,10 +162,10 @@ def _update_and_draw(chunk, params):
     keeps, and the driver keeps those with ``_oversample``'s own test (the same rows, the same bits); when
     not, the driver draws with a pass of its own. (φ, evaluations, global ids, rows, w, mind, u, largest key
     left out)."""
-    known, offset, ell, rnd, phi_before, weight = params
+    *update, ell, rnd, phi_before, weight = params
     st = chunk.state["k-means||"]
     share = st["phi"] / phi_before if "phi" in st and phi_before > 0 else chunk.w.sum() / weight
-    phi, evals = _update_potential(chunk, (known, offset))
+    phi, evals = _update_potential(chunk, update)
     u = chunk.rng("k-means||", rnd).random(chunk.n)
     a = ell * chunk.w * st["mind"]
     live = np.flatnonzero(a > 0)  # a row of a = 0 is never kept
@@ -198,8 +207,8 @@ def _kept(ell, phi, fused):
 
 def _update_and_weigh(chunk, params):
     """The last round's ``_update_potential`` and ``_candidate_weights`` in one read of the rows."""
-    known, offset, n_cands = params
-    _, evals = _update_potential(chunk, (known, offset))
+    *update, n_cands = params
+    _, evals = _update_potential(chunk, update)
     return _candidate_weights(chunk, n_cands)[0], np.int64(evals)
 
 
@@ -371,7 +380,7 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
             # first round's on the engine's first pass too, when that has not run
             fused = engine.reduce(
                 _update_and_draw,
-                (np.concatenate(cands), offset, ell, r, phi, weight),
+                (*_round(engine, cands, offset), ell, r, phi, weight),
                 FIRST_DRAW if r == 0 else FUSED_DRAW,
                 first_pass="with",
             )
@@ -389,8 +398,9 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
                 cands.append(new)
                 shown.update(candidates=offset + len(new))
         n_cands = sum(map(len, cands))
-        known = np.concatenate(cands) if phi > 0 else np.concatenate(cands)[:offset]
-        weights, e = engine.reduce(_update_and_weigh, (known, offset, n_cands))
+        # after a round with φ = 0 its candidates are already in: nothing to add
+        last = _round(engine, cands, offset if phi > 0 else n_cands)
+        weights, e = engine.reduce(_update_and_weigh, (*last, n_cands))
         evals += int(e)
         cands = np.concatenate(cands)
         if len(cands) < k:  # too few distinct candidates: top up with uniformly random rows
