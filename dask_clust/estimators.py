@@ -13,9 +13,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import algorithms
 from . import progress as progress_
-from ._params import build_config, describe
+from ._params import COVARIANCE_TYPES, build_config, describe
 from ._random import check_random_state
 from .api import fit
+from .blocks.gaussian import own_model
 from .engine.local import persisted
 from .errors import InputError, InvalidParameterError
 
@@ -440,7 +441,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.n_truncated = n_truncated
 
     def _fit_params(self):
-        if (self.covariance_type, self.weights) == ("tied-spherical", "equal"):
+        if self.covariance_type in COVARIANCE_TYPES and own_model(self.covariance_type, self.weights):
             raise InvalidParameterError(
                 "covariance_type='tied-spherical' with weights='equal' is vc-GMM's own model: use dask_clust.VCGMM"
             )

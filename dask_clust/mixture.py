@@ -17,6 +17,7 @@ import numpy as np
 
 from ._params import COVARIANCE_TYPES
 from ._random import check_random_state
+from .blocks.gaussian import covariance, n_parameters
 from .engine.data import as_dask_rows, check_finite_block, map_rows
 from .kernels.truncated import diagonal_metric
 from .models import PROBA_BLOCK_BYTES, ClusteringModel, truncated_ids_block
@@ -91,10 +92,7 @@ class MixtureModel(ClusteringModel):
 
     @property
     def covariances_(self):
-        var = self.extras_["variances_"]
-        if self.covariance_type == "diag":
-            return var
-        return var[:, 0].copy() if self.covariance_type == "spherical" else float(var[0, 0])
+        return covariance(self.covariance_type).covariances(self.extras_["variances_"])
 
     @property
     def precisions_cholesky_(self):
@@ -128,8 +126,7 @@ class MixtureModel(ClusteringModel):
     def n_parameters(self):
         """Free parameters: the means, the variances (C·D, C or 1) and the weights (C − 1 when learned)."""
         C, D = self.cluster_centers_.shape
-        var = {"diag": C * D, "spherical": C, "tied-spherical": 1}[self.covariance_type]
-        return C * D + var + (C - 1 if self.params.get("weights") == "learned" else 0)
+        return n_parameters(self.covariance_type, self.params.get("weights"), C, D)
 
     def bic(self, X):
         """Bayesian information criterion on X: −2 log L + p log n, log L over every component (exact)."""
@@ -164,10 +161,9 @@ class MixtureModel(ClusteringModel):
         var, weights = np.asarray(extras["variances_"]), np.asarray(extras["weights_"])
         if var.shape != (C, D) or var.dtype.kind != "f" or not (np.isfinite(var).all() and (var > 0).all()):
             raise ValueError(f"variances_ must be ({C}, {D}) finite positive floats")
-        if kind != "diag" and not (var == var[:, :1]).all():
-            raise ValueError(f"variances_ of a {kind!r} mixture must be equal across features")
-        if kind == "tied-spherical" and not (var == var[0, 0]).all():
-            raise ValueError("variances_ of a 'tied-spherical' mixture must be one value")
+        problem = covariance(kind).check_variances(var)
+        if problem is not None:
+            raise ValueError(problem)
         if weights.shape != (C,) or weights.dtype.kind != "f" or not np.isfinite(weights).all() or (weights < 0).any():
             raise ValueError(f"weights_ must be ({C},) finite non-negative floats")
         if abs(weights.sum() - 1.0) > WEIGHTS_SUM_TOL:

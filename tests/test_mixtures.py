@@ -151,14 +151,14 @@ def test_the_engines_truncated_fit_follows_the_reference(covariance_type):
     import dask
 
     from dask_clust._random import check_random_state
-    from dask_clust.algorithms import vcgmm
+    from dask_clust.blocks import truncated_estep
     from tests.test_vcgmm import initial_sets
 
     X = scaled_blobs(1200, 4, 12, seed=5)
     C, Cp, G, rs = 12, 3, 5, 4
     mu, var, pi = start(X, C, covariance_type, seed=2)
     with pytest.MonkeyPatch.context() as mp, dask.config.set({"dask_clust.working-set-chunk-rows": 300}):
-        mp.setattr(vcgmm, "BLOCK_ROWS", 128)
+        mp.setattr(truncated_estep, "BLOCK_ROWS", 128)
         m = engine_fit(
             X, mu, var, pi, covariance_type, n_truncated=Cp, G=G, max_iter=15, tol=0, random_state=rs,
             truncated_init="random",
@@ -369,3 +369,23 @@ def test_a_row_of_weight_zero_adds_nothing_even_with_every_cost_infinite():
     assert total == pytest.approx(np.log(np.exp(-Kd2[0]).sum()))
     np.testing.assert_allclose(U, [s[0], s[1], 0, 0])
     assert np.isfinite(sums).all() and np.isfinite(Q).all() and not sums[2:].any()
+
+
+@pytest.mark.parametrize("covariance_type", ["diag", "spherical"])
+def test_the_family_counts_and_shapes_parameters_as_scikit_learn(covariance_type):
+    """Each covariance type's parameter count, ``covariances_`` and ``precisions_init`` shape are those of
+    scikit-learn's GaussianMixture fitted with the same type; the family names the configs' types in order."""
+    from sklearn.mixture import GaussianMixture
+
+    from dask_clust._params import COVARIANCE_TYPES
+    from dask_clust.blocks.gaussian import TYPES, check_precisions_init, covariance, n_parameters
+
+    assert tuple(TYPES) == COVARIANCE_TYPES
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    sk = GaussianMixture(4, covariance_type=covariance_type, random_state=0).fit(X)
+    assert n_parameters(covariance_type, "learned", 4, 3) == sk._n_parameters()
+    C, D = sk.means_.shape
+    var = np.broadcast_to(sk.covariances_.reshape(C, -1), (C, D)).copy()
+    np.testing.assert_array_equal(covariance(covariance_type).covariances(var), sk.covariances_)
+    assert check_precisions_init(sk.precisions_, covariance_type, C, D) is None
+    assert "takes shape" in check_precisions_init(np.ones((C, D + 1)), covariance_type, C, D)

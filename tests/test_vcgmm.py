@@ -6,8 +6,9 @@ import pytest
 
 import dask_clust
 from dask_clust._random import check_random_state
-from dask_clust.algorithms.vcgmm import init_neighbourhoods, kernel_key
 from dask_clust.blocks.coreset import lightweight_coreset, uniform_sample
+from dask_clust.blocks.truncated_em import kernel_key
+from dask_clust.blocks.truncated_estep import init_neighbourhoods
 from dask_clust.engine import as_source, open_engine
 from dask_clust.kernels.truncated import draw_distinct
 from tests.reference import vcgmm as ref
@@ -83,9 +84,9 @@ def test_several_blocks_and_chunks_change_nothing(data, monkeypatch):
     across blocks and chunks) gives the reference's trajectory all the same."""
     import dask
 
-    from dask_clust.algorithms import vcgmm
+    from dask_clust.blocks import truncated_estep
 
-    monkeypatch.setattr(vcgmm, "BLOCK_ROWS", 64)
+    monkeypatch.setattr(truncated_estep, "BLOCK_ROWS", 64)
     C, size, rs = 30, 800, 11
     init = data[np.linspace(0, len(data) - 1, C).astype(int)].astype(np.float64)
     with dask.config.set({"dask_clust.working-set-chunk-rows": 256}):
@@ -131,25 +132,25 @@ def test_extra_random_explores(data):
 
 
 def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
-    from dask_clust.algorithms import vcgmm
+    from dask_clust.blocks import truncated_estep
 
     seen = []
-    original = vcgmm.update_neighbourhoods
+    original = truncated_estep.update_neighbourhoods
 
     def spy(*pairs_and_Gc):
         original(*pairs_and_Gc)
         seen.append(pairs_and_Gc[-1].copy())
 
-    monkeypatch.setattr(vcgmm, "update_neighbourhoods", spy)
+    monkeypatch.setattr(truncated_estep, "update_neighbourhoods", spy)
     states = []
-    original_search = vcgmm.truncated_search
+    original_search = truncated_estep.truncated_search
 
     def spy_search(x, w, start, mu, h, offset, K, *rest):  # K: a block's K^(n), updated in place by the search
         out = original_search(x, w, start, mu, h, offset, K, *rest)
         states.append(K.copy())
         return out
 
-    monkeypatch.setattr(vcgmm, "truncated_search", spy_search)
+    monkeypatch.setattr(truncated_estep, "truncated_search", spy_search)
     dask_clust.fit(
         data,
         algo="vcgmm",
@@ -179,18 +180,18 @@ def test_search_buffers_are_released_with_the_fit(data, monkeypatch):
 
     import dask
 
-    from dask_clust.algorithms import vcgmm
+    from dask_clust.blocks import truncated_estep
 
     made, sizes = [], []
-    original = vcgmm._buffers
+    original = truncated_estep._buffers
 
     def spy(scratch, rows, width):
         out = original(scratch, rows, width)
         made.extend(weakref.ref(a.base) for group in out for a in group)
-        sizes.append((sum(a.nbytes for group in out for a in group), vcgmm.buffer_bytes(rows, width)))
+        sizes.append((sum(a.nbytes for group in out for a in group), truncated_estep.buffer_bytes(rows, width)))
         return out
 
-    monkeypatch.setattr(vcgmm, "_buffers", spy)
+    monkeypatch.setattr(truncated_estep, "_buffers", spy)
     for threads in (1, 2):  # the caller's thread runs the coreset's 4 chunks, or a pool of 2 does
         made.clear()
         with dask.config.set({"dask_clust.working-set-chunk-rows": 200, "dask_clust.in-process-threads": threads}):

@@ -1,0 +1,416 @@
+"""The truncated variational EM of a Gaussian mixture (steps 3-6 of vc-GMM, F. Hirschberger, D. Forster,
+J. Lücke, IEEE TPAMI 44(12), 2022, Alg. 1; ``algorithms/vcgmm.py`` gives the steps in full): where the model
+lives while it runs (on the driver, or sharded on the workers by cluster range), its M-step for every
+covariance type of the family (``gaussian.py``), and the loop from the seeds to the converged free energy.
+"""
+
+import contextlib
+import math
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from .._random import stream
+from ..engine import ReduceScatter, restored_rows
+from ..engine.combine import KeyedSum, Max, Min, Rows, Scatter, Sum
+from ..kernels.truncated import diagonal_metric
+from .gaussian import covariance, own_model
+from .truncated_estep import (
+    ESTEP,
+    NO_METRIC,
+    STATS,
+    SearchParams,
+    init_neighbourhoods,
+    init_truncated_sets,
+    neighbourhoods_at_root,
+    pair_grid,
+    posterior_step,
+    row_fields,
+    truncated_estep,
+    update_neighbourhoods,
+)
+
+# σ² never falls below this fraction of the mean feature variance (keeps 1/σ² finite, as reg_covar)
+SIGMA2_FLOOR = 1e-10
+
+
+def m_step(mu, sums, U, Q):
+    """μ_c = Σ w s x / U_c (kept when U_c = 0: no re-seeding) and each cluster's part of σ² in one pass:
+    with Q_c = Σ w s ||x − μ_c^old||² (a column), Σ w s ||x − μ_c^new||² = Q_c − U_c ||μ_c^new − μ_c^old||².
+    Row-wise, so the clusters of a shard give the bits of the whole."""
+    new = mu.copy()
+    won = U > 0
+    new[won] = sums[won] / U[won, None]
+    shift = ((new - mu) ** 2).sum(axis=1)
+    return new, np.maximum(Q[:, 0] - U * shift, 0.0)
+
+
+def isotropic(cfg):
+    """Whether a config (or a ``Family``) asks for vc-GMM's own model: one σ² and equal weights."""
+    return own_model(cfg.covariance_type, cfg.weights)
+
+
+class Family(NamedTuple):
+    """The mixture a fit learns (``VarGMMConfig``), and the floor of its variances."""
+
+    covariance_type: str
+    weights: str
+    reg_covar: float
+    floor: float
+
+    @property
+    def isotropic(self):
+        """vc-GMM's own model (one σ², equal weights): its searches rank clusters by squared distance."""
+        return isotropic(self)
+
+
+def mixture_m_step(family, mu, var, weights, sums, U, Q, total_weight):
+    """Step 6 of the other models, row-wise (a shard's clusters give the bits of the whole): μ_c as ``m_step``;
+    σ² from the residuals Σ w s (x_d − μ_cd)² = Q_cd − U_c (μ^new_cd − μ^old_cd)², Q_cd = Σ w s (x_d − μ^old_cd)²
+    (no cancellation), as the covariance type sets it (``CovarianceType.variances``; the tied type's is left
+    to ``new_sigma2``);
+    π_c = U_c / Σw ("learned"). A cluster no row reaches (U_c = 0) keeps μ_c and σ²_c and gets π_c = 0, so
+    the weights still sum to 1. Returns μ, σ² (C, D), π and each cluster's Σ_d residual."""
+    won = U > 0
+    new = mu.copy()
+    new[won] = sums[won] / U[won, None]
+    resid = np.maximum(Q - U[:, None] * (new - mu) ** 2, 0.0)
+    var = var.copy()
+    covariance(family.covariance_type).variances(var, resid, U, won, family.reg_covar)
+    np.maximum(var, family.floor, out=var)
+    if family.weights == "learned":
+        weights = U / total_weight
+    return new, var, weights, resid.sum(axis=1)
+
+
+def metric_range(h, offset):
+    """(max h, least and largest finite offset): what ``pair_grid`` bounds the costs with (a shard's part;
+    Max, Min, Max combine them)."""
+    finite = offset[np.isfinite(offset)]
+    return np.max(h, initial=0.0), np.min(finite, initial=np.inf), np.max(finite, initial=-np.inf)
+
+
+def new_sigma2(resid, n_features, total_weight, floor):
+    """σ² = Σ_c resid_c / (D Σw), floored."""
+    return max(resid.sum() / (n_features * total_weight), floor)
+
+
+def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
+    """F = Σ w logsumexp_{K^(n)}(−d²/2σ²) − Σw (D/2) log(2πσ²) − Σw log C."""
+    return data_f - total_weight * (0.5 * n_features * math.log(2 * math.pi * sigma2) + math.log(n_clusters))
+
+
+class MStep(NamedTuple):
+    """What a sharded M-step reads besides its statistics: the family, Σw, C, and σ² of the isotropic model
+    the first search used (``first``: the per-cluster model starts from it)."""
+
+    family: Family
+    total_weight: float
+    n_clusters: int
+    sigma2: float | None
+    first: bool
+
+
+class PosteriorParams(NamedTuple):
+    """What ``posterior_step`` reads: 1/2σ², C, the means (for Q per dimension; None: not needed), and
+    what the sharded M-step after it reads."""
+
+    inv: float
+    n_clusters: int
+    mu: object
+    m_step: MStep | None = None
+
+
+class DriverMeans:
+    """The model on the driver (C·D within ``model-bytes``): the E-step's statistics come to the driver
+    finished, G_c selected where they meet (``neighbourhoods_at_root``). Per iteration the driver receives
+    Σ w s x (C·D·8 bytes), U (C·8), Q (C·8; C·D·8 for the per-cluster models) and G_c (C·G·4)."""
+
+    def __init__(self, engine, mu, family, mixture=None):
+        self.engine, self.mu, self.family, self.grid = engine, mu, family, pair_grid(engine)
+        self.total_weight = engine.summary.total_weight
+        self.var = self.weights = None  # the other models' σ² (C, D) and π, from their first M-step on
+        self.metric = NO_METRIC
+        if mixture is not None:
+            self.var, self.weights = mixture
+            self._set_metric()
+
+    @property
+    def scaled(self):
+        """Whether the next search ranks by −ℓ (the other models after their first M-step), not d²."""
+        return self.var is not None
+
+    def search(self, Gc, key, extra_random, sigma2):
+        """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: (evaluations,
+        Σ w min cost, changed winners, G_c, the M-step's (F's data part, residuals, active clusters) or None)."""
+        inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
+        params = SearchParams(self.mu, Gc, key, extra_random, inv, self.grid, *self.metric, not self.family.isotropic)
+        combine = ESTEP if inv is None else ESTEP + STATS
+        e, minsum, changed, Gc, *stats = self.engine.reduce(truncated_estep, params, combine, neighbourhoods_at_root)
+        return e, minsum, changed, Gc, self._m_step(sigma2, *stats) if stats else None
+
+    def posteriors(self, sigma2):
+        """Step 6 after the first search (σ² was not known when it ran)."""
+        params = PosteriorParams(0.5 / sigma2, self.mu.shape[0], None if self.family.isotropic else self.mu)
+        return self._m_step(sigma2, *self.engine.reduce(posterior_step, params, STATS))
+
+    def _m_step(self, sigma2, sums, U, Q, data_f):
+        if self.family.isotropic:
+            self.mu, resid = m_step(self.mu, sums, U, Q)
+        else:
+            if self.var is None:  # the first M-step starts from the isotropic model the first search used
+                self.var, self.weights = np.full(self.mu.shape, sigma2), np.full(len(U), 1.0 / len(U))
+            self.mu, self.var, self.weights, resid = mixture_m_step(
+                self.family, self.mu, self.var, self.weights, sums, U, Q, self.total_weight
+            )
+            self._set_metric()
+        return float(data_f), resid, int(np.count_nonzero(U > 0))
+
+    def set_tied(self, sigma2):
+        """The shared σ² of "tied-spherical" with learned weights, once every cluster's residual is in."""
+        self.var[:] = sigma2
+        self._set_metric()
+
+    def _set_metric(self):
+        self.metric = diagonal_metric(self.var, self.weights)
+        self.grid = pair_grid(self.engine, metric_range(*self.metric))
+
+    def means(self):
+        return self.mu
+
+    def mixture(self):
+        """σ² (C, D) and π, as the last M-step left them (the other models)."""
+        return self.var, self.weights
+
+    def result(self):
+        """The final means on the driver."""
+        return self.mu
+
+
+class ShardedMeans:
+    """The model sharded on the workers by cluster range (C·D over ``model-bytes``, ARCHITECTURE.md rule 1):
+    the means (and the other models' σ², π, h and offset); the pair and posterior statistics are
+    reduce-scattered by cluster, and G_c and the M-step run where each range lives; every partition reads
+    the whole means (and metric, ``model.ref()``) for its search. Per iteration the driver receives G_c
+    (C·G·4 bytes), each cluster's residual (C·8) and a few scalars, never C·D."""
+
+    def __init__(self, engine, model, n_clusters, family, scaled=False):
+        self.engine, self.model, self.n_clusters, self.family = engine, model, n_clusters, family
+        self.total_weight, self.scaled, self.grid = engine.summary.total_weight, scaled, pair_grid(engine)
+        pairs = Scatter(KeyedSum(rows=n_clusters))
+        self.estep = ESTEP[:3] + (pairs,)
+        self.stats = (Scatter(), Scatter(), Scatter(), Sum())
+        self.small = (Rows(), Sum()) + (() if family.isotropic else RANGE)
+
+    def _m_step_params(self, sigma2):
+        return MStep(self.family, self.total_weight, self.n_clusters, sigma2, not self.scaled)
+
+    def search(self, Gc, key, extra_random, sigma2):
+        inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
+        metric = (self.model.ref(3), self.model.ref(4)) if self.scaled else NO_METRIC
+        per_dim = not self.family.isotropic
+        params = SearchParams(
+            self.model.ref(), Gc, key, extra_random, inv, self.grid, *metric, per_dim, self._m_step_params(sigma2)
+        )
+        if inv is None:
+            e, minsum, changed, Gc = self.engine.reduce(
+                truncated_estep, params, self.estep, scatter=ReduceScatter(self.model, _shard_neighbourhoods, (Rows(),))
+            )
+            return e, minsum, changed, Gc, None
+        e, minsum, changed, data_f, Gc, *small = self.engine.reduce(
+            truncated_estep,
+            params,
+            self.estep + self.stats,
+            scatter=ReduceScatter(self.model, _shard_update, (Rows(),) + self.small),
+        )
+        return e, minsum, changed, Gc, self._updated(data_f, small)
+
+    def posteriors(self, sigma2):
+        mu = None if self.family.isotropic else self.model.ref()
+        params = PosteriorParams(0.5 / sigma2, self.n_clusters, mu, self._m_step_params(sigma2))
+        data_f, *small = self.engine.reduce(
+            posterior_step, params, self.stats, scatter=ReduceScatter(self.model, _shard_m_step, self.small)
+        )
+        return self._updated(data_f, small)
+
+    def _updated(self, data_f, small):
+        if not self.family.isotropic:
+            self.scaled, self.grid = True, pair_grid(self.engine, small[2:])
+        return float(data_f), small[0], int(small[1])
+
+    def set_tied(self, sigma2):
+        self.grid = pair_grid(self.engine, self.model.apply(_shard_set_tied, sigma2, RANGE))
+
+    def means(self):
+        return None
+
+    def mixture(self):
+        return self.model.gather(1), self.model.gather(2)
+
+    def result(self):
+        return self.model.gather()
+
+
+# how the shards' ranges of the metric combine (``metric_range``)
+RANGE = (Max(), Min(), Max())
+
+
+def _shard_neighbourhoods(fields, shard, params, lo):
+    """Step 5 where clusters lo.. live: their rows of G_c from their pair statistics."""
+    Gc = params.Gc[lo : lo + len(shard[0])].copy()
+    update_neighbourhoods(*fields[0], Gc, lo, len(params.Gc))
+    return shard, (Gc,)
+
+
+def _shard_m_step(fields, shard, params, lo):
+    """Step 6 where clusters lo.. live: their new means (the other models: σ², π, and the metric, whose range
+    goes up); their residuals and active count go up."""
+    sums, U, Q = fields[-3:]
+    won = np.int64(np.count_nonzero(U > 0))
+    ms = params.m_step
+    if ms.family.isotropic:
+        mu, resid = m_step(shard[0], sums, U, Q)
+        return (mu,), (resid, won)
+    mu, var, weights = shard[:3]
+    if ms.first:
+        var, weights = np.full(mu.shape, ms.sigma2), np.full(len(U), 1.0 / ms.n_clusters)
+    mu, var, weights, resid = mixture_m_step(ms.family, mu, var, weights, sums, U, Q, ms.total_weight)
+    h, offset = diagonal_metric(var, weights)
+    return (mu, var, weights, h, offset), (resid, won, *metric_range(h, offset))
+
+
+def _shard_update(fields, shard, params, lo):
+    """Steps 5 and 6 where clusters lo.. live (σ² known: the search's posteriors came with it)."""
+    _, (Gc,) = _shard_neighbourhoods(fields, shard, params, lo)
+    shard, small = _shard_m_step(fields, shard, params, lo)
+    return shard, (Gc,) + small
+
+
+def _shard_set_tied(shard, sigma2, lo):
+    """The shared σ² where clusters lo.. live, and their metric."""
+    mu, var, weights = shard[:3]
+    var = np.full(mu.shape, sigma2)
+    h, offset = diagonal_metric(var, weights)
+    return (mu, var, weights, h, offset), metric_range(h, offset)
+
+
+@contextlib.contextmanager
+def means_for(engine, mu, family, mixture=None):
+    """Where the model lives during the EM: on the driver, or sharded on the workers when its C·D·8 bytes
+    (three times that for the other models: μ, σ², h) are over ``model-bytes``. ``mixture``: a resumed fit's
+    σ² and π."""
+    if not engine.shards_model(mu.nbytes * (1 if family.isotropic else 3)):
+        yield DriverMeans(engine, mu, family, mixture)
+        return
+    C = mu.shape[0]
+    arrays = (mu,)
+    if not family.isotropic:  # σ² and h take their width at the first M-step
+        var, weights = mixture or (np.empty((C, 0)), np.full(C, 1.0 / C))
+        arrays = (mu, var, weights, *(diagonal_metric(var, weights) if mixture else (np.empty((C, 0)), np.zeros(C))))
+    with engine.sharded("vcgmm", arrays) as model:
+        yield ShardedMeans(engine, model, C, family, scaled=mixture is not None)
+
+
+def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=None):
+    """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``; ``sets``: how K^(n) starts
+    (``truncated_init``), ``cells``: the engine's rows sorted by nearest seed (``by_nearest_seed``). Returns
+    the means, σ², F, the distance evaluations, and the other models' σ² (C, D) and π (None for vc-GMM's)."""
+    C, D = mu.shape
+    G = min(cfg.G, C)
+    Cp = min(cfg.n_truncated or cfg.G, C)
+    total_w = engine.summary.total_weight
+    floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
+    family = Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor)
+    tied = covariance(family.covariance_type).tied
+    Gc = init_neighbourhoods(C, G, kernel_key(entropy, "G"))
+    key_K = kernel_key(entropy, "K")
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    evals, sigma2, prev_f, f, mixture = 0, None, None, None, None
+    restored = loop.restored
+    if restored is not None:  # a resumed fit: K^(n) from the checkpoint's rows, the rest from its state
+        Gc, sigma2, f, evals = restored["Gc"], restored["sigma2"], restored["f"], restored["evals"]
+        prev_f = f
+        if not family.isotropic:
+            mixture = (restored["var"], restored["weights"])
+    elif cfg.precisions_init is not None:  # the first search ranks by the given model, with its posteriors
+        mixture = initial_mixture(cfg, D)
+        sigma2 = mixture if family.isotropic else float(np.mean(mixture[0]))
+        mixture = None if family.isotropic else mixture
+
+    # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
+    # where that copy is lost too, from the nearest seed (``cells``) or the nearest mean (the driver's; the
+    # seeds when the means are sharded) plus random others
+    def nearest_to():
+        if sets != "nearest" or cells is not None:
+            return None
+        return mu if means.means() is None else means.means()
+
+    builder, model = init_truncated_sets, lambda: (Cp, C, key_K, nearest_to(), cells)
+    if restored is not None:
+        fields = row_fields(C, Cp, signed=not family.isotropic)
+        builder, model = restored_rows, lambda: (loop.restored_rows, "vcgmm", fields)
+    with (
+        means_for(engine, mu, family, mixture) as means,
+        engine.state("vcgmm", builder, model, backup=("K", "Kd2", "winner")),
+    ):
+        for i in range(cfg.n_init_esteps if restored is None else 0):  # Suppl. F: optimise K^(n) and G_c
+            e, _, _, Gc, _ = means.search(Gc, kernel_key(entropy, "init", i), cfg.extra_random, None)
+            evals += e
+        for it in loop:
+            scaled = means.scaled
+            e, minsum, changed, Gc, update = means.search(
+                Gc, kernel_key(entropy, "estep", it), cfg.extra_random, sigma2
+            )
+            if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
+                sigma2 = max(minsum / (D * total_w), floor)
+                update = means.posteriors(sigma2)
+            data_f, resid, active = update
+            f = data_f if scaled else free_energy(data_f, sigma2, total_w, D, C)
+            used = sigma2
+            if tied:
+                sigma2 = new_sigma2(resid, D, total_w, floor)
+                if not family.isotropic:
+                    means.set_tied(sigma2)
+            evals += e
+            extras = {"sigma2": used} if tied else {}
+            loop.record(f, e, changed, centers=means.means(), **extras, active_clusters=active)
+            if prev_f is not None and abs(f - prev_f) < cfg.tol * abs(f):
+                loop.converged = True
+            prev_f = f
+            loop.save(
+                lambda: {
+                    "mu": means.result(),
+                    "Gc": Gc,
+                    "sigma2": sigma2,
+                    "f": f,
+                    "evals": int(evals),
+                    **({} if family.isotropic else dict(zip(("var", "weights"), means.mixture()))),
+                },
+                rows=lambda directory: engine.dump_rows(directory, "vcgmm"),
+            )
+        mu = means.result()
+        mixture = None if family.isotropic else means.mixture()
+    phases["em"] = time.perf_counter() - t0
+    phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
+    return mu, sigma2, f, evals, mixture
+
+
+def initial_mixture(cfg, n_features):
+    """σ² (a float, for the isotropic model) or the other models' (σ² (C, D), π) from ``precisions_init`` and
+    ``weights_init``; None: σ² from the first search."""
+    if cfg.precisions_init is None:
+        return None
+    C = cfg.n_clusters
+    var = 1.0 / np.asarray(cfg.precisions_init, np.float64)
+    if isotropic(cfg):
+        return float(var)
+    weights = np.full(C, 1.0 / C) if cfg.weights_init is None else np.asarray(cfg.weights_init, np.float64)
+    return np.broadcast_to(
+        var.reshape(var.shape + (1,) * (2 - var.ndim)), (C, n_features)
+    ).copy(), weights / weights.sum()
+
+
+def kernel_key(entropy, *tag):
+    """The seed of the kernels' row-keyed stream (``kernels.streams``) for ``tag`` ("K": K^(n), "G": G_c)."""
+    return int(stream(entropy, "vcgmm", *tag).integers(2**63))

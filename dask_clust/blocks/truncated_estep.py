@@ -1,0 +1,219 @@
+"""The truncated E-step of a Gaussian mixture, per chunk (F. Hirschberger, D. Forster, J. Lücke, "A
+Variational EM Acceleration for Efficient Clustering at Very Large Scales", IEEE TPAMI 44(12), 2022, Alg. 2,
+Suppl. D-F): each row keeps K^(n), its C' likeliest clusters; step 4 searches S_n = ∪_{c ∈ K^(n)} G_c (+ random
+others) for the new K^(n) and adds the rows' posterior statistics (Σ w s x, U, Q, F) over it; step 5's pair
+statistics, summed exactly up the tree, give each cluster's neighbourhood G_c where they meet. The loop that
+drives these steps, and the M-step, are ``truncated_em.py``'s.
+"""
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ..engine.combine import KeyedSum, Sum
+from ..kernels.assign import Prepared, nearest
+from ..kernels.truncated import draw_distinct, pair_statistics, posterior_stats, select_neighbours, truncated_search
+
+# rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB
+BLOCK_ROWS = 1 << 16
+# the search's metric when its cost is the squared distance
+NO_METRIC = (np.empty((0, 0)), np.empty(0))
+
+# ---------------------------------------------------------------- per-chunk steps
+
+
+def init_truncated_sets(chunk, params):
+    """State: K^(n) = C' distinct random clusters per row (the paper's init), or its first entry fixed: each
+    row's seed from the working set's order (``cells``: rows sorted by nearest seed, so a row's cell follows
+    from its position), or, for var-GMM-S's rows, the nearest of ``means`` (one assignment pass)."""
+    n_truncated, n_clusters, key, means, cells = params
+    n = chunk.n
+    first = np.full(n, -1, np.int32)
+    if cells is not None:
+        starts, seeds = cells
+        first = seeds[np.searchsorted(starts, np.arange(chunk.start, chunk.stop), side="right") - 1]
+    elif means is not None:
+        first = nearest(chunk.x, Prepared(means, chunk.x.dtype))[0]
+    K = np.empty((n, n_truncated), np.int32)
+    draw_distinct(first, chunk.start, n_clusters, key, K)
+    chunk.state["vcgmm"] = {"K": K, "Kd2": np.empty((n, n_truncated)), "winner": np.full(n, -1, np.int32)}
+
+
+def _buffers(scratch, rows, width):
+    """Search-space and pair buffers for ``rows`` rows of ``width`` candidates, kept in the thread's
+    ``scratch`` (``Chunk.scratch``) across searches (faulting them in each time costs): a thread searches
+    one chunk at a time, so a worker holds threads × ~40 MB of them, not chunks × 40 MB (a copy per chunk
+    ran a large input's workers out of memory), and only while the fit's partition lives."""
+    m = rows * width
+    have = getattr(scratch, "buffers", None)
+    if have is None or len(have[0][0]) < rows + 1 or len(have[0][1]) < m:
+        r, c = max(rows + 1, len(have[0][0]) if have else 0), max(m, len(have[0][1]) if have else 0)
+        have = (
+            (np.empty(r, np.int64), np.empty(c, np.int32), np.empty(c)),
+            (np.empty(c, np.int64), np.empty(c, np.int32), np.empty(c, np.int64)),
+        )
+        scratch.buffers = have
+    space, pairs = have
+    return (space[0][: rows + 1], space[1][:m], space[2][:m]), tuple(p[:m] for p in pairs)
+
+
+def buffer_bytes(rows, width):
+    """What ``_buffers(scratch, rows, width)`` holds: an int64 offset per row, and per candidate an int32 and
+    a float64 (the search space), an int64, an int32 and an int64 (the pairs)."""
+    return 8 * (rows + 1) + (4 + 8 + 8 + 4 + 8) * rows * width
+
+
+def _posteriors(x, w, K, Kd2, inv, mu, stats):
+    """Adds a block's posterior statistics to stats = [Σ w s x, U, Q, F's data part]; ``inv``: 1/2σ² when the
+    costs are squared distances, 1 when they are −ℓ; ``mu``: the means, for Q per dimension, or empty."""
+    # K^(n) is sorted, so column 0 is the max-shift; numpy's SIMD exp is 8x numba's scalar one
+    e = Kd2[:, :1] - Kd2
+    e *= inv
+    np.exp(e, out=e)
+    stats[3] += posterior_stats(x, w, K, Kd2, e, inv, mu, *stats[:3])
+
+
+def _row_blocks(n):
+    """Slices of at most BLOCK_ROWS rows covering 0..n."""
+    rows = max(1, min(n, BLOCK_ROWS))
+    return [slice(b0, min(n, b0 + rows)) for b0 in range(0, n, rows)]
+
+
+def _new_stats(n_clusters, n_features, per_dim):
+    q = np.zeros((n_clusters, n_features if per_dim else 1))
+    return [np.zeros((n_clusters, n_features)), np.zeros(n_clusters), q, 0.0]
+
+
+class SearchParams(NamedTuple):
+    """What step 4's search (``truncated_estep``) reads: the means (or a ``ShardRef`` to them), G_c, the fit's key for
+    the per-row random streams, how many random clusters fill S_n, the posteriors' scale (``_posteriors``;
+    None before σ² is known: no posteriors), the pair statistics' grid (``pair_grid``), the costs' metric
+    h = 1/2σ² and offset (each an array or a ShardRef; empty: squared distances), whether the M-step's Q is
+    per dimension, and what a sharded M-step reads (``MStep``)."""
+
+    mu: object
+    Gc: np.ndarray
+    key: int
+    extra_random: int
+    inv: float | None
+    grid: tuple
+    h: object = NO_METRIC[0]
+    offset: object = NO_METRIC[1]
+    per_dim: bool = False
+    m_step: object = None
+
+
+def truncated_estep(chunk, params):
+    """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
+    in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
+    (evaluations, Σ w min d², changed winners, the blocks' pair statistics keyed by c_o·C + c~, then the
+    posterior statistics when σ² is known), combined by ESTEP (+ STATS)."""
+    mu, Gc, key, extra_random, inv, grid, h, offset, per_dim, _ = params
+    st = chunk.state["vcgmm"]
+    K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
+    n, n_clusters = K.shape[0], mu.shape[0]
+    space, pairs = _buffers(chunk.scratch, min(n, BLOCK_ROWS), K.shape[1] * Gc.shape[1] + 1)
+    stats = None if inv is None else _new_stats(n_clusters, mu.shape[1], per_dim)
+    mark = np.full(n_clusters, -1, np.int64)
+    evals, minsum, changed, blocks = 0, 0.0, 0, []
+    for b in _row_blocks(n):
+        e, s, ch = truncated_search(
+            chunk.x[b],
+            chunk.w[b],
+            chunk.start + b.start,
+            mu,
+            h,
+            offset,
+            K[b],
+            Kd2[b],
+            winner[b],
+            Gc,
+            key,
+            extra_random,
+            mark,
+            *space,
+        )
+        k = pair_statistics(winner[b], *space, n_clusters, *grid, *pairs)
+        blocks.append(tuple(p[:k].copy() for p in pairs))
+        if stats is not None:
+            _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], inv, mu if per_dim else NO_METRIC[0], stats)
+        evals, minsum, changed = evals + e, minsum + s, changed + ch
+    found = (
+        np.int64(evals),
+        minsum,
+        np.int64(changed),
+        blocks[0] if len(blocks) == 1 else tuple(np.concatenate(f) for f in zip(*blocks)),
+    )
+    return found if stats is None else found + tuple(stats)
+
+
+# the search's evaluations, Σ w min cost, changed winners and the pair statistics (each (c_o, c~) once per
+# partition up the tree, turned into G_c where they meet, ``neighbourhoods_at_root``); the posterior
+# statistics (Σ w s x, U, Q, F): all exact sums, so any tree of partitions gives the same bits
+ESTEP = (Sum(), Sum(), Sum(), KeyedSum())
+STATS = (Sum(),) * 4
+
+
+def neighbourhoods_at_root(found, params):
+    """Step 5 where the E-step's partials meet: the pair statistics (O(distinct pairs)) become G_c (C × G),
+    the only part of them the driver receives."""
+    Gc = params.Gc.copy()
+    update_neighbourhoods(*found[3], Gc)
+    return found[:3] + (Gc,) + found[4:]
+
+
+def posterior_step(chunk, params):
+    """The posteriors' statistics of the first search (σ² was not known when it ran: its costs are squared
+    distances), block by block; ``mu``: the means it searched, for Q per dimension, or None."""
+    inv, n_clusters, mu = params[:3]
+    st = chunk.state["vcgmm"]
+    stats = _new_stats(n_clusters, chunk.x.shape[1], mu is not None)
+    mu = NO_METRIC[0] if mu is None else mu
+    for b in _row_blocks(st["K"].shape[0]):
+        _posteriors(chunk.x[b], chunk.w[b], st["K"][b], st["Kd2"][b], inv, mu, stats)
+    return tuple(stats)
+
+
+def init_neighbourhoods(n_clusters, G, key):
+    """G_c = {c} + G−1 distinct random other clusters (c in slot 0)."""
+    Gc = np.empty((n_clusters, G), np.int32)
+    draw_distinct(np.arange(n_clusters, dtype=np.int32), 0, n_clusters, key, Gc)
+    return Gc
+
+
+def row_fields(n_clusters, n_truncated, signed=False):
+    """The per-row state a checkpoint holds, as ``restored_rows`` checks it: K^(n) (cluster indices), their
+    costs (squared distances; −ℓ, of either sign, when ``signed``) and the last winner (-1 before the first
+    search)."""
+    return {
+        "K": ("int32", (n_truncated,), 0, n_clusters),
+        "Kd2": ("float64", (n_truncated,), -math.inf if signed else 0.0, math.inf),
+        "winner": ("int32", (), -1, n_clusters),
+    }
+
+
+def pair_grid(engine, metric_range=None):
+    """(1/unit, low, cap) of the pair statistics (``pair_statistics``): each cost enters as min(cost − low, cap)
+    and is summed as an integer count of the unit, a power of two such that a pair's sum over all rows is
+    < 2^62. A squared distance is at most D·(2 max|x| + 1)² (the means stay in the rows' bounding box): low 0,
+    no cap. The cost −ℓ, with ``metric_range`` = (max h, least and largest finite offset), lies in [least,
+    largest + max h·D·(2 max|x| + 1)²]; a cluster of weight 0 (offset +∞) is capped at that bound."""
+    s = engine.summary
+    spread = (2.0 * float(s.max_abs) + 1.0) ** 2
+    if metric_range is None:
+        low, cap = 0.0, math.inf
+        bound = engine.n_samples * engine.n_features * spread
+    else:
+        h_max, low, high = (float(v) for v in metric_range)
+        cap = (high - low) + h_max * engine.n_features * spread
+        bound = engine.n_samples * cap
+    return math.ldexp(1.0, 62 - math.ceil(math.log2(max(1.0, bound)))), low, cap
+
+
+def update_neighbourhoods(keys, count, dsum, Gc, lo=0, n_clusters=None):
+    """Step 5 from the summed pair statistics, sorted by key c_o·C + c~ (so grouped by winner), for the
+    clusters lo .. lo + len(Gc): all C of them, or one shard (then ``n_clusters`` = C)."""
+    C = n_clusters or Gc.shape[0]
+    start = np.searchsorted(keys, (lo + np.arange(Gc.shape[0] + 1, dtype=np.int64)) * C)
+    select_neighbours(start[None, :], keys, lo, count, dsum, Gc, C)
