@@ -393,6 +393,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         A diagonal component has 2·D parameters, which about 64 rows estimate loosely when D is large: on
         500k x 32 at C = 1000 the held-out log-likelihood per row was -64.7 with "auto" (1 s), -64.2 with
         256k rows (3 s) and -63.9 with every row (5 s) (``benchmarks/bench_mixtures.py``).
+    coreset_only : bool, default=False
+        Stop after the EM on the coreset (the fast mode). By default the EM goes on over every row from the
+        coreset's mixture until the free energy of all rows stops moving (one pass a iteration): on mixtures
+        of 250k x 32 the held-out log-likelihood per row rose by 0.13 nats at C = 64 (1.8 s to 2.5 s) and
+        by 0.34 at C = 256 (1.8 s to 2.4 s), above scikit-learn's at 1/3 and 1/9 of its time.
     G : int, default=5
         Size of each component's neighbourhood, from which the rows' search spaces are built.
     n_truncated : int or None, default=None
@@ -421,6 +426,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         random_state=None,
         weights="learned",
         coreset_size="auto",
+        coreset_only=False,
         G=5,
         n_truncated=None,
     ):
@@ -437,6 +443,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.random_state = random_state
         self.weights = weights
         self.coreset_size = coreset_size
+        self.coreset_only = coreset_only
         self.G = G
         self.n_truncated = n_truncated
 
@@ -457,6 +464,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             tol=self.tol,
             max_iter=self.max_iter,
             coreset_size=self.coreset_size,
+            refine=not self.coreset_only,
             G=self.G,
             n_truncated=self.n_truncated,
             final_objective=None,  # a mixture is judged by its likelihood, not by a QE pass over every row

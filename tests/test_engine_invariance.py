@@ -45,12 +45,14 @@ def test_every_registered_algorithm_is_worker_count_invariant(cluster, small_blo
     assert one.objective_ == two.objective_
 
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
-def test_a_gaussian_mixture_is_worker_count_invariant(cluster, small_blobs, covariance_type):
-    """A mixture with learned weights on its coreset: weights, means and variances bit-identical on one and
-    on two partitions."""
+@pytest.mark.parametrize("covariance_type,refine", [("spherical", False), ("diag", False), ("diag", True)])
+def test_a_gaussian_mixture_is_worker_count_invariant(cluster, small_blobs, covariance_type, refine):
+    """A mixture with learned weights on its coreset (and refined on every row, GaussianMixture's default):
+    weights, means and variances bit-identical on one and on two partitions."""
     X, _ = small_blobs
-    kw = dict(algo="vcgmm", n_clusters=6, random_state=5, covariance_type=covariance_type, weights="learned")
+    kw = dict(
+        algo="vcgmm", n_clusters=6, random_state=5, covariance_type=covariance_type, weights="learned", refine=refine
+    )
     one = dask_clust.fit(X, client="in-process", **kw)
     two = dask_clust.fit(X, client=cluster, **kw)
     for name in ("cluster_centers_", "weights_", "variances_"):

@@ -389,3 +389,32 @@ def test_the_family_counts_and_shapes_parameters_as_scikit_learn(covariance_type
     np.testing.assert_array_equal(covariance(covariance_type).covariances(var), sk.covariances_)
     assert check_precisions_init(sk.precisions_, covariance_type, C, D) is None
     assert "takes shape" in check_precisions_init(np.ones((C, D + 1)), covariance_type, C, D)
+
+
+@pytest.mark.parametrize("covariance_type", ["diag", "tied-spherical"])
+def test_the_default_refines_the_coreset_mixture_on_every_row(covariance_type):
+    """GaussianMixture's default goes on from the coreset's mixture over every row: the model of a fit on all
+    rows given the coreset fit's means, weights and precisions, bit for bit, its iterations continuing the
+    coreset's history; ``coreset_only`` stops after the coreset."""
+    import dask_clust
+    from dask_clust.datasets import make_gaussian_mixture
+
+    X = make_gaussian_mixture(6000, 4, 8, random_state=0)[0].astype(np.float32)
+    kw = dict(covariance_type=covariance_type, random_state=1, coreset_size=800)
+    fast = dask_clust.GaussianMixture(8, coreset_only=True, **kw).fit(X)
+    refined = dask_clust.GaussianMixture(8, **kw).fit(X)
+    given = dask_clust.GaussianMixture(
+        8,
+        covariance_type=covariance_type,
+        random_state=1,
+        coreset_size=None,
+        means_init=fast.means_,
+        weights_init=fast.weights_,
+        precisions_init=1.0 / np.asarray(fast.covariances_),
+    ).fit(X)
+    np.testing.assert_array_equal(refined.means_, given.means_)
+    np.testing.assert_array_equal(refined.weights_, given.weights_)
+    assert refined.lower_bound_ == given.lower_bound_
+    assert refined.n_iter_ == fast.n_iter_ + given.n_iter_
+    assert [h["iteration"] for h in refined.model_.history_] == list(range(1, refined.n_iter_ + 1))
+    assert fast.model_.extras_["refine_distance_evals"] == 0 < refined.model_.extras_["refine_distance_evals"]
