@@ -184,10 +184,11 @@ class VCGMMConfig(VarGMMConfig):
         "refine": "After the EM on the coreset, the same truncated EM on every row, started from the "
         "coreset's mixture (its means, variances and weights: a var-GMM-S fit given them, ``refine_on_all_rows``) "
         "until the free energy of all rows stops moving: one pass over the data per iteration. The "
-        "coreset's ≈ 64 rows per component estimate 2·D parameters each loosely: on mixtures of "
-        "250k x 32 the refined held-out log-likelihood per row was 0.13 (C = 64) and 0.34 (C = 256) nats "
-        "higher, for 0.6 s more (benchmarks/bench_mixtures.py). Replaces step 7's refit; no effect without a "
-        "coreset. GaussianMixture's default.",
+        "coreset's ≈ 64 rows per component estimate 2·D parameters each loosely: on diagonal mixtures of "
+        "250k rows (C = 16 to 256, D = 16 and 32, 3 seeds) the refined held-out log-likelihood per row was "
+        "0.01 to 0.30 nats higher on average (the worst seed 0.28 higher at C = 256), at about a third of the "
+        "coreset-only fit's speed (BENCHMARKS.md, benchmarks/bench_mixtures.py --parts parity). Replaces step "
+        "7's refit; no effect without a coreset. GaussianMixture's default.",
     }
 
 
