@@ -418,3 +418,53 @@ def test_the_default_refines_the_coreset_mixture_on_every_row(covariance_type):
     assert refined.n_iter_ == fast.n_iter_ + given.n_iter_
     assert [h["iteration"] for h in refined.model_.history_] == list(range(1, refined.n_iter_ + 1))
     assert fast.model_.extras_["refine_distance_evals"] == 0 < refined.model_.extras_["refine_distance_evals"]
+
+
+def _given(X, mu, var, pi, covariance_type, sample_weight=None, **kw):
+    """dask_clust.GaussianMixture fitted to X from a given mixture, every row and every component searched
+    (exact EM)."""
+    import dask_clust
+
+    C = len(mu)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a fit cut short by max_iter warns
+        return dask_clust.GaussianMixture(
+            C, covariance_type=covariance_type, means_init=mu, weights_init=pi,
+            precisions_init=precisions_of(var, covariance_type), coreset_size=None, G=C, n_truncated=C, **kw,
+        ).fit(X, sample_weight=sample_weight)  # fmt: skip
+
+
+@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+def test_given_initial_values_are_used_as_given(covariance_type, monkeypatch):
+    """weights_init, means_init and precisions_init all given: no seeder runs, and the estimator's first
+    iteration is scikit-learn's EM step from them."""
+    from dask_clust.blocks import seeding
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a seeder ran although the mixture was given")
+
+    for name in ("kmeans_parallel", "kmeans_plusplus", "afkmc2", "random_rows"):
+        monkeypatch.setattr(seeding, name, refuse)
+    X = data_set("blobs")
+    mu, var, pi = start(X, 6, covariance_type, seed=1)
+    m = _given(X, mu, var, pi, covariance_type, max_iter=1, reg_covar=1e-6)
+    sk = sklearn_em_step(X, mu, var, pi, covariance_type, 1e-6)
+    np.testing.assert_allclose(m.weights_, sk.weights_, rtol=1e-10)
+    np.testing.assert_allclose(m.means_, sk.means_, rtol=1e-10, atol=1e-10 * np.abs(X).max())
+    np.testing.assert_allclose(m.covariances_, sk.covariances_, rtol=1e-10)
+
+
+def test_integer_sample_weights_are_repeated_rows_and_zero_an_absent_one():
+    """sample_weight k on a row fits the model of that row repeated k times (0: the row left out), in fit
+    and in score, within 1e-10."""
+    X = data_set("blobs")
+    w = np.random.default_rng(4).integers(0, 4, len(X)).astype(float)
+    repeated = np.repeat(X, w.astype(int), axis=0)
+    mu, var, pi = start(X, 6, "diag", seed=1)
+    kw = dict(max_iter=8, tol=0.0, random_state=0)
+    weighted = _given(X, mu, var, pi, "diag", sample_weight=w, **kw)
+    plain = _given(repeated, mu, var, pi, "diag", **kw)
+    np.testing.assert_allclose(weighted.weights_, plain.weights_, rtol=1e-10)
+    np.testing.assert_allclose(weighted.means_, plain.means_, rtol=1e-10, atol=1e-10 * np.abs(X).max())
+    np.testing.assert_allclose(weighted.covariances_, plain.covariances_, rtol=1e-10)
+    assert weighted.score(X, sample_weight=w) == pytest.approx(plain.score(repeated), rel=1e-10)
