@@ -393,6 +393,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         A diagonal component has 2·D parameters, which about 64 rows estimate loosely when D is large: on
         500k x 32 at C = 1000 the held-out log-likelihood per row was -64.7 with "auto" (1 s), -64.2 with
         256k rows (3 s) and -63.9 with every row (5 s) (``benchmarks/bench_mixtures.py``).
+    warm_start : bool, default=False
+        As scikit-learn's: each ``fit`` after the first starts from the last one's mixture (its means,
+        weights and precisions, as if given as ``means_init``, ``weights_init`` and ``precisions_init``),
+        and ``n_init`` is then ignored.
     coreset_only : bool, default=False
         Stop after the EM on the coreset (the fast mode). By default the EM goes on over every row from the
         coreset's mixture until the free energy of all rows stops moving (one pass an iteration). On diagonal
@@ -428,6 +432,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         weights="learned",
         coreset_size="auto",
         coreset_only=False,
+        warm_start=False,
         G=5,
         n_truncated=None,
     ):
@@ -445,6 +450,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.weights = weights
         self.coreset_size = coreset_size
         self.coreset_only = coreset_only
+        self.warm_start = warm_start
         self.G = G
         self.n_truncated = n_truncated
 
@@ -481,6 +487,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         if not (isinstance(n_init, numbers.Integral) and not isinstance(n_init, bool) and n_init >= 1):
             raise InvalidParameterError(f"n_init must be an int >= 1; got {n_init!r}")
         params = self._fit_params()
+        if self.warm_start and hasattr(self, "model_"):  # scikit-learn's: the last fit is the one start
+            params.update(self._last_mixture())
+            n_init = 1
         options = dict(
             client=client, sample_weight=sample_weight, progress=progress, callback=callback, **checkpointing
         )
@@ -506,6 +515,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.converged_, self.n_iter_, self.lower_bound_ = best.converged_, best.n_iter_, best.lower_bound_
         self.history_, self.n_features_in_ = best.history_, best.n_features_in_
         return self
+
+    def _last_mixture(self):
+        """The last fit's mixture as the next one's start (``warm_start``): its means, precisions (1/σ²,
+        exactly) and, when learned, weights."""
+        start = {"init": self.means_, "precisions_init": 1.0 / np.asarray(self.covariances_)}
+        if self.weights == "learned":
+            start["weights_init"] = self.weights_
+        return start
 
     _checked = ClusteringEstimator._checked
     _out = staticmethod(ClusteringEstimator._out)

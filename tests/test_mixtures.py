@@ -468,3 +468,25 @@ def test_integer_sample_weights_are_repeated_rows_and_zero_an_absent_one():
     np.testing.assert_allclose(weighted.means_, plain.means_, rtol=1e-10, atol=1e-10 * np.abs(X).max())
     np.testing.assert_allclose(weighted.covariances_, plain.covariances_, rtol=1e-10)
     assert weighted.score(X, sample_weight=w) == pytest.approx(plain.score(repeated), rel=1e-10)
+
+
+def test_warm_start_starts_each_fit_from_the_last():
+    """scikit-learn's warm_start: the second fit is a fit given the first's means, weights and precisions
+    (bit for bit), and ignores n_init; without it, a second fit repeats the first."""
+    import dask_clust
+
+    X = data_set("blobs")
+    kw = dict(random_state=0, max_iter=3, coreset_size=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fits cut short by max_iter warn
+        gm = dask_clust.GaussianMixture(6, warm_start=True, n_init=2, **kw).fit(X)
+        mu, pi, cov = gm.means_.copy(), gm.weights_.copy(), np.asarray(gm.covariances_).copy()
+        gm.fit(X)
+        given = dask_clust.GaussianMixture(6, means_init=mu, weights_init=pi, precisions_init=1.0 / cov, **kw).fit(X)
+        cold = dask_clust.GaussianMixture(6, n_init=2, **kw)
+        again = [cold.fit(X).means_.copy() for _ in range(2)]
+    np.testing.assert_array_equal(gm.means_, given.means_)
+    np.testing.assert_array_equal(gm.weights_, given.weights_)
+    assert not np.array_equal(gm.means_, mu)
+    np.testing.assert_array_equal(again[0], again[1])
+    np.testing.assert_array_equal(again[0], mu)
