@@ -354,6 +354,10 @@ def _defaults_of(spec):
 ESTIMATORS = {spec.estimator: _make_estimator(spec) for spec in algorithms.REGISTRY.values()}
 
 
+# scikit-learn's init_params, as VCGMM's init names them (its "random" is random responsibilities, ours random rows)
+SKLEARN_INITS = {"random": "random-responsibilities", "random_from_data": "random"}
+
+
 class GaussianMixture(DensityMixin, BaseEstimator):
     """Gaussian mixture with per-component spherical or diagonal covariances and learned weights, fitted by
     vc-GMM's truncated variational EM on a lightweight coreset, on a Dask cluster: scikit-learn's
@@ -380,8 +384,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     n_init : int, default=1
         Fits from different seeds, keeping the one of highest ``lower_bound_`` (scikit-learn's rule).
     init_params : str, default="auto"
-        How the means start when ``means_init`` is None: a seeder of ``dask_clust.VCGMM``'s ``init``
-        ("auto": k-means|| while C²·D ≤ 2^32, else AFK-MC2).
+        How the mixture starts when ``means_init`` is None. scikit-learn's: "kmeans" (one M-step from each row's
+        nearest k-means centre, k-means|| then Lloyd), "k-means++" (means at greedy k-means++ rows),
+        "random_from_data" (means at random rows), "random" (one M-step from uniform random
+        responsibilities); or ours: "k-means||", "afkmc2", "auto" (k-means|| while C²·D ≤ 2^32, else AFK-MC2).
+        After means alone, the first E-step ranks by one σ² and equal weights (vc-GMM's).
     weights_init, means_init, precisions_init : array-like or None
         The starting mixture, in scikit-learn's shapes (precisions: (C,) "spherical", (C, D) "diag", a float
         "tied-spherical"); weights and precisions together, or neither (the first E-step then uses one σ²
@@ -462,7 +469,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return dict(
             algo="vcgmm",
             n_clusters=self.n_components,
-            init=self.init_params if self.means_init is None else self.means_init,
+            init=SKLEARN_INITS.get(self.init_params, self.init_params) if self.means_init is None else self.means_init,
             covariance_type=self.covariance_type,
             weights=self.weights,
             reg_covar=self.reg_covar,

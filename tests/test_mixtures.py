@@ -490,3 +490,58 @@ def test_warm_start_starts_each_fit_from_the_last():
     assert not np.array_equal(gm.means_, mu)
     np.testing.assert_array_equal(again[0], again[1])
     np.testing.assert_array_equal(again[0], mu)
+
+
+def _numpy_m_step(X, resp, reg_covar):
+    """scikit-learn's M-step from responsibilities (its _estimate_gaussian_parameters, diag), in numpy."""
+    U = resp.sum(0)
+    mu = resp.T @ X / U[:, None]
+    var = np.stack([(resp[:, c, None] * (X - mu[c]) ** 2).sum(0) / U[c] for c in range(len(U))]) + reg_covar
+    return mu, var, U / len(X)
+
+
+@pytest.mark.parametrize("how", ["kmeans", "random-responsibilities"])
+def test_a_mixture_starts_with_one_m_step_from_scikit_learns_responsibilities(how, monkeypatch):
+    """scikit-learn's init_params "kmeans" (each row wholly its nearest k-means centre's) and "random"
+    (uniform random responsibilities, normalised): the start is the numpy M-step from those responsibilities,
+    the k-means centres here the reference Lloyd's and the random numbers the chunk's own stream."""
+    from dask_clust._random import stream
+    from dask_clust.blocks import mixture_start as ms
+    from dask_clust.blocks.truncated_em import Family
+    from dask_clust.engine import as_source, open_engine
+
+    X = data_set("blobs").astype(np.float64)
+    C, reg = 5, 1e-6
+    centres = X[[0, 400, 800, 1200, 1600]]
+    monkeypatch.setattr(ms, "seed", lambda engine, k, init, entropy: (centres, 0))
+    monkeypatch.setattr(ms, "lloyd", lambda engine, c, **kw: type("R", (), {"centers": c, "distance_evals": 0}))
+    with open_engine(as_source(X), "in-process", 7) as engine:
+        starts = engine.source.starts
+        mu, var, weights, _ = ms.mixture_start(engine, how, C, Family("diag", "learned", reg, 0.0), 7)
+    if how == "kmeans":
+        resp = np.eye(C)[((X[:, None, :] - centres[None]) ** 2).sum(-1).argmin(1)]
+    else:
+        resp = np.concatenate(
+            [stream(7, "mixture start", "random-responsibilities", i).random((b - a, C)) for i, (a, b) in
+             enumerate(zip(starts[:-1], starts[1:]))]
+        )  # fmt: skip
+        resp /= resp.sum(1, keepdims=True)
+    want_mu, want_var, want_pi = _numpy_m_step(X, resp, reg)
+    np.testing.assert_allclose(mu, want_mu, rtol=1e-10, atol=1e-10 * np.abs(X).max())
+    np.testing.assert_allclose(var, want_var, rtol=1e-9)
+    np.testing.assert_allclose(weights, want_pi, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "init_params,ours",
+    [("kmeans", "kmeans"), ("k-means++", "k-means++"), ("random_from_data", "random"),
+     ("random", "random-responsibilities"), ("auto", "k-means||")],
+)  # fmt: skip
+def test_init_params_speak_scikit_learns_vocabulary(init_params, ours):
+    """GaussianMixture's init_params take scikit-learn's names with its meanings (its "random" is random
+    responsibilities; random rows are its "random_from_data"), beside ours."""
+    import dask_clust
+
+    X = data_set("blobs")
+    m = dask_clust.GaussianMixture(4, init_params=init_params, random_state=0, max_iter=5, tol=1e-3).fit(X)
+    assert m.model_.extras_["init_"] == ours and np.isfinite(m.lower_bound_)

@@ -76,8 +76,9 @@ from ..blocks.coreset import coreset_and_sample, default_size, uniform_sample
 from ..blocks.gaussian import check_precisions_init, covariance
 from ..blocks.knn import nearest_centre
 from ..blocks.lloyd import lloyd_update
+from ..blocks.mixture_start import STARTS, mixture_start
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from ..blocks.truncated_em import isotropic, truncated_em
+from ..blocks.truncated_em import family_of, isotropic, truncated_em
 from ..blocks.truncated_estep import BLOCK_ROWS, buffer_bytes
 from ..errors import InputError
 from ..loop import FitResult, Loop
@@ -106,7 +107,7 @@ class VarGMMConfig:
         "n_clusters": [Interval(numbers.Integral, 1, None)],
         "G": [Interval(numbers.Integral, 1, None)],
         "n_truncated": [Interval(numbers.Integral, 1, None), NoneOK()],
-        "init": [Options(("auto",) + SEEDERS), FiniteArray()],
+        "init": [Options(("auto",) + SEEDERS + STARTS), FiniteArray()],
         "chain_length": [Interval(numbers.Integral, 1, None)],
         "extra_random": [Boolean()],
         "tol": [Interval(numbers.Real, 0, None, "left")],
@@ -126,7 +127,10 @@ class VarGMMConfig:
         "n_truncated": "C', the clusters each row's truncated posterior covers (None: G).",
         "init": "As k-means' init, or 'auto': k-means|| (ℓ = C/2) on the working set while C²·D ≤ 2^32 (its "
         "recluster runs on the driver in O(C²·D·log C)), else 'afkmc2', the paper's seeding (sublinear in N', but "
-        "like non-greedy k-means++ it can leave well-separated clusters without a mean).",
+        "like non-greedy k-means++ it can leave well-separated clusters without a mean). Or a whole mixture as "
+        "scikit-learn's GaussianMixture starts: 'kmeans' (one M-step from the rows' nearest k-means centres, "
+        "k-means|| then Lloyd on the working set) or 'random-responsibilities' (its init_params='random': one "
+        "M-step from uniform random responsibilities); ``blocks/mixture_start.py``.",
         "extra_random": "Add one uniformly random cluster to every row's search space (the paper's variant "
         "that can escape poor neighbourhoods).",
         "tol": "Stop when the free energy changes by less than tol (relative), from the 2nd iteration.",
@@ -237,6 +241,13 @@ def by_nearest_seed(work, seeds, sets, phases):
         yield rows, (np.concatenate([[0], np.cumsum(totals)]).astype(np.int64), keys.astype(np.int32))
 
 
+def given_mixture(cfg, mu, var, weights):
+    """``cfg`` with the mixture (means, σ² (C, D), weights or None) as its given start (``init``,
+    ``precisions_init`` in scikit-learn's shape, exactly 1/σ², and ``weights_init``)."""
+    precisions = 1.0 / np.asarray(covariance(cfg.covariance_type).covariances(var))
+    return replace(cfg, init=mu, precisions_init=precisions, weights_init=weights)
+
+
 def refine_on_all_rows(engine, cfg, mu, sigma2, mixture, entropy, loop, phases):
     """``VCGMMConfig.refine``: steps 3-6 on every row of ``engine``, from the coreset's mixture, exactly as a
     var-GMM-S fit given it (``means_init``, ``weights_init``, ``precisions_init``) runs them: K^(n) from the
@@ -244,12 +255,9 @@ def refine_on_all_rows(engine, cfg, mu, sigma2, mixture, entropy, loop, phases):
     that starts where the coreset's ended, with ``max_iter`` more). Not checkpointed: a fit resumed from its
     coreset checkpoint refines again, to the same bits. Returns (μ, σ², F, evaluations, the other models' σ²
     and π, the loop)."""
-    if mixture is None:  # vc-GMM's own model: one σ²
-        precisions, weights = 1.0 / sigma2, None
-    else:
-        var, weights = mixture
-        precisions = 1.0 / np.asarray(covariance(cfg.covariance_type).covariances(var))
-    start = replace(cfg, init=mu, precisions_init=precisions, weights_init=weights)
+    if mixture is None:  # vc-GMM's own model: one σ², equal weights
+        mixture = (np.full(mu.shape, sigma2), None)
+    start = given_mixture(cfg, mu, *mixture)
     rows = Loop("refine on all rows", loop.n_iter + cfg.max_iter, callback=loop.callback, progress=True)
     rows.history = list(loop.history)
     found = {}
@@ -335,7 +343,19 @@ def fit(engine, cfg, entropy, loop):
     with coreset_and_sample(engine, size, aside, entropy, cfg.n_clusters, phases) as (work, drawn):
         t = time.perf_counter()
         seeder = seeding_method(cfg, engine.n_features)
-        if loop.restored is None:
+        if loop.restored is None and isinstance(seeder, str) and seeder in STARTS:
+            # scikit-learn's starts: a whole mixture from responsibilities, the EM's first search ranks by it
+            mu, var, weights, seed_evals = mixture_start(work, seeder, cfg.n_clusters, family_of(cfg, work), entropy)
+            given = given_mixture(cfg, mu, var, weights)  # what the user gave is kept
+            seeds, cfg = (
+                mu,
+                replace(
+                    given,
+                    precisions_init=given.precisions_init if cfg.precisions_init is None else cfg.precisions_init,
+                    weights_init=given.weights_init if cfg.weights_init is None else cfg.weights_init,
+                ),
+            )
+        elif loop.restored is None:
             seeds, seed_evals = seed(
                 work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length, oversampling_factor=OVERSAMPLING
             )

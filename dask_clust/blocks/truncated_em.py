@@ -65,6 +65,12 @@ class Family(NamedTuple):
         return isotropic(self)
 
 
+def family_of(cfg, engine):
+    """The mixture a config asks for, its variances floored at SIGMA2_FLOOR of the data's mean variance."""
+    floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
+    return Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor)
+
+
 def mixture_m_step(family, mu, var, weights, sums, U, Q, total_weight):
     """Step 6 of the other models, row-wise (a shard's clusters give the bits of the whole): μ_c as ``m_step``;
     σ² from the residuals Σ w s (x_d − μ_cd)² = Q_cd − U_c (μ^new_cd − μ^old_cd)², Q_cd = Σ w s (x_d − μ^old_cd)²
@@ -320,8 +326,8 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
     G = min(cfg.G, C)
     Cp = min(cfg.n_truncated or cfg.G, C)
     total_w = engine.summary.total_weight
-    floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
-    family = Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor)
+    family = family_of(cfg, engine)
+    floor = family.floor
     tied = covariance(family.covariance_type).tied
     Gc = init_neighbourhoods(C, G, kernel_key(entropy, "G"))
     key_K = kernel_key(entropy, "K")
