@@ -298,16 +298,23 @@ SEEDING_KILLS = {  # phase: (fit parameters, the step before whose nth call the 
     # the coreset's own engine opening (its first pass): before, a partition pinned to the lost worker waited
     # for it forever, and coreset rows drawn from scattered numpy rows could not be recomputed
     "vc-GMM coreset engine": (dict(algo="vcgmm", coreset_size=20_000), "ops._summary_step", 2),
+    # GaussianMixture's refine on every row after the coreset's 5 searches: its third search
+    "mixture refine": (
+        dict(algo="vcgmm", covariance_type="diag", weights="learned", refine=True, coreset_size=20_000),
+        "truncated_estep.truncated_estep",
+        8,
+    ),
 }
 
 
 @pytest.mark.parametrize("data", ["dask", "numpy"])
 @pytest.mark.parametrize("phase", sorted(SEEDING_KILLS))
 def test_worker_killed_during_seeding_or_coreset_gives_the_same_model(three_workers, monkeypatch, lost, data, phase):
-    """Issue #20 (kill matrix, seeding and coreset slice): SIGKILL a worker just before the nth call of a
-    seeding or coreset step (k-means|| round 0: before, a rebuilt partition proposed every row as a
-    candidate and the fit ran away), the rows lazy (recomputed) or numpy scattered by the driver (sent
-    again), vc-GMM's coreset drawn on the workers: the fit completes with the undisturbed model's bits."""
+    """Issue #20 (kill matrix, seeding and coreset slice, and a mixture's refine on every row after its
+    coreset): SIGKILL a worker just before the nth call of a seeding, coreset or refine step (k-means||
+    round 0: before, a rebuilt partition proposed every row as a candidate and the fit ran away), the rows
+    lazy (recomputed) or numpy scattered by the driver (sent again), vc-GMM's coreset drawn on the workers:
+    the fit completes with the undisturbed model's bits."""
     import dask
 
     from dask_clust import blocks
