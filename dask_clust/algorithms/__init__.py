@@ -3,6 +3,7 @@ README's table, the CLI's help and the estimators follow it)."""
 
 from .registry import REGISTRY, AlgorithmSpec, final_pass, finish, get, register, resumable, state_of
 from . import kmeans  # noqa: F401,E402  (registers itself)
+from . import vargmm  # noqa: F401,E402
 from . import vcgmm  # noqa: F401,E402
 from . import nmbatch  # noqa: F401,E402
 from . import minibatch  # noqa: F401,E402
