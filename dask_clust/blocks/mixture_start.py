@@ -11,7 +11,7 @@ variances come from Q − U (μ − point)² without cancellation, as the EM's o
 
 import numpy as np
 
-from ..kernels.assign import Prepared, nearest
+from ..kernels.assign import Prepared, accumulate, nearest
 from .gaussian import covariance
 from .lloyd import lloyd
 from .seeding import seed
@@ -36,15 +36,11 @@ def _add_stats(x, w, resp, about, sums, U, Q):
 
 def _hard_stats(chunk, centers):
     """Each row wholly its nearest centre's: the sums about the centres, and the evaluations."""
-    labels, _, evals = nearest(chunk.x, centers)
+    labels, mind, evals = nearest(chunk.x, centers)
     C, D = centers.C.shape
-    x = chunk.x.astype(np.float64)
-    wx = chunk.w[:, None] * x
-    U = np.bincount(labels, weights=chunk.w, minlength=C)
-    sums = np.zeros((C, D))
-    Q = np.zeros((C, D))
-    np.add.at(sums, labels, wx)
-    np.add.at(Q, labels, chunk.w[:, None] * (x - centers.C[labels]) ** 2)
+    sums, U, Q = np.zeros((C, D)), np.zeros(C), np.zeros((C, D))
+    accumulate(chunk.x, chunk.w, labels, mind, sums, U)  # Lloyd's Σ w x and Σ w per centre
+    np.add.at(Q, labels, chunk.w[:, None] * (chunk.x.astype(np.float64) - centers.C[labels]) ** 2)
     return sums, U, Q, np.int64(evals)
 
 
