@@ -6,7 +6,9 @@ for, never on the worker count, the chunk placement or the thread that runs it.
 - ``splitmix`` / ``row_state``: counter-based bits for the numba kernels, SplitMix64 (Steele, Lea & Flood,
   "Fast splittable pseudorandom number generators", OOPSLA 2014) keyed by (seed, global row), so a row's
   draws do not depend on how the rows are chunked (vc-GMM's K^(n) and search spaces, nmbatch's nesting
-  order).
+  order);
+- ``permute`` / ``unpermute``: a keyed pseudo-random permutation of [0, n) and its inverse, computed one
+  element at a time (nmbatch's nesting order, the labels of the stochastic methods' held draws).
 """
 
 import zlib
@@ -61,3 +63,61 @@ def splitmix(state):
 def row_state(seed, row):
     """The stream of global row ``row`` under ``seed``."""
     return np.uint64(seed) ^ (np.uint64(row) * GOLDEN)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _round_key(right, key, r):
+    _, z = splitmix(key ^ (right * GOLDEN + np.uint64(r)))
+    return z
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _halves(n):
+    """Bits per half of the smallest even power of 2 >= n, and the mask of a half."""
+    bits = 2
+    while (1 << bits) < n:
+        bits += 2
+    half = np.uint64(bits // 2)
+    return half, (np.uint64(1) << half) - np.uint64(1)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _feistel(x, half, mask, key):
+    """Four Feistel rounds on a 2·half-bit integer: a bijection of [0, 2^(2·half))."""
+    left = x >> half
+    right = x & mask
+    for r in range(4):
+        left, right = right, left ^ (_round_key(right, key, r) & mask)
+    return (left << half) | right
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _feistel_back(y, half, mask, key):
+    """The inverse of ``_feistel``: its rounds undone last first."""
+    left = y >> half
+    right = y & mask
+    for r in range(3, -1, -1):
+        left, right = right ^ (_round_key(left, key, r) & mask), left
+    return (left << half) | right
+
+
+@njit(nogil=True, cache=True, inline="always")
+def permute(x, n, key):
+    """The image of x in a pseudo-random permutation of [0, n) keyed by ``key``: a Feistel network on the
+    smallest even power of 2 >= n, walked along its cycle until it lands inside [0, n) (Black & Rogaway's
+    cycle walking), so one element costs a few hashes and nothing of size n exists."""
+    half, mask = _halves(n)
+    y = _feistel(np.uint64(x), half, mask, np.uint64(key))
+    while y >= np.uint64(n):
+        y = _feistel(y, half, mask, np.uint64(key))
+    return np.int64(y)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def unpermute(y, n, key):
+    """The x with ``permute(x, n, key) == y``: the cycle walked backwards."""
+    half, mask = _halves(n)
+    x = _feistel_back(np.uint64(y), half, mask, np.uint64(key))
+    while x >= np.uint64(n):
+        x = _feistel_back(x, half, mask, np.uint64(key))
+    return np.int64(x)

@@ -321,34 +321,36 @@ def _opening_with_first_pass(init):
     return opening
 
 
-def test_streamed_minibatch_gathers_its_seeding_and_batches_in_one_pass(store, monkeypatch):
-    """minibatch's uniform batches touch every stored block, so each gather is a pass over a streamed store:
-    streamed, one gather brings the seeding sample and every batch the driver's budget holds (here all 40) and
-    carries the engine's first pass, so the fit makes two passes (that gather, the final QE); in memory,
-    gathers of 4 steps give the same model, bit for bit (each batch comes from its step's own stream)."""
+def test_streamed_minibatch_holds_a_window_of_draws_from_one_pass(store, monkeypatch):
+    """minibatch's uniform batches touch every stored block, so on a streamed store the workers draw a window
+    of about N / b steps' rows in one pass (which carries the engine's first pass and the seeding sample) and
+    hold them in their files: 40 steps of 64 rows of 12,000 take one window, so the fit makes two passes (that
+    one, the final QE); 400 steps take three windows, three passes and the final QE. In memory, gathers of 4
+    steps (takes) give the same models, bit for bit, as they do streamed with the state kept out of files
+    (each a pass)."""
     import dask
 
     from dask_clust.blocks import batches
     from dask_clust.engine import streaming
-    from dask_clust.engine.ops import Engine
 
     path, _ = store
-    kw = dict(algo="minibatch", n_clusters=6, batch_size=64, max_iter=40, max_no_improvement=None, random_state=4)
-    gathers = []
-    take = Engine.take
-    monkeypatch.setattr(Engine, "take", lambda self, ids, **k: gathers.append(len(ids)) or take(self, ids, **k))
+    kw = dict(algo="minibatch", n_clusters=6, batch_size=64, max_no_improvement=None, random_state=4)
     monkeypatch.setattr(streaming, "KEEP_FRACTION", 0.0)
-    with dask.config.set({"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": True}):
-        streamed = dask_clust.fit(path, client="in-process", **kw)
-    assert streamed.engine_["streaming"] and streamed.engine_["passes"] == 2.0
-    assert gathers == [300 + 40 * 64]  # init_size: 50 k = 300 rows, then the batches
+    fits = {}
+    for steps, passes in ((40, 2.0), (400, 4.0)):
+        with dask.config.set({"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": True}):
+            streamed = dask_clust.fit(path, client="in-process", max_iter=steps, **kw)
+        assert streamed.engine_["streaming"] and streamed.engine_["state_files"]
+        assert streamed.engine_["passes"] == passes
+        fits[steps] = streamed
     monkeypatch.setattr(batches, "MOST_STEPS", 4)
-    gathers.clear()
-    with dask.config.set({"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": False}):
-        held = dask_clust.fit(path, client="in-process", **kw)
-    assert gathers == [300 + 4 * 64] + [4 * 64] * 9
-    np.testing.assert_array_equal(streamed.cluster_centers_, held.cluster_centers_)
-    assert streamed.objective_ == held.objective_ and streamed.n_iter_ == held.n_iter_ == 40
+    for config in ({"dask_clust.stream": False}, {"dask_clust.stream": True, "dask_clust.state-files": False}):
+        with dask.config.set({"dask_clust.chunk-bytes": "26400B", **config}):
+            for steps, streamed in fits.items():
+                other = dask_clust.fit(path, client="in-process", max_iter=steps, **kw)
+                assert other.engine_["state_files"] is False
+                np.testing.assert_array_equal(streamed.cluster_centers_, other.cluster_centers_)
+                assert streamed.objective_ == other.objective_ and streamed.n_iter_ == other.n_iter_ == steps
 
 
 def test_state_in_files_maps_back_what_was_written(tmp_path):

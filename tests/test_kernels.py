@@ -650,3 +650,68 @@ def test_posterior_stats_match_numpy(n, d, k, seed, per_dim):
     np.testing.assert_allclose(Q, want_Q, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(sums, want_sums, rtol=1e-12, atol=1e-12)
     assert total == pytest.approx((w * lse).sum(), rel=1e-12)
+
+
+@given(st.integers(1, 5000), st.integers(0, 2**63 - 1))
+@settings(max_examples=40, deadline=None)
+def test_permute_is_a_bijection_that_unpermute_inverts(n, key):
+    from dask_clust._random import permute, unpermute
+
+    image = np.array([permute(x, n, key) for x in range(n)])
+    np.testing.assert_array_equal(np.sort(image), np.arange(n))
+    np.testing.assert_array_equal([unpermute(y, n, key) for y in image], np.arange(n))
+
+
+@given(
+    st.integers(1, 3000),
+    st.integers(1, 40),
+    st.integers(1, 5000),
+    st.integers(0, 2**62),
+    st.lists(st.integers(0, 3000), max_size=6),
+    st.tuples(st.integers(0, 5000), st.integers(0, 5000)),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_chunk_finds_exactly_its_draws_of_a_window(n, stratum, m, seed, cuts, labels):
+    """A window's draws read by label (the driver's gathers) and by row range (each chunk's held draws) are
+    the same draws, whatever the chunks and the label range."""
+    from dask_clust.kernels.sampling import chunk_draws, drawn_rows
+
+    rng = np.random.default_rng(seed)
+    strata = -(-n // stratum)
+    sizes = np.full(strata, float(stratum))
+    sizes[-1] = n - (strata - 1) * stratum
+    cum = np.concatenate([[0], np.cumsum(rng.multinomial(m, sizes / n))]).astype(np.int64)
+    key, salt = (int(v) for v in rng.integers(2**63, size=2))
+    lo, hi = sorted(min(v, m) for v in labels)
+    expected = np.empty(hi - lo, np.int64)
+    drawn_rows(np.arange(lo, hi, dtype=np.int64), key, salt, cum, stratum, n, expected)
+    assert ((expected >= 0) & (expected < n)).all()
+    got = np.full(hi - lo, -1)
+    for a, b in zip(*(lambda c: (c[:-1], c[1:]))(sorted({0, n, *(c % n for c in cuts)}))):
+        g0, g1 = a // stratum, (b - 1) // stratum + 1
+        rows, found = (np.empty(cum[g1] - cum[g0], np.int64) for _ in range(2))
+        c = chunk_draws(key, salt, cum, stratum, n, a, b, lo, hi, rows, found)
+        assert (got[found[:c] - lo] == -1).all()  # each draw found once
+        got[found[:c] - lo] = a + rows[:c]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_windows_batches_are_uniform_over_the_rows_and_independent_of_the_step():
+    """Each step's b rows are uniform over all rows (not over a stratum: the labels are permuted), and the
+    rows of a window are uniform: chi-square over 50 bins of rows, and every step's mean row within 5
+    standard errors of the middle."""
+    from dask_clust.blocks.batches import STRATUM_ROWS, batch_ids, window_at
+
+    n, b = 5 * STRATUM_ROWS + 1234, 2000
+    window = window_at(7, "minibatch", 0, n, b)
+    assert window.steps == -(-n // b) and window.cum[-1] == window.steps * b
+    ids = batch_ids(window, 0, window.steps)
+    assert ((ids >= 0) & (ids < n)).all()
+    counts = np.bincount(ids.ravel() * 50 // n, minlength=50)
+    expected = ids.size / 50
+    assert ((counts - expected) ** 2 / expected).sum() < 100  # chi-square, 49 degrees of freedom: p < 1e-5
+    se = n / math.sqrt(12 * b)
+    assert (np.abs(ids.mean(axis=1) - (n - 1) / 2) < 5 * se).all()
+    later = window_at(7, "minibatch", window.steps + 3, n, b)
+    assert later.first == window.steps and not np.array_equal(later.cum, window.cum)
+    np.testing.assert_array_equal(batch_ids(window, 5, 9), ids[5:9])

@@ -7,6 +7,7 @@ import pytest
 
 import dask_clust
 from dask_clust._random import check_random_state, stream
+from dask_clust.blocks.batches import batch_ids, window_at
 from dask_clust.kernels.nested import nested_ranks, reuse_rows
 from tests.reference import nmbatch as ref
 from tests.reference.make_blobs import blobs
@@ -207,7 +208,8 @@ def test_minibatch_matches_sculley_reference(data, ratio):
         client="in-process",
     )
     entropy = check_random_state(rs)
-    batches = [stream(entropy, "minibatch", "batch", s).integers(0, len(data), b) for s in range(steps)]
+    # the batches as drawn (their uniformity: tests/test_kernels.py)
+    batches = list(batch_ids(window_at(entropy, "minibatch", 0, len(data), b), 0, steps))
     want, counts, _ = ref.minibatch(data, init, batches, ratio, lambda s: stream(entropy, "minibatch", "reassign", s))
     np.testing.assert_allclose(m.cluster_centers_, want, rtol=1e-10)
     np.testing.assert_array_equal(m.counts_, counts)

@@ -37,7 +37,7 @@ FITS = {
 }
 # (the store's size over the cluster's memory, the fits): at 2x the state stays in memory, at 10x kmeans's and
 # nmbatch's goes to the workers' files
-CASES = ((2.0, ("kmeans", "vcgmm", "GaussianMixture")), (10.0, ("kmeans", "nmbatch")))
+CASES = ((2.0, ("kmeans", "vcgmm", "GaussianMixture", "minibatch")), (10.0, ("kmeans", "nmbatch")))
 STORE_ROWS = 240_000
 CHUNK_MIB = 32
 WORKER_MIB = 700

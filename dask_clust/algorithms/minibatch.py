@@ -10,19 +10,19 @@ on a sample, the reassignment and the stopping rule are scikit-learn's (``sklear
   1. seed on init_size rows drawn uniformly (k-means|| by default: on the image patches at k = 200, 0.5 %
      lower QE than scikit-learn's k-means++ on 3·b rows, in less time); v_j = 0
   repeat
-  2. draw_block: the row ids of the next batches, each from its step's own stream, in one gather for several
-     batches (a round trip per block, not per batch: a batch's arithmetic is far below a round trip's cost;
-     on a streamed input a pass over the store per block, so there a block is as large as the driver's
-     budget allows, ``blocks/batches.py``); the seeding sample and the engine's first pass ride on the
-     first gather
+  2. the batch: b rows drawn uniformly with replacement, keyed by step, several steps' rows in one gather (a
+     round trip per gather, not per batch: a batch's arithmetic is far below a round trip's cost); on a
+     streamed input the workers draw a window of about N / b steps' rows in one pass and hold them until
+     used (``blocks/batches.py``); the seeding sample and the engine's first pass ride on the first gather
   3. minibatch_step: assign the batch to the current centres; v += Σ w, c += (Σ w x − Σ w c) / v
   4. reassign: every 10·k rows (and whenever a centre has v = 0), centres with v < reassignment_ratio ·
      max v jump to distinct random rows of the batch and take the smallest v of the others
   until the smoothed batch inertia has not improved for ``max_no_improvement`` batches, Σ ||Δc||² ≤ tol
   (scaled by the mean feature variance), or max_iter batches.
 
-The driver holds the centres, their counts and one block of batches: O(k·D + block·b·D), whatever N (a block
-is at most 64 MiB of rows in memory; streamed, 256 MiB or 5 % of the smallest worker's memory, the less).
+The driver holds the centres, their counts and one gather of batches: O(k·D + gather·b·D), whatever N (a
+gather is at most 64 MiB of rows), and a window's strata counts (8 bytes per 65,536 rows). Passes over a
+streamed input: one per window (⌈steps·b / N⌉; the first carries the engine's first pass), and the final QE.
 """
 
 import numbers
@@ -33,7 +33,7 @@ import numpy as np
 
 from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
-from ..blocks.batches import steps_per_gather
+from ..blocks.batches import Batches
 from ..blocks.seeding import ROW_BYTES, SEEDERS, sample_ids, seed, seed_rows
 from ..kernels.assign import Prepared, accumulate, nearest
 from .registry import BIG, COUNT, MAYBE, AlgorithmSpec, centres, finish, register
@@ -122,24 +122,6 @@ def partial_step(cfg, x, w, centers, counts, since, entropy, step, dtype):
     return centers, counts, 0 if due else since + len(x)
 
 
-def batch_ids(entropy, first, last, n_samples, b):
-    """Step 2's row ids of batches [first, last), (last - first, b): each batch from its step's own stream, so
-    a batch is the same however many steps a gather serves."""
-    return np.stack([stream(entropy, "minibatch", "batch", s).integers(0, n_samples, b) for s in range(first, last)])
-
-
-def draw_block(engine, entropy, first, last, b, seeding=()):
-    """Step 2: the rows and weights of batches [first, last), (steps, b, D) and (steps, b), in one gather
-    (which carries the engine's first pass when that has not run), with the rows of the ids ``seeding`` (the
-    seeding sample's) riding on it: (rows, weights) of those."""
-    ids = batch_ids(entropy, first, last, engine.n_samples, b)
-    m = len(seeding)
-    ids = np.concatenate([np.asarray(seeding, np.int64), ids.ravel()])
-    rows, w = engine.take(ids, weights=True, first_pass="with")
-    batches = rows[m:].reshape(last - first, b, -1), w[m:].reshape(last - first, b)
-    return batches, (rows[:m], w[:m])
-
-
 def seeding_rows(cfg, n_samples):
     """init_size, else scikit-learn's 3·batch_size (at least 50·k), at most all rows."""
     return min(n_samples, cfg.init_size or max(3 * cfg.batch_size, 50 * cfg.n_clusters))
@@ -170,54 +152,50 @@ def fit(engine, cfg, entropy, loop):
     N, k, dtype = engine.n_samples, cfg.n_clusters, engine.dtype
     b = min(cfg.batch_size, N)
     restored = loop.restored
-    first, block = 0, None
-    if restored is None:  # the seeding sample comes in the first batches' gather (a pass less when streamed)
-        length = steps_per_gather(engine, b, loop.max_iter)
-        sampled = isinstance(cfg.init, str)
-        ids = sample_ids(engine, entropy, seeding_rows(cfg, N), "minibatch") if sampled else ()
-        block, (rows, w) = draw_block(engine, entropy, 0, length, b, ids)
-        if sampled:
-            centers, seed_evals = seed_rows(engine, rows, w, k, cfg.init, entropy)
-        else:
-            centers, seed_evals = seed(engine, k, cfg.init, entropy)
-        counts, since, evals_total = np.zeros(k), 0, seed_evals
-        rule = NoImprovement(b, N, cfg.max_no_improvement)
-    else:  # a resumed fit: the centres, their counts and the rule's state; the batches are keyed by step
-        centers, counts, seed_evals = (restored[name] for name in ("centers", "counts", "seed_evals"))
-        since, evals_total = restored["since"], restored["evals"]
-        rule = NoImprovement(b, N, cfg.max_no_improvement, restored["ewa"], restored["best"], restored["stale"])
-    loop.keep(seed_evals=int(seed_evals))
-    tol = cfg.tol * float(np.mean(engine.summary.var))
-    for step in loop:
-        if block is None or step >= first + len(block[0]):
-            first = step
-            block, _ = draw_block(engine, entropy, step, step + steps_per_gather(engine, b, loop.max_iter - step), b)
-        x, wx = block[0][step - first], block[1][step - first]
-        # as scikit-learn: due every 10·k rows, or when a centre had no weight before this batch
-        since += b
-        due = cfg.reassignment_ratio > 0 and (since >= 10 * k or not counts.all())
-        new, counts, inertia, evals = minibatch_step(x, wx, centers, counts, dtype)
-        moved = 0
-        if due:
-            since = 0
-            moved = reassign(x, new, counts, cfg.reassignment_ratio, stream(entropy, "minibatch", "reassign", step))
-        shift = float(((new - centers) ** 2).sum())
-        centers = new
-        batch = float(inertia / wx.sum())
-        evals_total += int(evals)
-        loop.converged = rule.update(step, batch) or (tol > 0 and shift <= tol)
-        loop.record(batch, evals, moved, centers=centers, smoothed=rule.ewa)
-        loop.save(
-            lambda: {
-                "centers": centers,
-                "counts": counts,
-                "ewa": rule.ewa,
-                "best": rule.best,
-                "stale": rule.stale,
-                "since": since,
-                "evals": int(evals_total),
-            }
-        )
+    with Batches(engine, entropy, "minibatch", b, loop.max_iter) as batches:
+        if restored is None:  # the seeding sample comes in the first gather (a pass less when streamed)
+            sampled = isinstance(cfg.init, str)
+            ids = sample_ids(engine, entropy, seeding_rows(cfg, N), "minibatch") if sampled else ()
+            rows, w = batches.start(0, ids)
+            if sampled:
+                centers, seed_evals = seed_rows(engine, rows, w, k, cfg.init, entropy)
+            else:
+                centers, seed_evals = seed(engine, k, cfg.init, entropy)
+            counts, since, evals_total = np.zeros(k), 0, seed_evals
+            rule = NoImprovement(b, N, cfg.max_no_improvement)
+        else:  # a resumed fit: the centres, their counts and the rule's state; the batches are keyed by step
+            centers, counts, seed_evals = (restored[name] for name in ("centers", "counts", "seed_evals"))
+            since, evals_total = restored["since"], restored["evals"]
+            rule = NoImprovement(b, N, cfg.max_no_improvement, restored["ewa"], restored["best"], restored["stale"])
+        loop.keep(seed_evals=int(seed_evals))
+        tol = cfg.tol * float(np.mean(engine.summary.var))
+        for step in loop:
+            x, wx = batches.get(step)
+            # as scikit-learn: due every 10·k rows, or when a centre had no weight before this batch
+            since += b
+            due = cfg.reassignment_ratio > 0 and (since >= 10 * k or not counts.all())
+            new, counts, inertia, evals = minibatch_step(x, wx, centers, counts, dtype)
+            moved = 0
+            if due:
+                since = 0
+                moved = reassign(x, new, counts, cfg.reassignment_ratio, stream(entropy, "minibatch", "reassign", step))
+            shift = float(((new - centers) ** 2).sum())
+            centers = new
+            batch = float(inertia / wx.sum())
+            evals_total += int(evals)
+            loop.converged = rule.update(step, batch) or (tol > 0 and shift <= tol)
+            loop.record(batch, evals, moved, centers=centers, smoothed=rule.ewa)
+            loop.save(
+                lambda: {
+                    "centers": centers,
+                    "counts": counts,
+                    "ewa": rule.ewa,
+                    "best": rule.best,
+                    "stale": rule.stale,
+                    "since": since,
+                    "evals": int(evals_total),
+                }
+            )
     return finish(
         engine,
         centers,
@@ -253,7 +231,8 @@ register(
         reference="Sculley, WWW 2010, doi:10.1145/1772690.1772862",
         objective="the batch's mean squared distance to its centres, before the update",
         partial_step=partial_step,
-        state_bytes=lambda cfg: ROW_BYTES,  # the seeder's; the batches keep none
+        state_bytes=lambda cfg: ROW_BYTES,  # the seeder's; streamed, the held draws besides, in files
+        holds_draws=True,
         resumable=True,
         saved=saved,
     )

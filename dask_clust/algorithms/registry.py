@@ -4,6 +4,8 @@ algorithm modules import it; the package imports them (each registers itself), s
 
 from dataclasses import dataclass
 
+from ..engine.streaming import HOLDS_DRAWS
+
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
@@ -32,7 +34,9 @@ class AlgorithmSpec:
         through the fit (``Chunk.scratch``), counted when the input streams; None: none. state_files: its
         per-row state is touched by its steps alone (no backup, halo or partition-to-partition exchange of
         it), so a streamed fit whose state would not fit the workers' memory keeps it in local files between
-        calls instead of being refused.
+        calls instead of being refused. holds_draws: on a streamed input it draws a window of steps' batches
+        in one pass, held by the workers until used (``blocks/batches.py``): about a copy of their rows, so
+        its state lives in their local files whenever the input streams.
     resumable: ``fit(checkpoint=, resume=)`` continues it to the same bits (its fit saves through
         ``loop.save`` and starts from ``loop.restored``). saved(config, n_samples, n_features) ->
         {name: spec} of what its checkpoint holds (``checkpoint.check_saved``): a resumed fit's state is
@@ -59,6 +63,7 @@ class AlgorithmSpec:
     keeps_rows: bool = False
     thread_bytes: object = None
     state_files: bool = False
+    holds_draws: bool = False
     resumable: bool = False
     saved: object = None
     model_extras: tuple = ()
@@ -90,7 +95,7 @@ def state_of(spec, cfg, row_bytes):
         (int(spec.state_bytes(cfg)) if spec.state_bytes else 0) + (row_bytes if spec.keeps_rows else 0),
         f"algo={spec.name!r}",
         (int(spec.thread_bytes(cfg)) if spec.thread_bytes else 0),
-        spec.state_files,
+        HOLDS_DRAWS if spec.holds_draws else spec.state_files,
         routes(),
     )
 

@@ -454,6 +454,11 @@ class Engine:
         """Whether the partitions read their rows from the input's store on every pass."""
         return self.backend.streaming
 
+    @property
+    def state_in_files(self):
+        """Whether the partitions keep their chunks' state in local files between calls (rule 4)."""
+        return getattr(self.backend, "state_files", False)
+
     def bytes_read(self):
         """The stored bytes the partitions have decoded from a streamed source so far (0 when the rows are
         held in memory): the passes a fit made are this ÷ ``source.nbytes``. One round trip that reads no
@@ -487,7 +492,7 @@ class Engine:
             "threads": self.backend.threads,
             "chunks": self.n_chunks,
             "streaming": self.streaming,
-            "state_files": getattr(self.backend, "state_files", False),
+            "state_files": self.state_in_files,
             "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
             # the passes a streamed fit made over its source (the stored bytes decoded ÷ the data's size)
             "passes": self.bytes_read() / self.source.nbytes if self.streaming else None,

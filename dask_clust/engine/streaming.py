@@ -30,6 +30,11 @@ STREAM_PASS = 48 << 20
 # the share of a streaming worker's memory limit the rows it keeps may bring it to: below distributed's
 # pause threshold (0.8 by default: a paused worker stops taking tasks, and logs "Pausing worker")
 KEEP_FRACTION = 0.7
+# a fit's state that lives in local files whenever its input streams: the draws of a window of a stochastic
+# method's steps, held until used (``blocks/batches.py``), about a copy of the rows, each with its label and
+# weight (``HELD_ROW_BYTES``)
+HOLDS_DRAWS = "holds draws"
+HELD_ROW_BYTES = 16
 
 
 def _pause():
@@ -38,23 +43,26 @@ def _pause():
 
 def fit_state(state):
     """(bytes of state per row, who keeps them, bytes of buffers per worker thread, whether the state may
-    live in local files between calls) of the ``state`` a fit declares (``algorithms.state_of``); the last two
-    may be left out (none, no)."""
+    live in local files between calls: False, True, or ``HOLDS_DRAWS``) of the ``state`` a fit declares
+    (``algorithms.state_of``); the last two may be left out (none, no)."""
     row_bytes, who, *rest = state
     rest = list(rest) + [0, False][len(rest) :]
-    return int(row_bytes), who, int(rest[0]), bool(rest[1])
+    return int(row_bytes), who, int(rest[0]), rest[1]
 
 
-def state_in_files(source, memory_bytes, state, workers=None):
+def state_in_files(source, memory_bytes, state, workers=None, streamed=True):
     """Rule 4: a streamed fit keeps its per-row state in local files between calls (``rowfiles``) when the
     algorithm allows it (its state is touched by its steps alone) and the state would take more than
     ``stream-fraction`` of the memory, or would bring a streaming worker (``workers``, as ``streaming_memory``
-    takes them) past distributed's pause threshold, where it stops taking tasks and logs "Pausing worker"
+    takes them) past distributed's pause threshold, where it stops taking tasks and logs "Pausing worker";
+    a fit that holds draws (``HOLDS_DRAWS``) keeps it there whenever it streams (``streamed``)
     (``state-files``: "auto", True or False)."""
     row_bytes, _, _, files = fit_state(state)
     mode = config.get("state-files")
     if not files or mode is False or isinstance(source, (ArraySource, FutureSource)):
         return False
+    if files == HOLDS_DRAWS and streamed:
+        return True
     if mode is True or source.n_samples * row_bytes > float(config.get("stream-fraction")) * memory_bytes:
         return True
     return any(
@@ -73,7 +81,7 @@ def should_stream(source, memory_bytes, state=(0, "the fit")):
     row_bytes, who, _, _ = fit_state(state)
     fraction = float(config.get("stream-fraction"))
     held = source.n_samples * int(row_bytes)
-    if state_in_files(source, memory_bytes, state) and config.get("stream") not in (False, "never"):
+    if state_in_files(source, memory_bytes, state, streamed=False) and config.get("stream") not in (False, "never"):
         return True
     if held > fraction * memory_bytes:
         raise InputError(
@@ -100,8 +108,10 @@ def _worker_need(source, state, w, n_workers, in_files=False):
     chunk = rows * source.n_features * source.dtype.itemsize
     block = getattr(source, "input_chunk_bytes", 0)
     decode = max(chunk, block) + (getattr(source, "decode_copies", 1) - 1) * block
-    row_bytes, _, buffers, _ = fit_state(state)
-    per_thread = chunk + decode + buffers + (rows * row_bytes if in_files else 0)
+    row_bytes, _, buffers, files = fit_state(state)
+    # in files, a thread holds the state of the chunk it runs; draws held are about a copy of its rows
+    held = chunk + rows * HELD_ROW_BYTES if files == HOLDS_DRAWS else 0
+    per_thread = chunk + decode + buffers + (rows * row_bytes + held if in_files else 0)
     share = 0 if in_files else source.n_samples * row_bytes / max(1, n_workers)
     process = max(WORKER_BASE, w.get("metrics", {}).get("memory", 0)) + STREAM_PASS
     need = process + w.get("nthreads", 1) * per_thread + share

@@ -9,7 +9,7 @@ Bounds are float32 (N·k·4 bytes) rounded down, so they stay lower bounds of th
 import numpy as np
 from numba import njit
 
-from .._random import GOLDEN, splitmix
+from .._random import permute
 from .distance import UNDERFLOW, nearest_rows, sqdist, sqnorm
 
 # float32 rounding is at most 2^-24 relative: shrinking by 2^-22 first keeps a stored bound below its value
@@ -22,37 +22,15 @@ def _down(x):
     return np.float32(max(x, 0.0) * _SHRINK)
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _feistel(x, half, mask, seed):
-    """Four Feistel rounds on a 2·half-bit integer: a bijection of [0, 2^(2·half))."""
-    left = x >> half
-    right = x & mask
-    for r in range(4):
-        _, z = splitmix(seed ^ (right * GOLDEN + np.uint64(r)))
-        left, right = right, left ^ (z & mask)
-    return (left << half) | right
-
-
 @njit(nogil=True, cache=True)
 def nested_ranks(row0, n_total, seed, out):
     """out[i] = rank of global row row0 + i in a pseudo-random permutation of [0, n_total) keyed by seed.
 
-    A Feistel network on the smallest even power of 2 >= n_total, walked along its cycle until it lands
-    inside [0, n_total): a bijection computed row by row, so the ranks do not depend on the chunking.
+    ``permute``, row by row: the ranks do not depend on the chunking.
     row0 : IN int;  n_total : IN int;  seed : IN int;  out : OUT int64 (n,)
     """
-    bits = 2
-    while (1 << bits) < n_total:
-        bits += 2
-    half = np.uint64(bits // 2)
-    mask = (np.uint64(1) << half) - np.uint64(1)
-    key = np.uint64(seed)
-    n = np.uint64(n_total)
     for i in range(out.shape[0]):
-        y = _feistel(np.uint64(row0 + i), half, mask, key)
-        while y >= n:
-            y = _feistel(y, half, mask, key)
-        out[i] = np.int64(y)
+        out[i] = permute(row0 + i, n_total, seed)
 
 
 @njit(nogil=True, cache=True, inline="always")

@@ -1,9 +1,11 @@
-"""Sampling inside one block: draws proportional to a non-negative weight vector, and greedy k-means++ over
-a weighted set held in memory."""
+"""Sampling inside one block: draws proportional to a non-negative weight vector, greedy k-means++ over a
+weighted set held in memory, and the uniform draws of a window of batches (``blocks/batches.py``), read by
+label on the driver or by row range in a chunk."""
 
 import numpy as np
 from numba import njit
 
+from .._random import permute, row_state, splitmix, unpermute
 from .distance import sqdist, sqnorm
 
 
@@ -145,3 +147,51 @@ def _lowest_potential(w, mind, xx, yy, tol, G):
         if pot < best_pot:
             best, best_pot = t, pot
     return best
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _row_in_stratum(salt, r, g, stratum, n_rows):
+    """The row draw r lands on, uniform over its stratum g (53 random bits scaled: a bias below n / 2^53)."""
+    size = min(stratum, n_rows - g * stratum)
+    _, z = splitmix(row_state(salt, r))
+    return g * stratum + min(np.int64((z >> np.uint64(11)) * 2.0**-53 * size), size - 1)
+
+
+@njit(nogil=True, cache=True)
+def drawn_rows(labels, key, salt, cum, stratum, n_rows, out):
+    """out[t] = the row drawn under label labels[t] in a window of draws.
+
+    A window's M = cum[-1] draws are laid out by stratum (rows [g·stratum, (g+1)·stratum)): positions
+    cum[g]..cum[g+1] fall in stratum g, each uniform within it; a draw's label is its position's image in
+    the permutation ``unpermute`` inverts (keyed by ``key``), so label → position is ``permute``.
+
+    labels : IN int64 (m,) in [0, M);  key, salt : IN uint64;  cum : IN int64 (G+1,) cumulative draws
+    out    : OUT int64 (m,) global rows
+    """
+    m_total = cum[cum.shape[0] - 1]
+    for t in range(labels.shape[0]):
+        r = permute(labels[t], m_total, key)
+        g = np.searchsorted(cum, r, side="right") - 1
+        out[t] = _row_in_stratum(salt, r, g, stratum, n_rows)
+
+
+@njit(nogil=True, cache=True)
+def chunk_draws(key, salt, cum, stratum, n_rows, start, stop, lo, hi, rows, labels):
+    """The draws of a window (``drawn_rows``) that land in rows [start, stop) with a label in [lo, hi): only
+    the strata overlapping the rows are walked, so a chunk costs its own share of the draws. Returns their
+    count c; rows[:c] (relative to start) and labels[:c] hold them, in position order.
+
+    rows, labels : OUT int64, at least the draws of the strata overlapping [start, stop)
+    """
+    m_total = cum[cum.shape[0] - 1]
+    c = 0
+    for g in range(start // stratum, (stop - 1) // stratum + 1):
+        for r in range(cum[g], cum[g + 1]):
+            row = _row_in_stratum(salt, r, g, stratum, n_rows)
+            if start <= row < stop:
+                label = unpermute(r, m_total, key)
+                if lo <= label < hi:
+                    rows[c] = row - start
+                    labels[c] = label
+                    c += 1
+    return c
