@@ -414,12 +414,16 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         Size of each component's neighbourhood, from which the rows' search spaces are built.
     n_truncated : int or None, default=None
         C', the components each row's posterior covers (None: G).
+    learning_decay : float, default=0.6
+        κ of ``partial_fit``'s step sizes γ_t = t^−κ, in (0.5, 1] (Cappé & Moulines' condition): 1 weighs every
+        batch alike, smaller forgets the early batches (taken under a worse mixture) sooner.
 
     Attributes
     ----------
     weights_, means_, covariances_, precisions_, precisions_cholesky_ : as scikit-learn's (see
         ``covariance_type``); ``converged_``, ``n_iter_``, ``lower_bound_`` (the free energy per unit of weight
-        on the rows the EM ran on); ``history_``; ``model_``, the ``MixtureModel``.
+        on the rows the EM ran on); ``history_``; ``model_``, the ``MixtureModel``; ``n_steps_``, the batches
+        ``partial_fit`` has taken since the last ``fit``.
     """
 
     def __init__(
@@ -442,6 +446,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         warm_start=False,
         G=5,
         n_truncated=None,
+        learning_decay=0.6,
     ):
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -460,6 +465,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.warm_start = warm_start
         self.G = G
         self.n_truncated = n_truncated
+        self.learning_decay = learning_decay
 
     def _fit_params(self):
         if self.covariance_type in COVARIANCE_TYPES and own_model(self.covariance_type, self.weights):
@@ -515,12 +521,51 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.__dict__.pop("feature_names_in_", None)
         if names is not None:
             self.feature_names_in_ = names
-        self.model_ = best
-        self.weights_, self.means_ = best.weights_, best.means_
-        self.covariances_, self.precisions_cholesky_ = best.covariances_, best.precisions_cholesky_
-        self.precisions_ = self.precisions_cholesky_**2
+        self._take_model(best)
         self.converged_, self.n_iter_, self.lower_bound_ = best.converged_, best.n_iter_, best.lower_bound_
         self.history_, self.n_features_in_ = best.history_, best.n_features_in_
+        self._stepwise, self.n_steps_ = None, 0
+        return self
+
+    def _take_model(self, model):
+        self.model_ = model
+        self.weights_, self.means_ = model.weights_, model.means_
+        self.covariances_, self.precisions_cholesky_ = model.covariances_, model.precisions_cholesky_
+        self.precisions_ = self.precisions_cholesky_**2
+
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """One step of stepwise (online) EM on the batch X, in this process (a dask batch is computed here):
+        O. Cappé & E. Moulines, "On-line expectation-maximization algorithm for latent data models", JRSS-B
+        71(3), 2009, in mini-batches (P. Liang & D. Klein, NAACL 2009). The expected statistics of the
+        mixture (Σ r, Σ r x, Σ r x² per component and unit of weight, every component's posterior) move toward
+        the batch's by γ_t = t^−``learning_decay``, and the mixture becomes their M-step (``reg_covar`` as
+        ``fit``'s). The first call fits the first batch as ``fit`` does (unless ``fit`` came before) and takes
+        it as its first step; ``sample_weight`` weighs the rows within their batch."""
+        from .blocks.truncated_em import SIGMA2_FLOOR, Family
+        from .engine import as_source, open_engine
+        from .mixture import MixtureModel, stepwise_step
+
+        decay = self.learning_decay
+        if not (isinstance(decay, numbers.Real) and 0.5 < decay <= 1):
+            raise InvalidParameterError(f"learning_decay must be a float in (0.5, 1]; got {decay!r}")
+        if not hasattr(self, "model_"):
+            self.fit(X, sample_weight=sample_weight, client="in-process", progress=False)
+        source = as_source(X, sample_weight)
+        if source.n_features != self.n_features_in_:
+            raise ValueError(
+                f"X has {source.n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+        with open_engine(source, "in-process") as engine:
+            x, w = engine.take(np.arange(source.n_samples), weights=True)
+            floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
+        model = self.model_
+        family = Family(self.covariance_type, self.weights, float(self.reg_covar), floor)
+        mixture = (model.means_, model.extras_["variances_"], model.weights_)
+        self._stepwise, (mu, var, weights) = stepwise_step(self._stepwise, x, w, mixture, family, decay)
+        self.n_steps_ = self._stepwise.steps
+        extras = {**model.extras_, "weights_": weights, "variances_": var}
+        self._take_model(MixtureModel(model.algo, model.params, mu, n_iter_=self.n_steps_, extras_=extras))
         return self
 
     def _last_mixture(self):

@@ -11,6 +11,7 @@ non-negative and summing to 1.
 """
 
 import math
+from typing import NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -18,6 +19,7 @@ import numpy as np
 from ._params import COVARIANCE_TYPES
 from ._random import check_random_state
 from .blocks.gaussian import covariance, n_parameters
+from .blocks.truncated_em import mixture_m_step, new_sigma2
 from .engine.data import as_dask_rows, check_finite_block, map_rows
 from .kernels.truncated import diagonal_metric
 from .models import PROBA_BLOCK_BYTES, ClusteringModel, truncated_ids_block
@@ -70,6 +72,66 @@ def _score_block(x, mixture, n_truncated, block_info=None):
         return log_likelihood(mixture.costs_of(x, ids))
     rows = max(1, PROBA_BLOCK_BYTES // (8 * len(mixture.mu)))
     return np.concatenate([log_likelihood(mixture.costs(x[b : b + rows])) for b in range(0, len(x), rows)] or [[]])
+
+
+class Stepwise(NamedTuple):
+    """Stepwise EM's statistics (``GaussianMixture.partial_fit``), per unit of weight and taken about fixed
+    centres ``ref`` (the starting means: no cancellation while the means stay near them): U_c = E[r_c],
+    S1_c = E[r_c (x − ref_c)], S2_c = E[r_c (x − ref_c)²] (C, D), and the batches taken so far."""
+
+    ref: np.ndarray
+    U: np.ndarray
+    S1: np.ndarray
+    S2: np.ndarray
+    steps: int
+
+
+def batch_statistics(x, w, mixture, ref):
+    """ŝ of a batch: its expected statistics per unit of weight under ``mixture`` (``MixtureCosts``), with
+    every component's posterior, in row blocks of PROBA_BLOCK_BYTES: (U, S1, S2) as ``Stepwise``'s."""
+    C, D = ref.shape
+    U, S1, S2 = np.zeros(C), np.zeros((C, D)), np.zeros((C, D))
+    rows = max(1, PROBA_BLOCK_BYTES // (8 * C))
+    for a in range(0, len(x), rows):
+        xb = np.asarray(x[a : a + rows], np.float64)
+        costs = mixture.costs(xb)
+        r = np.exp(costs.min(axis=1, keepdims=True) - costs)
+        r *= (w[a : a + rows] / r.sum(axis=1))[:, None]
+        u = r.sum(axis=0)
+        rx = r.T @ xb
+        U += u
+        S1 += rx - u[:, None] * ref
+        S2 += r.T @ (xb * xb) - 2.0 * rx * ref + u[:, None] * ref * ref
+    total = float(np.sum(w))
+    return U / total, S1 / total, S2 / total
+
+
+def stepwise_step(state, x, w, mixture, family, decay):
+    """One step of stepwise EM (O. Cappé & E. Moulines, "On-line expectation-maximization algorithm for latent
+    data models", JRSS-B 71(3), 2009, eq. (5); in mini-batches as P. Liang & D. Klein, NAACL 2009): the
+    statistics move toward the batch's, s_t = s_{t−1} + γ_t (ŝ_t − s_{t−1}) with γ_t = t^−decay (γ_1 = 1:
+    the first batch's alone), and the mixture is the M-step of s_t (``mixture_m_step``; a tied σ² pooled).
+    ``mixture``: (means, variances (C, D), weights) before the step; ``state``: the last ``Stepwise``, or
+    None to start about those means. Returns (the new state, the new mixture)."""
+    mu0, var0, weights0 = mixture
+    if state is None:
+        ref = np.array(mu0, np.float64)
+        state = Stepwise(ref, np.zeros(len(ref)), np.zeros_like(ref), np.zeros_like(ref), 0)
+    gamma = (state.steps + 1.0) ** -decay
+    U, S1, S2 = (
+        (1.0 - gamma) * old + gamma * new
+        for old, new in zip(
+            (state.U, state.S1, state.S2), batch_statistics(x, w, MixtureCosts(mu0, var0, weights0), state.ref)
+        )
+    )
+    state = Stepwise(state.ref, U, S1, S2, state.steps + 1)
+    total = float(U.sum())
+    mu, var, weights, resid = mixture_m_step(
+        family, state.ref, var0, weights0, S1 + U[:, None] * state.ref, U, S2, total
+    )
+    if covariance(family.covariance_type).tied:
+        var[:] = new_sigma2(resid, mu.shape[1], total, family.floor)
+    return state, (mu, var, weights)
 
 
 class MixtureModel(ClusteringModel):

@@ -545,3 +545,89 @@ def test_init_params_speak_scikit_learns_vocabulary(init_params, ours):
     X = data_set("blobs")
     m = dask_clust.GaussianMixture(4, init_params=init_params, random_state=0, max_iter=5, tol=1e-3).fit(X)
     assert m.model_.extras_["init_"] == ours and np.isfinite(m.lower_bound_)
+
+
+def stepwise_reference(batches, mu, var, pi, decay, reg_covar, covariance_type):
+    """Plain-numpy stepwise EM (Cappé & Moulines 2009, eq. 5, in mini-batches): full posteriors, raw
+    statistics (E r, E r x, E r x²) per unit of weight, s_t = s_{t−1} + t^−decay (ŝ_t − s_{t−1}), the M-step
+    of s_t. Yields (means, variances (C, D), weights) after each batch."""
+    s = None
+    for t, (x, w) in enumerate(batches, 1):
+        logp = (
+            np.log(pi)
+            - 0.5 * np.log(2 * np.pi * var).sum(axis=1)
+            - 0.5 * (((x[:, None, :] - mu[None]) ** 2) / var[None]).sum(axis=2)
+        )
+        r = np.exp(logp - logp.max(axis=1, keepdims=True))
+        r = r / r.sum(axis=1, keepdims=True) * w[:, None]
+        new = (r.sum(axis=0), r.T @ x, r.T @ (x * x))
+        new = tuple(v / w.sum() for v in new)
+        gamma = t**-decay
+        s = new if s is None else tuple((1 - gamma) * a + gamma * b for a, b in zip(s, new))
+        U, S1, S2 = s
+        mu = S1 / U[:, None]
+        var = S2 / U[:, None] - mu**2
+        if covariance_type == "spherical":
+            var = np.repeat(var.mean(axis=1, keepdims=True), x.shape[1], axis=1)
+        var = var + reg_covar
+        pi = U / U.sum()
+        yield mu, var, pi
+
+
+@pytest.mark.parametrize("covariance_type", ["diag", "spherical"])
+def test_partial_fit_is_stepwise_em_batch_by_batch(covariance_type):
+    """Issue #52: ``partial_fit`` against the plain-numpy stepwise EM from the mixture the first batch's fit
+    gives, batch by batch (sample weights within a batch included)."""
+    from dask_clust import GaussianMixture
+
+    X = scaled_blobs(6000, 4, 5, seed=8)
+    w = np.random.default_rng(2).uniform(0.5, 2.0, len(X))
+    kw = dict(covariance_type=covariance_type, random_state=1, reg_covar=1e-3, learning_decay=0.7)
+    first = GaussianMixture(5, **kw).fit(X[:1000], sample_weight=w[:1000], client="in-process", progress=False)
+    mu, var, pi = first.means_, first.model_.extras_["variances_"], first.weights_
+    batches = [(X[a : a + 1000], w[a : a + 1000]) for a in range(0, len(X), 1000)]
+    online = GaussianMixture(5, **kw)
+    want = stepwise_reference(batches, mu, var, pi, 0.7, 1e-3, covariance_type)
+    for t, ((x, wx), (mu_t, var_t, pi_t)) in enumerate(zip(batches, want), 1):
+        online.partial_fit(x, sample_weight=wx)
+        assert online.n_steps_ == t
+        np.testing.assert_allclose(online.means_, mu_t, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(online.model_.extras_["variances_"], var_t, rtol=1e-10)
+        np.testing.assert_allclose(online.weights_, pi_t, rtol=1e-10)
+    online.fit(X, client="in-process", progress=False)
+    assert online.n_steps_ == 0  # a fit starts the steps again
+
+
+@pytest.mark.parametrize("batch", [2000, 5000])
+def test_partial_fit_over_one_pass_of_a_stream_comes_within_a_tenth_of_a_nat_of_one_fit(batch):
+    """Issue #52: one pass over a stream in batches reaches the held-out log-likelihood of one fit on every
+    row within 0.1 nats a row (here within 0.02: measured 0.002-0.005), the fit started from the same
+    mixture (the first batch's fit: the seeding's basin is the start's, online or not, and it alone moved
+    the fits of this data by 0.6 nats across seeds), and the batches after the first improve on it."""
+    from dask_clust import GaussianMixture
+
+    X = scaled_blobs(66_000, 8, 16, seed=5).astype(np.float32)
+    train, test = X[:60_000], X[60_000:]
+    online = GaussianMixture(16, random_state=0)
+    online.partial_fit(train[:batch])
+    after_one = online.score(test, exact=True)
+    first = GaussianMixture(16, random_state=0).fit(train[:batch], client="in-process", progress=False)
+    start = dict(
+        means_init=first.means_, weights_init=first.weights_, precisions_init=first.precisions_, random_state=0
+    )
+    whole = GaussianMixture(16, **start).fit(train, client="in-process", progress=False)
+    for a in range(batch, len(train), batch):
+        online.partial_fit(train[a : a + batch])
+    assert online.n_steps_ == len(train) // batch
+    score = online.score(test, exact=True)
+    assert score > whole.score(test, exact=True) - 0.02 and score > after_one + 0.01
+
+
+@pytest.mark.parametrize("decay", [0.5, 1.5, "fast"])
+def test_partial_fit_refuses_a_learning_decay_outside_its_range(decay):
+    """γ_t = t^−κ converges only for κ in (0.5, 1] (Cappé & Moulines' condition): refused in one line."""
+    from dask_clust import GaussianMixture
+    from dask_clust.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=r"learning_decay must be a float in \(0.5, 1\]"):
+        GaussianMixture(2, learning_decay=decay).partial_fit(np.random.default_rng(0).normal(size=(50, 2)))
