@@ -631,3 +631,55 @@ def test_partial_fit_refuses_a_learning_decay_outside_its_range(decay):
 
     with pytest.raises(InvalidParameterError, match=r"learning_decay must be a float in \(0.5, 1\]"):
         GaussianMixture(2, learning_decay=decay).partial_fit(np.random.default_rng(0).normal(size=(50, 2)))
+
+
+def test_several_coreset_starts_go_on_with_the_one_of_highest_free_energy(monkeypatch):
+    """``coreset_starts``: each start's EM on the coreset (its own stream, the fit's own first) is judged by
+    the free energy it reaches; the fit then runs the best one as its own. One start is the fit it always
+    was."""
+    import dask_clust
+    from dask_clust.algorithms import vcgmm
+
+    X = scaled_blobs(20_000, 6, 12, seed=4).astype(np.float32)
+    kw = dict(covariance_type="diag", weights="learned", coreset_size=4000, random_state=5, client="in-process")
+    calls = []
+    em = vcgmm.truncated_em
+
+    def recording(rows, mu, cfg, entropy, loop, *args):
+        out = em(rows, mu, cfg, entropy, loop, *args)
+        calls.append((entropy, loop.max_iter, out[2]))
+        return out
+
+    monkeypatch.setattr(vcgmm, "truncated_em", recording)
+    dask_clust.fit(X, "vcgmm", 12, coreset_starts=1, **kw)
+    (own, _, _), *rest = calls
+    assert not rest
+    calls.clear()
+    dask_clust.fit(X, "vcgmm", 12, coreset_starts=4, **kw)
+    trials, (chosen, _, _) = calls[:4], calls[4]
+    assert len(calls) == 5 and all(n == vcgmm.TRIAL_ITERATIONS for _, n, _ in trials)
+    assert trials[0][0] == own  # the first start is the one-start fit's
+    best = max(range(4), key=lambda i: (trials[i][2], -i))
+    assert chosen == trials[best][0] == vcgmm.start_entropy(own, best)
+    assert len({e for e, _, _ in trials}) == 4
+
+
+def test_a_fit_with_several_coreset_starts_resumes_to_the_uninterrupted_bits(tmp_path):
+    """The start chosen is in the checkpoint: a fit stopped in its EM continues from the same start."""
+    import dask_clust
+    from dask_clust import StopFit
+
+    X = scaled_blobs(20_000, 6, 12, seed=4).astype(np.float32)
+    kw = dict(covariance_type="diag", weights="learned", coreset_size=4000, random_state=5, coreset_starts=3, tol=0.0)
+    kw.update(max_iter=20, client="in-process")
+
+    def stop(record):
+        if record["iteration"] == 7:
+            raise StopFit
+
+    dask_clust.fit(X, "vcgmm", 12, checkpoint=tmp_path / "ck", checkpoint_every=1, callback=stop, **kw)
+    resumed = dask_clust.fit(X, "vcgmm", 12, resume=tmp_path / "ck", **kw)
+    whole = dask_clust.fit(X, "vcgmm", 12, **kw)
+    assert resumed.n_iter_ == whole.n_iter_ == 20
+    np.testing.assert_array_equal(resumed.cluster_centers_, whole.cluster_centers_)
+    assert resumed.lower_bound_ == whole.lower_bound_
