@@ -633,6 +633,63 @@ def test_partial_fit_refuses_a_learning_decay_outside_its_range(decay):
         GaussianMixture(2, learning_decay=decay).partial_fit(np.random.default_rng(0).normal(size=(50, 2)))
 
 
+def _mixture_of(C, D, rng):
+    from dask_clust.mixture import MixtureModel
+
+    mu, var = rng.normal(0, 5, (C, D)), rng.uniform(0.5, 2.0, (C, D))
+    pi = rng.dirichlet(np.ones(C))
+    extras = {"covariance_type_": "diag", "weights_": pi, "variances_": var, "lower_bound_": 0.0, "n_truncated_": 5}
+    extras["sigma2_"] = 1.0  # every mixture model carries the first E-step's σ²; a mixture's posteriors do not read it
+    params = {"covariance_type": "diag", "weights": "learned", "n_clusters": C}
+    return MixtureModel("vargmm", params, mu, extras_=extras)
+
+
+def _peak(model, X):
+    """The most numpy allocates while each of the three runs (tracemalloc sees every thread), and their values."""
+    import tracemalloc
+
+    calls = (
+        lambda: model.score_samples(X, exact=True).compute(),
+        lambda: tuple(a.compute() for a in model.predict_proba(X)),
+        lambda: model.bic(X),
+    )
+    peaks, values = [], []
+    for call in calls:
+        tracemalloc.start()
+        try:
+            values.append(call())
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    ll, (ids, p), bic = values
+    return max(peaks), (ll, ids, p, bic)
+
+
+def test_likelihoods_posteriors_and_criteria_hold_memory_flat_in_the_components():
+    """Issue #52: ``score_samples`` (every component), ``predict_proba`` (truncated) and ``bic`` of 50,000
+    rows under 4,096 components work in row blocks of at most PROBA_BLOCK_BYTES (32 MiB) of costs, a few of
+    them per thread, whatever the components: the peak of what numpy allocates stays under 12 blocks, under a
+    quarter of the rows × components matrix (1.64 GB); their values are the dense computation's on a slice of the
+    rows (an oracle in plain numpy)."""
+    from dask_clust.models import PROBA_BLOCK_BYTES
+
+    rng = np.random.default_rng(0)
+    n, D = 50_000, 4
+    X = rng.normal(0, 5, (n, D))
+    model = _mixture_of(4096, D, rng)
+    peak, (ll, ids, p, bic) = _peak(model, X)
+    assert peak < 12 * PROBA_BLOCK_BYTES < 0.25 * n * 4096 * 8, peak
+    mu, var, pi = model.means_, model.extras_["variances_"], model.extras_["weights_"]
+    x = X[:300]
+    logp = np.log(pi) - 0.5 * np.log(2 * np.pi * var).sum(axis=1) - 0.5 * (((x[:, None] - mu) ** 2) / var).sum(axis=2)
+    top = logp.max(axis=1)
+    np.testing.assert_allclose(ll[:300], top + np.log(np.exp(logp - top[:, None]).sum(axis=1)), rtol=1e-10)
+    np.testing.assert_array_equal(ids[:300], np.argsort(-logp, axis=1, kind="stable")[:, :5])
+    sub = np.exp(np.take_along_axis(logp, ids[:300], 1) - top[:, None])
+    np.testing.assert_allclose(p[:300], sub / sub.sum(axis=1, keepdims=True), rtol=1e-10)
+    np.testing.assert_allclose(bic, -2 * ll.sum() + (4096 * D * 2 + 4095) * np.log(n), rtol=1e-12)
+
+
 def test_several_coreset_starts_go_on_with_the_one_of_highest_free_energy(monkeypatch):
     """``coreset_starts``: each start's EM on the coreset (its own stream, the fit's own first) is judged by
     the free energy it reaches; the fit then runs the best one as its own. One start is the fit it always
