@@ -407,9 +407,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     coreset_only : bool, default=False
         Stop after the EM on the coreset (the fast mode). By default the EM goes on over every row from the
         coreset's mixture until the free energy of all rows stops moving (one pass an iteration). On diagonal
-        mixtures of 250k rows (C = 16 to 256, D = 16 and 32, 3 seeds, BENCHMARKS.md) the default's held-out
-        log-likelihood per row was at or above scikit-learn's on every seed (by 0.08 to 0.46 on average) at
-        2.4x to 35x its speed; the coreset alone was 3x faster still but up to 0.22 nats below it (C = 256).
+        mixtures of 250k rows (C = 16 to 256, D = 16 to 64, 3 seeds, BENCHMARKS.md) the default's held-out
+        log-likelihood per row was at or above scikit-learn's on every seed (by 0.12 to 2.1 on average) at
+        1.7x to 18x its speed; the coreset alone was 1.4x to 2x faster still but up to 0.30 nats below it on
+        average (C = 256).
     G : int, default=5
         Size of each component's neighbourhood, from which the rows' search spaces are built.
     n_truncated : int or None, default=None
@@ -419,7 +420,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         fit's start (the coreset's free energy estimates the data's). The seeding's basin decides a mixture's
         likelihood more than anything after it: on 1M x 64 at C = 64 eight single starts spread over 2.2 nats
         a row; 3 starts took the three seeds' held-out gap to scikit-learn from -0.35, +1.22, -0.01 to +0.55,
-        +1.22, -0.10, at 1.5x a single start's time (benchmarks/BENCHMARKS.md). 1: one start.
+        +1.22, -0.10, at 1.4x to 1.9x a single start's time (C = 64 to 256; benchmarks/BENCHMARKS.md). 1: one
+        start.
     learning_decay : float, default=0.6
         κ of ``partial_fit``'s step sizes γ_t = t^−κ, in (0.5, 1] (Cappé & Moulines' condition): 1 weighs every
         batch alike, smaller forgets the early batches (taken under a worse mixture) sooner.
