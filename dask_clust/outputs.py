@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import uuid
 import zipfile
 
@@ -154,11 +155,26 @@ def file_sha256(path):
 UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile)
 
 
+# numpy parses a .npy header with ast.literal_eval, which is not thread-safe on CPython 3.11.0-3.11.7
+# (gh-106905, fixed in 3.11.8: "SystemError: AST constructor recursion depth mismatch"); a partition's threads
+# read its chunks' files at once (a resumed checkpoint's rows, state kept in files), so every header this
+# package parses is parsed under this lock: microseconds each, the data read outside it
+NPY_HEADER = threading.Lock()
+
+
+def mapped_npy(path, mode="r"):
+    """The .npy file at ``path`` mapped (``np.load(mmap_mode=mode)``), its header parsed under NPY_HEADER."""
+    with NPY_HEADER:
+        return np.load(path, mmap_mode=mode)
+
+
 def stored_arrays(npz):
     """The arrays of ``npz`` as np.savez writes them: each member stored uncompressed and its .npy header's
-    shape and dtype accounting for exactly the bytes stored. A compressed member or a header claiming more
-    would let a file of a megabyte allocate gigabytes (a zip bomb); no pickled object is ever read."""
+    shape and dtype accounting for exactly the bytes stored, then read as those bytes. A compressed member
+    or a header claiming more would let a file of a megabyte allocate gigabytes (a zip bomb); no pickled
+    object is ever read."""
     regular_size(npz)
+    out = {}
     with zipfile.ZipFile(npz) as z:
         for info in z.infolist():
             name = info.filename
@@ -169,12 +185,16 @@ def stored_arrays(npz):
                 if version not in ((1, 0), (2, 0)):
                     raise ValueError(f"arrays.npz member {name!r} has .npy format version {version}")
                 read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, dtype = read(f)
+                with NPY_HEADER:
+                    shape, fortran, dtype = read(f)
                 claimed = math.prod(shape) * dtype.itemsize
                 if dtype.hasobject or f.tell() + claimed != info.file_size:
                     raise ValueError(
                         f"arrays.npz member {name!r} claims {claimed:,} bytes of {dtype} "
                         f"{shape} but stores {info.file_size - f.tell():,}"
                     )
-    with np.load(npz, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+                data = np.empty(shape, dtype, order="F" if fortran else "C")
+                if claimed and f.readinto(memoryview(data.T if fortran else data).cast("B")) != claimed:
+                    raise ValueError(f"arrays.npz member {name!r} ends before its {claimed:,} bytes")
+                out[name.removesuffix(".npy")] = data
+    return out

@@ -440,3 +440,47 @@ def test_state_goes_to_files_where_it_would_pause_a_streaming_worker():
         assert (_worker_need(src, (16, "k", 0, True), w, 2)[0] > 0.8 * (mib << 20)) == files
         assert state_in_files(src, 2 * (mib << 20), (16, "kmeans", 0, True), workers) == files
         assert not state_in_files(src, 2 * (mib << 20), (16, "vcgmm", 0, False), workers)
+
+
+def test_row_files_load_from_many_threads_with_every_header_parsed_under_one_lock(tmp_path, monkeypatch):
+    """Issue #53: numpy parses a .npy header with ast.literal_eval, not thread-safe on CPython 3.11.0-3.11.7
+    (gh-106905; it failed a resume on a fresh clone once). A checkpoint's row files and a partition's state
+    files are read from a partition's threads at once: 64 of each loaded 8 times over from 16 threads, every
+    header parse seen holding the lock (the race itself is too rare to provoke), every array as written."""
+    import ast
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dask_clust import outputs
+    from dask_clust.engine.rowfiles import state_from_files, state_to_files
+
+    rng = np.random.default_rng(3)
+    written = {}
+    for i in range(64):
+        arrays = {"labels": rng.integers(0, 9, 40 + i).astype(np.int32), "dist": rng.random((40 + i, 3))}
+        np.savez(tmp_path / f"rows-{i}.npz", **arrays)
+        state_to_files({"lloyd": arrays}, str(tmp_path / f"state-{i}"), {})
+        written[i] = arrays
+    parse = ast.literal_eval
+    unlocked = []
+
+    def checked(text):
+        if not outputs.NPY_HEADER.locked():
+            unlocked.append(text)
+        return parse(text)
+
+    monkeypatch.setattr(ast, "literal_eval", checked)
+
+    def load(i):
+        rows = outputs.stored_arrays(tmp_path / f"rows-{i}.npz")
+        state, _ = state_from_files(str(tmp_path / f"state-{i}"))
+        return i, rows, {k: np.array(v) for k, v in state["lloyd"].items()}
+
+    with ThreadPoolExecutor(16) as pool:
+        loaded = list(pool.map(load, list(range(64)) * 8))
+    assert not unlocked
+    for i, rows, state in loaded:
+        for got in (rows, state):
+            assert set(got) == {"labels", "dist"}
+            for name, want in written[i].items():
+                np.testing.assert_array_equal(got[name], want)
+                assert got[name].dtype == want.dtype

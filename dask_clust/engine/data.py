@@ -10,6 +10,7 @@ import dask.array as da
 import numpy as np
 
 from ..errors import InputError
+from ..outputs import mapped_npy
 from . import config
 
 # ---------------------------------------------------------------- sources
@@ -85,7 +86,7 @@ def file_rows(path, stamp, a, b, dtype, w):
     """Rows a:b of the .npy file at path, read where this runs; refuses a file that is not the driver's."""
     if file_stamp(path) != stamp:
         raise InputError(f"{path} on this worker is not the file the fit was started on (size or time differs)")
-    return _rows(np.load(path, mmap_mode="r"), a, b, dtype, w)
+    return _rows(mapped_npy(path), a, b, dtype, w)
 
 
 def _rows(X, a, b, dtype, w):
@@ -296,7 +297,7 @@ def open_path(path):
             if f.read(6) != b"\x93NUMPY":  # numpy would read any other file as a pickle and say so
                 raise InputError(f"Cannot read {path}: not a .npy file (no NumPy header)")
         try:
-            return np.load(path, mmap_mode="r")
+            return mapped_npy(path)
         except ValueError as exc:  # an object array (pickled Python objects) cannot be mapped, nor trusted
             raise InputError(f"Cannot read {path}: {exc} (a .npy input must hold a numeric array)") from None
     if _is_parquet(path):

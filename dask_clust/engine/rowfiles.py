@@ -17,7 +17,7 @@ import uuid
 import numpy as np
 
 from ..errors import InputError
-from ..outputs import UNREADABLE, file_sha256, stored_arrays
+from ..outputs import UNREADABLE, file_sha256, mapped_npy, stored_arrays
 
 
 def rows_file(directory, key, start, stop):
@@ -173,7 +173,7 @@ def state_from_files(directory):
     state, mapped = {}, {}
     for path, (kind, value) in leaves.items():
         if kind == "npy":
-            array = np.asarray(np.load(os.path.join(directory, value), mmap_mode="r+"))
+            array = np.asarray(mapped_npy(os.path.join(directory, value), "r+"))
             mapped[path], value = (value, array), array
         _put(state, path, value)
     return state, mapped
