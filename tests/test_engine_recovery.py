@@ -619,3 +619,32 @@ def _ring_step(chunk, params):
     nb = chunk.halo["z"].reshape(-1, 2)
     chunk.state["z"] = (chunk.state["z"] + nb.sum(1)) / 3.0
     return (chunk.state["z"].copy(),)
+
+
+def test_every_worker_killed_during_placement_gives_the_same_model(three_workers, monkeypatch, lost):
+    """Issue #53: every worker SIGKILLed once the partitions' tasks are sent and before they start (their
+    nannies restart them at new addresses): each partition is placed again, on a restarted worker, and the
+    fit gives the undisturbed bits. Before, the engine summed its threads over the worker list taken before
+    placement and ended in a raw KeyError naming a restarted worker's address."""
+    from dask_clust.datasets import make_blobs
+    from dask_clust.engine.cluster import ClusterBackend
+
+    X, _ = make_blobs(30_000, 6, 8, chunks=3000, random_state=2)
+    kw = dict(algo="kmeans", n_clusters=8, random_state=0, max_iter=4, tol=0, client=three_workers)
+    calm = dask_clust.fit(X, **kw)
+    placing = ClusterBackend._await_placement
+    killed = []
+
+    def killing_all(self):
+        if not killed:
+            killed.extend(worker_pids(three_workers).values())
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+        return placing(self)
+
+    monkeypatch.setattr(ClusterBackend, "_await_placement", killing_all)
+    hit = dask_clust.fit(X, **kw)
+    assert len(killed) == 3 and len(set(lost)) >= 1
+    assert hit.engine_["threads"] == calm.engine_["threads"] == 3
+    np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
+    assert hit.objective_ == calm.objective_

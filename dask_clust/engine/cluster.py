@@ -129,6 +129,7 @@ class ClusterBackend(Recovery, RowMoves):
         groups = [[i for i in range(n) if home(i, n, len(addrs)) == w] for w in range(len(addrs))]
         self.n_parts = sum(1 for ids in groups if ids)
         self.placement = []  # per partition: (worker address, chunk ids)
+        self._threads = {}  # per partition: the threads of the worker it was last placed on
         self.data = []  # per partition: futures of its rows (kept so Dask keeps them) or loaders
         pending = []
         for addr, ids in zip(addrs, groups):
@@ -144,7 +145,6 @@ class ClusterBackend(Recovery, RowMoves):
         self.n_rebuilds = 0
         self._await_placement()
         self.n_workers = len(pending)
-        self.threads = sum(workers[a] for a, _ in self.placement)
         cluster_threads = sum(workers.values())
         if n < 2 * cluster_threads and source.nbytes >= 2 * cluster_threads * config.get_bytes("min-chunk-bytes"):
             logger.warning(
@@ -198,8 +198,15 @@ class ClusterBackend(Recovery, RowMoves):
             for addr, ids in self.placement
         ]
 
+    @property
+    def threads(self):
+        """The worker threads serving the partitions, as each was last placed (a partition placed again on
+        another worker, during placement or after a loss, counts that worker's)."""
+        return sum(self._threads.values())
+
     def _spawn(self, pid, ids, addr, futs, threads):
         """Start partition ``pid`` on ``addr`` over the rows ``futs`` of chunks ``ids``; its future."""
+        self._threads[pid] = int(threads)
         # a worker given a lost worker's partition besides its own keeps none of the new one's rows
         alone = all(a != addr for p, (a, _) in enumerate(self.placement) if p != pid)
         keep, ahead = self.keep.get(addr, (0, True))
