@@ -2,8 +2,9 @@
 
 A checkpoint directory holds
 
-    checkpoint.lock     the fit writing here (host, pid, its start time): a second fit on the directory is
-                        refused; a lock left by a process that is gone from this host is taken over
+    checkpoint.lock     the fit writing here (host, pid, its start time), touched every 15 s while it runs:
+                        a second fit on the directory is refused; a lock left by a process that is gone
+                        from this host, or by a fit of another host untouched for 2 minutes, is taken over
     checkpoint.json     what fit this is (algorithm, parameters, the data's fingerprint) and its newest
                         complete generation: the iteration, the history, the algorithm's scalars and the
                         names of its arrays, the sha256 of each per-row file, and a checksum of all
@@ -33,6 +34,7 @@ import logging
 import os
 import shutil
 import socket
+import threading
 import time
 import uuid
 
@@ -49,6 +51,11 @@ INDEX = "checkpoint.json"
 LOCK = "checkpoint.lock"
 # a lock file still empty this long after it was made belongs to a process that died while writing it
 LOCK_WRITE_S = 10.0
+# the fit holding a lock touches it this often (its heartbeat); a lock of another host untouched for
+# LOCK_STALE_S, by the clock of the file system holding it, belongs to a fit that stopped (its node lost, its
+# job killed): another host may take it over, since it cannot ask the holder's host whether it lives
+LOCK_BEAT_S = 15.0
+LOCK_STALE_S = 120.0
 
 
 def _digest(*parts):
@@ -188,6 +195,7 @@ class Checkpoint:
         if source is not None:
             self._open(os.fspath(source), resume is not None, declared)
         self._lock = None if self.path is None else _take_lock(self.path)
+        self._beat = None if self._lock is None else _Heartbeat(self._lock)
 
     def _open(self, path, required, declared):
         what = "resume" if required else "checkpoint"
@@ -320,6 +328,9 @@ class Checkpoint:
 
     def release(self):
         """The fit is over or failed: another may write here."""
+        if self._beat is not None:
+            self._beat.stop()
+            self._beat = None
         if self._lock is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self._lock)
@@ -430,11 +441,45 @@ def _process_started(pid):
         return None
 
 
+class _Heartbeat:
+    """Touches the lock file every LOCK_BEAT_S while the fit holds it, on a daemon thread."""
+
+    def __init__(self, where):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(where,), daemon=True, name="dask_clust-lock")
+        self._thread.start()
+
+    def _run(self, where):
+        while not self._stop.wait(LOCK_BEAT_S):
+            with contextlib.suppress(OSError):
+                os.utime(where)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+
+def _file_system_now(directory):
+    """The time by the clock of the file system holding ``directory`` (another host's lock is aged by it, not
+    by this host's clock, which may differ): the time stamp of a file made and removed there."""
+    probe = os.path.join(directory, f".clock-{uuid.uuid4().hex}")
+    try:
+        with open(probe, "w"):
+            pass
+        return os.path.getmtime(probe)
+    except OSError:
+        return time.time()
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(probe)
+
+
 def _take_lock(path):
     """``path``'s lock file, made for this fit; refused in one line while another fit holds it (two fits on one
     directory, a requeued job or a job array, killed each other's generations). A lock whose
     process is gone from this host (killed, its node rebooted into the same name) is taken over; one held
-    on another host is refused, since only that host can tell whether its process lives."""
+    on another host is refused while its holder keeps touching it (``_Heartbeat``), and taken over once it
+    has not for LOCK_STALE_S."""
     where = os.path.join(path, LOCK)
     me = {"host": socket.gethostname(), "pid": os.getpid(), "started": _process_started(os.getpid())}
     for _ in range(3):
@@ -461,7 +506,8 @@ def _holder(where):
     try:
         with open(where) as f:
             text = f.read()
-        age = time.time() - os.path.getmtime(where)
+        touched = os.path.getmtime(where)
+        age = time.time() - touched
     except FileNotFoundError:
         return None
     try:
@@ -472,7 +518,13 @@ def _holder(where):
             return {"pid": "?", "host": "?"}
         holder, pid, host = None, None, socket.gethostname()
     if host != socket.gethostname():
-        return holder
+        silent = _file_system_now(os.path.dirname(where)) - touched
+        if silent < LOCK_STALE_S:
+            return holder
+        logger.warning("taking over the lock %s of a fit on %s silent for %.0f s", where, host, silent)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(where)
+        return None
     started = None if pid is None else _process_started(pid)
     if started is not None and holder is not None and holder.get("started") in (None, started):
         return holder

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import dask
 import numpy as np
@@ -590,7 +592,7 @@ def test_a_lock_left_by_a_fit_that_is_gone_is_taken_over(tmp_path, data):
 
     import psutil
 
-    from dask_clust.checkpoint import LOCK
+    from dask_clust.checkpoint import LOCK, LOCK_STALE_S
 
     ck = tmp_path / "ck"
     ck.mkdir()
@@ -610,7 +612,10 @@ def test_a_lock_left_by_a_fit_that_is_gone_is_taken_over(tmp_path, data):
     with pytest.raises(InputError, match=r"in use by another fit \(pid 1 on elsewhere\.example\)"):
         _fit(data, "kmeans", client="in-process", max_iter=3, checkpoint=ck)
     assert (ck / LOCK).exists()
-    (ck / LOCK).unlink()
+    # issue #53: another host's lock untouched for longer than LOCK_STALE_S is its stopped fit's: taken over
+    os.utime(ck / LOCK, (time.time() - LOCK_STALE_S - 5,) * 2)
+    _fit(data, "kmeans", client="in-process", max_iter=3, checkpoint=ck)
+    assert not (ck / LOCK).exists()
 
     def fail(record):
         raise RuntimeError("a callback's own error")
@@ -618,3 +623,23 @@ def test_a_lock_left_by_a_fit_that_is_gone_is_taken_over(tmp_path, data):
     with pytest.raises(RuntimeError, match="a callback's own error"):
         _fit(data, "kmeans", client="in-process", checkpoint=tmp_path / "failed", callback=fail)
     assert not (tmp_path / "failed" / LOCK).exists()
+
+
+def test_a_running_fit_touches_its_lock_so_other_hosts_see_it_alive(tmp_path, data, monkeypatch):
+    """Issue #53: the fit holding a checkpoint's lock touches it every LOCK_BEAT_S (here 0.05 s) while it runs,
+    and stops when it ends (the lock removed); another host ages the lock by the file system's clock."""
+    from dask_clust import checkpoint
+
+    monkeypatch.setattr(checkpoint, "LOCK_BEAT_S", 0.05)
+    ck = tmp_path / "ck"
+    seen = []
+
+    def look(record):
+        time.sleep(0.15)
+        seen.append(os.path.getmtime(ck / checkpoint.LOCK))
+
+    _fit(data, "kmeans", client="in-process", max_iter=4, checkpoint=ck, callback=look)
+    assert len(seen) >= 4 and len(set(seen)) == len(seen) and seen == sorted(seen)
+    assert not (ck / checkpoint.LOCK).exists()
+    assert not [t for t in threading.enumerate() if t.name == "dask_clust-lock"]
+    assert abs(checkpoint._file_system_now(str(tmp_path)) - time.time()) < 5
