@@ -76,8 +76,9 @@ def _score_block(x, mixture, n_truncated, block_info=None):
 
 class Stepwise(NamedTuple):
     """Stepwise EM's statistics (``GaussianMixture.partial_fit``), per unit of weight and taken about fixed
-    centres ``ref`` (the starting means: no cancellation while the means stay near them): U_c = E[r_c],
-    S1_c = E[r_c (x − ref_c)], S2_c = E[r_c (x − ref_c)²] (C, D), and the batches taken so far."""
+    centres ``ref`` (the starting means), so that the M-step's residual S2 − S1²/U cancels little while the
+    means stay near them: U_c = E[r_c], S1_c = E[r_c (x − ref_c)], S2_c = E[r_c (x − ref_c)²] (C, D), and the
+    batches taken so far. A batch's own sums are in the GEMM form, as scikit-learn's M-step."""
 
     ref: np.ndarray
     U: np.ndarray

@@ -156,6 +156,7 @@ class Batches:
         """The gather serving ``step``, carrying the engine's first pass: (rows, weights) of ``ids`` too."""
         uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
         if self.held:
+            self._move_to(step)
             params = self._open(step, build=False)
             rows, w = self.engine.reduce(_hold_and_take, (params, uniq), (Rows(), Rows()), first_pass="with")
             return rows[inverse], w[inverse]
@@ -171,16 +172,23 @@ class Batches:
             first, rows, w = self.block
         return rows[step - first], w[step - first]
 
-    def _steps(self, step):
-        """The steps [step, end) of one gather: within the window, below ``last``, within the budget."""
-        if self.window is None or not self.window.first <= step < self.window.first + self.window.steps:
-            self.window = window_at(self.entropy, self.tag, step, self.engine.n_samples, self.b)
+    def _move_to(self, step):
+        """Whether ``step`` is in another window than the last one's (then ``self.window`` becomes its)."""
+        w = self.window
+        if w is not None and w.first <= step < w.first + w.steps:
+            return False
+        self.window = window_at(self.entropy, self.tag, step, self.engine.n_samples, self.b)
+        return True
+
+    def _end(self, step):
+        """The end of the gather from ``step``: within its window, below ``last``, within the budget."""
+        self._move_to(step)
         left = min(self.window.first + self.window.steps, self.last) - step
         streamed = self.engine.streaming and not self.held
         return step + steps_per_gather(self.engine, self.b, left, streamed)
 
     def _take(self, step, uniq=np.empty(0, np.int64), inverse=np.empty(0, np.int64)):
-        end = self._steps(step)
+        end = self._end(step)
         ids = batch_ids(self.window, step, end).ravel()
         m = len(uniq)
         rows, w = self.engine.take(np.concatenate([uniq, ids]), weights=True, first_pass="with")
@@ -188,17 +196,16 @@ class Batches:
         return rows[:m][inverse], w[:m][inverse]
 
     def _open(self, step, build):
-        """The held draws of the window of ``step``, from ``step`` to the window's end or ``last``."""
+        """The held draws of the current window, from ``step`` to the window's end or ``last``."""
         self._state.close()
-        self._steps(step)
         params = (self.window, step, min(self.window.first + self.window.steps, self.last))
         self._state.enter_context(self.engine.state(HELD, hold_draws, lambda: params, build=build))
         return params
 
     def _fetch(self, step):
-        if self.window is None or not self.window.first <= step < self.window.first + self.window.steps:
+        if self._move_to(step):
             self._open(step, build=True)
-        end = self._steps(step)
+        end = self._end(step)
         lo = (step - self.window.first) * self.b
         hi = (end - self.window.first) * self.b
         at, rows, w = self.engine.reduce(_held_rows, (lo, hi), (Rows(), Rows(), Rows()))
