@@ -11,7 +11,7 @@ from .errors import InvalidParameterError
 
 # a Gaussian mixture's covariance types (vc-GMM's ``covariance_type``, ``MixtureModel``): one σ² shared by
 # every component, one per component, one per component and feature
-COVARIANCE_TYPES = ("tied-spherical", "spherical", "diag")
+COVARIANCE_TYPES = ("tied-spherical", "spherical", "diag", "full", "tied")
 
 
 @dataclass(frozen=True)

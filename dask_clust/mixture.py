@@ -1,13 +1,14 @@
 """MixtureModel: a fitted Gaussian mixture with per-component variances or learned weights (vc-GMM's
-``covariance_type`` "spherical" and "diag", or weights="learned"), its likelihoods and its files.
+``covariance_type`` "spherical", "diag", "full" and "tied", or weights="learned"), its likelihoods and its
+files.
 
-p(x) = Σ_c π_c N(x; μ_c, diag σ²_c). Everything below reads the components through their costs −ℓ_c(x) =
-−log π_c N(x; μ_c, diag σ²_c) (``MixtureCosts``): a row's label is its component of largest ℓ, its posteriors
+p(x) = Σ_c π_c N(x; μ_c, Σ_c). Everything below reads the components through their costs −ℓ_c(x) =
+−log π_c N(x; μ_c, Σ_c) (``MixtureCosts``): a row's label is its component of largest ℓ, its posteriors
 a softmax of ℓ over its C' likeliest components, its log-likelihood log Σ_c exp ℓ_c(x) (over all C when
 asked: O(C·D) per row; else over those C', a lower bound, as the fit's free energy). Saved as every model
 is (``ClusteringModel.save``), with "model": "mixture" in model.json and a schema of its own: variances
-finite and positive (one per component for "spherical", one for all for "tied-spherical"), weights
-non-negative and summing to 1.
+finite and positive (one per component for "spherical", one for all for "tied-spherical", symmetric positive
+definite matrices for "full" and "tied"), weights non-negative and summing to 1.
 """
 
 import math
@@ -18,10 +19,9 @@ import numpy as np
 
 from ._params import COVARIANCE_TYPES
 from ._random import check_random_state
-from .blocks.gaussian import covariance, n_parameters
+from .blocks.gaussian import component_costs, covariance, n_parameters
 from .blocks.truncated_em import mixture_m_step, new_sigma2
 from .engine.data import as_dask_rows, check_finite_block, map_rows
-from .kernels.truncated import diagonal_metric
 from .models import PROBA_BLOCK_BYTES, ClusteringModel, truncated_ids_block
 
 # the weights must sum to 1 within this (a model's π are U_c / Σw, rounded once each)
@@ -29,18 +29,27 @@ WEIGHTS_SUM_TOL = 1e-9
 
 
 class MixtureCosts:
-    """The components' costs −ℓ_c(x) = offset_c + Σ_d h_cd (x_d − μ_cd)², h = 1/2σ², offset_c = ½ Σ_d log 2πσ²_cd −
-    log π_c (+∞ for a component of weight 0)."""
+    """The components' costs −ℓ_c(x) (+∞ for a component of weight 0), from the covariance type's metric
+    (``CovarianceType.metric``): diagonal, offset_c + Σ_d h_cd (x_d − μ_cd)² with h = 1/2σ², offset_c =
+    ½ Σ_d log 2πσ²_cd − log π_c; or a matrix's, offset_c + ½ ||(x − μ_c) L_c||² (Cholesky-based, float64)."""
 
-    def __init__(self, mu, var, weights):
+    def __init__(self, covariance_type, mu, var, weights):
         self.mu = mu
-        self.h, self.offset = diagonal_metric(var, weights)
-        self._hmu = self.h * mu
-        self._const = (self._hmu * mu).sum(axis=1) + self.offset
+        self.h, self.offset = covariance(covariance_type).metric(var, weights)
+        if self.h.ndim == 2:
+            self._hmu = self.h * mu
+            self._const = (self._hmu * mu).sum(axis=1) + self.offset
 
     def costs(self, x):
-        """−ℓ of rows x for every component, (n, C) float64, in the GEMM form (as scikit-learn's)."""
+        """−ℓ of rows x for every component, (n, C) float64: diagonal ones in the GEMM form (as scikit-learn's),
+        a matrix's component by component, O(C·D²) a row (as scikit-learn's)."""
         x = np.asarray(x, np.float64)
+        if self.h.ndim == 3:
+            n, C = len(x), len(self.mu)
+            out = np.empty((n, C))
+            ids = np.repeat(np.arange(C, dtype=np.int32)[None, :], n, axis=0)
+            component_costs(x, np.repeat(np.arange(n), C), ids.ravel(), self.mu, self.h, self.offset, out.ravel())
+            return out
         out = (x * x) @ self.h.T
         out -= 2.0 * (x @ self._hmu.T)
         out += self._const
@@ -50,6 +59,10 @@ class MixtureCosts:
         """−ℓ of each row for its components ``ids`` (n, m), directly: no cancellation between the terms."""
         x = np.asarray(x, np.float64)
         out = np.empty(ids.shape)
+        if self.h.ndim == 3:
+            rows = np.repeat(np.arange(len(x)), ids.shape[1])
+            component_costs(x, rows, ids.ravel(), self.mu, self.h, self.offset, out.reshape(-1))
+            return out
         for j in range(ids.shape[1]):
             c = ids[:, j]
             out[:, j] = self.offset[c] + (self.h[c] * (x - self.mu[c]) ** 2).sum(axis=1)
@@ -87,11 +100,15 @@ class Stepwise(NamedTuple):
     steps: int
 
 
-def batch_statistics(x, w, mixture, ref):
+def batch_statistics(x, w, mixture, ref, moments=1):
     """ŝ of a batch: its expected statistics per unit of weight under ``mixture`` (``MixtureCosts``), with
-    every component's posterior, in row blocks of PROBA_BLOCK_BYTES: (U, S1, S2) as ``Stepwise``'s."""
+    every component's posterior, in row blocks of PROBA_BLOCK_BYTES: (U, S1, S2) as ``Stepwise``'s, S2 as
+    the type's M-step reads it (``CovarianceType.moments``): per dimension (C, D), the scatter about each
+    ref_c (C, D, D), or the rows' scatter about the refs' mean (D, D), whose posteriors sum to 1."""
     C, D = ref.shape
-    U, S1, S2 = np.zeros(C), np.zeros((C, D)), np.zeros((C, D))
+    U, S1 = np.zeros(C), np.zeros((C, D))
+    S2 = np.zeros(((D, D), (C, D), (C, D, D))[moments])
+    about = ref.mean(axis=0)
     rows = max(1, PROBA_BLOCK_BYTES // (8 * C))
     for a in range(0, len(x), rows):
         xb = np.asarray(x[a : a + rows], np.float64)
@@ -102,7 +119,15 @@ def batch_statistics(x, w, mixture, ref):
         rx = r.T @ xb
         U += u
         S1 += rx - u[:, None] * ref
-        S2 += r.T @ (xb * xb) - 2.0 * rx * ref + u[:, None] * ref * ref
+        if moments == 1:
+            S2 += r.T @ (xb * xb) - 2.0 * rx * ref + u[:, None] * ref * ref
+        elif moments == 2:
+            for c in range(C):
+                v = xb - ref[c]
+                S2[c] += (v * r[:, c, None]).T @ v
+        else:
+            v = xb - about
+            S2 += (v * w[a : a + rows, None]).T @ v
     total = float(np.sum(w))
     return U / total, S1 / total, S2 / total
 
@@ -115,21 +140,19 @@ def stepwise_step(state, x, w, mixture, family, decay):
     ``mixture``: (means, variances (C, D), weights) before the step; ``state``: the last ``Stepwise``, or
     None to start about those means. Returns (the new state, the new mixture)."""
     mu0, var0, weights0 = mixture
-    if state is None:
-        ref = np.array(mu0, np.float64)
-        state = Stepwise(ref, np.zeros(len(ref)), np.zeros_like(ref), np.zeros_like(ref), 0)
-    gamma = (state.steps + 1.0) ** -decay
-    U, S1, S2 = (
-        (1.0 - gamma) * old + gamma * new
-        for old, new in zip(
-            (state.U, state.S1, state.S2), batch_statistics(x, w, MixtureCosts(mu0, var0, weights0), state.ref)
-        )
-    )
-    state = Stepwise(state.ref, U, S1, S2, state.steps + 1)
+    moments = family.cov.moments
+    costs = MixtureCosts(family.covariance_type, mu0, var0, weights0)
+    ref = np.array(mu0, np.float64) if state is None else state.ref
+    gamma = 1.0 if state is None else (state.steps + 1.0) ** -decay
+    new = batch_statistics(x, w, costs, ref, moments)
+    if state is not None:
+        new = tuple((1.0 - gamma) * old + gamma * s for old, s in zip((state.U, state.S1, state.S2), new))
+    U, S1, S2 = new
+    state = Stepwise(ref, U, S1, S2, 1 if state is None else state.steps + 1)
     total = float(U.sum())
-    mu, var, weights, resid = mixture_m_step(
-        family, state.ref, var0, weights0, S1 + U[:, None] * state.ref, U, S2, total
-    )
+    if family.cov.needs_scatter:
+        family = family._replace(scatter=(S2, ref.mean(axis=0)))
+    mu, var, weights, resid = mixture_m_step(family, ref, var0, weights0, S1 + U[:, None] * ref, U, S2, total)
     if covariance(family.covariance_type).tied:
         var[:] = new_sigma2(resid, mu.shape[1], total, family.floor)
     return state, (mu, var, weights)
@@ -137,10 +160,11 @@ def stepwise_step(state, x, w, mixture, family, decay):
 
 class MixtureModel(ClusteringModel):
     """A fitted Gaussian mixture (returned by ``fit`` for vc-GMM's other models). Beside a ``ClusteringModel``'s
-    attributes: ``covariance_type``, ``weights_`` (C,), ``means_`` (C, D, the centres), ``variances_`` (C, D),
-    ``covariances_`` and ``precisions_cholesky_`` in scikit-learn's shapes ((C,) "spherical", (C, D) "diag", a
-    float "tied-spherical"), ``lower_bound_`` (the free energy per unit of weight: the mean log-likelihood's
-    lower bound on the rows the EM ran on)."""
+    attributes: ``covariance_type``, ``weights_`` (C,), ``means_`` (C, D, the centres), ``variances_`` (as the
+    EM keeps them: (C, D) for the diagonal types, else ``covariances_``), ``covariances_``, ``precisions_`` and
+    ``precisions_cholesky_`` in scikit-learn's shapes ((C,) "spherical", (C, D) "diag", (C, D, D) "full",
+    (D, D) "tied", a float "tied-spherical"), ``lower_bound_`` (the free energy per unit of weight: the mean
+    log-likelihood's lower bound on the rows the EM ran on)."""
 
     kind = "mixture"
     FIELDS = ("covariance_type_", "weights_", "variances_", "lower_bound_")
@@ -159,10 +183,16 @@ class MixtureModel(ClusteringModel):
 
     @property
     def precisions_cholesky_(self):
-        return 1.0 / np.sqrt(self.covariances_)
+        return covariance(self.covariance_type).precisions_cholesky(self.extras_["variances_"])
+
+    @property
+    def precisions_(self):
+        return covariance(self.covariance_type).precisions(self.extras_["variances_"])
 
     def _mixture(self):
-        return MixtureCosts(self.cluster_centers_, self.extras_["variances_"], self.extras_["weights_"])
+        return MixtureCosts(
+            self.covariance_type, self.cluster_centers_, self.extras_["variances_"], self.extras_["weights_"]
+        )
 
     def score_samples(self, X, exact=False):
         """Per-row log-likelihood log p(x), a lazy float64 dask array: over every component when ``exact``
@@ -187,7 +217,8 @@ class MixtureModel(ClusteringModel):
         return float(total / weight)
 
     def n_parameters(self):
-        """Free parameters: the means, the variances (C·D, C or 1) and the weights (C − 1 when learned)."""
+        """Free parameters: the means, the variances (C·D, C, 1, C·D(D+1)/2 or D(D+1)/2) and the weights (C − 1
+        when learned)."""
         C, D = self.cluster_centers_.shape
         return n_parameters(self.covariance_type, self.params.get("weights"), C, D)
 
@@ -203,15 +234,13 @@ class MixtureModel(ClusteringModel):
 
     def sample(self, n_samples=1, random_state=None):
         """``n_samples`` rows drawn from the mixture and their components, (X, y), grouped by component as
-        scikit-learn's: counts ~ Multinomial(n, π), then x ~ N(μ_c, diag σ²_c)."""
+        scikit-learn's: counts ~ Multinomial(n, π), then x ~ N(μ_c, Σ_c)."""
         if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
             raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}")
         rng = np.random.default_rng(check_random_state(random_state))
         counts = rng.multinomial(n_samples, self.extras_["weights_"])
-        std = np.sqrt(self.extras_["variances_"])
-        X = np.concatenate(
-            [mu + s * rng.standard_normal((n, len(mu))) for mu, s, n in zip(self.cluster_centers_, std, counts)]
-        )
+        kind, var = covariance(self.covariance_type), self.extras_["variances_"]
+        X = np.concatenate([kind.draw(rng, self.cluster_centers_, var, c, n) for c, n in enumerate(counts)])
         return X, np.repeat(np.arange(len(counts)), counts)
 
     @staticmethod
@@ -222,8 +251,9 @@ class MixtureModel(ClusteringModel):
         if kind not in COVARIANCE_TYPES or kind != params.get("covariance_type"):
             raise ValueError(f"covariance_type_ {kind!r} is not one of {COVARIANCE_TYPES} or not the params'")
         var, weights = np.asarray(extras["variances_"]), np.asarray(extras["weights_"])
-        if var.shape != (C, D) or var.dtype.kind != "f" or not (np.isfinite(var).all() and (var > 0).all()):
-            raise ValueError(f"variances_ must be ({C}, {D}) finite positive floats")
+        shape = covariance(kind).var_shape(C, D)
+        if var.shape != shape or var.dtype.kind != "f" or not np.isfinite(var).all():
+            raise ValueError(f"variances_ must be {shape} finite floats")
         problem = covariance(kind).check_variances(var)
         if problem is not None:
             raise ValueError(problem)

@@ -128,7 +128,8 @@ def test_a_checkpoint_written_by_workers_resumes_anywhere(tmp_path, data, cluste
 @pytest.mark.parametrize(
     "model,sharded",
     [(dict(covariance_type="diag"), False), (dict(covariance_type="tied-spherical"), False),
-     (dict(covariance_type="diag"), True)],
+     (dict(covariance_type="diag"), True), (dict(covariance_type="full"), False),
+     (dict(covariance_type="tied"), False)],
 )  # fmt: skip
 def test_a_mixture_resumes_to_the_uninterrupted_bits(tmp_path, data, model, sharded):
     """A mixture with learned weights keeps its σ² and π in the checkpoint beside the means, its K^(n)'s costs

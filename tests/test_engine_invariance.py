@@ -45,7 +45,9 @@ def test_every_registered_algorithm_is_worker_count_invariant(cluster, small_blo
     assert one.objective_ == two.objective_
 
 
-@pytest.mark.parametrize("covariance_type,refine", [("spherical", False), ("diag", False), ("diag", True)])
+@pytest.mark.parametrize(
+    "covariance_type,refine", [("spherical", False), ("diag", False), ("diag", True), ("full", True), ("tied", False)]
+)
 def test_a_gaussian_mixture_is_worker_count_invariant(cluster, small_blobs, covariance_type, refine):
     """A mixture with learned weights on its coreset (and refined on every row, GaussianMixture's default):
     weights, means and variances bit-identical on one and on two partitions."""

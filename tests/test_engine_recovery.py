@@ -307,6 +307,12 @@ SEEDING_KILLS = {  # phase: (fit parameters, the step before whose nth call the 
         "truncated_estep.truncated_estep",
         8,
     ),
+    # the same with full covariances: Cholesky costs and scatter statistics, grouped by component per block
+    "full mixture refine": (
+        dict(algo="vcgmm", covariance_type="full", weights="learned", refine=True, coreset_size=20_000),
+        "truncated_estep.truncated_estep",
+        8,
+    ),
 }
 
 

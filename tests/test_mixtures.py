@@ -1,6 +1,6 @@
-"""Gaussian mixtures with per-cluster ("spherical") and diagonal ("diag") variances and mixing weights: the
-plain-numpy reference of their truncated variational EM (tests/reference/gmm.py) against scikit-learn's
-GaussianMixture, and the bound's invariants."""
+"""Gaussian mixtures with per-cluster ("spherical"), diagonal ("diag"), full ("full") and shared ("tied")
+covariances and mixing weights: the plain-numpy reference of their truncated variational EM
+(tests/reference/gmm.py) against scikit-learn's GaussianMixture, and the bound's invariants."""
 
 import warnings
 
@@ -9,6 +9,8 @@ import pytest
 
 from tests.reference import gmm as ref
 from tests.reference.vcgmm import update_neighbourhoods
+
+TYPES = ["spherical", "diag", "full", "tied"]
 
 
 def scaled_blobs(n, d, c, seed):
@@ -27,17 +29,24 @@ def data_set(name):
 
 
 def start(X, C, covariance_type, seed):
-    """Means at C distinct rows, variances spread about the data's, Dirichlet weights."""
+    """Means at C distinct rows, variances spread about the data's (full: the data's covariance scaled per
+    feature, tied: scaled once), Dirichlet weights."""
     rng = np.random.default_rng(seed)
     mu = X[rng.choice(len(X), C, replace=False)].astype(np.float64)
     var = X.var(axis=0) * rng.uniform(0.2, 2.0, (C, X.shape[1]))
     if covariance_type == "spherical":
         var[:] = var.mean(axis=1, keepdims=True)
+    if covariance_type in ("full", "tied"):
+        s = np.sqrt(rng.uniform(0.2, 2.0, (C, X.shape[1])))
+        var = np.cov(X.T) * s[:, :, None] * s[:, None, :]
+        var = var[0] if covariance_type == "tied" else var
     return mu, var, rng.dirichlet(np.full(C, 3.0))
 
 
 def precisions_of(var, covariance_type):
-    """scikit-learn's precisions_init for the variances (C, D): (C,) for "spherical"."""
+    """scikit-learn's precisions_init for the variances (C, D) or covariances: (C,) for "spherical"."""
+    if covariance_type in ("full", "tied"):
+        return np.linalg.inv(var)
     return 1.0 / (var[:, 0] if covariance_type == "spherical" else var)
 
 
@@ -55,7 +64,7 @@ def sklearn_em_step(X, mu, var, pi, covariance_type, reg):
         return sk.fit(X)
 
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 @pytest.mark.parametrize("name", ["blobs", "iris", "wine"])
 def test_one_iteration_with_every_cluster_searched_is_scikit_learns_em(name, covariance_type):
     """With C' = C every row's K^(n) holds every cluster: the truncated E-step is exact, F is the
@@ -79,7 +88,7 @@ def test_one_iteration_with_every_cluster_searched_is_scikit_learns_em(name, cov
     assert F / len(X) == pytest.approx(sk.lower_bound_, rel=1e-10)
 
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 def test_truncated_free_energy_never_decreases(covariance_type):
     """With C' < C the E-step searches S_n ⊇ K^(n), so the C' best of it bound the log-likelihood at least
     as tightly as the old K^(n), and the M-step maximises the bound for fixed posteriors: F never decreases
@@ -124,7 +133,7 @@ def engine_fit(X, mu, var, pi, covariance_type, **kw):
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 @pytest.mark.parametrize("name", ["blobs", "iris", "wine"])
 def test_the_engines_one_iteration_with_every_cluster_searched_is_scikit_learns_em(name, covariance_type):
     """The fit itself (kernels, chunks, exact sums, the M-step from sums about the old means): with C' = G = C
@@ -143,7 +152,7 @@ def test_the_engines_one_iteration_with_every_cluster_searched_is_scikit_learns_
     assert m.history_[0]["objective"] / len(X) == pytest.approx(sk.lower_bound_, rel=1e-10)
 
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 def test_the_engines_truncated_fit_follows_the_reference(covariance_type):
     """C' < C: the fit's free energy at every iteration, and its final weights, means and variances, are the
     plain-numpy reference's from the same K^(n) and G_c (as the fit draws them), the rows in several chunks
@@ -184,6 +193,9 @@ def test_the_engines_truncated_fit_follows_the_reference(covariance_type):
         (dict(weights="learned", weights_init=np.array([0.5, 0.5, 0, 0]), precisions_init=1.0), "must be positive"),
         (dict(covariance_type="diag", precisions_init=np.ones(4)), r"'diag' takes shape \(4, 2\)"),
         (dict(covariance_type="spherical", precisions_init=np.array([1.0, 1, 0, 1])), "must be positive"),
+        (dict(covariance_type="full", precisions_init=np.ones((4, 2))), r"'full' takes shape \(4, 2, 2\)"),
+        (dict(covariance_type="tied", precisions_init=np.array([[1.0, 0.5], [0, 1]])), "must be symmetric"),
+        (dict(covariance_type="full", precisions_init=np.tile([[1.0, 2], [2, 1]], (4, 1, 1))), "positive definite"),
     ],
 )
 def test_a_bad_initial_mixture_is_refused_before_any_work(kw, message):
@@ -195,7 +207,7 @@ def test_a_bad_initial_mixture_is_refused_before_any_work(kw, message):
         dask_clust.fit(X, algo="vargmm", n_clusters=4, client="in-process", **kw)
 
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 def test_a_mixtures_labels_and_posteriors_are_its_likeliest_components(covariance_type, tmp_path):
     """predict: each row's component of largest ℓ (not its nearest mean); predict_proba: the softmax of ℓ
     over the C' likeliest, against the reference's scores over all C; the same after save and load."""
@@ -225,8 +237,7 @@ def sklearn_twin(m):
 
     sk = GaussianMixture(m.n_clusters, covariance_type=m.covariance_type)
     sk.weights_, sk.means_, sk.covariances_ = m.weights_, m.means_, m.covariances_
-    sk.precisions_cholesky_ = m.precisions_cholesky_
-    sk.precisions_ = sk.precisions_cholesky_**2
+    sk.precisions_cholesky_, sk.precisions_ = m.precisions_cholesky_, m.precisions_
     sk.converged_, sk.n_iter_, sk.lower_bound_, sk.n_features_in_ = True, 1, 0.0, m.n_features_in_
     return sk
 
@@ -235,13 +246,13 @@ def sklearn_twin(m):
 def fitted():
     X = scaled_blobs(2000, 3, 6, seed=9)
     models = {}
-    for kind in ("spherical", "diag"):
+    for kind in TYPES:
         mu, var, pi = start(X, 6, kind, seed=4)
         models[kind] = engine_fit(X, mu, var, pi, kind, n_truncated=2, G=4, max_iter=10)
     return X, models
 
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 def test_a_mixtures_likelihoods_and_criteria_are_scikit_learns(fitted, covariance_type):
     """score_samples(exact=True), score, bic and aic equal scikit-learn's for the same parameters; the default
     truncated log-likelihood (C' = 2 of 6 components) is a lower bound of it, and close."""
@@ -277,6 +288,20 @@ def test_samples_follow_the_mixture(fitted):
     np.testing.assert_array_equal(m.sample(100, random_state=3)[0], m.sample(100, random_state=3)[0])
 
 
+@pytest.mark.parametrize("covariance_type", ["full", "tied"])
+def test_samples_follow_the_full_covariances(fitted, covariance_type):
+    """A full or tied mixture's samples: each component's rows with its mean and covariance (4 standard
+    errors of each entry)."""
+    m = fitted[1][covariance_type]
+    X, y = m.sample(80_000, random_state=4)
+    for c in np.flatnonzero(np.bincount(y, minlength=6) > 2000):
+        rows = X[y == c]
+        cov = m.covariances_[c] if covariance_type == "full" else m.covariances_
+        se = np.sqrt((cov**2 + np.outer(np.diag(cov), np.diag(cov))) / len(rows))
+        assert np.all(np.abs(np.cov(rows.T) - cov) < 4 * se)
+        assert np.all(np.abs(rows.mean(0) - m.means_[c]) < 4 * np.sqrt(np.diag(cov) / len(rows)))
+
+
 @pytest.mark.parametrize(
     "edit,message",
     [
@@ -285,6 +310,7 @@ def test_samples_follow_the_mixture(fitted):
         (lambda a, e: a["extra:weights_"].__setitem__(0, a["extra:weights_"][0] + 1e-6), "must sum to 1"),
         (lambda a, e: a["extra:weights_"].__setitem__(0, -a["extra:weights_"][0]), "weights_ must be"),
         (lambda a, e: e.__setitem__("covariance_type_", "full"), "covariance_type_ 'full'"),
+        (lambda a, e: e.__setitem__("covariance_type_", "banded"), "covariance_type_ 'banded'"),
     ],
 )
 def test_a_saved_mixture_is_checked_on_load(fitted, tmp_path, edit, message):
@@ -308,6 +334,39 @@ def test_a_saved_mixture_is_checked_on_load(fitted, tmp_path, edit, message):
     (path / "model.json").write_text(json.dumps(meta))
     with pytest.raises(InvalidModelError, match=message):
         dask_clust.load(str(path))
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [(lambda v: v.__setitem__((0, 0, 1), v[0, 0, 1] + 1e-9), "must be symmetric"),
+     (lambda v: v.__setitem__(0, -v[0]), "must be positive definite")],
+)  # fmt: skip
+def test_a_saved_full_mixture_holds_symmetric_positive_definite_covariances(fitted, tmp_path, edit, message):
+    import dask_clust
+    from dask_clust.errors import InvalidModelError
+
+    path = tmp_path / "m"
+    fitted[1]["full"].save(str(path))
+    np.testing.assert_array_equal(dask_clust.load(str(path)).covariances_, fitted[1]["full"].covariances_)
+    arrays = dict(np.load(path / "arrays.npz"))
+    edit(arrays["extra:variances_"])
+    np.savez(path / "arrays.npz", **arrays)
+    with pytest.raises(InvalidModelError, match=message):
+        dask_clust.load(str(path))
+
+
+def test_a_full_model_over_the_model_bytes_is_refused_in_one_line():
+    """A sharded model holds diagonal variances only: a full mixture past ``model-bytes`` is refused before
+    its EM, naming the size and the way out."""
+    import dask
+
+    import dask_clust
+    from dask_clust.errors import InputError
+
+    X = scaled_blobs(500, 3, 4, seed=1)
+    refused = pytest.raises(InputError, match="over dask_clust.model-bytes")
+    with dask.config.set({"dask_clust.model-bytes": "256B"}), refused:
+        dask_clust.fit(X, algo="vargmm", n_clusters=4, covariance_type="full", weights="learned", client="in-process")
 
 
 def test_a_clustering_model_with_a_mixtures_fields_is_refused(tmp_path):
@@ -371,7 +430,7 @@ def test_a_row_of_weight_zero_adds_nothing_even_with_every_cost_infinite():
     assert np.isfinite(sums).all() and np.isfinite(Q).all() and not sums[2:].any()
 
 
-@pytest.mark.parametrize("covariance_type", ["diag", "spherical"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 def test_the_family_counts_and_shapes_parameters_as_scikit_learn(covariance_type):
     """Each covariance type's parameter count, ``covariances_`` and ``precisions_init`` shape are those of
     scikit-learn's GaussianMixture fitted with the same type; the family names the configs' types in order."""
@@ -385,8 +444,12 @@ def test_the_family_counts_and_shapes_parameters_as_scikit_learn(covariance_type
     sk = GaussianMixture(4, covariance_type=covariance_type, random_state=0).fit(X)
     assert n_parameters(covariance_type, "learned", 4, 3) == sk._n_parameters()
     C, D = sk.means_.shape
-    var = np.broadcast_to(sk.covariances_.reshape(C, -1), (C, D)).copy()
-    np.testing.assert_array_equal(covariance(covariance_type).covariances(var), sk.covariances_)
+    kind = covariance(covariance_type)
+    var = sk.covariances_.copy() if kind.var_shape(C, D) == sk.covariances_.shape else None
+    var = np.broadcast_to(sk.covariances_.reshape(C, -1), (C, D)).copy() if var is None else var
+    np.testing.assert_array_equal(kind.covariances(var), sk.covariances_)
+    np.testing.assert_allclose(kind.precisions_cholesky(var), sk.precisions_cholesky_, rtol=1e-12)
+    np.testing.assert_allclose(kind.precisions(var), sk.precisions_, rtol=1e-10)
     assert check_precisions_init(sk.precisions_, covariance_type, C, D) is None
     assert "takes shape" in check_precisions_init(np.ones((C, D + 1)), covariance_type, C, D)
 
@@ -434,7 +497,7 @@ def _given(X, mu, var, pi, covariance_type, sample_weight=None, **kw):
         ).fit(X, sample_weight=sample_weight)  # fmt: skip
 
 
-@pytest.mark.parametrize("covariance_type", ["spherical", "diag"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 def test_given_initial_values_are_used_as_given(covariance_type, monkeypatch):
     """weights_init, means_init and precisions_init all given: no seeder runs, and the estimator's first
     iteration is scikit-learn's EM step from them."""
@@ -549,32 +612,35 @@ def test_init_params_speak_scikit_learns_vocabulary(init_params, ours):
 
 def stepwise_reference(batches, mu, var, pi, decay, reg_covar, covariance_type):
     """Plain-numpy stepwise EM (Cappé & Moulines 2009, eq. 5, in mini-batches): full posteriors, raw
-    statistics (E r, E r x, E r x²) per unit of weight, s_t = s_{t−1} + t^−decay (ŝ_t − s_{t−1}), the M-step
-    of s_t. Yields (means, variances (C, D), weights) after each batch."""
+    statistics (E r, E r x, E r x² or E r x xᵀ) per unit of weight, s_t = s_{t−1} + t^−decay (ŝ_t − s_{t−1}),
+    the M-step of s_t. Yields (means, variances (C, D) or covariances, weights) after each batch."""
     s = None
+    matrix = covariance_type in ("full", "tied")
     for t, (x, w) in enumerate(batches, 1):
-        logp = (
-            np.log(pi)
-            - 0.5 * np.log(2 * np.pi * var).sum(axis=1)
-            - 0.5 * (((x[:, None, :] - mu[None]) ** 2) / var[None]).sum(axis=2)
-        )
+        logp = np.array([ref.scores(row, mu, var, np.log(pi), np.arange(len(mu))) for row in x])
         r = np.exp(logp - logp.max(axis=1, keepdims=True))
         r = r / r.sum(axis=1, keepdims=True) * w[:, None]
-        new = (r.sum(axis=0), r.T @ x, r.T @ (x * x))
+        second = np.einsum("nc,nd,ne->cde", r, x, x) if matrix else r.T @ (x * x)
+        new = (r.sum(axis=0), r.T @ x, second)
         new = tuple(v / w.sum() for v in new)
         gamma = t**-decay
         s = new if s is None else tuple((1 - gamma) * a + gamma * b for a, b in zip(s, new))
         U, S1, S2 = s
         mu = S1 / U[:, None]
-        var = S2 / U[:, None] - mu**2
-        if covariance_type == "spherical":
-            var = np.repeat(var.mean(axis=1, keepdims=True), x.shape[1], axis=1)
-        var = var + reg_covar
+        if covariance_type == "full":
+            var = S2 / U[:, None, None] - mu[:, :, None] * mu[:, None, :] + reg_covar * np.eye(x.shape[1])
+        elif covariance_type == "tied":
+            var = (S2.sum(axis=0) - (U[:, None] * mu).T @ mu) / U.sum() + reg_covar * np.eye(x.shape[1])
+        else:
+            var = S2 / U[:, None] - mu**2
+            if covariance_type == "spherical":
+                var = np.repeat(var.mean(axis=1, keepdims=True), x.shape[1], axis=1)
+            var = var + reg_covar
         pi = U / U.sum()
         yield mu, var, pi
 
 
-@pytest.mark.parametrize("covariance_type", ["diag", "spherical"])
+@pytest.mark.parametrize("covariance_type", TYPES)
 def test_partial_fit_is_stepwise_em_batch_by_batch(covariance_type):
     """Issue #52: ``partial_fit`` against the plain-numpy stepwise EM from the mixture the first batch's fit
     gives, batch by batch (sample weights within a batch included)."""

@@ -60,7 +60,7 @@ class VarGMMConfig:
         "weights": [Options(("equal", "learned"))],
         "reg_covar": [Interval(numbers.Real, 0, None, "left")],
         "weights_init": [FiniteArray((1,)), NoneOK()],
-        "precisions_init": [Interval(numbers.Real, 0, None, "neither"), FiniteArray((1, 2)), NoneOK()],
+        "precisions_init": [Interval(numbers.Real, 0, None, "neither"), FiniteArray((1, 2, 3)), NoneOK()],
     }
 
     docs: ClassVar = {
@@ -84,14 +84,17 @@ class VarGMMConfig:
         "clusters and undoes much of the seeding), 'auto' = 'random' with AFK-MC2 (both "
         "sublinear in C·N'), 'nearest' otherwise.",
         "covariance_type": "'tied-spherical': one σ²I shared by every component (the paper's vc-GMM); "
-        "'spherical': σ²_c I per component; 'diag': diag(σ²_c1 … σ²_cD) per component.",
+        "'spherical': σ²_c I per component; 'diag': diag(σ²_c1 … σ²_cD) per component; 'full': Σ_c per "
+        "component; 'tied': one Σ shared by all (scikit-learn's four, with its shapes). A full covariance's cost "
+        "is O(D²) an evaluation (a diagonal one's O(D)).",
         "weights": "'equal': π_c = 1/C (the paper's); 'learned': π_c = Σ_n w_n s_nc / Σw from each M-step.",
         "reg_covar": "Added to every per-component variance (scikit-learn's meaning), so none collapses onto "
         "a few rows; 'tied-spherical' keeps vc-GMM's σ² (floored at 1e-10 of the mean feature variance).",
         "weights_init": "Initial π (n_clusters,), positive, summing to 1 (weights='learned' only; needs "
         "precisions_init). None: equal.",
-        "precisions_init": "Initial 1/σ², as scikit-learn's: a positive float ('tied-spherical'), "
-        "(n_clusters,) ('spherical') or (n_clusters, n_features) ('diag'). The first E-step then "
+        "precisions_init": "Initial precisions, as scikit-learn's: a positive float ('tied-spherical'), "
+        "(n_clusters,) ('spherical'), (n_clusters, n_features) ('diag'), (n_clusters, n_features, n_features) "
+        "('full') or (n_features, n_features) ('tied'), symmetric positive definite. The first E-step then "
         "ranks clusters by −ℓ with these; None: σ² from the first search (vc-GMM's eq. 8).",
     }
 
@@ -125,7 +128,7 @@ def truncated_init(cfg, seeder):
 def given_mixture(cfg, mu, var, weights):
     """``cfg`` with the mixture (means, σ² (C, D), weights or None) as its given start (``init``,
     ``precisions_init`` in scikit-learn's shape, exactly 1/σ², and ``weights_init``)."""
-    precisions = 1.0 / np.asarray(covariance(cfg.covariance_type).covariances(var))
+    precisions = covariance(cfg.covariance_type).precisions(var)
     return replace(cfg, init=mu, precisions_init=precisions, weights_init=weights)
 
 
@@ -266,7 +269,8 @@ def saved(cfg, n_samples, n_features):
     k = cfg.n_clusters
     mixture = {}
     if not isotropic(cfg):
-        mixture = {"var": ("floats", (k, n_features)), "weights": ("floats", (k,))}
+        shape = covariance(cfg.covariance_type).var_shape(k, n_features)
+        mixture = {"var": ("floats", shape), "weights": ("floats", (k,))}
     return {
         **mixture,
         "mu": centres(cfg, n_features),

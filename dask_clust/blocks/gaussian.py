@@ -1,14 +1,23 @@
 """The Gaussian family: one class per covariance type, holding everything that differs between them (the
-M-step's variances, the shapes of scikit-learn's attributes, the parameter count, the checks of a given or
-stored model). The truncated EM (``algorithms/vcgmm.py``) and the fitted ``MixtureModel`` reach the types
-only through ``covariance(name)``; nothing else compares a ``covariance_type`` string.
+M-step's covariances, the costs' metric, the shapes of scikit-learn's attributes, the parameter count, the
+checks of a given or stored model, sampling). The truncated EM (``truncated_em.py``) and the fitted
+``MixtureModel`` reach the types only through ``covariance(name)``; nothing else compares a
+``covariance_type`` string.
 
-A model keeps its variances as σ² (C, D) whatever the type (a spherical component repeats σ²_c along d,
-the tied type one σ² everywhere), so the costs −ℓ_c(x) = −log π_c N(x; μ_c, diag σ²_c) and the searches
-are the same code for every type; a type says how the M-step sets them and how they look from outside.
+The diagonal types keep their variances as σ² (C, D) (a spherical component repeats σ²_c along d,
+"tied-spherical" one σ² everywhere), so their costs −ℓ_c(x) = −log π_c N(x; μ_c, diag σ²_c) and searches
+are one code; "full" keeps Σ_c (C, D, D) and "tied" one Σ (D, D), scikit-learn's ``covariances_``, and
+their costs are Cholesky-based in float64, −ℓ_c(x) = offset_c + ½ ||(x − μ_c) L_c||² with L_c L_cᵀ = Σ_c⁻¹
+(scikit-learn's ``precisions_cholesky_``, upper triangular), offset_c = ½ D log 2π − Σ_d log L_c,dd − log π_c.
 """
 
+import math
+
 import numpy as np
+from scipy.linalg import LinAlgError, cholesky, solve_triangular
+
+from ..errors import InputError
+from ..kernels.truncated import by_component, cholesky_costs, diagonal_metric, scatter_stats
 
 
 class CovarianceType:
@@ -16,7 +25,64 @@ class CovarianceType:
     M-step, scikit-learn's shapes and the checks see its σ² (C, D)."""
 
     name = ""
+    # whether one σ² is set once every component's residual is in (``new_sigma2``), after the M-step
     tied = False
+    # what the E-step's Q holds beyond Σ w s and Σ w s x: 1 Σ w s (x_d − μ_cd)² (C, D); 2 Σ w s (x − μ_c)(x −
+    # μ_c)ᵀ (C, D, D); 0 nothing the M-step reads (the tied covariance comes from the rows' scatter)
+    moments = 1
+    # whether the M-step reads the rows' scatter about their mean (``Family.scatter``)
+    needs_scatter = False
+
+    def var_shape(self, n_clusters, n_features):
+        """The shape of the model's variances as the EM keeps them."""
+        return (n_clusters, n_features)
+
+    def isotropic_var(self, sigma2, n_clusters, n_features):
+        """The variances of the isotropic model σ² I, the first search's (each type's first M-step starts there)."""
+        return np.full(self.var_shape(n_clusters, n_features), sigma2)
+
+    def m_step(self, var, Q, U, won, new, old, family, total_weight):
+        """Step 6's variances, row-wise (a shard of the components gives the bits of the whole): the residuals
+        Σ w s (x_d − μ^new_cd)² = Q_cd − U_c (μ^new_cd − μ^old_cd)², Q about the old means (no cancellation),
+        as ``variances`` sets them, floored. Returns (variances, each component's Σ_d residual)."""
+        resid = np.maximum(Q - U[:, None] * (new - old) ** 2, 0.0)
+        var = var.copy()
+        self.variances(var, resid, U, won, family.reg_covar)
+        np.maximum(var, family.floor, out=var)
+        return var, resid.sum(axis=1)
+
+    def metric(self, var, weights):
+        """What the search's costs read: (h, offset) with −ℓ_c(x) = offset_c + Σ_d h_cd (x_d − μ_cd)²."""
+        return diagonal_metric(var, weights)
+
+    def h_max(self, h):
+        """An upper bound of −ℓ_c(x) − offset_c per unit of ||x − μ_c||² (``pair_grid``'s range)."""
+        return np.max(h, initial=0.0)
+
+    def mean_variance(self, var):
+        """The mean variance over components and features (σ² of the isotropic model a given one starts)."""
+        return float(np.mean(var))
+
+    def from_precisions(self, precisions, n_clusters, n_features):
+        """The variances from scikit-learn's ``precisions_init`` (checked, in this type's shape)."""
+        var = 1.0 / np.asarray(precisions, np.float64)
+        return np.broadcast_to(var.reshape(var.shape + (1,) * (2 - var.ndim)), (n_clusters, n_features)).copy()
+
+    def precisions(self, var):
+        """scikit-learn's ``precisions_``."""
+        return 1.0 / np.asarray(self.covariances(var))
+
+    def precisions_cholesky(self, var):
+        """scikit-learn's ``precisions_cholesky_``."""
+        return 1.0 / np.sqrt(self.covariances(var))
+
+    def draw(self, rng, mu, var, c, n):
+        """n rows of component c, x ~ N(μ_c, Σ_c)."""
+        return mu[c] + np.sqrt(var[c]) * rng.standard_normal((n, len(mu[c])))
+
+    def check_precisions(self, p):
+        """A given ``precisions_init`` of this type's shape: the problem, or None."""
+        return None if (p > 0).all() else "precisions_init must be positive"
 
     def variances(self, var, resid, U, won, reg_covar):
         """Step 6 for the components that won rows: σ² from each one's residuals resid (C, D) = Σ w s (x_d −
@@ -37,8 +103,8 @@ class CovarianceType:
         raise NotImplementedError
 
     def check_variances(self, var):
-        """A stored model's σ² (C, D), already finite and positive: the problem with it, or None."""
-        return None
+        """A stored model's variances, finite and of the type's shape: the problem with them, or None."""
+        return None if (var > 0).all() else "variances_ must be positive"
 
 
 class Diag(CovarianceType):
@@ -77,6 +143,8 @@ class Spherical(CovarianceType):
         return var[:, 0].copy()
 
     def check_variances(self, var):
+        if not (var > 0).all():
+            return super().check_variances(var)
         if not (var == var[:, :1]).all():
             return f"variances_ of a {self.name!r} mixture must be equal across features"
         return None
@@ -102,13 +170,155 @@ class TiedSpherical(Spherical):
         return float(var[0, 0])
 
     def check_variances(self, var):
+        if not (var > 0).all():
+            return super().check_variances(var)
         if not (var == var[0, 0]).all():
             return f"variances_ of a {self.name!r} mixture must be one value"
         return None
 
 
+def precision_cholesky(cov, what="covariance"):
+    """L (…, D, D), upper triangular with L Lᵀ = Σ⁻¹, for each Σ (…, D, D) (scikit-learn's
+    ``_compute_precision_cholesky``: Σ = A Aᵀ, L = A⁻ᵀ); a Σ not positive definite is refused in one line."""
+    cov = np.asarray(cov, np.float64)
+    flat = cov.reshape((-1,) + cov.shape[-2:])
+    out = np.empty_like(flat)
+    eye = np.eye(cov.shape[-1])
+    for c, sigma in enumerate(flat):
+        try:
+            lower = cholesky(sigma, lower=True)
+        except LinAlgError:
+            raise InputError(
+                f"the {what} of component {c} is not positive definite (a component on too few distinct rows, "
+                "or collinear features): increase reg_covar"
+            ) from None
+        out[c] = solve_triangular(lower, eye, lower=True).T
+    return out.reshape(cov.shape)
+
+
+def symmetric(a):
+    """(a + aᵀ) / 2 over the last two axes: sums of outer products in BLAS are symmetric only to rounding."""
+    return 0.5 * (a + np.swapaxes(a, -1, -2))
+
+
+def floored(cov, family):
+    """Σ + reg_covar I (scikit-learn's), its diagonal floored as the diagonal types' variances are."""
+    d = np.arange(cov.shape[-1])
+    cov[..., d, d] = np.maximum(cov[..., d, d] + family.reg_covar, family.floor)
+    return cov
+
+
+class Matrix(CovarianceType):
+    """The types with a covariance matrix ("full", "tied"): Cholesky-based costs, scikit-learn's shapes for
+    ``covariances_`` and the precisions; the variances as the EM keeps them are those shapes."""
+
+    def isotropic_var(self, sigma2, n_clusters, n_features):
+        return sigma2 * np.broadcast_to(np.eye(n_features), self.var_shape(n_clusters, n_features)).copy()
+
+    def metric(self, var, weights):
+        """(Lᵀ (C, D, D), or (1, D, D) shared, offset (C,)): −ℓ_c(x) = offset_c + ½ ||(x − μ_c) L_c||², with
+        the factors transposed (lower triangular) for the kernels' contiguous dot products."""
+        L = precision_cholesky(var).reshape((-1,) + var.shape[-2:])
+        D = var.shape[-1]
+        log_det = np.log(np.diagonal(L, axis1=1, axis2=2)).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            offset = 0.5 * D * math.log(2 * math.pi) - log_det - np.log(weights)
+        return np.ascontiguousarray(np.swapaxes(L, 1, 2)), offset
+
+    def h_max(self, h):
+        # ½ ||v L||² <= ½ ||L||_F² ||v||²
+        return 0.5 * float(np.max((h * h).sum(axis=(1, 2)), initial=0.0))
+
+    def mean_variance(self, var):
+        return float(np.mean(np.diagonal(var, axis1=-2, axis2=-1)))
+
+    def from_precisions(self, precisions, n_clusters, n_features):
+        return symmetric(np.linalg.inv(np.asarray(precisions, np.float64)))
+
+    def covariances(self, var):
+        return var
+
+    def precisions(self, var):
+        L = self.precisions_cholesky(var)
+        return L @ np.swapaxes(L, -1, -2)
+
+    def precisions_cholesky(self, var):
+        return precision_cholesky(var)
+
+    def check_variances(self, var):
+        if not np.array_equal(var, np.swapaxes(var, -1, -2)):
+            return f"variances_ of a {self.name!r} mixture must be symmetric"
+        try:
+            precision_cholesky(var)
+        except InputError:
+            return f"variances_ of a {self.name!r} mixture must be positive definite"
+        return None
+
+    def check_precisions(self, p):
+        if not np.allclose(p, np.swapaxes(p, -1, -2)):  # scikit-learn's test and tolerance
+            return "precisions_init must be symmetric"
+        if not (np.linalg.eigvalsh(p) > 0).all():
+            return "precisions_init must be positive definite"
+        return None
+
+
+class Full(Matrix):
+    """Σ_c per component (C, D, D): Σ_c = Σ w s (x − μ_c)(x − μ_c)ᵀ / U_c + reg_covar I."""
+
+    name = "full"
+    moments = 2
+
+    def var_shape(self, n_clusters, n_features):
+        return (n_clusters, n_features, n_features)
+
+    def m_step(self, var, Q, U, won, new, old, family, total_weight):
+        # Σ w s (x − μ^new)(x − μ^new)ᵀ = Q − U (μ^new − μ^old)(μ^new − μ^old)ᵀ, Q about the old means
+        shift = new - old
+        resid = symmetric(Q - U[:, None, None] * shift[:, :, None] * shift[:, None, :])
+        var = var.copy()
+        var[won] = floored(resid[won] / U[won, None, None], family)
+        return var, np.trace(resid, axis1=1, axis2=2)
+
+    def n_variances(self, n_clusters, n_features):
+        return n_clusters * n_features * (n_features + 1) // 2
+
+    def precision_shape(self, n_clusters, n_features):
+        return (n_clusters, n_features, n_features)
+
+    def draw(self, rng, mu, var, c, n):
+        return mu[c] + rng.standard_normal((n, len(mu[c]))) @ cholesky(var[c], lower=True).T
+
+
+class Tied(Matrix):
+    """One Σ (D, D) shared by every component: Σ = Σ_c Σ w s (x − μ_c)(x − μ_c)ᵀ / Σw + reg_covar I. Every
+    row's posteriors sum to 1, so that sum is the rows' scatter S about their mean m less Σ_c U_c (μ_c − m)
+    (μ_c − m)ᵀ: S is the data's, taken once (``Family.scatter``), and the E-step adds nothing for it."""
+
+    name = "tied"
+    moments = 0
+    needs_scatter = True
+
+    def var_shape(self, n_clusters, n_features):
+        return (n_features, n_features)
+
+    def m_step(self, var, Q, U, won, new, old, family, total_weight):
+        scatter, mean = family.scatter
+        about = new - mean
+        resid = symmetric(scatter - (U[:, None] * about).T @ about)
+        return floored(resid / total_weight, family), np.zeros(len(U))
+
+    def n_variances(self, n_clusters, n_features):
+        return n_features * (n_features + 1) // 2
+
+    def precision_shape(self, n_clusters, n_features):
+        return (n_features, n_features)
+
+    def draw(self, rng, mu, var, c, n):
+        return mu[c] + rng.standard_normal((n, len(mu[c]))) @ cholesky(var, lower=True).T
+
+
 # in ``COVARIANCE_TYPES``' order (the configs validate the name against it)
-TYPES = {t.name: t() for t in (TiedSpherical, Spherical, Diag)}
+TYPES = {t.name: t() for t in (TiedSpherical, Spherical, Diag, Full, Tied)}
 
 
 def covariance(name):
@@ -134,6 +344,15 @@ def check_precisions_init(precisions, covariance_type, n_clusters, n_features):
     p = np.asarray(precisions, np.float64)
     if p.shape != want:
         return f"precisions_init has shape {p.shape}; covariance_type={covariance_type!r} takes shape {want}"
-    if not (p > 0).all():
-        return "precisions_init must be positive"
-    return None
+    return covariance(covariance_type).check_precisions(p)
+
+
+def component_costs(x, rows, ids, mu, Lt, offset, out):
+    """−ℓ_c(x) = offset_c + ½ ||(x − μ_c) L_c||² of entries (row, component): x (n, D); rows, ids: each entry's
+    row of x and component; Lt: the metric's L_cᵀ (C, D, D), or (1, D, D) shared; out: float64 (entries,)."""
+    cholesky_costs(x, rows, *by_component(ids, len(mu)), mu, Lt, offset, out)
+
+
+def component_scatter(x, rows, ids, weights, mu, Q):
+    """Q_c += Σ weight (x − μ_c)(x − μ_c)ᵀ over entries (row, component, weight)."""
+    scatter_stats(x, rows, weights, *by_component(ids, len(mu)), mu, Q)

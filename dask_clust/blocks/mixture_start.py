@@ -12,7 +12,7 @@ variances come from Q − U (μ − point)² without cancellation, as the EM's o
 import numpy as np
 
 from ..kernels.assign import Prepared, accumulate, nearest
-from .gaussian import covariance
+from .gaussian import component_scatter, covariance
 from .lloyd import lloyd
 from .seeding import seed
 from .truncated_em import mixture_m_step, new_sigma2
@@ -25,31 +25,44 @@ KMEANS_MAX_ITER = 300
 KMEANS_TOL = 1e-4
 
 
+def _moments(n_clusters, n_features, moments):
+    """Σ w r x, Σ w r and Q as the covariance type's M-step reads it: per dimension, or the scatter (C, D, D)
+    (``CovarianceType.moments``; the tied type reads none, and gets the per-dimension one, unread)."""
+    q = (n_clusters, n_features, n_features) if moments == 2 else (n_clusters, n_features)
+    return np.zeros((n_clusters, n_features)), np.zeros(n_clusters), np.zeros(q)
+
+
 def _add_stats(x, w, resp, about, sums, U, Q):
-    """Σ w r x, Σ w r and Σ w r (x − about_c)² per component, for rows x with responsibilities resp."""
+    """Σ w r x, Σ w r and Σ w r (x − about_c)² (or its outer product) per component, for rows x with
+    responsibilities resp."""
     wr = w[:, None] * resp
     U += wr.sum(axis=0)
     sums += wr.T @ x
     for c in range(len(U)):
-        Q[c] += wr[:, c] @ (x - about[c]) ** 2
+        v = x - about[c]
+        Q[c] += (v * wr[:, c, None]).T @ v if Q.ndim == 3 else wr[:, c] @ v**2
 
 
-def _hard_stats(chunk, centers):
+def _hard_stats(chunk, params):
     """Each row wholly its nearest centre's: the sums about the centres, and the evaluations."""
+    centers, moments = params
     labels, mind, evals = nearest(chunk.x, centers)
-    C, D = centers.C.shape
-    sums, U, Q = np.zeros((C, D)), np.zeros(C), np.zeros((C, D))
+    sums, U, Q = _moments(*centers.C.shape, moments)
     accumulate(chunk.x, chunk.w, labels, mind, sums, U)  # Lloyd's Σ w x and Σ w per centre
-    np.add.at(Q, labels, chunk.w[:, None] * (chunk.x.astype(np.float64) - centers.C[labels]) ** 2)
+    x = chunk.x.astype(np.float64)
+    if moments == 2:
+        component_scatter(x, np.arange(chunk.n), labels, chunk.w, centers.C, Q)
+    else:
+        np.add.at(Q, labels, chunk.w[:, None] * (x - centers.C[labels]) ** 2)
     return sums, U, Q, np.int64(evals)
 
 
 def _random_stats(chunk, params):
     """Responsibilities uniform random per row (the chunk's own stream), normalised: the sums about the
     data's mean, in blocks of RESPONSIBILITY_ROWS rows."""
-    n_clusters, mean = params
+    n_clusters, mean, moments = params
     D = len(mean)
-    sums, U, Q = np.zeros((n_clusters, D)), np.zeros(n_clusters), np.zeros((n_clusters, D))
+    sums, U, Q = _moments(n_clusters, D, moments)
     about = np.broadcast_to(mean, (n_clusters, D))
     rng = chunk.rng("mixture start", "random-responsibilities")
     for b0 in range(0, chunk.n, RESPONSIBILITY_ROWS):
@@ -73,12 +86,12 @@ def mixture_start(engine, how, n_clusters, family, entropy):
         seeds, evals = seed(engine, C, "k-means||", entropy)
         result = lloyd(engine, seeds, max_iter=KMEANS_MAX_ITER, tol=KMEANS_TOL * float(np.mean(s.var)))
         about = result.centers
-        sums, U, Q, e = engine.reduce(_hard_stats, Prepared(about, engine.dtype))
+        sums, U, Q, e = engine.reduce(_hard_stats, (Prepared(about, engine.dtype), family.cov.moments))
         evals += result.distance_evals + int(e)
     else:
         about = np.tile(s.mean, (C, 1))
-        sums, U, Q = engine.reduce(_random_stats, (C, s.mean))
-    var = np.tile(np.maximum(s.var, family.floor), (C, 1))
+        sums, U, Q = engine.reduce(_random_stats, (C, s.mean, family.cov.moments))
+    var = family.cov.isotropic_var(1.0, C, D) * np.maximum(s.var, family.floor)
     mu, var, weights, resid = mixture_m_step(family, about, var, np.full(C, 1.0 / C), sums, U, Q, total)
     if covariance(family.covariance_type).tied:  # one σ² from every component's residual
         var[:] = new_sigma2(resid, D, total, family.floor)

@@ -14,7 +14,7 @@ import numpy as np
 from .._random import stream
 from ..engine import ReduceScatter, restored_rows
 from ..engine.combine import KeyedSum, Max, Min, Rows, Scatter, Sum
-from ..kernels.truncated import diagonal_metric
+from ..errors import InputError
 from .gaussian import covariance, own_model
 from .truncated_estep import (
     ESTEP,
@@ -27,6 +27,7 @@ from .truncated_estep import (
     pair_grid,
     posterior_step,
     row_fields,
+    scatter_step,
     truncated_estep,
     update_neighbourhoods,
 )
@@ -52,49 +53,63 @@ def isotropic(cfg):
 
 
 class Family(NamedTuple):
-    """The mixture a fit learns (``VarGMMConfig``), and the floor of its variances."""
+    """The mixture a fit learns (``VarGMMConfig``), the floor of its variances, and for a type that reads it
+    (``CovarianceType.needs_scatter``) the rows' scatter Σ w (x − m)(x − m)ᵀ (D, D) about their mean m."""
 
     covariance_type: str
     weights: str
     reg_covar: float
     floor: float
+    scatter: tuple | None = None
 
     @property
     def isotropic(self):
         """vc-GMM's own model (one σ², equal weights): its searches rank clusters by squared distance."""
         return isotropic(self)
 
+    @property
+    def cov(self):
+        """Its ``CovarianceType``."""
+        return covariance(self.covariance_type)
+
+    @property
+    def moments(self):
+        """What the E-step's Q holds (``CovarianceType.moments``; 0 for the isotropic model: Σ w s d²)."""
+        return 0 if self.isotropic else self.cov.moments
+
 
 def family_of(cfg, engine):
-    """The mixture a config asks for, its variances floored at SIGMA2_FLOOR of the data's mean variance."""
+    """The mixture a config asks for, its variances floored at SIGMA2_FLOOR of the data's mean variance;
+    the rows' scatter where its type reads it (one pass over ``engine``'s rows, O(D²) to the driver)."""
     floor = SIGMA2_FLOOR * float(np.mean(engine.summary.var))
-    return Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor)
+    scatter = None
+    if covariance(cfg.covariance_type).needs_scatter:
+        mean = np.asarray(engine.summary.mean, np.float64)
+        scatter = (engine.reduce(scatter_step, mean, (Sum(),))[0], mean)
+    return Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor, scatter)
 
 
 def mixture_m_step(family, mu, var, weights, sums, U, Q, total_weight):
     """Step 6 of the other models, row-wise (a shard's clusters give the bits of the whole): μ_c as ``m_step``;
-    σ² from the residuals Σ w s (x_d − μ_cd)² = Q_cd − U_c (μ^new_cd − μ^old_cd)², Q_cd = Σ w s (x_d − μ^old_cd)²
-    (no cancellation), as the covariance type sets it (``CovarianceType.variances``; the tied type's is left
-    to ``new_sigma2``);
-    π_c = U_c / Σw ("learned"). A cluster no row reaches (U_c = 0) keeps μ_c and σ²_c and gets π_c = 0, so
-    the weights still sum to 1. Returns μ, σ² (C, D), π and each cluster's Σ_d residual."""
+    the variances from the residuals about the new means, taken from Q about the old ones (no cancellation),
+    as the covariance type sets them (``CovarianceType.m_step``; "tied-spherical"'s one σ² is left to
+    ``new_sigma2``); π_c = U_c / Σw ("learned"). A cluster no row reaches (U_c = 0) keeps μ_c and its
+    variances and gets π_c = 0, so the weights still sum to 1. Returns μ, the variances, π and each
+    cluster's residual (its trace)."""
     won = U > 0
     new = mu.copy()
     new[won] = sums[won] / U[won, None]
-    resid = np.maximum(Q - U[:, None] * (new - mu) ** 2, 0.0)
-    var = var.copy()
-    covariance(family.covariance_type).variances(var, resid, U, won, family.reg_covar)
-    np.maximum(var, family.floor, out=var)
+    var, resid = family.cov.m_step(var, Q, U, won, new, mu, family, total_weight)
     if family.weights == "learned":
         weights = U / total_weight
-    return new, var, weights, resid.sum(axis=1)
+    return new, var, weights, resid
 
 
-def metric_range(h, offset):
-    """(max h, least and largest finite offset): what ``pair_grid`` bounds the costs with (a shard's part;
-    Max, Min, Max combine them)."""
+def metric_range(family, h, offset):
+    """(the most −ℓ_c − offset_c per unit of squared distance, least and largest finite offset): what
+    ``pair_grid`` bounds the costs with (a shard's part; Max, Min, Max combine them)."""
     finite = offset[np.isfinite(offset)]
-    return np.max(h, initial=0.0), np.min(finite, initial=np.inf), np.max(finite, initial=-np.inf)
+    return family.cov.h_max(h), np.min(finite, initial=np.inf), np.max(finite, initial=-np.inf)
 
 
 def new_sigma2(resid, n_features, total_weight, floor):
@@ -119,13 +134,14 @@ class MStep(NamedTuple):
 
 
 class PosteriorParams(NamedTuple):
-    """What ``posterior_step`` reads: 1/2σ², C, the means (for Q per dimension; None: not needed), and
-    what the sharded M-step after it reads."""
+    """What ``posterior_step`` reads: 1/2σ², C, the means (for Q about them; None: not needed), what the
+    sharded M-step after it reads, and what Q holds (``Family.moments``)."""
 
     inv: float
     n_clusters: int
     mu: object
     m_step: MStep | None = None
+    moments: int = 0
 
 
 class DriverMeans:
@@ -151,14 +167,15 @@ class DriverMeans:
         """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: (evaluations,
         Σ w min cost, changed winners, G_c, the M-step's (F's data part, residuals, active clusters) or None)."""
         inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
-        params = SearchParams(self.mu, Gc, key, extra_random, inv, self.grid, *self.metric, not self.family.isotropic)
+        params = SearchParams(self.mu, Gc, key, extra_random, inv, self.grid, *self.metric, self.family.moments)
         combine = ESTEP if inv is None else ESTEP + STATS
         e, minsum, changed, Gc, *stats = self.engine.reduce(truncated_estep, params, combine, neighbourhoods_at_root)
         return e, minsum, changed, Gc, self._m_step(sigma2, *stats) if stats else None
 
     def posteriors(self, sigma2):
         """Step 6 after the first search (σ² was not known when it ran)."""
-        params = PosteriorParams(0.5 / sigma2, self.mu.shape[0], None if self.family.isotropic else self.mu)
+        moments = self.family.moments
+        params = PosteriorParams(0.5 / sigma2, self.mu.shape[0], self.mu if moments else None, moments=moments)
         return self._m_step(sigma2, *self.engine.reduce(posterior_step, params, STATS))
 
     def _m_step(self, sigma2, sums, U, Q, data_f):
@@ -166,7 +183,8 @@ class DriverMeans:
             self.mu, resid = m_step(self.mu, sums, U, Q)
         else:
             if self.var is None:  # the first M-step starts from the isotropic model the first search used
-                self.var, self.weights = np.full(self.mu.shape, sigma2), np.full(len(U), 1.0 / len(U))
+                self.var = self.family.cov.isotropic_var(sigma2, *self.mu.shape)
+                self.weights = np.full(len(U), 1.0 / len(U))
             self.mu, self.var, self.weights, resid = mixture_m_step(
                 self.family, self.mu, self.var, self.weights, sums, U, Q, self.total_weight
             )
@@ -179,8 +197,8 @@ class DriverMeans:
         self._set_metric()
 
     def _set_metric(self):
-        self.metric = diagonal_metric(self.var, self.weights)
-        self.grid = pair_grid(self.engine, metric_range(*self.metric))
+        self.metric = self.family.cov.metric(self.var, self.weights)
+        self.grid = pair_grid(self.engine, metric_range(self.family, *self.metric))
 
     def means(self):
         return self.mu
@@ -215,10 +233,10 @@ class ShardedMeans:
     def search(self, Gc, key, extra_random, sigma2):
         inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
         metric = (self.model.ref(3), self.model.ref(4)) if self.scaled else NO_METRIC
-        per_dim = not self.family.isotropic
         params = SearchParams(
-            self.model.ref(), Gc, key, extra_random, inv, self.grid, *metric, per_dim, self._m_step_params(sigma2)
-        )
+            self.model.ref(), Gc, key, extra_random, inv, self.grid, *metric, self.family.moments,
+            self._m_step_params(sigma2),
+        )  # fmt: skip
         if inv is None:
             e, minsum, changed, Gc = self.engine.reduce(
                 truncated_estep, params, self.estep, scatter=ReduceScatter(self.model, _shard_neighbourhoods, (Rows(),))
@@ -233,8 +251,9 @@ class ShardedMeans:
         return e, minsum, changed, Gc, self._updated(data_f, small)
 
     def posteriors(self, sigma2):
-        mu = None if self.family.isotropic else self.model.ref()
-        params = PosteriorParams(0.5 / sigma2, self.n_clusters, mu, self._m_step_params(sigma2))
+        moments = self.family.moments
+        mu = self.model.ref() if moments else None
+        params = PosteriorParams(0.5 / sigma2, self.n_clusters, mu, self._m_step_params(sigma2), moments)
         data_f, *small = self.engine.reduce(
             posterior_step, params, self.stats, scatter=ReduceScatter(self.model, _shard_m_step, self.small)
         )
@@ -246,7 +265,7 @@ class ShardedMeans:
         return float(data_f), small[0], int(small[1])
 
     def set_tied(self, sigma2):
-        self.grid = pair_grid(self.engine, self.model.apply(_shard_set_tied, sigma2, RANGE))
+        self.grid = pair_grid(self.engine, self.model.apply(_shard_set_tied, (sigma2, self.family), RANGE))
 
     def means(self):
         return None
@@ -282,8 +301,8 @@ def _shard_m_step(fields, shard, params, lo):
     if ms.first:
         var, weights = np.full(mu.shape, ms.sigma2), np.full(len(U), 1.0 / ms.n_clusters)
     mu, var, weights, resid = mixture_m_step(ms.family, mu, var, weights, sums, U, Q, ms.total_weight)
-    h, offset = diagonal_metric(var, weights)
-    return (mu, var, weights, h, offset), (resid, won, *metric_range(h, offset))
+    h, offset = ms.family.cov.metric(var, weights)
+    return (mu, var, weights, h, offset), (resid, won, *metric_range(ms.family, h, offset))
 
 
 def _shard_update(fields, shard, params, lo):
@@ -293,12 +312,13 @@ def _shard_update(fields, shard, params, lo):
     return shard, (Gc,) + small
 
 
-def _shard_set_tied(shard, sigma2, lo):
+def _shard_set_tied(shard, params, lo):
     """The shared σ² where clusters lo.. live, and their metric."""
+    sigma2, family = params
     mu, var, weights = shard[:3]
     var = np.full(mu.shape, sigma2)
-    h, offset = diagonal_metric(var, weights)
-    return (mu, var, weights, h, offset), metric_range(h, offset)
+    h, offset = family.cov.metric(var, weights)
+    return (mu, var, weights, h, offset), metric_range(family, h, offset)
 
 
 @contextlib.contextmanager
@@ -306,14 +326,21 @@ def means_for(engine, mu, family, mixture=None):
     """Where the model lives during the EM: on the driver, or sharded on the workers when its C·D·8 bytes
     (three times that for the other models: μ, σ², h) are over ``model-bytes``. ``mixture``: a resumed fit's
     σ² and π."""
-    if not engine.shards_model(mu.nbytes * (1 if family.isotropic else 3)):
+    C, D = mu.shape
+    nbytes = mu.nbytes * (1 if family.isotropic else 3) + (8 * C * D * D * 3 if family.cov.moments == 2 else 0)
+    if not engine.shards_model(nbytes):
         yield DriverMeans(engine, mu, family, mixture)
         return
-    C = mu.shape[0]
+    if family.cov.var_shape(C, D) != mu.shape:
+        raise InputError(
+            f"covariance_type={family.covariance_type!r} with C = {C:,}, D = {D:,} makes a model of {nbytes:,} bytes, "
+            "over dask_clust.model-bytes: a sharded model holds diagonal variances only (use 'diag', or raise "
+            "model-bytes)"
+        )
     arrays = (mu,)
     if not family.isotropic:  # σ² and h take their width at the first M-step
         var, weights = mixture or (np.empty((C, 0)), np.full(C, 1.0 / C))
-        arrays = (mu, var, weights, *(diagonal_metric(var, weights) if mixture else (np.empty((C, 0)), np.zeros(C))))
+        arrays = (mu, var, weights, *(family.cov.metric(var, weights) if mixture else (np.empty((C, 0)), np.zeros(C))))
     with engine.sharded("vcgmm", arrays) as model:
         yield ShardedMeans(engine, model, C, family, scaled=mixture is not None)
 
@@ -341,7 +368,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
             mixture = (restored["var"], restored["weights"])
     elif cfg.precisions_init is not None:  # the first search ranks by the given model, with its posteriors
         mixture = initial_mixture(cfg, D)
-        sigma2 = mixture if family.isotropic else float(np.mean(mixture[0]))
+        sigma2 = mixture if family.isotropic else family.cov.mean_variance(mixture[0])
         mixture = None if family.isotropic else mixture
 
     # K^(n) depends on every E-step before: a rebuilt partition takes it from its buddy's copy (backup), or,
@@ -408,13 +435,11 @@ def initial_mixture(cfg, n_features):
     if cfg.precisions_init is None:
         return None
     C = cfg.n_clusters
-    var = 1.0 / np.asarray(cfg.precisions_init, np.float64)
     if isotropic(cfg):
-        return float(var)
+        return float(1.0 / np.asarray(cfg.precisions_init, np.float64))
     weights = np.full(C, 1.0 / C) if cfg.weights_init is None else np.asarray(cfg.weights_init, np.float64)
-    return np.broadcast_to(
-        var.reshape(var.shape + (1,) * (2 - var.ndim)), (C, n_features)
-    ).copy(), weights / weights.sum()
+    var = covariance(cfg.covariance_type).from_precisions(cfg.precisions_init, C, n_features)
+    return var, weights / weights.sum()
 
 
 def kernel_key(entropy, *tag):

@@ -13,7 +13,16 @@ import numpy as np
 
 from ..engine.combine import KeyedSum, Sum
 from ..kernels.assign import Prepared, nearest
-from ..kernels.truncated import draw_distinct, pair_statistics, posterior_stats, select_neighbours, truncated_search
+from ..kernels.truncated import (
+    draw_distinct,
+    keep_truncated,
+    pair_statistics,
+    posterior_stats,
+    search_spaces,
+    select_neighbours,
+    truncated_search,
+)
+from .gaussian import component_costs, component_scatter
 
 # rows per search block: bounds a chunk's search-space and pair buffers to about 40 MB
 BLOCK_ROWS = 1 << 16
@@ -66,12 +75,20 @@ def buffer_bytes(rows, width):
 
 def _posteriors(x, w, K, Kd2, inv, mu, stats):
     """Adds a block's posterior statistics to stats = [Σ w s x, U, Q, F's data part]; ``inv``: 1/2σ² when the
-    costs are squared distances, 1 when they are −ℓ; ``mu``: the means, for Q per dimension, or empty."""
+    costs are squared distances, 1 when they are −ℓ; ``mu``: the means Q is taken about, or empty (Q: Σ w s
+    cost, unread). Q of shape (C, D) is per dimension; (C, D, D) the scatter Σ w s (x − μ_c)(x − μ_c)ᵀ."""
     # K^(n) is sorted, so column 0 is the max-shift; numpy's SIMD exp is 8x numba's scalar one
     e = Kd2[:, :1] - Kd2
     e *= inv
     np.exp(e, out=e)
-    stats[3] += posterior_stats(x, w, K, Kd2, e, inv, mu, *stats[:3])
+    if stats[2].ndim < 3:
+        stats[3] += posterior_stats(x, w, K, Kd2, e, inv, mu, *stats[:3])
+        return
+    stats[3] += posterior_stats(x, w, K, Kd2, e, inv, NO_METRIC[0], stats[0], stats[1], np.zeros((len(mu), 1)))
+    with np.errstate(invalid="ignore"):  # a row of weight 0 may have every cost +∞: it adds nothing
+        ws = np.where(w[:, None] > 0, w[:, None] * (e / e.sum(axis=1, keepdims=True)), 0.0)
+    rows = np.repeat(np.arange(len(K)), K.shape[1])
+    component_scatter(x, rows, K.ravel(), ws.ravel(), mu, stats[2])
 
 
 def _row_blocks(n):
@@ -80,17 +97,37 @@ def _row_blocks(n):
     return [slice(b0, min(n, b0 + rows)) for b0 in range(0, n, rows)]
 
 
-def _new_stats(n_clusters, n_features, per_dim):
-    q = np.zeros((n_clusters, n_features if per_dim else 1))
+def _new_stats(n_clusters, n_features, moments):
+    q = np.zeros(((n_clusters, 1), (n_clusters, n_features), (n_clusters, n_features, n_features))[moments])
     return [np.zeros((n_clusters, n_features)), np.zeros(n_clusters), q, 0.0]
+
+
+def _search(x, w, row0, mu, h, offset, K, Kd2, winner, Gc, key, extra_random, mark, space):
+    """Step 4's search of a block (``truncated_search``) under any metric: none (squared distances), diagonal
+    (h (C, D)), or a covariance matrix's Cholesky factors (h = L (C, D, D)): one shared (1, D, D) maps the
+    rows and means by L, where −ℓ is a diagonal metric's cost of ½ per dimension; one per component has its
+    costs computed apart, grouped by component (``component_costs``)."""
+    if h.ndim < 3:
+        return truncated_search(x, w, row0, mu, h, offset, K, Kd2, winner, Gc, key, extra_random, mark, *space)
+    if len(h) == 1:  # about the means' centre, so the mapped rows keep their digits
+        centre = mu.mean(axis=0)
+        xl, mul = (x - centre) @ h[0].T, (mu - centre) @ h[0].T
+        half = np.full(mu.shape, 0.5)
+        return truncated_search(xl, w, row0, mul, half, offset, K, Kd2, winner, Gc, key, extra_random, mark, *space)
+    pos, ids, costs = space
+    m = search_spaces(row0, len(mu), K, Gc, key, extra_random, mark, pos, ids)
+    rows = np.repeat(np.arange(len(K)), np.diff(pos))
+    component_costs(x, rows, ids[:m], mu, h, offset, costs[:m])
+    return (m, *keep_truncated(w, K, Kd2, winner, pos, ids, costs))
 
 
 class SearchParams(NamedTuple):
     """What step 4's search (``truncated_estep``) reads: the means (or a ``ShardRef`` to them), G_c, the fit's key for
     the per-row random streams, how many random clusters fill S_n, the posteriors' scale (``_posteriors``;
     None before σ² is known: no posteriors), the pair statistics' grid (``pair_grid``), the costs' metric
-    h = 1/2σ² and offset (each an array or a ShardRef; empty: squared distances), whether the M-step's Q is
-    per dimension, and what a sharded M-step reads (``MStep``)."""
+    (h = 1/2σ², or the precisions' Cholesky factors L, ``_search``) and offset (each an array or a ShardRef;
+    empty: squared distances), what the M-step's Q holds (``Family.moments``), and what a sharded M-step
+    reads (``MStep``)."""
 
     mu: object
     Gc: np.ndarray
@@ -100,7 +137,7 @@ class SearchParams(NamedTuple):
     grid: tuple
     h: object = NO_METRIC[0]
     offset: object = NO_METRIC[1]
-    per_dim: bool = False
+    moments: int = 0
     m_step: object = None
 
 
@@ -109,35 +146,23 @@ def truncated_estep(chunk, params):
     in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
     (evaluations, Σ w min d², changed winners, the blocks' pair statistics keyed by c_o·C + c~, then the
     posterior statistics when σ² is known), combined by ESTEP (+ STATS)."""
-    mu, Gc, key, extra_random, inv, grid, h, offset, per_dim, _ = params
+    mu, Gc, key, extra_random, inv, grid, h, offset, moments, _ = params
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
     n, n_clusters = K.shape[0], mu.shape[0]
     space, pairs = _buffers(chunk.scratch, min(n, BLOCK_ROWS), K.shape[1] * Gc.shape[1] + 1)
-    stats = None if inv is None else _new_stats(n_clusters, mu.shape[1], per_dim)
+    stats = None if inv is None else _new_stats(n_clusters, mu.shape[1], moments)
     mark = np.full(n_clusters, -1, np.int64)
     evals, minsum, changed, blocks = 0, 0.0, 0, []
     for b in _row_blocks(n):
-        e, s, ch = truncated_search(
-            chunk.x[b],
-            chunk.w[b],
-            chunk.start + b.start,
-            mu,
-            h,
-            offset,
-            K[b],
-            Kd2[b],
-            winner[b],
-            Gc,
-            key,
-            extra_random,
-            mark,
-            *space,
-        )
+        e, s, ch = _search(
+            chunk.x[b], chunk.w[b], chunk.start + b.start, mu, h, offset, K[b], Kd2[b], winner[b], Gc, key,
+            extra_random, mark, space,
+        )  # fmt: skip
         k = pair_statistics(winner[b], *space, n_clusters, *grid, *pairs)
         blocks.append(tuple(p[:k].copy() for p in pairs))
         if stats is not None:
-            _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], inv, mu if per_dim else NO_METRIC[0], stats)
+            _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], inv, mu if moments else NO_METRIC[0], stats)
         evals, minsum, changed = evals + e, minsum + s, changed + ch
     found = (
         np.int64(evals),
@@ -165,14 +190,24 @@ def neighbourhoods_at_root(found, params):
 
 def posterior_step(chunk, params):
     """The posteriors' statistics of the first search (σ² was not known when it ran: its costs are squared
-    distances), block by block; ``mu``: the means it searched, for Q per dimension, or None."""
-    inv, n_clusters, mu = params[:3]
+    distances), block by block; ``mu``: the means it searched, for Q about them, or None."""
+    inv, n_clusters, mu, _, moments = params
     st = chunk.state["vcgmm"]
-    stats = _new_stats(n_clusters, chunk.x.shape[1], mu is not None)
+    stats = _new_stats(n_clusters, chunk.x.shape[1], moments)
     mu = NO_METRIC[0] if mu is None else mu
     for b in _row_blocks(st["K"].shape[0]):
         _posteriors(chunk.x[b], chunk.w[b], st["K"][b], st["Kd2"][b], inv, mu, stats)
     return tuple(stats)
+
+
+def scatter_step(chunk, mean):
+    """Σ w (x − mean)(x − mean)ᵀ (D, D) of a chunk's rows, in blocks of rows: the rows' scatter the tied
+    covariance is taken from (``Tied``)."""
+    S = np.zeros((len(mean), len(mean)))
+    for b in _row_blocks(chunk.n):
+        v = chunk.x[b].astype(np.float64) - mean
+        S += (v * chunk.w[b, None]).T @ v
+    return (S,)
 
 
 def init_neighbourhoods(n_clusters, G, key):

@@ -52,6 +52,63 @@ def draw_distinct(first, row0, n_clusters, seed, out):
                 t += 1
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _search_space(i, tag, K, Gc, C, seed, extra_random, mark, o, space):
+    """Row i's S_n = ∪_{c ∈ K^(n)} G_c (+1 random, topped up to C'), packed into space[o:]; returns |S_n|."""
+    Cp, G = K.shape[1], Gc.shape[1]
+    # K^(n) first, in the previous search's ascending order (each c is slot 0 of its G_c): the selection
+    # then mostly finds the best already sorted, and its branches predict (a fifth of the search)
+    for a in range(Cp):
+        k = K[i, a]
+        space[o + a] = k
+        mark[k] = tag
+    m_ = Cp
+    for a in range(Cp):
+        k = K[i, a]
+        for g in range(1, G):  # branch-free: half the members are repeats, a branch mispredicts on them
+            m = Gc[k, g]
+            space[o + m_] = m
+            m_ += mark[m] != tag
+            mark[m] = tag
+    state = row_state(seed, tag)
+    draws = 1 if extra_random else 0
+    while draws > 0 or m_ < Cp:
+        state, z = splitmix(state)
+        m = np.int32(z % C)
+        draws -= 1
+        if mark[m] != tag:
+            mark[m] = tag
+            space[o + m_] = m
+            m_ += 1
+    return m_
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _keep_cheapest(i, o, m_, space, space_d2, w, K, Kd2, winner, top, topd):
+    """K^(n) ← the C' cheapest of row i's S_n (ascending; equal costs keep their order); returns (w · the
+    least cost, whether the winner changed)."""
+    Cp = K.shape[1]
+    kept = 0
+    for s in range(o, o + m_):  # insertion into the sorted C' best
+        d = space_d2[s]
+        if kept < Cp or d < topd[kept - 1]:
+            at = kept if kept < Cp else Cp - 1
+            while at > 0 and d < topd[at - 1]:
+                topd[at] = topd[at - 1]
+                top[at] = top[at - 1]
+                at -= 1
+            topd[at] = d
+            top[at] = space[s]
+            kept = min(kept + 1, Cp)
+    for a in range(Cp):
+        K[i, a] = top[a]
+        Kd2[i, a] = topd[a]
+    c = top[0]
+    changed = winner[i] != c
+    winner[i] = c
+    return w[i] * topd[0], changed
+
+
 @njit(nogil=True, cache=True)
 def truncated_search(X, w, row0, mu, h, offset, K, Kd2, winner, Gc, seed, extra_random, mark, pos, space, space_d2):
     """E-step search, one pass: for every row S_n = ∪_{c ∈ K^(n)} G_c (+1), K^(n) ← its C' cheapest
@@ -73,7 +130,6 @@ def truncated_search(X, w, row0, mu, h, offset, K, Kd2, winner, Gc, seed, extra_
     """
     n, Cp = K.shape
     C = np.uint64(mu.shape[0])
-    G = Gc.shape[1]
     scaled = h.shape[0] > 0
     top = np.empty(Cp, np.int32)
     topd = np.empty(Cp)
@@ -86,58 +142,45 @@ def truncated_search(X, w, row0, mu, h, offset, K, Kd2, winner, Gc, seed, extra_
         for t in range(X.shape[1]):
             xr[t] = X[i, t]
         o = pos[i]  # packed row after row: a row touches only the cache lines it fills
-        tag = row0 + i
-        # K^(n) first, in the previous search's ascending order (each c is slot 0 of its G_c): the selection
-        # below then mostly finds the best already sorted, and its branches predict (a fifth of the search)
-        for a in range(Cp):
-            k = K[i, a]
-            space[o + a] = k
-            mark[k] = tag
-        m_ = Cp
-        for a in range(Cp):
-            k = K[i, a]
-            for g in range(1, G):  # branch-free: half the members are repeats, a branch mispredicts on them
-                m = Gc[k, g]
-                space[o + m_] = m
-                m_ += mark[m] != tag
-                mark[m] = tag
-        state = row_state(seed, tag)
-        draws = 1 if extra_random else 0
-        while draws > 0 or m_ < Cp:
-            state, z = splitmix(state)
-            m = np.int32(z % C)
-            draws -= 1
-            if mark[m] != tag:
-                mark[m] = tag
-                space[o + m_] = m
-                m_ += 1
+        m_ = _search_space(i, row0 + i, K, Gc, C, seed, extra_random, mark, o, space)
         for s in range(o, o + m_):  # apart from the selection: independent loads overlap
             if scaled:
                 space_d2[s] = scaled_sqdist_row(xr, mu, h, offset, space[s])
             else:
                 space_d2[s] = sqdist_row(xr, mu, space[s])
-        kept = 0
-        for s in range(o, o + m_):  # insertion into the sorted C' best; equal distances keep their order
-            d = space_d2[s]
-            if kept < Cp or d < topd[kept - 1]:
-                at = kept if kept < Cp else Cp - 1
-                while at > 0 and d < topd[at - 1]:
-                    topd[at] = topd[at - 1]
-                    top[at] = top[at - 1]
-                    at -= 1
-                topd[at] = d
-                top[at] = space[s]
-                kept = min(kept + 1, Cp)
         pos[i + 1] = pos[i] + m_
         evals += m_
-        for a in range(Cp):
-            K[i, a] = top[a]
-            Kd2[i, a] = topd[a]
-        c = top[0]
-        changed += winner[i] != c
-        winner[i] = c
-        minsum += w[i] * topd[0]
+        least, ch = _keep_cheapest(i, o, m_, space, space_d2, w, K, Kd2, winner, top, topd)
+        changed += ch
+        minsum += least
     return evals, minsum, changed
+
+
+@njit(nogil=True, cache=True)
+def search_spaces(row0, n_clusters, K, Gc, seed, extra_random, mark, pos, space):
+    """The first half of ``truncated_search`` for costs computed apart (a full covariance's, grouped by component in a
+    kernel): every row's S_n packed into space, row i's at pos[i]..pos[i+1]; returns the entries."""
+    C = np.uint64(n_clusters)
+    pos[0] = 0
+    for i in range(K.shape[0]):
+        pos[i + 1] = pos[i] + _search_space(i, row0 + i, K, Gc, C, seed, extra_random, mark, pos[i], space)
+    return pos[K.shape[0]]
+
+
+@njit(nogil=True, cache=True)
+def keep_truncated(w, K, Kd2, winner, pos, space, space_d2):
+    """The second half: K^(n) ← the C' cheapest of each row's S_n, given their costs; returns (Σ w min cost,
+    changed winners)."""
+    Cp = K.shape[1]
+    top = np.empty(Cp, np.int32)
+    topd = np.empty(Cp)
+    minsum = 0.0
+    changed = 0
+    for i in range(K.shape[0]):
+        least, ch = _keep_cheapest(i, pos[i], pos[i + 1] - pos[i], space, space_d2, w, K, Kd2, winner, top, topd)
+        changed += ch
+        minsum += least
+    return minsum, changed
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -314,3 +357,103 @@ def select_neighbours(start, keys, lo, count, dsum, Gc, n_clusters):
             chosen = min(chosen + 1, G - 1)
         for r in range(chosen):  # fewer partners than G−1 (only when |S_n| < G): the rest is kept
             Gc[c, 1 + r] = bestp[r]
+
+
+@njit(nogil=True, cache=True)
+def by_component(ids, n_clusters):
+    """Entries grouped by component (a counting sort, entry order kept within a group): (order, start),
+    component c's entries at order[start[c]:start[c + 1]]."""
+    start = np.zeros(n_clusters + 1, np.int64)
+    for e in range(ids.shape[0]):
+        start[ids[e] + 1] += 1
+    for c in range(n_clusters):
+        start[c + 1] += start[c]
+    nxt = start[:n_clusters].copy()
+    order = np.empty(ids.shape[0], np.int64)
+    for e in range(ids.shape[0]):
+        order[nxt[ids[e]]] = e
+        nxt[ids[e]] += 1
+    return order, start
+
+
+# rows a full-covariance kernel takes together: each L_c or Q_c element loaded once serves them all
+ROW_TILE = 4
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _tile(X, rows, order, g, m, mu, c, V):
+    """V[r] = x − μ_c for the tile's m entries (rows[order[g + r]]), zero rows after them."""
+    for r in range(m):
+        i = rows[order[g + r]]
+        for t in range(X.shape[1]):
+            V[r, t] = np.float64(X[i, t]) - mu[c, t]
+    for r in range(m, ROW_TILE):
+        for t in range(X.shape[1]):
+            V[r, t] = 0.0
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def cholesky_costs(X, rows, order, start, mu, Lt, offset, out):
+    """Costs under full covariances of entries (row, component) grouped by component (``by_component``):
+    out = offset_c + ½ ||(x − μ_c) L_c||², float64, L_c upper triangular (Σ_c⁻¹ = L_c L_cᵀ) given as Lt_c = L_cᵀ,
+    so that (v L_c)_j = Σ_{k<=j} Lt_c[j, k] v_k: D(D+1)/2 multiply-adds an entry, ROW_TILE entries of a
+    component at a time (L_c stays in cache while its entries pass; an entry's sum does not depend on its
+    tile).
+
+    X : IN (n, d);  rows : IN int64 (E,) each entry's row;  order, start : IN ``by_component``'s
+    mu : IN float64 (C, d);  Lt : IN float64 (C, d, d) lower triangular, or (1, d, d) shared;  offset : (C,)
+    out : OUT float64 (E,)
+    """
+    d = X.shape[1]
+    V = np.empty((ROW_TILE, d))
+    shared = Lt.shape[0] == 1
+    for c in range(mu.shape[0]):
+        f = 0 if shared else c
+        for g in range(start[c], start[c + 1], ROW_TILE):
+            m = min(ROW_TILE, start[c + 1] - g)
+            _tile(X, rows, order, g, m, mu, c, V)
+            q0 = q1 = q2 = q3 = 0.0
+            for j in range(d):
+                y0 = y1 = y2 = y3 = 0.0
+                for k in range(j + 1):
+                    a = Lt[f, j, k]
+                    y0 += a * V[0, k]
+                    y1 += a * V[1, k]
+                    y2 += a * V[2, k]
+                    y3 += a * V[3, k]
+                q0 += y0 * y0
+                q1 += y1 * y1
+                q2 += y2 * y2
+                q3 += y3 * y3
+            for r in range(m):
+                out[order[g + r]] = offset[c] + 0.5 * (q0 if r == 0 else q1 if r == 1 else q2 if r == 2 else q3)
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def scatter_stats(X, rows, weights, order, start, mu, Q):
+    """Q_c += Σ weight (x − μ_c)(x − μ_c)ᵀ over entries (row, component, weight) grouped by component
+    (``by_component``), ROW_TILE at a time: the lower triangle summed, the upper copied from it (a full
+    covariance's M-step statistics).
+
+    X : IN (n, d);  rows : IN int64 (E,);  weights : IN float64 (E,);  order, start : IN ``by_component``'s
+    mu : IN float64 (C, d) the means Q is taken about;  Q : INOUT float64 (C, d, d)
+    """
+    d = X.shape[1]
+    V = np.empty((ROW_TILE, d))
+    for c in range(mu.shape[0]):
+        if start[c + 1] == start[c]:
+            continue
+        for g in range(start[c], start[c + 1], ROW_TILE):
+            m = min(ROW_TILE, start[c + 1] - g)
+            _tile(X, rows, order, g, m, mu, c, V)
+            p0 = weights[order[g]]
+            p1 = weights[order[g + 1]] if m > 1 else 0.0
+            p2 = weights[order[g + 2]] if m > 2 else 0.0
+            p3 = weights[order[g + 3]] if m > 3 else 0.0
+            for j in range(d):
+                a0, a1, a2, a3 = p0 * V[0, j], p1 * V[1, j], p2 * V[2, j], p3 * V[3, j]
+                for k in range(j + 1):
+                    Q[c, j, k] += a0 * V[0, k] + a1 * V[1, k] + a2 * V[2, k] + a3 * V[3, k]
+        for j in range(d):
+            for k in range(j):
+                Q[c, k, j] = Q[c, j, k]

@@ -1,5 +1,6 @@
 """Plain-numpy truncated variational EM for Gaussian mixtures with per-cluster variances (``"spherical"``:
-σ²_c I) or diagonal ones (``"diag"``: diag(σ²_c1 … σ²_cD)) and mixing weights π_c, learned or equal.
+σ²_c I), diagonal ones (``"diag"``: diag(σ²_c1 … σ²_cD)), full ones (``"full"``: Σ_c) or one shared
+(``"tied"``: Σ) and mixing weights π_c, learned or equal.
 
 vc-GMM's E-step (Hirschberger, Forster, Lücke, TPAMI 2022, Alg. 1-2: tests/reference/vcgmm.py) with the
 score of cluster c for row x in place of −d²/2σ²:
@@ -9,7 +10,9 @@ score of cluster c for row x in place of −d²/2σ²:
 S_n = ∪_{c ∈ K^(n)} G_c; K^(n) ← the C' clusters of S_n with the largest ℓ; s_nc = softmax of ℓ over K^(n);
 G_c ← c and the G−1 partners with the smallest mean −ℓ over the rows c won. M-step with row weights w:
 U_c = Σ w s, π_c = U_c / Σ w, μ_c = Σ w s x / U_c, σ²_cd = Σ w s (x_d − μ_cd)² / U_c + reg_covar
-(spherical: the mean over d); a cluster no row reaches (U_c = 0) keeps its parameters. The free energy
+(spherical: the mean over d; full: Σ_c = Σ w s (x − μ_c)(x − μ_c)ᵀ / U_c + reg_covar I; tied: the sum of
+those over c divided by Σ w); a cluster no row reaches (U_c = 0) keeps its parameters. A full or tied score is
+taken from the log-determinant and a linear solve, not a Cholesky factor. The free energy
 F = Σ w log Σ_{c ∈ K^(n)} exp ℓ_c(x_n) bounds the log-likelihood from below, and is the log-likelihood when
 C' = C: one iteration is then exact EM, as scikit-learn's GaussianMixture runs it. Row by row, for small
 data: the oracle of the mixture tests."""
@@ -20,8 +23,20 @@ from tests.reference.vcgmm import estep_search, update_neighbourhoods
 
 
 def scores(x, mu, var, log_pi, S):
-    """ℓ_c(x) for the clusters S; ``var`` is (C, D) (a spherical model repeats σ²_c over d)."""
-    return log_pi[S] - 0.5 * (np.log(2 * np.pi * var[S]) + (x.astype(np.float64) - mu[S]) ** 2 / var[S]).sum(1)
+    """ℓ_c(x) for the clusters S; ``var`` is (C, D) (a spherical model repeats σ²_c over d), (C, D, D) full
+    covariances, or (D, D) one shared."""
+    x = x.astype(np.float64)
+    if var.ndim == 2 and var.shape != mu.shape:
+        var = np.broadcast_to(var, (len(mu),) + var.shape)
+    if var.ndim == 3:
+        out = np.empty(len(S))
+        for j, c in enumerate(S):
+            v = x - mu[c]
+            out[j] = log_pi[c] - 0.5 * (
+                len(x) * np.log(2 * np.pi) + np.linalg.slogdet(var[c])[1] + v @ np.linalg.solve(var[c], v)
+            )
+        return out
+    return log_pi[S] - 0.5 * (np.log(2 * np.pi * var[S]) + (x - mu[S]) ** 2 / var[S]).sum(1)
 
 
 def posteriors(Kl):
@@ -44,6 +59,18 @@ def m_step(X, w, K, s, mu, var, pi, covariance_type="diag", weights="learned", r
     won = U > 0
     new_mu, new_var = mu.copy(), var.copy()
     new_mu[won] = sums[won] / U[won, None]
+    if covariance_type in ("full", "tied"):
+        sq = np.zeros((C, D, D))
+        for n in range(len(X)):
+            for a, c in enumerate(K[n]):
+                v = X[n] - new_mu[c]
+                sq[c] += ws[n, a] * np.outer(v, v)
+        if covariance_type == "tied":
+            new_var = sq.sum(axis=0) / w.sum() + reg_covar * np.eye(D)
+        else:
+            new_var[won] = sq[won] / U[won, None, None] + reg_covar * np.eye(D)
+        new_pi = U / w.sum() if weights == "learned" else np.full(C, 1.0 / C)
+        return new_mu, new_var, new_pi
     sq = np.zeros((C, D))
     for a in range(K.shape[1]):
         np.add.at(sq, K[:, a], ws[:, a, None] * (X - new_mu[K[:, a]]) ** 2)
