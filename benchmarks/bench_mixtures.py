@@ -1,5 +1,5 @@
-"""Gaussian mixtures with diagonal covariances and learned weights (issue #39), every figure measured in one
-run on this machine, every library on the same 2 threads:
+"""Gaussian mixtures with learned weights (issue #39: diagonal covariances; #52: every type), every figure
+measured in one run on this machine, every library on the same 2 threads:
 
 1. quality: mixtures of 50 components with per-dimension standard deviations in [0.3, 3] and Dirichlet(2)
    weights, 300k x 16 to fit and 50k held-out rows, data and fit seeds 0-4. Mean held-out log-likelihood
@@ -13,16 +13,17 @@ run on this machine, every library on the same 2 threads:
    per-iteration time (marked "estimated"), and its fit stopped after 2 iterations (measured, a floor of its
    time); the held-out log-likelihood of both; ours without the coreset too (the default coreset of 64 rows per
    component estimates 64 parameters per component here). Target: >= 30x.
-3. parity (issue #52): the default against scikit-learn's default (diag) on a grid of C x D (``--grid``), 250k
-   rows to fit and 50k held out, seeds 0 .. --seeds - 1: the held-out log-likelihood gap per row (mean, worst
-   seed; target mean >= -0.02, none below -0.1) and the speed ratio, beside ``coreset_only``'s.
+3. parity (issue #52): the default against scikit-learn's default of the same covariance type (``--types``,
+   diag by default) on a grid of C x D (``--grid``), ``--rows`` (250k) rows to fit and 50k held out, seeds
+   0 .. --seeds - 1: the held-out log-likelihood gap per row (mean, worst seed; target mean >= -0.02, none
+   below -0.1) and the speed ratio, beside ``coreset_only``'s.
 4. reference (issue #52): scikit-learn's published figure for GaussianMixture, "diag", 1M x 64, C = 64, 100
    iterations (730 s on 4 cores), reproduced here on a mixture of 64 components (its 100 iterations forced:
    tol = 0), beside dask_clust.GaussianMixture(64) at its defaults and with the same 100 iterations over every
    row (``coreset_size=None``, tol = 0); held-out log-likelihood on 100k rows.
 
     python benchmarks/bench_mixtures.py [--parts quality,speed,parity,reference] [--seeds 5] [--budget 900]
-        [--grid 16x16,64x32,256x32]
+        [--grid 16x16,64x32,256x32] [--types diag,full,tied] [--rows 250000]
 """
 
 import argparse
@@ -46,14 +47,14 @@ def split(n_fit, n_held, d, c, seed):
     return X[:n_fit], X[n_fit:]
 
 
-def sklearn_fit(X, c, seed, **kw):
+def sklearn_fit(X, c, seed, covariance_type="diag", **kw):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.mixture import GaussianMixture
 
     with warnings.catch_warnings(), threadpool_limits(THREADS):
         warnings.simplefilter("ignore", ConvergenceWarning)
         t = time.perf_counter()
-        gm = GaussianMixture(c, covariance_type="diag", random_state=seed, **kw).fit(X)
+        gm = GaussianMixture(c, covariance_type=covariance_type, random_state=seed, **kw).fit(X)
         return gm, time.perf_counter() - t
 
 
@@ -66,7 +67,7 @@ def ours(X, c, seed, **kw):
 def isotropic_score(model, X):
     """vc-GMM's own model (one σ², equal weights) as a mixture: its exact held-out log-likelihood."""
     C, D = model.cluster_centers_.shape
-    costs = MixtureCosts(model.cluster_centers_, np.full((C, D), model.sigma2_), np.full(C, 1.0 / C))
+    costs = MixtureCosts("tied-spherical", model.cluster_centers_, np.full((C, D), model.sigma2_), np.full(C, 1.0 / C))
     return float(np.mean(log_likelihood(costs.costs(X))))
 
 
@@ -154,28 +155,34 @@ def speed(budget):
     ]
 
 
-def parity(grid, seeds):
+def parity(grid, seeds, types=("diag",), n_rows=250_000):
     out = []
-    for c, d in grid:
-        rows = []
-        for s in seeds:
-            X, held = split(250_000, 50_000, d, c, s)
-            sk, sk_s = sklearn_fit(X, c, s)
-            row = {"C": c, "D": d, "seed": s, "sklearn": sk.score(held), "sklearn_s": sk_s}
-            for name, kw in (("default", {}), ("coreset_only", {"coreset_only": True})):
-                gm, wall = ours(X, c, s, **kw)
-                row[name], row[f"{name}_s"] = gm.score(held, exact=True), wall
-            emit("mixtures_parity", row)
-            rows.append(row)
-        sk = np.mean([r["sklearn"] for r in rows])
-        line = f"parity, 250k x {d}, C = {c} diag ({len(rows)} seeds): scikit-learn {sk:.4f}"
-        for name in ("default", "coreset_only"):
-            gaps = [r[name] - r["sklearn"] for r in rows]
-            speed = np.mean([r["sklearn_s"] / r[f"{name}_s"] for r in rows])
-            line += f"; {name} gap mean {np.mean(gaps):+.4f}, worst {min(gaps):+.4f}, {speed:.1f}x its speed"
-        out.append(line)
-        print(line, flush=True)
+    for kind in types:
+        for c, d in grid:
+            out.append(parity_line(kind, c, d, seeds, n_rows))
     return out
+
+
+def parity_line(kind, c, d, seeds, n_rows):
+    rows = []
+    for s in seeds:
+        X, held = split(n_rows, 50_000, d, c, s)
+        sk, sk_s = sklearn_fit(X, c, s, covariance_type=kind)
+        row = {"C": c, "D": d, "type": kind, "rows": n_rows, "seed": s, "sklearn": sk.score(held), "sklearn_s": sk_s}
+        for name, kw in (("default", {}), ("coreset_only", {"coreset_only": True})):
+            gm, wall = ours(X, c, s, covariance_type=kind, **kw)
+            row[name], row[f"{name}_s"] = gm.score(held, exact=True), wall
+        emit("mixtures_parity", row)
+        print(row, flush=True)
+        rows.append(row)
+    sk = np.mean([r["sklearn"] for r in rows])
+    line = f"parity, {n_rows // 1000}k x {d}, C = {c} {kind} ({len(rows)} seeds): scikit-learn {sk:.4f}"
+    for name in ("default", "coreset_only"):
+        gaps = [r[name] - r["sklearn"] for r in rows]
+        speed = np.mean([r["sklearn_s"] / r[f"{name}_s"] for r in rows])
+        line += f"; {name} gap mean {np.mean(gaps):+.4f}, worst {min(gaps):+.4f}, {speed:.1f}x its speed"
+    print(line, flush=True)
+    return line
 
 
 def reference():
@@ -202,6 +209,8 @@ def main():
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--budget", type=float, default=900.0)
     p.add_argument("--grid", default="16x16,64x32,256x32", help="parity's C x D pairs")
+    p.add_argument("--types", default="diag", help="parity's covariance types")
+    p.add_argument("--rows", type=int, default=250_000, help="parity's rows to fit")
     args = p.parse_args()
     out = []
     parts = args.parts.split(",")
@@ -211,7 +220,7 @@ def main():
         out += speed(args.budget)
     if "parity" in parts:
         grid = [tuple(int(v) for v in cd.split("x")) for cd in args.grid.split(",")]
-        out += parity(grid, range(args.seeds))
+        out += parity(grid, range(args.seeds), args.types.split(","), args.rows)
     if "reference" in parts:
         out += reference()
     print("\n".join(out))
