@@ -67,7 +67,8 @@ class VarGMMConfig:
         "n_clusters": "Number of Gaussian components C.",
         "G": "Size of each cluster's neighbourhood G_c, from which the rows' search spaces are built.",
         "n_truncated": "C', the clusters each row's truncated posterior covers (None: G).",
-        "init": "As k-means' init, or 'auto': k-means|| (ℓ = C/2) on the working set while C²·D ≤ 2^32 (its "
+        "init": "As k-means' init, or 'auto': 'kmeans' for 'full' and 'tied' (below), else k-means|| (ℓ = C/2) on "
+        "the working set while C²·D ≤ 2^32 (its "
         "recluster runs on the driver in O(C²·D·log C)), else 'afkmc2', the paper's seeding (sublinear in N', but "
         "like non-greedy k-means++ it can leave well-separated clusters without a mean). Or a whole mixture as "
         "scikit-learn's GaussianMixture starts: 'kmeans' (one M-step from the rows' nearest k-means centres, "
@@ -114,6 +115,8 @@ OVERSAMPLING = 0.5
 def seeding_method(cfg, n_features):
     """The seeder ``init`` names ("auto" resolved as the config's docs say), or the given array."""
     if isinstance(cfg.init, str) and cfg.init == "auto":
+        if covariance(cfg.covariance_type).auto_start is not None:
+            return covariance(cfg.covariance_type).auto_start
         return "k-means||" if cfg.n_clusters**2 * n_features <= AUTO_KMEANS_PARALLEL_MAX else "afkmc2"
     return cfg.init
 
