@@ -189,8 +189,7 @@ def fit(
         "not computed" if result.objective is None else f"{result.objective:.6g}",
         info["wall_s"],
     )
-    # a fit whose extras describe a mixture (``MixtureModel.FIELDS``) gives a mixture model
-    kind = MixtureModel if "covariance_type_" in result.extras else ClusteringModel
+    kind = MixtureModel if spec.probabilistic else ClusteringModel
     return kind(
         algo,
         params_out,

@@ -183,8 +183,9 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
         return self.fit(X, **fit_params).transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        """Negative quantization error of X (scikit-learn's ``KMeans.score``)."""
-        return self._checked(X).score(X, sample_weight)
+        """Negative quantization error of X (scikit-learn's ``KMeans.score``; a mixture model's own ``score`` is
+        its likelihood)."""
+        return -self._checked(X).quantization_error(X, sample_weight)
 
 
 class StreamingEstimator(ClusteringEstimator):
@@ -390,7 +391,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         How the mixture starts when ``means_init`` is None. scikit-learn's: "kmeans" (one M-step from each row's
         nearest k-means centre, k-means|| then Lloyd), "k-means++" (means at greedy k-means++ rows),
         "random_from_data" (means at random rows), "random" (one M-step from uniform random
-        responsibilities); or ours: "k-means||", "afkmc2", "auto" (k-means|| while C²·D ≤ 2^32, else AFK-MC2).
+        responsibilities); or ours: "k-means||", "afkmc2", "auto" ("kmeans" for "full" and "tied", whose
+        matrices the EM settled worse from means alone; else k-means|| while C²·D ≤ 2^32, else AFK-MC2).
         After means alone, the first E-step ranks by one σ² and equal weights (vc-GMM's).
     weights_init, means_init, precisions_init : array-like or None
         The starting mixture, in scikit-learn's shapes (precisions: (C,) "spherical", (C, D) "diag", (C, D, D)

@@ -14,6 +14,7 @@ definite matrices for "full" and "tied"), weights non-negative and summing to 1.
 import math
 from typing import NamedTuple
 
+import dask
 import dask.array as da
 import numpy as np
 
@@ -22,7 +23,8 @@ from ._random import check_random_state
 from .blocks.gaussian import component_costs, covariance, n_parameters
 from .blocks.truncated_em import mixture_m_step, new_sigma2
 from .engine.data import as_dask_rows, check_finite_block, map_rows
-from .models import PROBA_BLOCK_BYTES, ClusteringModel, truncated_ids_block
+from .kernels.assign import all_sqdist
+from .models import PROBA_BLOCK_BYTES, ClusteringModel
 
 # the weights must sum to 1 within this (a model's π are U_c / Σw, rounded once each)
 WEIGHTS_SUM_TOL = 1e-9
@@ -67,6 +69,53 @@ class MixtureCosts:
             c = ids[:, j]
             out[:, j] = self.offset[c] + (self.h[c] * (x - self.mu[c]) ** 2).sum(axis=1)
         return out
+
+
+def truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
+    """Each row's ``n_truncated`` nearest means (int32, nearest first), or its likeliest components given a
+    mixture's costs (``mixture.MixtureCosts``), in sub-blocks whose rows × C float64 distances stay within
+    PROBA_BLOCK_BYTES whatever C is."""
+    check_finite_block(x, block_info)
+    x = np.ascontiguousarray(x)
+    n, k = x.shape[0], C.shape[0]
+    ids = np.empty((n, n_truncated), np.int32)
+    rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
+    buf = np.empty((min(n, rows), k))
+    for b0 in range(0, n, rows):
+        d2 = buf[: min(rows, n - b0)]
+        if mixture is None:
+            all_sqdist(x[b0 : b0 + rows], C, d2)
+        else:
+            d2[:] = mixture.costs(x[b0 : b0 + rows])
+        top = (
+            np.argpartition(d2, n_truncated - 1, axis=1)[:, :n_truncated]
+            if n_truncated < k
+            else np.broadcast_to(np.arange(k), d2.shape)
+        )
+        order = np.argsort(np.take_along_axis(d2, top, 1), axis=1, kind="stable")
+        ids[b0 : b0 + len(d2)] = np.take_along_axis(top, order, 1)
+    return ids
+
+
+def _truncated_proba_block(x, ids, C, sigma2, mixture=None):
+    """softmax over a row's truncated set of −d²/(2σ²) (or of ℓ, given a mixture's costs), in float64 from
+    the rows themselves."""
+    x = x.astype(np.float64)
+    if mixture is not None:
+        a = -mixture.costs_of(x, ids)
+    else:
+        a = np.empty(ids.shape)
+        for j in range(ids.shape[1]):
+            a[:, j] = ((x - C[ids[:, j]]) ** 2).sum(axis=1)
+        a *= -0.5 / sigma2
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _dense_block(ids, p, n_clusters):
+    out = np.zeros((ids.shape[0], n_clusters))
+    np.put_along_axis(out, ids, p, 1)
+    return out
 
 
 def log_likelihood(costs):
@@ -159,19 +208,38 @@ def stepwise_step(state, x, w, mixture, family, decay):
 
 
 class MixtureModel(ClusteringModel):
-    """A fitted Gaussian mixture (returned by ``fit`` for vc-GMM's other models). Beside a ``ClusteringModel``'s
-    attributes: ``covariance_type``, ``weights_`` (C,), ``means_`` (C, D, the centres), ``variances_`` (as the
-    EM keeps them: (C, D) for the diagonal types, else ``covariances_``), ``covariances_``, ``precisions_`` and
-    ``precisions_cholesky_`` in scikit-learn's shapes ((C,) "spherical", (C, D) "diag", (C, D, D) "full",
-    (D, D) "tied", a float "tied-spherical"), ``lower_bound_`` (the free energy per unit of weight: the mean
-    log-likelihood's lower bound on the rows the EM ran on)."""
+    """The model of every probabilistic fit (``AlgorithmSpec.probabilistic``: vc-GMM, var-GMM-S), a fitted
+    Gaussian mixture. vc-GMM's own model (one σ², equal weights: no ``covariance_type_`` among its extras) is
+    the mixture "tied-spherical" of weights 1/C and σ² = ``sigma2_``, whose likeliest component is the nearest
+    mean, so it predicts by the nearest centre as a clustering model does; its ``score`` is a likelihood too.
+    Beside a ``ClusteringModel``'s attributes: ``covariance_type``, ``weights_`` (C,), ``means_`` (C, D, the
+    centres), ``variances_`` (as the EM keeps them: (C, D) for the diagonal types, else ``covariances_``),
+    ``covariances_``, ``precisions_`` and ``precisions_cholesky_`` in scikit-learn's shapes ((C,) "spherical",
+    (C, D) "diag", (C, D, D) "full", (D, D) "tied", a float "tied-spherical"), ``lower_bound_`` (the free
+    energy per unit of weight: the mean log-likelihood's lower bound on the rows the EM ran on; not for
+    vc-GMM's own model, whose ``free_energy_`` is the coreset's)."""
 
     kind = "mixture"
     FIELDS = ("covariance_type_", "weights_", "variances_", "lower_bound_")
 
     @property
+    def _own(self):
+        """Whether this is vc-GMM's own model (one σ², equal weights)."""
+        return "covariance_type_" not in self.extras_
+
+    @property
     def covariance_type(self):
-        return self.extras_["covariance_type_"]
+        return self.extras_.get("covariance_type_", "tied-spherical")
+
+    @property
+    def weights_(self):
+        return np.full(self.n_clusters, 1.0 / self.n_clusters) if self._own else self.extras_["weights_"]
+
+    @property
+    def variances_(self):
+        if self._own:
+            return np.full(self.cluster_centers_.shape, float(self.extras_["sigma2_"]))
+        return self.extras_["variances_"]
 
     @property
     def means_(self):
@@ -179,20 +247,68 @@ class MixtureModel(ClusteringModel):
 
     @property
     def covariances_(self):
-        return covariance(self.covariance_type).covariances(self.extras_["variances_"])
+        return covariance(self.covariance_type).covariances(self.variances_)
 
     @property
     def precisions_cholesky_(self):
-        return covariance(self.covariance_type).precisions_cholesky(self.extras_["variances_"])
+        return covariance(self.covariance_type).precisions_cholesky(self.variances_)
 
     @property
     def precisions_(self):
-        return covariance(self.covariance_type).precisions(self.extras_["variances_"])
+        return covariance(self.covariance_type).precisions(self.variances_)
+
+    def _costs(self):
+        return MixtureCosts(self.covariance_type, self.cluster_centers_, self.variances_, self.weights_)
 
     def _mixture(self):
-        return MixtureCosts(
-            self.covariance_type, self.cluster_centers_, self.extras_["variances_"], self.extras_["weights_"]
+        # vc-GMM's own model: the nearest centre, by the exact GEMM kernel
+        return None if self._own else self._costs()
+
+    def predict_proba(self, X, output="truncated"):
+        """Truncated posteriors: per row, softmax of ℓ_c(x) = log π_c N(x; μ_c, Σ_c) over its C' =
+        ``n_truncated_`` likeliest components, zero for every other (vc-GMM's own model: softmax of −d²/(2σ²)
+        over its C' nearest means, ties in distance either).
+
+        ``output``: "truncated" (default) gives what they are, two lazy dask arrays (ids, probabilities),
+        (n, C') int32 and float64, nearest mean first: 12·C' bytes per row, whatever k is. "sparse": a
+        scipy CSR matrix (n, k) computed now (for in-memory sizes). "dense": a lazy (n, k) float64 dask
+        array, 8·k bytes per row, almost all zeros (1 M rows at k = 4096: 32 GB)."""
+        if output not in ("truncated", "sparse", "dense"):
+            raise ValueError(f"output must be 'truncated', 'sparse' or 'dense'; got {output!r}")
+        X = as_dask_rows(X, self.n_features_in_)
+        k, Cp = self.n_clusters, int(self.extras_["n_truncated_"])
+        if output == "dense":  # output blocks of PROBA_BLOCK_BYTES
+            rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
+            if max(X.chunks[0]) > rows:
+                X = X.rechunk({0: rows})
+        mixture = self._mixture()
+        ids = map_rows(X, truncated_ids_block, np.int32, Cp, self.cluster_centers_, Cp, mixture)
+        p = da.map_blocks(
+            _truncated_proba_block,
+            X,
+            ids,
+            self.cluster_centers_,
+            float(self.extras_["sigma2_"]),
+            mixture,
+            dtype=np.float64,
+            meta=np.empty((0, 0)),
         )
+        if output == "truncated":
+            return ids, p
+        if output == "dense":
+            return da.map_blocks(
+                _dense_block, ids, p, k, dtype=np.float64, chunks=(X.chunks[0], (k,)), meta=np.empty((0, 0))
+            )
+        from scipy import sparse
+
+        ids, p = dask.compute(ids, p)
+        n = ids.shape[0]
+        out = sparse.csr_matrix((p.ravel(), ids.ravel(), np.arange(0, n * Cp + 1, Cp)), shape=(n, k))
+        out.sort_indices()
+        return out
+
+    def _summary(self):
+        return super()._summary() + [("sigma2", f"{self.extras_['sigma2_']:.6g}")]
 
     def score_samples(self, X, exact=False):
         """Per-row log-likelihood log p(x), a lazy float64 dask array: over every component when ``exact``
@@ -201,7 +317,7 @@ class MixtureModel(ClusteringModel):
         no C-wide exponentials)."""
         X = as_dask_rows(X, self.n_features_in_)
         n_truncated = None if exact else int(self.extras_["n_truncated_"])
-        return map_rows(X, _score_block, np.float64, None, self._mixture(), n_truncated)
+        return map_rows(X, _score_block, np.float64, None, self._costs(), n_truncated)
 
     def score(self, X, sample_weight=None, exact=False):
         """Mean log-likelihood of X (weighted by ``sample_weight``), computed now; ``exact`` as
@@ -238,8 +354,8 @@ class MixtureModel(ClusteringModel):
         if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
             raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}")
         rng = np.random.default_rng(check_random_state(random_state))
-        counts = rng.multinomial(n_samples, self.extras_["weights_"])
-        kind, var = covariance(self.covariance_type), self.extras_["variances_"]
+        counts = rng.multinomial(n_samples, self.weights_)
+        kind, var = covariance(self.covariance_type), self.variances_
         X = np.concatenate([kind.draw(rng, self.cluster_centers_, var, c, n) for c, n in enumerate(counts)])
         return X, np.repeat(np.arange(len(counts)), counts)
 
@@ -247,6 +363,10 @@ class MixtureModel(ClusteringModel):
     def check_fields(params, extras, centers):
         """The schema of a mixture's own fields, on load: raises ValueError naming the first problem."""
         C, D = centers.shape
+        if "sigma2_" not in extras:
+            raise ValueError("a mixture model holds sigma2_ (vc-GMM's σ², or the first search's)")
+        if not set(MixtureModel.FIELDS) & extras.keys():  # vc-GMM's own model: sigma2_ is all it has
+            return
         kind = extras["covariance_type_"]
         if kind not in COVARIANCE_TYPES or kind != params.get("covariance_type"):
             raise ValueError(f"covariance_type_ {kind!r} is not one of {COVARIANCE_TYPES} or not the params'")

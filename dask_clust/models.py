@@ -8,7 +8,6 @@ import json
 import math
 import os
 
-import dask
 import dask.array as da
 import numpy as np
 
@@ -82,53 +81,6 @@ def _qe_block(x, centers, block_info=None):
     check_finite_block(x, block_info)
     _, mind, _ = nearest(np.ascontiguousarray(x), centers)
     return mind
-
-
-def truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
-    """Each row's ``n_truncated`` nearest means (int32, nearest first), or its likeliest components given a
-    mixture's costs (``mixture.MixtureCosts``), in sub-blocks whose rows × C float64 distances stay within
-    PROBA_BLOCK_BYTES whatever C is."""
-    check_finite_block(x, block_info)
-    x = np.ascontiguousarray(x)
-    n, k = x.shape[0], C.shape[0]
-    ids = np.empty((n, n_truncated), np.int32)
-    rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
-    buf = np.empty((min(n, rows), k))
-    for b0 in range(0, n, rows):
-        d2 = buf[: min(rows, n - b0)]
-        if mixture is None:
-            all_sqdist(x[b0 : b0 + rows], C, d2)
-        else:
-            d2[:] = mixture.costs(x[b0 : b0 + rows])
-        top = (
-            np.argpartition(d2, n_truncated - 1, axis=1)[:, :n_truncated]
-            if n_truncated < k
-            else np.broadcast_to(np.arange(k), d2.shape)
-        )
-        order = np.argsort(np.take_along_axis(d2, top, 1), axis=1, kind="stable")
-        ids[b0 : b0 + len(d2)] = np.take_along_axis(top, order, 1)
-    return ids
-
-
-def _truncated_proba_block(x, ids, C, sigma2, mixture=None):
-    """softmax over a row's truncated set of −d²/(2σ²) (or of ℓ, given a mixture's costs), in float64 from
-    the rows themselves."""
-    x = x.astype(np.float64)
-    if mixture is not None:
-        a = -mixture.costs_of(x, ids)
-    else:
-        a = np.empty(ids.shape)
-        for j in range(ids.shape[1]):
-            a[:, j] = ((x - C[ids[:, j]]) ** 2).sum(axis=1)
-        a *= -0.5 / sigma2
-    e = np.exp(a - a.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _dense_block(ids, p, n_clusters):
-    out = np.zeros((ids.shape[0], n_clusters))
-    np.put_along_axis(out, ids, p, 1)
-    return out
 
 
 # the model classes by the "model" key of their model.json (absent: "clustering")
@@ -263,50 +215,8 @@ class ClusteringModel:
         return map_rows(X, _transform_block, np.float64, self.n_clusters, self.cluster_centers_)
 
     def predict_proba(self, X, output="truncated"):
-        """Truncated posteriors of a probabilistic model (vc-GMM): per row, softmax of −d²/(2σ²) over its
-        C' = ``n_truncated_`` nearest means (ties in distance: either), zero for every other cluster; for a
-        mixture with per-component variances or weights, softmax of ℓ_c(x) = log π_c N(x; μ_c, diag σ²_c) over
-        its C' likeliest components.
-
-        ``output``: "truncated" (default) gives what they are, two lazy dask arrays (ids, probabilities),
-        (n, C') int32 and float64, nearest mean first: 12·C' bytes per row, whatever k is. "sparse": a
-        scipy CSR matrix (n, k) computed now (for in-memory sizes). "dense": a lazy (n, k) float64 dask
-        array, 8·k bytes per row, almost all zeros (1 M rows at k = 4096: 32 GB)."""
-        if "sigma2_" not in self.extras_:
-            raise AttributeError(f"predict_proba: {self.algo!r} models are not probabilistic")
-        if output not in ("truncated", "sparse", "dense"):
-            raise ValueError(f"output must be 'truncated', 'sparse' or 'dense'; got {output!r}")
-        X = as_dask_rows(X, self.n_features_in_)
-        k, Cp = self.n_clusters, int(self.extras_["n_truncated_"])
-        if output == "dense":  # output blocks of PROBA_BLOCK_BYTES
-            rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
-            if max(X.chunks[0]) > rows:
-                X = X.rechunk({0: rows})
-        mixture = self._mixture()
-        ids = map_rows(X, truncated_ids_block, np.int32, Cp, self.cluster_centers_, Cp, mixture)
-        p = da.map_blocks(
-            _truncated_proba_block,
-            X,
-            ids,
-            self.cluster_centers_,
-            float(self.extras_["sigma2_"]),
-            mixture,
-            dtype=np.float64,
-            meta=np.empty((0, 0)),
-        )
-        if output == "truncated":
-            return ids, p
-        if output == "dense":
-            return da.map_blocks(
-                _dense_block, ids, p, k, dtype=np.float64, chunks=(X.chunks[0], (k,)), meta=np.empty((0, 0))
-            )
-        from scipy import sparse
-
-        ids, p = dask.compute(ids, p)
-        n = ids.shape[0]
-        out = sparse.csr_matrix((p.ravel(), ids.ravel(), np.arange(0, n * Cp + 1, Cp)), shape=(n, k))
-        out.sort_indices()
-        return out
+        """Posteriors: only a probabilistic fit's model has them (``MixtureModel.predict_proba``)."""
+        raise AttributeError(f"predict_proba: {self.algo!r} models are not probabilistic")
 
     def quantization_error(self, X, sample_weight=None):
         """Σ w min_c ||x − c||² over X (computed now, float64)."""
@@ -338,8 +248,6 @@ class ClusteringModel:
             ("converged", self.converged_),
             ("objective", objective),
         ]
-        if "sigma2_" in self.extras_:
-            rows.append(("sigma2", f"{self.extras_['sigma2_']:.6g}"))
         if "wall_s" in self.engine_:
             rows.append(("wall_s", f"{self.engine_['wall_s']:.3g}"))
         return rows
@@ -441,7 +349,10 @@ class ClusteringModel:
         meta, arrays = _read(path)
         try:
             params, extras = _check_model(meta, arrays)
-            kind = MODEL_KINDS[meta.get("model", "clustering")]
+            from .algorithms import get
+
+            # a probabilistic fit's model saved before every one was a mixture model has no "model" key
+            kind = MODEL_KINDS[meta.get("model", "mixture" if get(meta["algo"]).probabilistic else "clustering")]
             if cls is not ClusteringModel and kind is not cls:
                 raise ValueError(f"it holds a {kind.kind} model, not a {cls.kind} one")
             kind.check_fields(params, extras, arrays["cluster_centers_"])

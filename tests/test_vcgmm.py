@@ -477,3 +477,34 @@ def test_coreset_shares_come_from_the_first_pass_unless_cancellation_spoils_them
         assert passes == ["_sample"]
     assert w.sum() == pytest.approx(sw.sum(), rel=0.02)
     np.testing.assert_allclose((w @ (rows - offset)) / w.sum(), (sw @ (X - offset)) / sw.sum(), atol=0.03)
+
+
+def test_vcgmms_own_model_is_the_tied_spherical_mixture_of_equal_weights(data, tmp_path):
+    """Issue #52: every probabilistic fit's model is a ``MixtureModel``. vc-GMM's own (one σ², equal weights)
+    is the mixture "tied-spherical" with π_c = 1/C: its likelihoods are scikit-learn's for those parameters,
+    it still labels each row by its nearest centre, and a file saved before (no "model" key) loads as one."""
+    import json
+
+    from sklearn.mixture import GaussianMixture
+
+    from dask_clust.mixture import MixtureModel
+
+    m = dask_clust.fit(data, algo="vcgmm", n_clusters=5, random_state=0, client="in-process")
+    assert isinstance(m, MixtureModel) and m.covariance_type == "tied-spherical"
+    sk = GaussianMixture(5, covariance_type="spherical")
+    sk.weights_, sk.means_ = np.full(5, 0.2), m.cluster_centers_
+    sk.covariances_ = np.full(5, m.sigma2_)
+    sk.precisions_cholesky_ = 1 / np.sqrt(sk.covariances_)
+    x = data[:500]
+    want = sk.score_samples(x.astype(np.float64))  # scikit-learn's sums in float32 for float32 rows
+    np.testing.assert_allclose(m.score_samples(x, exact=True).compute(), want, rtol=1e-10)
+    d2 = ((x[:, None, :].astype(np.float64) - m.cluster_centers_[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(m.predict(x).compute(), d2.argmin(1))
+    path = tmp_path / "m"
+    m.save(str(path))
+    meta = json.loads((path / "model.json").read_text())
+    assert meta.pop("model") == "mixture"
+    (path / "model.json").write_text(json.dumps(meta))
+    old = dask_clust.load(str(path))
+    assert isinstance(old, MixtureModel)
+    np.testing.assert_array_equal(old.predict_proba(x)[1].compute(), m.predict_proba(x)[1].compute())

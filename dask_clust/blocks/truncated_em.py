@@ -122,6 +122,26 @@ def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
     return data_f - total_weight * (0.5 * n_features * math.log(2 * math.pi * sigma2) + math.log(n_clusters))
 
 
+class MStepResult(NamedTuple):
+    """Step 6's result: F's data part (Σ w log Σ_{K^(n)} exp(−cost)), each cluster's residual (its trace),
+    and the clusters that won rows."""
+
+    data_f: float
+    resid: np.ndarray
+    active: int
+
+
+class Search(NamedTuple):
+    """An iteration's step 4 (and 5, 6 when σ² is known): its cost evaluations, Σ w min cost, the rows whose
+    winner changed, the new G_c, and step 6's result (None before σ² is known)."""
+
+    evaluations: int
+    least_cost: float
+    changed: int
+    neighbourhoods: np.ndarray
+    m_step: MStepResult | None
+
+
 class MStep(NamedTuple):
     """What a sharded M-step reads besides its statistics: the family, Σw, C, and σ² of the isotropic model
     the first search used (``first``: the per-cluster model starts from it)."""
@@ -164,13 +184,12 @@ class DriverMeans:
         return self.var is not None
 
     def search(self, Gc, key, extra_random, sigma2):
-        """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: (evaluations,
-        Σ w min cost, changed winners, G_c, the M-step's (F's data part, residuals, active clusters) or None)."""
+        """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: a ``Search``."""
         inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
         params = SearchParams(self.mu, Gc, key, extra_random, inv, self.grid, *self.metric, self.family.moments)
         combine = ESTEP if inv is None else ESTEP + STATS
         e, minsum, changed, Gc, *stats = self.engine.reduce(truncated_estep, params, combine, neighbourhoods_at_root)
-        return e, minsum, changed, Gc, self._m_step(sigma2, *stats) if stats else None
+        return Search(int(e), float(minsum), int(changed), Gc, self._m_step(sigma2, *stats) if stats else None)
 
     def posteriors(self, sigma2):
         """Step 6 after the first search (σ² was not known when it ran)."""
@@ -189,7 +208,7 @@ class DriverMeans:
                 self.family, self.mu, self.var, self.weights, sums, U, Q, self.total_weight
             )
             self._set_metric()
-        return float(data_f), resid, int(np.count_nonzero(U > 0))
+        return MStepResult(float(data_f), resid, int(np.count_nonzero(U > 0)))
 
     def set_tied(self, sigma2):
         """The shared σ² of "tied-spherical" with learned weights, once every cluster's residual is in."""
@@ -241,14 +260,14 @@ class ShardedMeans:
             e, minsum, changed, Gc = self.engine.reduce(
                 truncated_estep, params, self.estep, scatter=ReduceScatter(self.model, _shard_neighbourhoods, (Rows(),))
             )
-            return e, minsum, changed, Gc, None
+            return Search(int(e), float(minsum), int(changed), Gc, None)
         e, minsum, changed, data_f, Gc, *small = self.engine.reduce(
             truncated_estep,
             params,
             self.estep + self.stats,
             scatter=ReduceScatter(self.model, _shard_update, (Rows(),) + self.small),
         )
-        return e, minsum, changed, Gc, self._updated(data_f, small)
+        return Search(int(e), float(minsum), int(changed), Gc, self._updated(data_f, small))
 
     def posteriors(self, sigma2):
         moments = self.family.moments
@@ -262,7 +281,7 @@ class ShardedMeans:
     def _updated(self, data_f, small):
         if not self.family.isotropic:
             self.scaled, self.grid = True, pair_grid(self.engine, small[2:])
-        return float(data_f), small[0], int(small[1])
+        return MStepResult(float(data_f), small[0], int(small[1]))
 
     def set_tied(self, sigma2):
         self.grid = pair_grid(self.engine, self.model.apply(_shard_set_tied, (sigma2, self.family), RANGE))
@@ -388,21 +407,20 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
         engine.state("vcgmm", builder, model, backup=("K", "Kd2", "winner")),
     ):
         for i in range(cfg.n_init_esteps if restored is None else 0):  # Suppl. F: optimise K^(n) and G_c
-            e, _, _, Gc, _ = means.search(Gc, kernel_key(entropy, "init", i), cfg.extra_random, None)
-            evals += e
+            found = means.search(Gc, kernel_key(entropy, "init", i), cfg.extra_random, None)
+            Gc, evals = found.neighbourhoods, evals + found.evaluations
         for it in loop:
             scaled = means.scaled
-            e, minsum, changed, Gc, update = means.search(
-                Gc, kernel_key(entropy, "estep", it), cfg.extra_random, sigma2
-            )
+            found = means.search(Gc, kernel_key(entropy, "estep", it), cfg.extra_random, sigma2)
+            Gc, e, changed, update = found.neighbourhoods, found.evaluations, found.changed, found.m_step
             if sigma2 is None:  # eq. 8: σ² from the first search, before any posterior
-                sigma2 = max(minsum / (D * total_w), floor)
+                sigma2 = max(found.least_cost / (D * total_w), floor)
                 update = means.posteriors(sigma2)
-            data_f, resid, active = update
+            data_f, active = update.data_f, update.active
             f = data_f if scaled else free_energy(data_f, sigma2, total_w, D, C)
             used = sigma2
             if tied:
-                sigma2 = new_sigma2(resid, D, total_w, floor)
+                sigma2 = new_sigma2(update.resid, D, total_w, floor)
                 if not family.isotropic:
                     means.set_tied(sigma2)
             evals += e
