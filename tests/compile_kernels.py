@@ -29,6 +29,8 @@ FITS = (
         ("vrkm", {}),
         ("sbe", {}),
         ("slk", {"mode": "bo", "knn_method": "exact"}),
+        # a full covariance's search, costs and scatter kernels
+        ("vargmm", {"covariance_type": "full", "weights": "learned"}),
     ),
 )
 

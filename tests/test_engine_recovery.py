@@ -5,6 +5,7 @@ one line."""
 import contextlib
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -200,6 +201,38 @@ def test_a_worker_frozen_for_good_is_restarted_and_its_partition_rebuilt(three_w
     assert lost and not psutil.pid_exists(frozen[0])
     np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
     assert hit.objective_ == calm.objective_ and took < 45, took
+
+
+def test_a_busy_worker_is_not_taken_for_frozen(three_workers, lost):
+    """Issue #53: a worker whose event loop is held longer than unresponsive-worker-timeout (compiling its
+    kernels, or starved on an overloaded node) does not answer the driver's identity request, but its process
+    runs: its nanny reports the CPU it uses, and it is left alone. Before, it was restarted as frozen; now no
+    partition is rebuilt, the fit waits for it, and the model is the undisturbed one."""
+    import dask
+
+    from dask_clust.engine import events
+
+    def spin(seconds):  # holds the worker's event loop: client.run calls it there
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    held, busy = [], []
+
+    def hold(pids):
+        held.append(sorted(pids)[1])
+        threading.Thread(target=three_workers.run, args=(spin, 8.0), kwargs=dict(workers=held), daemon=True).start()
+
+    with (
+        dask.config.set({"dask_clust.unresponsive-worker-timeout": "2s"}),
+        events.watch("busy", lambda addr: busy.append(addr)),
+    ):
+        before = worker_pids(three_workers)
+        calm, hit, took = churn_fit(three_workers, "kmeans", hold, lost)
+    assert busy and set(busy) == set(held) and not lost, (busy, held, lost)
+    assert worker_pids(three_workers) == before  # no worker restarted
+    np.testing.assert_array_equal(hit.cluster_centers_, calm.cluster_centers_)
+    assert hit.objective_ == calm.objective_ and took > 6, took
 
 
 def test_a_worker_retired_during_a_fit_leaves_and_the_fit_gives_the_same_model(lost):

@@ -517,35 +517,37 @@ def test_given_initial_values_are_used_as_given(covariance_type, monkeypatch):
     np.testing.assert_allclose(m.covariances_, sk.covariances_, rtol=1e-10)
 
 
-def test_integer_sample_weights_are_repeated_rows_and_zero_an_absent_one():
+@pytest.mark.parametrize("covariance_type", ["diag", "full", "tied"])
+def test_integer_sample_weights_are_repeated_rows_and_zero_an_absent_one(covariance_type):
     """sample_weight k on a row fits the model of that row repeated k times (0: the row left out), in fit
     and in score, within 1e-10."""
     X = data_set("blobs")
     w = np.random.default_rng(4).integers(0, 4, len(X)).astype(float)
     repeated = np.repeat(X, w.astype(int), axis=0)
-    mu, var, pi = start(X, 6, "diag", seed=1)
+    mu, var, pi = start(X, 6, covariance_type, seed=1)
     kw = dict(max_iter=8, tol=0.0, random_state=0)
-    weighted = _given(X, mu, var, pi, "diag", sample_weight=w, **kw)
-    plain = _given(repeated, mu, var, pi, "diag", **kw)
+    weighted = _given(X, mu, var, pi, covariance_type, sample_weight=w, **kw)
+    plain = _given(repeated, mu, var, pi, covariance_type, **kw)
     np.testing.assert_allclose(weighted.weights_, plain.weights_, rtol=1e-10)
     np.testing.assert_allclose(weighted.means_, plain.means_, rtol=1e-10, atol=1e-10 * np.abs(X).max())
     np.testing.assert_allclose(weighted.covariances_, plain.covariances_, rtol=1e-10)
     assert weighted.score(X, sample_weight=w) == pytest.approx(plain.score(repeated), rel=1e-10)
 
 
-def test_warm_start_starts_each_fit_from_the_last():
+@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+def test_warm_start_starts_each_fit_from_the_last(covariance_type):
     """scikit-learn's warm_start: the second fit is a fit given the first's means, weights and precisions
     (bit for bit), and ignores n_init; without it, a second fit repeats the first."""
     import dask_clust
 
     X = data_set("blobs")
-    kw = dict(random_state=0, max_iter=3, coreset_size=None)
+    kw = dict(random_state=0, max_iter=3, coreset_size=None, covariance_type=covariance_type)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fits cut short by max_iter warn
         gm = dask_clust.GaussianMixture(6, warm_start=True, n_init=2, **kw).fit(X)
-        mu, pi, cov = gm.means_.copy(), gm.weights_.copy(), np.asarray(gm.covariances_).copy()
+        mu, pi, prec = gm.means_.copy(), gm.weights_.copy(), np.asarray(gm.precisions_).copy()
         gm.fit(X)
-        given = dask_clust.GaussianMixture(6, means_init=mu, weights_init=pi, precisions_init=1.0 / cov, **kw).fit(X)
+        given = dask_clust.GaussianMixture(6, means_init=mu, weights_init=pi, precisions_init=prec, **kw).fit(X)
         cold = dask_clust.GaussianMixture(6, n_init=2, **kw)
         again = [cold.fit(X).means_.copy() for _ in range(2)]
     np.testing.assert_array_equal(gm.means_, given.means_)

@@ -74,6 +74,7 @@ import numpy as np
 from .. import progress
 from .._params import Boolean, Interval, NoneOK, Options
 from ..blocks.coreset import coreset_and_sample, default_size, uniform_sample
+from ..blocks.gaussian import covariance
 from ..blocks.knn import nearest_centre
 from ..blocks.lloyd import lloyd_update
 from ..blocks.truncated_em import isotropic, truncated_em
@@ -115,7 +116,8 @@ class VCGMMConfig(VarGMMConfig):
     docs: ClassVar = {
         **VarGMMConfig.docs,
         "coreset_size": "Rows N' of the lightweight coreset the EM runs on: 'auto' is the paper's "
-        "min(N, max(2^15, 64 C)), None runs on all rows (var-GMM-S).",
+        "min(N, max(2^15, 64 C)) ('full': D(D+3)/4 rows a component in place of 64, half one a parameter), None "
+        "runs on all rows (var-GMM-S).",
         "refit_size": "Rows of the fresh sample (drawn ∝ sample weight) on which one Lloyd step "
         "re-estimates the EM's means (``refit_means``): 'auto' = min(N, 2 N'), all rows "
         "when that is N; None keeps the EM's means, as the paper returns them. Costs "
@@ -249,7 +251,8 @@ def fit(engine, cfg, entropy, loop):
     if size is None:
         return fit_every_row(engine, cfg, entropy, loop)
     if size == "auto":
-        size = default_size(engine.n_samples, cfg.n_clusters)
+        per_cluster = covariance(cfg.covariance_type).coreset_rows(engine.n_features)
+        size = default_size(engine.n_samples, cfg.n_clusters, per_cluster)
     check_rows(engine)
     phases = {}
     refit = refit_size(cfg, engine.n_samples, size)

@@ -171,9 +171,10 @@ def lightweight_coreset(engine, size, entropy):
     return engine.reduce(_sample, params, (Rows(), Rows()))
 
 
-def default_size(n_samples, n_clusters):
-    """The vc-GMM paper's default N' = min(N, max(2^15, 64·C))."""
-    return int(min(n_samples, max(2**15, 64 * n_clusters)))
+def default_size(n_samples, n_clusters, per_cluster=64):
+    """The vc-GMM paper's default N' = min(N, max(2^15, 64·C)), or ``per_cluster`` rows a cluster in place of
+    its 64 (a model whose components have more parameters to estimate)."""
+    return int(min(n_samples, max(2**15, per_cluster * n_clusters)))
 
 
 @contextlib.contextmanager

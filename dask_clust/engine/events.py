@@ -9,6 +9,7 @@ event          detail              when
 ``lost``       pid                 a partition's worker was found lost: its rebuild on another worker starts
 ``rebuilt``    pid, addr           ... and ended: the partition runs on ``addr`` with its declared states
 ``placed``     pid, addr           a partition was started on a worker (when an engine opens, and in a rebuild)
+``busy``       addr                a worker that did not answer in time was found running, not frozen: kept
 ``drawn``      rows                a sample stayed on the workers that drew it (``Engine.sample``)
 ``partition``  partition           a ``Partition`` was made in this process
 ``ran``        partition, call     a partition's chunks ran a call in this process (once per call id)

@@ -14,6 +14,7 @@ import time
 import distributed
 from dask.utils import parse_timedelta
 from distributed.comm.core import CommClosedError
+from distributed.protocol.pickle import dumps
 
 from ..errors import ClusterLost
 from . import config
@@ -79,6 +80,18 @@ LOST_WORKERS = collections.defaultdict(set)
 # a future whose value is gone: its worker was lost and Dask cannot compute it again (scattered rows, or a
 # task whose inputs were)
 GONE = ("cancelled", "lost", "error")
+# a worker that does not answer is busy, not frozen, when its process used at least BUSY_CPU of a core over
+# BUSY_PROBE_S seconds: one compiling its kernels or starved on an overloaded node holds its event loop but
+# runs (at a load of 16 on 2 cores, an eighth of a core); a stopped or cut-off one uses none
+BUSY_PROBE_S = 1.0
+BUSY_CPU = 0.02
+
+
+def _process_cpu(dask_worker):
+    """Run in a worker's nanny: the CPU seconds its worker process has used (user + system)."""
+    import psutil
+
+    return sum(psutil.Process(dask_worker.process.process.pid).cpu_times()[:2])
 
 
 class Recovery:
@@ -136,7 +149,7 @@ class Recovery:
             try:
                 await asyncio.wait_for(self.client.rpc(addr).identity(), limit)
             except asyncio.TimeoutError:
-                return False
+                return await self._busy(addr, limit)
             except (OSError, CommClosedError):
                 pass
             return True
@@ -160,6 +173,41 @@ class Recovery:
                     stimulus_id=f"dask-clust-unresponsive-{time.time()}",
                 )
         return silent
+
+    async def _busy(self, addr, limit):
+        """Whether a worker that did not answer within ``limit`` is busy rather than frozen: its process, as its
+        nanny sees it, used CPU over BUSY_PROBE_S (``BUSY_CPU``). Without a nanny, or one that does not answer
+        either, it is taken for frozen."""
+
+        async def cpu():
+            msg = dict(op="run", function=dumps(_process_cpu), args=dumps(()), kwargs=dumps({}), wait=True)
+            with contextlib.suppress(Exception):  # no nanny, a nanny gone or cut off: nothing to tell
+                out = await asyncio.wait_for(
+                    self.client.scheduler.broadcast(msg=msg, workers=[addr], nanny=True, on_error="return_pickle"),
+                    limit,
+                )
+                reply = next(iter(out.values()), None)
+                if isinstance(reply, dict) and reply.get("status") == "OK":
+                    return float(reply["result"])
+            return None
+
+        before = await cpu()
+        if before is None:
+            return False
+        await asyncio.sleep(BUSY_PROBE_S)
+        after = await cpu()
+        busy = after is not None and after - before >= BUSY_CPU * BUSY_PROBE_S
+        if busy:
+            count("busy", addr=addr)
+            logger.info(
+                "worker %s did not answer within %g s but its process is running (%.2f CPU s in %g s): busy, "
+                "not frozen; left alone",
+                addr,
+                limit,
+                after - before,
+                BUSY_PROBE_S,
+            )
+        return busy
 
     def _await_worker(self):
         """Live workers once one is back (a nanny restarting the workers it killed), waiting up to
