@@ -61,10 +61,9 @@ def m_step(X, w, K, s, mu, var, pi, covariance_type="diag", weights="learned", r
     new_mu[won] = sums[won] / U[won, None]
     if covariance_type in ("full", "tied"):
         sq = np.zeros((C, D, D))
-        for n in range(len(X)):
-            for a, c in enumerate(K[n]):
-                v = X[n] - new_mu[c]
-                sq[c] += ws[n, a] * np.outer(v, v)
+        for a in range(K.shape[1]):
+            v = X - new_mu[K[:, a]]
+            np.add.at(sq, K[:, a], ws[:, a, None, None] * v[:, :, None] * v[:, None, :])
         if covariance_type == "tied":
             new_var = sq.sum(axis=0) / w.sum() + reg_covar * np.eye(D)
         else:
