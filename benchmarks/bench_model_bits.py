@@ -24,6 +24,7 @@ FITS = (
     + [("kmeans", {"init": init}) for init in ("k-means++", "afkmc2", "random")]
     + [("kmeans", {"coreset_size": 4000}), ("vcgmm", {"init": "k-means++"})]
     + [("vcgmm", {"covariance_type": "diag", "weights": "learned"})]
+    + [("vcgmm", {"covariance_type": kind, "weights": "learned", "refine": True}) for kind in ("full", "tied")]
 )
 
 
