@@ -135,6 +135,7 @@ class Engine:
         self._restarting = 0  # within ``rerun``: a lost worker raises Restarted, the call is not repeated
         self._ids = itertools.count()
         self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
+        self._rebuilds_below = 0  # those of the engines opened from this one (working sets, samples, reorders)
         # the first pass runs when first needed (``reduce``'s ``first_pass``); an engine given a summary (a
         # reorder's) makes none and has no chunk moments
         self._summary, self._top, self._moments = summary, top, None
@@ -386,8 +387,21 @@ class Engine:
         small = X.nbytes <= config.get_bytes("in-process-bytes")
         source = as_source(X, weights, chunk_rows=int(config.get("working-set-chunk-rows")))
         client = IN_PROCESS if small else getattr(self.backend, "client", IN_PROCESS)
-        with open_engine(source, client, entropy) as engine:
+        with open_engine(source, client, entropy) as engine, self._below(engine):
             yield engine
+
+    @contextlib.contextmanager
+    def _below(self, engine):
+        """While ``engine``, opened from this one, is open; then its rebuilds count as this engine's."""
+        try:
+            yield
+        finally:
+            self._rebuilds_below += engine.rebuilds
+
+    @property
+    def rebuilds(self):
+        """Partitions rebuilt after their worker was lost, on this engine and on those opened from it."""
+        return self.backend.n_rebuilds + self._rebuilds_below
 
     @contextlib.contextmanager
     def sample(self, step, params, counts, entropy, row_bytes=None):
@@ -406,7 +420,7 @@ class Engine:
             source, client = as_source(X, w, chunk_rows=rows), IN_PROCESS
         else:
             source, client = self.backend.drawn(step, params, counts, rows), self.backend.client
-        with _releasing(source), open_engine(source, client, entropy) as engine:
+        with _releasing(source), open_engine(source, client, entropy) as engine, self._below(engine):
             yield engine
 
     def samples_here(self, rows, row_bytes=None):
@@ -440,7 +454,8 @@ class Engine:
         with _releasing(source), backend_for(source, client, self.entropy) as backend:
             engine = Engine(backend, source, self.entropy, self.summary, self._grid())
             engine.key_totals = distinct, totals
-            yield engine
+            with self._below(engine):
+                yield engine
 
     def to_input_order(self, values):
         """Per-row ``values`` in this engine's row order, put back in the input's row order."""
@@ -496,7 +511,7 @@ class Engine:
             "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
             # the passes a streamed fit made over its source (the stored bytes decoded ÷ the data's size)
             "passes": self.bytes_read() / self.source.nbytes if self.streaming else None,
-            "rebuilds": self.backend.n_rebuilds,
+            "rebuilds": self.rebuilds,
             "round_trips": self.round_trips,
         }
 
