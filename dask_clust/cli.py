@@ -21,7 +21,7 @@ import time
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-COMMANDS = ("fit", "predict", "demo")
+COMMANDS = ("fit", "predict", "demo", "compile")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -190,6 +190,22 @@ def _table(rows):
     return "\n".join(out)
 
 
+def cmd_compile(args):
+    import numba
+
+    from . import warmup
+
+    where = numba.config.CACHE_DIR or "the package's __pycache__ (set NUMBA_CACHE_DIR to choose)"
+    cpu = numba.config.CPU_NAME or "this machine's CPU (set NUMBA_CPU_NAME for a cache other machines can use)"
+    print(f"compiling dask_clust's kernels into {where}, for {cpu}", flush=True)
+    t = time.perf_counter()
+    try:
+        warmup.compile_kernels()
+    except RuntimeError as exc:  # the failing part's traceback is above: one line more, status 1
+        raise SystemExit(f"dask-clust: error: {exc}") from None
+    print(f"done in {time.perf_counter() - t:.0f} s")
+
+
 def cmd_demo(args):
     from . import api
     from .datasets import make_blobs
@@ -245,7 +261,7 @@ def build_parser(argv=()):
     )
     p = _Parser(prog="dask-clust", description="Clustering for data too large for one machine.", parents=[common])
     p.add_argument("--version", action="version", version=f"dask-clust {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{fit,predict,demo}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{fit,predict,demo,compile}")
 
     def progress_flags(parser):
         parser.add_argument(
@@ -316,6 +332,14 @@ def build_parser(argv=()):
     d.add_argument("--seed", type=int, default=0, help="random_state of the data and the fit")
     progress_flags(d)
     d.set_defaults(func=cmd_demo)
+
+    c = sub.add_parser(
+        "compile",
+        parents=[common],
+        help="compile every numba kernel into numba's cache ahead of the first fit (an image's build, a "
+        "shared environment)",
+    )
+    c.set_defaults(func=cmd_compile)
 
     return p
 

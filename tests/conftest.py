@@ -1,7 +1,6 @@
+import contextlib
 import inspect
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dask
@@ -27,19 +26,17 @@ dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"})
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     """On a fresh install, compile the kernels into numba's cache once, in parallel parts, before any test
-    or worker process would compile them itself (tests/compile_kernels.py). Runs in the xdist controller,
-    before it starts its workers; skipped once the cache holds the kernels."""
-    from dask_clust import kernels
-    from tests import compile_kernels
+    or worker process would compile them itself (``dask_clust.warmup``): the workers of one cluster reach
+    each kernel at the same moment, so each kernel was compiled once per worker instead of once (about 3 of
+    a CI run's 14 minutes). Runs in the xdist controller, before it starts its workers; skipped once the
+    cache holds the kernels."""
+    from dask_clust import kernels, warmup
 
     if hasattr(session.config, "workerinput") or any((Path(kernels.__file__).parent / "__pycache__").glob("*.nbi")):
         return
-    parts = [
-        subprocess.Popen([sys.executable, "-m", "tests.compile_kernels", str(part)], cwd=ROOT)
-        for part in range(compile_kernels.PARTS)
-    ]
-    for part in parts:
-        part.wait()  # a part that fails leaves its kernels to be compiled where the tests need them
+    # a part that fails leaves its kernels to be compiled where the tests need them
+    with contextlib.suppress(RuntimeError):
+        warmup.compile_kernels(cwd=ROOT)
 
 
 # what a test (or a fixture it uses) does when it starts processes: a cluster's workers, a CLI, a kernel

@@ -213,3 +213,22 @@ def test_global_flags_after_the_command():
     assert args.verbose == 1 and args.p_n_clusters == 3
     assert build_parser([]).parse_args(["-vv", "predict", "m", "x.npy", "--out", "l.npy"]).verbose == 2
     assert not hasattr(build_parser([]).parse_args(["predict", "m", "x.npy", "--out", "l.npy"]), "verbose")
+
+
+def test_compile_says_where_and_for_which_cpu_and_runs_every_part(monkeypatch, capsys):
+    import numba
+
+    from dask_clust import warmup
+    from dask_clust.cli import main
+
+    calls = []
+    monkeypatch.setattr(warmup, "compile_kernels", lambda: calls.append(1))
+    monkeypatch.setattr(numba.config, "CACHE_DIR", "/tmp/numba-cache")
+    monkeypatch.setattr(numba.config, "CPU_NAME", "x86-64-v3")
+    assert main(["compile"]) in (0, None) and calls == [1]
+    assert "into /tmp/numba-cache, for x86-64-v3" in capsys.readouterr().out
+    monkeypatch.setattr(numba.config, "CACHE_DIR", "")
+    monkeypatch.setattr(numba.config, "CPU_NAME", None)
+    main(["compile"])
+    out = capsys.readouterr().out
+    assert "the package's __pycache__" in out and "this machine's CPU" in out

@@ -20,7 +20,7 @@ LAYERS = (
     ("algorithms",),
     ("models", "metrics", "mixture"),
     ("api", "estimators"),
-    ("cli", "__init__"),
+    ("cli", "warmup", "__init__"),
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
