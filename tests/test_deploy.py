@@ -9,6 +9,7 @@ limits), computed here from the files themselves.
 import copy
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -655,3 +656,56 @@ def test_kept_schema_is_the_one_derived_from_the_installed_operator_crd():
     path, source = derive_schema.installed_crd()
     expected = derive_schema.render(derive_schema.derive(yaml.safe_load(path.read_text()), source))
     assert (DEPLOY / "kubernetes/daskcluster.schema.json").read_text() == expected
+
+
+# --- the image's kernels: compiled at build, handed to numba by the entrypoint -------------------------
+
+# a kernel run in a fresh process: numba's dispatcher counts the signatures it loaded from its cache (hits)
+# and those it had to compile (misses)
+CALL_A_KERNEL = """
+import numpy as np
+from dask_clust.kernels.stats import to_fixed
+to_fixed(np.ones(3), 2, np.zeros((3, 3), np.int64))
+print(sum(to_fixed.stats.cache_hits.values()), sum(to_fixed.stats.cache_misses.values()))
+"""
+
+
+def run_kernel(cache, built=None, entrypoint=True):
+    """(hits, misses) of a kernel called in a new process whose numba cache is ``cache``, started through
+    the image's entrypoint with the build's cache at ``built``; the CPU named as the Dockerfile does."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": ""}
+    env.pop("NUMBA_DISABLE_JIT", None)
+    if built is not None:
+        env["DASK_CLUST_BUILT_KERNELS"] = str(built)
+    command = [sys.executable, "-c", CALL_A_KERNEL]
+    if entrypoint:
+        command = ["sh", str(DEPLOY / "docker/entrypoint.sh"), *command]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    return tuple(map(int, out.split()))
+
+
+def test_entrypoint_hands_the_kernels_compiled_at_build_to_a_fresh_pod(tmp_path):
+    built, pod = tmp_path / "built", tmp_path / "tmp" / "numba-cache"
+    assert run_kernel(built, entrypoint=False) == (0, 1)  # the build compiles it
+    built.chmod(0o555)  # the image's copy is read-only for the pod's user
+    assert run_kernel(pod, built) == (1, 0)  # a new pod loads it: nothing compiled
+    assert run_kernel(tmp_path / "elsewhere", entrypoint=False) == (0, 1)  # without the entrypoint: compiled
+
+
+def test_entrypoint_leaves_a_cache_the_pod_already_has(tmp_path):
+    built, pod = tmp_path / "built", tmp_path / "numba-cache"
+    run_kernel(built, entrypoint=False)
+    pod.mkdir()
+    (pod / "kept").write_text("a restarted container keeps its /tmp volume")
+    assert run_kernel(pod, built) == (0, 1)
+    assert (pod / "kept").exists()
+
+
+def test_dockerfile_compiles_the_kernels_for_the_cpu_it_names_and_starts_through_the_entrypoint():
+    text = (DEPLOY / "docker/Dockerfile").read_text()
+    built = re.search(r"^RUN NUMBA_CACHE_DIR=(\S+) dask-clust compile$", text, re.M).group(1)
+    assert f"built=${{DASK_CLUST_BUILT_KERNELS:-{built}}}" in (DEPLOY / "docker/entrypoint.sh").read_text()
+    assert re.search(r"^ARG NUMBA_CPU_NAME=\S+", text, re.M)
+    assert "NUMBA_CPU_NAME=${NUMBA_CPU_NAME}" in text and re.search(r"NUMBA_CPU_FEATURES=$", text, re.M)
+    (entry,) = re.findall(r"^COPY deploy/docker/entrypoint.sh (\S+)$", text, re.M)
+    assert re.search(rf'^ENTRYPOINT \["{entry}"\]$', text, re.M)
