@@ -201,7 +201,8 @@ def precision_cholesky(cov):
 
 
 def symmetric(a):
-    """(a + aᵀ) / 2 over the last two axes: sums of outer products in BLAS are symmetric only to rounding."""
+    """(a + aᵀ) / 2 over the last two axes: a weighted outer product rounds (w a_i) a_j and (w a_j) a_i
+    differently, and an inverse is symmetric only to rounding; a covariance must be symmetric to the bit."""
     return 0.5 * (a + np.swapaxes(a, -1, -2))
 
 
@@ -284,8 +285,8 @@ class Full(Matrix):
     def coreset_rows(self, n_features):
         """Half a row per free parameter of a component (its mean and Σ_c), at least the paper's 64. With 128 a
         component (the paper's 2^15 rows at C = 256, D = 32: 560 parameters each) the coreset's mixture was 9.3
-        nats a row short and the refine on every row ended 0.12 below scikit-learn's; with 280, 0.09 above it,
-        at 13.5x its speed; one row per parameter gained no more and, at C = 64, D = 64, cost the 5x
+        nats a row short and the refine on every row ended 0.12 below scikit-learn's; with 280, 0.095 above it,
+        at 14.7x its speed; one row per parameter gained no more and, at C = 64, D = 64, cost the 5x
         (300k rows, benchmarks/bench_mixtures.py --types full)."""
         return max(64, n_features * (n_features + 3) // 4)
 
