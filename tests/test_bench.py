@@ -55,6 +55,17 @@ def test_smoke_page_has_a_table_and_a_plot_per_set(smoke):
     assert "python benchmarks/run.py --suite quick" in text
 
 
+def test_regenerating_the_page_keeps_what_was_written_by_hand_and_nothing_else(smoke):
+    _, page, results = smoke
+    generated = page.read_text()
+    hand = f"{report.BY_HAND}\n\n## A per-issue section\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+    page.write_text(generated.replace("## Machine", "## Machine (edited)") + "\n" + hand)
+    assert main(["--tiny", "--results", str(results), "--page", str(page), "--report"]) == 0
+    assert page.read_text() == generated.rstrip("\n") + "\n\n" + hand
+    assert main(["--tiny", "--results", str(results), "--page", str(page), "--report"]) == 0
+    assert page.read_text() == generated.rstrip("\n") + "\n\n" + hand
+
+
 def _table_row(algo, eta, speedup, evals=None, seed=0, extras=None):
     return {
         "kind": "vcgmm_table",
