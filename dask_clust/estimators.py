@@ -413,10 +413,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     coreset_only : bool, default=False
         Stop after the EM on the coreset (the fast mode). By default the EM goes on over every row from the
         coreset's mixture until the free energy of all rows stops moving (one pass an iteration). On diagonal
-        mixtures of 250k rows (C = 16 to 256, D = 16 to 64, 3 seeds, BENCHMARKS.md) the default's held-out
-        log-likelihood per row was at or above scikit-learn's on every seed (by 0.12 to 2.1 on average) at
-        1.7x to 18x its speed; the coreset alone was 1.4x to 2x faster still but up to 0.30 nats below it on
-        average (C = 256).
+        mixtures of 300k rows (C = 16 to 256, D = 16 to 64, 5 seeds each, BENCHMARKS.md) the default's
+        held-out log-likelihood per row was above scikit-learn's on average on every line (by 0.11 to 1.7
+        nats; single seeds from 0.57 below to 4.7 above, scikit-learn's own spread over its random_state on
+        one data set up to 2.9 nats) at 1.6x to 17x its speed; the coreset alone was 1.6x to 1.9x faster
+        still but up to 0.30 nats below it on average (C = 256, D = 64).
     G : int, default=5
         Size of each component's neighbourhood, from which the rows' search spaces are built.
     n_truncated : int or None, default=None
