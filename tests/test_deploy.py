@@ -709,3 +709,16 @@ def test_dockerfile_compiles_the_kernels_for_the_cpu_it_names_and_starts_through
     assert "NUMBA_CPU_NAME=${NUMBA_CPU_NAME}" in text and re.search(r"NUMBA_CPU_FEATURES=$", text, re.M)
     (entry,) = re.findall(r"^COPY deploy/docker/entrypoint.sh (\S+)$", text, re.M)
     assert re.search(rf'^ENTRYPOINT \["{entry}"\]$', text, re.M)
+
+
+def test_entrypoint_starts_the_command_when_the_copy_fails(tmp_path):
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / "index.nbi").write_bytes(b"x")
+    (tmp_path / "a-file").write_text("not a directory")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "a-file" / "cache"), "DASK_CLUST_BUILT_KERNELS": str(built)}
+    done = subprocess.run(
+        ["sh", str(DEPLOY / "docker/entrypoint.sh"), "echo", "started"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout == "started\n"
+    assert "could not copy the built kernels" in done.stderr

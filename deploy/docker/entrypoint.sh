@@ -3,9 +3,10 @@
 # (the chart's, the DaskCluster's and the gateway's commands are container args, so they pass through here).
 #
 # numba reads and writes its cache only in a directory it can write, and the deploy paths run the image
-# with a read-only root filesystem and an empty /tmp volume: so the build's cache, /opt/dask-clust/numba-cache,
-# is copied into NUMBA_CACHE_DIR (on /tmp) when that is empty (DASK_CLUST_BUILT_KERNELS names another). Without it every new pod would spend its
-# first fit compiling, and its event loop would stall while it does.
+# with a read-only root filesystem and an empty /tmp volume: so the build's cache,
+# /opt/dask-clust/numba-cache (DASK_CLUST_BUILT_KERNELS names another), is copied into NUMBA_CACHE_DIR (on
+# /tmp) when that is empty. Without it every new pod would spend its first fit compiling, and its event loop
+# would stall while it does. Nothing here stops the command from starting: a copy that fails only costs that.
 set -e
 built=${DASK_CLUST_BUILT_KERNELS:-/opt/dask-clust/numba-cache}
 if [ -n "$NUMBA_CPU_NAME" ] && [ "$NUMBA_CPU_NAME" != generic ]; then
@@ -20,8 +21,7 @@ if [ -n "$NUMBA_CPU_NAME" ] && [ "$NUMBA_CPU_NAME" != generic ]; then
     done
 fi
 if [ -n "$built" ] && [ -d "$built" ] && [ -n "$NUMBA_CACHE_DIR" ] && [ -z "$(ls -A "$NUMBA_CACHE_DIR" 2>/dev/null)" ]; then
-    mkdir -p "$NUMBA_CACHE_DIR"
-    cp -R "$built/." "$NUMBA_CACHE_DIR/" ||
+    { mkdir -p "$NUMBA_CACHE_DIR" && cp -R "$built/." "$NUMBA_CACHE_DIR/"; } ||
         echo "dask-clust: could not copy the built kernels into $NUMBA_CACHE_DIR: the first fit compiles them" >&2
 fi
 exec "$@"
