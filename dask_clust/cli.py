@@ -1,4 +1,4 @@
-"""Command line: ``dask-clust fit | predict | demo`` (the benchmark suites are ``benchmarks/run.py`` in the
+"""Command line: ``dask-clust fit | predict | demo | compile`` (the benchmark suites are ``benchmarks/run.py`` in the
 repository, outside the installed package).
 
 Algorithm flags are generated from the registry's config dataclasses (their help is each parameter's
@@ -25,7 +25,11 @@ COMMANDS = ("fit", "predict", "demo", "compile")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (status 2) that points at --help."""
+    """argparse, but a usage error is one line (status 2) that points at --help, and a flag is only its whole
+    name: argparse's abbreviations took ``--n-init 3`` silently as ``--n-init-esteps 3``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -232,3 +232,15 @@ def test_compile_says_where_and_for_which_cpu_and_runs_every_part(monkeypatch, c
     main(["compile"])
     out = capsys.readouterr().out
     assert "the package's __pycache__" in out and "this machine's CPU" in out
+
+
+def test_a_flag_is_only_its_whole_name(capsys):
+    """Issue #54: argparse's abbreviations took ``--n-init 3`` as ``--n-init-esteps 3``, without a word."""
+    parser = build_parser(["fit"])
+    assert parser.parse_args(["fit", "x.npy", "-k", "3", "--n-init-esteps", "3"]).p_n_init_esteps == 3
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(["fit", "x.npy", "-k", "3", "--n-init", "3"])
+    assert stop.value.code == 2
+    assert "unrecognized arguments: --n-init 3" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser([]).parse_args(["predict", "m", "x.npy", "--ou", "l.npy"])
