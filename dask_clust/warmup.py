@@ -57,15 +57,12 @@ def compile_part(part):
             nmi(truth, labels), acc(truth, labels), quantization_error(X, model.cluster_centers_)
 
 
-def compile_kernels(env=None, cwd=None):
+def compile_kernels(cwd=None):
     """Compile every kernel into numba's cache, the ``PARTS`` parts in as many processes side by side.
 
-    ``env`` and ``cwd``: the processes' environment and directory (default: this process's). Raises
-    ``RuntimeError`` naming the parts that failed."""
-    parts = [
-        subprocess.Popen([sys.executable, "-m", "dask_clust.warmup", str(part)], env=env, cwd=cwd)
-        for part in range(PARTS)
-    ]
+    ``cwd``: the processes' directory (default: this process's). Raises ``RuntimeError`` naming the parts
+    that failed."""
+    parts = [subprocess.Popen([sys.executable, "-m", "dask_clust.warmup", str(part)], cwd=cwd) for part in range(PARTS)]
     failed = [part for part, process in enumerate(parts) if process.wait() != 0]
     if failed:
         raise RuntimeError(f"compiling the kernels failed in part(s) {failed} (their output is above)")
