@@ -236,12 +236,15 @@ class ClusterBackend(Recovery, RowMoves):
             self._check_scheduler(lost=True)
 
     async def _identity(self):
-        """The scheduler's identity, given up once the client has seen the scheduler go: a question sent just
-        before a killed scheduler's connection broke retries connecting for comm.timeouts.connect (30 s), and
-        a fit ended only with the client, 30.05 s after the kill (once in a loaded run of the suite)."""
-        ask = asyncio.ensure_future(
+        return await self._ask_scheduler(
             self.client.scheduler.identity(**({"n_workers": -1} if _accepts_n_workers() else {}))
         )
+
+    async def _ask_scheduler(self, request):
+        """A request to the scheduler, given up once the client has seen the scheduler go: a request sent just
+        before a killed scheduler's connection broke retries connecting for comm.timeouts.connect (30 s), and
+        a fit ended only with the client, 30.05 s after the kill (in loaded runs of the suite)."""
+        ask = asyncio.ensure_future(request)
         try:
             while not ask.done():
                 self._check_scheduler()

@@ -124,8 +124,10 @@ class Recovery:
             while True:
                 await asyncio.sleep(WATCH_S)
                 gone = ()
-                with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):  # a lost scheduler:
-                    gone = placed - set(await self.client.scheduler.ncores())  # the caller reports it
+                # a lost scheduler raises ClusterLost here: a call on workers relaying to a closing peer can
+                # outlast it by comm.timeouts.connect (30 s)
+                with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):
+                    gone = placed - set(await self._ask_scheduler(self.client.scheduler.ncores()))
                 if gone:
                     raise CommClosedError(f"worker(s) {sorted(gone)} of the fit left the cluster during a call")
                 if probe is None and time.monotonic() > probe_at:
