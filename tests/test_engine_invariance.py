@@ -49,12 +49,14 @@ def test_every_registered_algorithm_is_worker_count_invariant(cluster, small_blo
     "covariance_type,refine", [("spherical", False), ("diag", False), ("diag", True), ("full", True), ("tied", False)]
 )
 def test_a_gaussian_mixture_is_worker_count_invariant(cluster, small_blobs, covariance_type, refine):
-    """A mixture with learned weights on its coreset (and refined on every row, GaussianMixture's default):
-    weights, means and variances bit-identical on one and on two partitions."""
+    """A mixture with learned weights on its coreset (and, as GaussianMixture's default, moved by split and
+    merge there and refined on every row): weights, means and variances bit-identical on one and on two
+    partitions."""
     X, _ = small_blobs
     kw = dict(
         algo="vcgmm", n_clusters=6, random_state=5, covariance_type=covariance_type, weights="learned", refine=refine
     )
+    kw.update(split_merge=4 if refine else 0)
     one = dask_clust.fit(X, client="in-process", **kw)
     two = dask_clust.fit(X, client=cluster, **kw)
     for name in ("cluster_centers_", "weights_", "variances_"):

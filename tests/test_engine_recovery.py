@@ -340,6 +340,12 @@ SEEDING_KILLS = {  # phase: (fit parameters, the step before whose nth call the 
         "truncated_estep.truncated_estep",
         8,
     ),
+    # a split-and-merge move's EM on the coreset (its second search; the coreset's own EM takes 5)
+    "mixture split and merge": (
+        dict(algo="vcgmm", covariance_type="diag", weights="learned", split_merge=2, coreset_size=20_000),
+        "truncated_estep.truncated_estep",
+        7,
+    ),
     # the same with full covariances: Cholesky costs and scatter statistics, grouped by component per block
     "full mixture refine": (
         dict(algo="vcgmm", covariance_type="full", weights="learned", refine=True, coreset_size=20_000),

@@ -683,7 +683,8 @@ def test_partial_fit_over_one_pass_of_a_stream_comes_within_a_tenth_of_a_nat_of_
     start = dict(
         means_init=first.means_, weights_init=first.weights_, precisions_init=first.precisions_, random_state=0
     )
-    whole = GaussianMixture(16, **start).fit(train, client="in-process", progress=False)
+    # (no split-and-merge moves: they leave the start's basin, which stepwise EM does not)
+    whole = GaussianMixture(16, split_merge=0, **start).fit(train, client="in-process", progress=False)
     for a in range(batch, len(train), batch):
         online.partial_fit(train[a : a + batch])
     assert online.n_steps_ == len(train) // batch
@@ -808,3 +809,96 @@ def test_a_fit_with_several_coreset_starts_resumes_to_the_uninterrupted_bits(tmp
     assert resumed.n_iter_ == whole.n_iter_ == 20
     np.testing.assert_array_equal(resumed.cluster_centers_, whole.cluster_centers_)
     assert resumed.lower_bound_ == whole.lower_bound_
+
+
+@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+def test_a_split_and_merge_move_keeps_the_moments_of_what_it_moves(covariance_type):
+    """SMEM's move (``split_merge.moved``): the merged component has the mean and covariance of the two it
+    replaces as one mixture, E[x xᵀ] − E[x] E[x]ᵀ; the split one's halves are N(μ_k, Σ_k) cut at μ_k along
+    its axis of largest variance: means μ_k ± E|z| u and variance Var|z| along u for z ~ N(0, λ) (scipy's
+    half-normal), the rest of Σ_k kept; the other components untouched."""
+    from scipy.stats import halfnorm
+
+    from dask_clust.blocks.gaussian import covariance
+    from dask_clust.blocks.split_merge import moved
+
+    cov = covariance(covariance_type)
+    mu, var, pi = start(scaled_blobs(3000, 4, 6, seed=2), 6, covariance_type, seed=7)
+    i, j, k = 1, 4, 2
+    m, v, w = moved(cov, mu, var, pi, i, j, k)
+    full = var if covariance_type == "full" else np.stack([np.diag(s) for s in var])
+    got = v if covariance_type == "full" else np.stack([np.diag(s) for s in v])
+    p = pi[[i, j]] / pi[[i, j]].sum()
+    mean = p @ mu[[i, j]]
+    raw = sum(p[a] * (full[c] + np.outer(mu[c], mu[c])) for a, c in enumerate((i, j)))
+    merged = raw - np.outer(mean, mean)  # (a diagonal model keeps its diagonal)
+    np.testing.assert_allclose(m[i], mean, rtol=1e-12)
+    np.testing.assert_allclose(got[i], merged if covariance_type == "full" else np.diag(np.diag(merged)), rtol=1e-10)
+    assert w[i] == pi[i] + pi[j] and w[j] == w[k] == pi[k] / 2
+    lam, vecs = np.linalg.eigh(full[k])
+    axis = vecs[:, -1] if covariance_type == "full" else np.eye(4)[np.argmax(np.diag(full[k]))]
+    lam = lam[-1] if covariance_type == "full" else np.diag(full[k]).max()
+    half = halfnorm(scale=np.sqrt(lam))
+    offset = m[j] - mu[k]
+    np.testing.assert_allclose(abs(offset @ axis), half.mean(), rtol=1e-10)
+    np.testing.assert_allclose(offset, abs(offset @ axis) * axis * np.sign(offset @ axis), atol=1e-12)
+    np.testing.assert_allclose(m[k], mu[k] - offset, rtol=1e-12)
+    for c in (j, k):
+        np.testing.assert_allclose(axis @ got[c] @ axis, half.var(), rtol=1e-10)
+        np.testing.assert_allclose(got[c] + np.outer(offset, offset), full[k], rtol=1e-10, atol=1e-12)
+    rest = [c for c in range(6) if c not in (i, j, k)]
+    np.testing.assert_array_equal(m[rest], mu[rest])
+    np.testing.assert_array_equal(v[rest], var[rest])
+
+
+def test_merge_candidates_are_the_nearest_pairs_by_bhattacharyya_distance():
+    """Each component's nearest by the Bhattacharyya distance of diagonal Gaussians, written out per pair
+    (|Σ| as products), the pairs closest first, each once; the distance blocks of any size agree."""
+    from dask_clust.blocks import split_merge
+
+    rng = np.random.default_rng(3)
+    C, D = 40, 5
+    mu, diag = rng.normal(0, 3, (C, D)), rng.uniform(0.2, 4, (C, D))
+
+    def distance(a, b):
+        s = (diag[a] + diag[b]) / 2
+        return (mu[a] - mu[b]) ** 2 / s @ np.ones(D) / 8 + 0.5 * np.log(
+            np.prod(s) / np.sqrt(np.prod(diag[a]) * np.prod(diag[b]))
+        )
+
+    best = {}
+    for a in range(C):
+        d, b = min((distance(a, b), b) for b in range(C) if b != a)
+        pair = (min(a, b), max(a, b))
+        best[pair] = min(d, best.get(pair, np.inf))
+    want = sorted(best, key=best.get)[:6]
+    assert split_merge.merge_candidates(diag, mu, 6) == want
+    old = split_merge.BLOCK_ENTRIES
+    try:
+        split_merge.BLOCK_ENTRIES = 3 * C * D
+        assert split_merge.merge_candidates(diag, mu, 6) == want
+    finally:
+        split_merge.BLOCK_ENTRIES = old
+
+
+@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+def test_split_and_merge_moves_leave_an_optimum_the_em_cannot(covariance_type):
+    """Started with two components in one cluster and one spanning two others, the EM stays there. The moves (merge the pair, split the wide one) reach the likelihood of
+    scikit-learn's EM started from the true means; without them the fit stays nats below it."""
+    import dask_clust
+    from sklearn.mixture import GaussianMixture
+
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0, 0, 0], [12, 0, 0], [0, 12, 0], [0, 0, 12]])
+    X = (centres[rng.integers(0, 4, 24_000)] + rng.normal(0, 1, (24_000, 3))).astype(np.float32)
+    fit_rows, held = X[:20_000], X[20_000:]
+    bad = np.array([[-0.5, 0, 0], [0.5, 0, 0], [6, 6, 0], [0, 0, 12]])
+    var = np.array([[0.75, 1, 1], [0.75, 1, 1], [37, 37, 1], [1, 1, 1]])  # the third spans two clusters
+    precisions = 1 / var if covariance_type == "diag" else np.stack([np.diag(1 / v) for v in var])
+    kw = dict(covariance_type=covariance_type, means_init=bad, precisions_init=precisions, coreset_size=4000)
+    kw.update(weights_init=np.array([1, 1, 4, 2]) / 8, random_state=0, coreset_only=True)
+    stuck = dask_clust.GaussianMixture(4, split_merge=0, **kw).fit(fit_rows)
+    moved = dask_clust.GaussianMixture(4, split_merge=4, **kw).fit(fit_rows)
+    truth = GaussianMixture(4, covariance_type=covariance_type, means_init=centres, random_state=0).fit(fit_rows)
+    assert moved.score(held, exact=True) > truth.score(held) - 0.01
+    assert stuck.score(held, exact=True) < truth.score(held) - 0.5

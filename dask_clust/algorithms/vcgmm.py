@@ -34,6 +34,10 @@ weighted log-likelihood is an unbiased estimate of the data's, with a variance f
 (ε, k) bound is proved for the k-means cost only. Uniform bounds for mixtures of Gaussians with variances
 bounded below (here by reg_covar) are Lucic et al.'s (JMLR 2018), for coresets sampled by their
 sensitivity bound, not by this one.
+  6'. split and merge (``split_merge`` moves, ``moves``; Ueda et al., "SMEM Algorithm for Mixture Models",
+     Neural Computation 2000; "diag" and "full" with learned weights, GaussianMixture's default, none here by
+     default): after the coreset's EM, the closest pair merged and the widest component split, kept when an
+     EM from there raises the coreset's F (``blocks/split_merge.py``).
   7. refit_means (ours, ``refit_size``; vc-GMM only): one Lloyd step from the means on a fresh sample of
      2 N' rows, so that the centres returned are not limited by the coreset's ≈ 64 rows per cluster.
 
@@ -77,6 +81,7 @@ from ..blocks.coreset import coreset_and_sample, default_size, uniform_sample
 from ..blocks.gaussian import covariance
 from ..blocks.knn import nearest_centre
 from ..blocks.lloyd import lloyd_update
+from ..blocks.split_merge import split_merge
 from ..blocks.truncated_em import isotropic, truncated_em
 from ..loop import Loop
 from .registry import COUNT, AlgorithmSpec, register
@@ -97,6 +102,11 @@ from .vargmm import (
 from .vargmm import fit as fit_every_row
 
 
+# EM iterations a start (``best_start``) or a split-and-merge move is judged after: its basin is set by then,
+# and the judging costs less than a quarter of the fit's own coreset EM
+TRIAL_ITERATIONS = 8
+
+
 @dataclass
 class VCGMMConfig(VarGMMConfig):
     coreset_size: object = "auto"
@@ -104,11 +114,13 @@ class VCGMMConfig(VarGMMConfig):
     final_objective: object = "exact"
     refine: bool = False
     coreset_starts: int = 1
+    split_merge: int = 0
 
     constraints: ClassVar = {
         **VarGMMConfig.constraints,
         "refine": [Boolean()],
-        "coreset_starts": [Interval(numbers.Integral, 1, None)],
+        "coreset_starts": [Options(("auto",)), Interval(numbers.Integral, 1, None)],
+        "split_merge": [Interval(numbers.Integral, 0, None)],
         "coreset_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
         "refit_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
         "final_objective": [Options(("exact", "coreset")), NoneOK()],
@@ -142,9 +154,17 @@ class VCGMMConfig(VarGMMConfig):
         "coreset_starts": "Seedings tried on the coreset, each followed by the EM on it (steps 2-6); the one of "
         "highest free energy goes on to step 7 or the refine (the coreset's free energy estimates the data's "
         "without bias). Costs a pass over the coreset per EM iteration a start, none over the data. 1: the "
-        "paper's one start. The seeding's basin decides a mixture's likelihood more than the EM does: on 1M x "
+        "paper's one start; 'auto': the covariance type's, 1 for \"diag\" (the split-and-merge moves do better), "
+        "3 for the others. The seeding's basin decides a mixture's likelihood more than the EM does: on 1M x "
         "64 at C = 64, eight single starts ranged over 2.2 nats per row of held-out log-likelihood, and their "
         "coreset free energies ranked them exactly (benchmarks/BENCHMARKS.md).",
+        "split_merge": "Split-and-merge moves tried on the coreset after its EM (``blocks/split_merge.py``; Ueda et "
+        "al., Neural Computation 2000): two overlapping components merged and the widest split, the EM run "
+        f"{TRIAL_ITERATIONS} iterations from there, kept when the coreset's free energy rose; stops after "
+        "3 in a row are not kept. They leave the optima where one component spans two clusters and two "
+        "share one, which more starts rarely avoid (eight starts of 300k x 64, C = 64 spread over 2.1 nats "
+        "per row). Costs those iterations on the coreset per move, no pass over the data. 0: none (the paper's "
+        "fit). \"diag\" and \"full\" only, with learned weights.",
     }
 
 
@@ -163,6 +183,35 @@ def by_nearest_seed(work, seeds, sets, phases):
         keys, totals = rows.key_totals
         phases["reorder"] = time.perf_counter() - t
         yield rows, (np.concatenate([[0], np.cumsum(totals)]).astype(np.int64), keys.astype(np.int32))
+
+
+def splits_and_merges(cfg):
+    """Whether the fit tries split-and-merge moves (``VCGMMConfig.split_merge``): asked for, on a type with a
+    Σ per component and learned weights."""
+    return cfg.split_merge > 0 and covariance(cfg.covariance_type).splits and cfg.weights == "learned"
+
+
+def moves(rows, cfg, mu, sigma2, f, mixture, entropy, phases):
+    """``split_merge`` on the coreset ``rows`` from the EM's mixture, each move judged by a var-GMM-S EM of
+    TRIAL_ITERATIONS iterations given the moved mixture (K^(n) from the nearest mean, as the refine starts).
+    Returns (μ, σ², F, distance evaluations, (Σ, π)) of the mixture kept."""
+    t = time.perf_counter()
+    evals = 0
+
+    def em(m, var, weights):
+        nonlocal evals
+        trial = Loop("split and merge", min(cfg.max_iter, TRIAL_ITERATIONS))
+        m, s2, new_f, e, (var, weights) = truncated_em(
+            rows, m, given_mixture(cfg, m, var, weights), entropy, trial, {}, "nearest"
+        )
+        evals += e + rows.n_samples * cfg.n_clusters  # (and the nearest-mean pass)
+        return (m, var, weights), new_f, s2
+
+    (mu, var, weights), f, s2, _, _ = split_merge(
+        em, covariance(cfg.covariance_type), (mu, *mixture), f, cfg.split_merge
+    )
+    phases["split_merge"] = time.perf_counter() - t
+    return mu, sigma2 if s2 is None else s2, f, evals, (var, weights)
 
 
 def refine_on_all_rows(engine, cfg, mu, sigma2, mixture, entropy, loop, phases):
@@ -209,15 +258,17 @@ def refit_means(engine, mu, size, entropy, drawn=None):
     return new, evals
 
 
-# EM iterations a start is judged after (``best_start``): its basin is set by then, and the judging costs
-# less than a quarter of the fit's own coreset EM
-TRIAL_ITERATIONS = 8
-
-
 def start_entropy(entropy, i):
     """The random stream of start i (``coreset_starts``): the fit's own for the first, so that one start is
     the fit it always was."""
     return entropy if i == 0 else int(np.random.SeedSequence(entropy, spawn_key=(0x5EED, i)).generate_state(1)[0])
+
+
+def n_starts(cfg):
+    """``coreset_starts``, "auto" resolved: the covariance type's (``CovarianceType.coreset_starts``)."""
+    if cfg.coreset_starts == "auto":
+        return covariance(cfg.covariance_type).coreset_starts
+    return cfg.coreset_starts
 
 
 def best_start(work, cfg, entropy, loop):
@@ -225,13 +276,14 @@ def best_start(work, cfg, entropy, loop):
     EM reached the highest free energy (the first on ties), which the fit then runs as its own (a second EM
     on the coreset, so that its iterations, callbacks and checkpoints are the fit's). A resumed fit takes the
     start its checkpoint names."""
-    if cfg.coreset_starts == 1:
+    starts = n_starts(cfg)
+    if starts == 1:
         return entropy
     if loop.restored is not None:
         return start_entropy(entropy, int(loop.restored["start"]))
     best, best_f = 0, -np.inf
-    with progress.phase("coreset starts", cfg.coreset_starts, "start") as shown:
-        for i in range(cfg.coreset_starts):
+    with progress.phase("coreset starts", starts, "start") as shown:
+        for i in range(starts):
             e, trial = start_entropy(entropy, i), Loop(loop.name, min(loop.max_iter, TRIAL_ITERATIONS))
             mu, seeds, _, given, seeder = starting_means(work, cfg, e, trial)
             sets = truncated_init(given, seeder)
@@ -266,6 +318,9 @@ def fit(engine, cfg, entropy, loop):
         # the coreset sorted by nearest seed
         with by_nearest_seed(work, seeds, sets, phases) as (rows, cells):
             mu, sigma2, f, em_evals, mixture = truncated_em(rows, mu, cfg, start, loop, phases, sets, cells)
+            if splits_and_merges(cfg) and not loop.stopped:
+                mu, sigma2, f, moves_evals, mixture = moves(rows, cfg, mu, sigma2, f, mixture, start, phases)
+                em_evals += moves_evals
         if sets == "nearest":  # the assignment pass over the working set: the sort's key or the builder's
             seed_evals += work.n_samples * cfg.n_clusters
         t = time.perf_counter()
@@ -287,7 +342,7 @@ def fit(engine, cfg, entropy, loop):
 
 def saved_with_start(cfg, n_samples, n_features):
     """What a vc-GMM checkpoint holds (``vargmm.saved``), and with several coreset starts the one chosen."""
-    return {**saved(cfg, n_samples, n_features), **({"start": COUNT} if cfg.coreset_starts > 1 else {})}
+    return {**saved(cfg, n_samples, n_features), **({"start": COUNT} if n_starts(cfg) > 1 else {})}
 
 
 register(

@@ -34,6 +34,11 @@ class CovarianceType:
     needs_scatter = False
     # what init="auto" starts a mixture of this type with (None: a seeder's means, ``seeding_method``)
     auto_start = None
+    # whether a component has a Σ of its own to merge and split (``split_merge``): not a shared one
+    splits = False
+    # coreset_starts="auto" (GaussianMixture's default): the starts whose best is measured at scikit-learn's
+    # likelihood or above (BENCHMARKS.md)
+    coreset_starts = 3
 
     def coreset_rows(self, n_features):
         """The default coreset's rows per component (``default_size``): the paper's 64."""
@@ -90,6 +95,30 @@ class CovarianceType:
         """A given ``precisions_init`` of this type's shape: the problem, or None."""
         return None if (p > 0).all() else "precisions_init must be positive"
 
+    def log_volume(self, var):
+        """log det Σ_c per component (C,): the volume a component spreads over (``split_merge``'s split rank)."""
+        return np.log(var).sum(axis=1)
+
+    def diagonal(self, var):
+        """The variances along each feature, (C, D)."""
+        return var
+
+    def merged(self, var, i, j, delta_i, delta_j, share_i):
+        """Σ of components i and j as one: the moments of their two-component mixture, Σ = p (Σ_i + δ_i δ_iᵀ) +
+        (1 − p)(Σ_j + δ_j δ_jᵀ), with δ the offsets of their means from the merged one and p = π_i / (π_i + π_j)."""
+        return share_i * (var[i] + delta_i**2) + (1 - share_i) * (var[j] + delta_j**2)
+
+    def split(self, var, k):
+        """Component k as its two halves along the axis u of its largest variance λ (``split_merge``): (their
+        means' offsets ± √(2λ/π) u from μ_k, their Σ = Σ_k − (2/π) λ u uᵀ), the moments of N(μ_k, Σ_k) cut in
+        two at μ_k, so that the two, with half the weight each, have the mean and Σ of the one."""
+        d = int(np.argmax(var[k]))
+        half = var[k].copy()
+        half[d] *= 1 - 2 / math.pi
+        offset = np.zeros(len(half))
+        offset[d] = math.sqrt(2 * var[k, d] / math.pi)
+        return offset, half
+
     def variances(self, var, resid, U, won, reg_covar):
         """Step 6 for the components that won rows: σ² from each one's residuals resid (C, D) = Σ w s (x_d −
         μ_cd)² and U_c = Σ w s, plus ``reg_covar`` (scikit-learn's meaning), into ``var`` in place. Row-wise:
@@ -117,6 +146,10 @@ class Diag(CovarianceType):
     """diag(σ²_c1 … σ²_cD) per component."""
 
     name = "diag"
+    splits = True
+    # the split-and-merge moves did better than three starts (BENCHMARKS.md), at one seeding's cost. With
+    # "full" they left one of five 300k x 16, C = 16 seeds 0.13 nats below scikit-learn's, which three reached
+    coreset_starts = 1
 
     def variances(self, var, resid, U, won, reg_covar):
         var[won] = resid[won] / U[won, None] + reg_covar
@@ -278,6 +311,7 @@ class Full(Matrix):
 
     name = "full"
     moments = 2
+    splits = True
 
     def var_shape(self, n_clusters, n_features):
         return (n_clusters, n_features, n_features)
@@ -289,6 +323,21 @@ class Full(Matrix):
         at 14.7x its speed; one row per parameter gained no more and, at C = 64, D = 64, cost the 5x
         (300k rows, benchmarks/bench_mixtures.py --types full)."""
         return max(64, n_features * (n_features + 3) // 4)
+
+    def log_volume(self, var):
+        return np.linalg.slogdet(var)[1]
+
+    def diagonal(self, var):
+        return np.diagonal(var, axis1=1, axis2=2)
+
+    def merged(self, var, i, j, delta_i, delta_j, share_i):
+        outer_i, outer_j = np.outer(delta_i, delta_i), np.outer(delta_j, delta_j)
+        return symmetric(share_i * (var[i] + outer_i) + (1 - share_i) * (var[j] + outer_j))
+
+    def split(self, var, k):
+        lam, vecs = np.linalg.eigh(var[k])
+        u, lam = vecs[:, -1], float(lam[-1])
+        return math.sqrt(2 * lam / math.pi) * u, symmetric(var[k] - (2 / math.pi) * lam * np.outer(u, u))
 
     def m_step(self, var, Q, U, won, new, old, family, total_weight):
         # Σ w s (x − μ^new)(x − μ^new)ᵀ = Q − U (μ^new − μ^old)(μ^new − μ^old)ᵀ, Q about the old means

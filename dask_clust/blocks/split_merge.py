@@ -1,0 +1,117 @@
+"""Split-and-merge moves for a mixture after its EM (SMEM: N. Ueda, R. Nakano, Z. Ghahramani, G. E. Hinton,
+"SMEM Algorithm for Mixture Models", Neural Computation 12(9), 2000, Sec. 3).
+
+EM settles where one component spans two clusters while two others share one: no EM step leaves such an
+optimum, since each way out lowers the likelihood first. SMEM's move takes two steps at once: merge the two
+components that overlap most (their weights added, the Gaussian of their moments), split a third in two,
+run EM from there, and keep the result when the likelihood rose; the candidates are tried in order, the
+first improvement taken, and then ranked anew (Sec. 3.2). Here, on the coreset once its EM has converged
+(``vcgmm.fit``):
+
+  1. merge_candidates   pairs ranked by the Bhattacharyya distance of their Gaussians (the diagonals of
+                        their Σ). Ueda ranks by the posteriors' inner product Σ_n P(i|x_n) P(j|x_n); the
+                        truncated posteriors (C' components a row) leave it 0 for most pairs, and the
+                        distance ranks the same overlap from the parameters alone, without a pass
+  2. split_candidate    for a pair, the component of largest log det Σ outside it. Ueda's local KL divergence
+                        needs a density estimate per component; at such an optimum the component spanning two
+                        clusters is the widest, its Σ holding the gap between them
+  3. moved              merged: π_i + π_j, the moments of the two; split: two halves of N(μ_k, Σ_k) cut at μ_k
+                        along its axis of largest variance, π_k / 2 each (together the moments of the one)
+  4. judged             TRIAL_ITERATIONS EM iterations on the coreset from the moved mixture, kept when the
+                        coreset's free energy passed the current one's (it ranked eight starts of a 300k x 64,
+                        C = 64 mixture in the order of their held-out likelihood, every one)
+
+until ``budget`` moves are tried or PATIENCE in a row are not kept. Only types with a Σ per component
+("diag", "full"): merging or splitting a shared Σ moves means alone, which the EM already does.
+
+The driver holds the mixture, O(C·D) (O(C·D²) full), and ranks the pairs in O(C²·D) (blocks of
+BLOCK_ENTRIES), as the refine on every row that follows already holds it; each move costs the EM's
+passes over the coreset, none over the data.
+"""
+
+import logging
+
+import numpy as np
+
+from .. import progress
+
+logger = logging.getLogger("dask_clust")
+
+# moves in a row not kept after which the mixture is taken as it is (Ueda's C_max candidates, Sec. 3.2)
+PATIENCE = 3
+# entries (components x components x features) of the distance blocks on the driver
+BLOCK_ENTRIES = 2**22
+
+
+def merge_candidates(diag, mu, n):
+    """Up to ``n`` pairs (i, j), i < j, each some component and its nearest (least Bhattacharyya distance
+    between N(μ_i, diag_i) and N(μ_j, diag_j)), closest first."""
+    C, D = mu.shape
+    log_det = np.log(diag).sum(axis=1)
+    nearest, dist = np.empty(C, np.int64), np.empty(C)
+    step = max(1, BLOCK_ENTRIES // (C * D))
+    for a in range(0, C, step):
+        b = np.arange(a, min(C, a + step))
+        both = 0.5 * (diag[b, None, :] + diag[None, :, :])
+        db = 0.125 * ((mu[b, None, :] - mu[None, :, :]) ** 2 / both).sum(axis=2) + 0.5 * (
+            np.log(both).sum(axis=2) - 0.5 * (log_det[b, None] + log_det[None, :])
+        )
+        db[np.arange(len(b)), b] = np.inf
+        nearest[b] = np.argmin(db, axis=1)
+        dist[b] = db[np.arange(len(b)), nearest[b]]
+    pairs = []
+    for i in np.argsort(dist, kind="stable"):
+        pair = (int(min(i, nearest[i])), int(max(i, nearest[i])))
+        if pair not in pairs:
+            pairs.append(pair)
+        if len(pairs) == n:
+            break
+    return pairs
+
+
+def split_candidate(cov, var, pair):
+    """The component of largest log det Σ outside ``pair`` (the lowest index on ties)."""
+    volume = cov.log_volume(var).astype(np.float64)
+    volume[list(pair)] = -np.inf
+    return int(np.argmax(volume))
+
+
+def moved(cov, mu, var, weights, i, j, k):
+    """The mixture with components i and j merged into i, and k split into j and k (step 3)."""
+    mu, new_var, weights = mu.copy(), var.copy(), weights.copy()
+    total = weights[i] + weights[j]
+    share = weights[i] / total if total > 0 else 0.5
+    centre = share * mu[i] + (1 - share) * mu[j]
+    new_var[i] = cov.merged(var, i, j, mu[i] - centre, mu[j] - centre, share)
+    offset, half = cov.split(var, k)
+    mu[i], weights[i] = centre, total
+    mu[j], mu[k] = mu[k] + offset, mu[k] - offset
+    new_var[j] = new_var[k] = half
+    weights[j] = weights[k] = weights[k] / 2
+    return mu, new_var, weights
+
+
+def split_merge(em, cov, mixture, f, budget):
+    """Steps 1-4 from ``mixture`` = (μ, Σ as the EM keeps it, π) of free energy ``f``; ``em(μ, Σ, π)`` runs
+    the judging EM and returns (its mixture, its free energy, its extras). Returns (the mixture, its free
+    energy, the extras of the EM that made it or None, moves tried, moves kept)."""
+    tried = kept = 0
+    extras = None
+    if budget < 1 or len(mixture[0]) < 3:
+        return mixture, f, extras, tried, kept
+    with progress.phase("split and merge", budget, "move") as shown:
+        while tried < budget:
+            mu, var, weights = mixture
+            for i, j in merge_candidates(cov.diagonal(var), mu, min(PATIENCE, budget - tried)):
+                k = split_candidate(cov, var, (i, j))
+                new, new_f, new_extras = em(*moved(cov, mu, var, weights, i, j, k))
+                tried += 1
+                shown.update(1, free_energy=f"{max(f, new_f):.6g}")
+                logger.debug("split and merge: merge %d, %d; split %d: F %.6g -> %.6g", i, j, k, f, new_f)
+                if new_f > f:
+                    mixture, f, extras, kept = new, new_f, new_extras, kept + 1
+                    break
+            else:
+                break
+    logger.info("split and merge: %d of %d moves kept, F = %.6g", kept, tried, f)
+    return mixture, f, extras, tried, kept
