@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 COMMANDS = ("fit", "predict", "demo", "compile")
@@ -33,6 +34,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """A flag's default in its help, once: not where the help already says it, nor for a flag without one
+    (None) or a switch (False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False):
+            return text
+        return super()._get_help_string(action)
 
 
 def _value(text):
@@ -72,7 +84,9 @@ def _algorithm_flags(parser):
             seen.setdefault(f.name, []).append((spec, default))
     group = parser.add_argument_group("algorithm parameters (from the registry; each algorithm has its own default)")
     for name, uses in sorted(seen.items()):
-        flags = ["-k", "--n-clusters"] if name == "n_clusters" else ["--" + name.replace("_", "-")]
+        flags = ["-k", "--n-clusters"] if name == "n_clusters" else ["--" + name.replace("_", "-").lower()]
+        if name != name.lower():  # the paper's G: lower case as every other flag, its own name still taken
+            flags.append("--" + name)
         defaults = "; ".join(f"{spec.name}: {default!r}" for spec, default in uses)
         meaning = describe(uses[0][0].config, name)
         group.add_argument(
@@ -110,10 +124,21 @@ def _summary(model, wall):
     }
 
 
+@contextlib.contextmanager
 def _client(address):
     from .engine.local import connect
+    from .errors import ClusterLost
 
-    return connect(address) if address else contextlib.nullcontext()
+    if not address:
+        yield None
+        return
+    with connect(address) as client:
+        try:
+            yield client
+        except ClusterLost:
+            # the client's reconnecting and closing would log, over tens of lines, the loss the one line names
+            logging.disable(logging.CRITICAL)
+            raise
 
 
 def _names(text):
@@ -279,7 +304,7 @@ def build_parser(argv=()):
         "fit",
         parents=[common],
         help="fit a model to a .npy file, a zarr array/group or a parquet dataset",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Defaults,
     )
     f.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
     f.add_argument("--columns", metavar="A,B,...", help="the feature columns of a parquet input (default: all)")
@@ -327,7 +352,7 @@ def build_parser(argv=()):
         "demo",
         parents=[common],
         help="fit k-means to 2M x 32 lazily generated blobs on a LocalCluster",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Defaults,
     )
     d.add_argument("--n", type=_positive_int, default=2_000_000, help="rows")
     d.add_argument("--d", type=_positive_int, default=32, help="features")
@@ -381,6 +406,8 @@ def _interrupted(signum, frame):
 
 def main(argv=None):
     """The ``dask-clust`` command (argv None: the process's own arguments, and Ctrl-C handled as above)."""
+    from .errors import ClusterLost
+
     if argv is None:
         signal.signal(signal.SIGINT, _interrupted)
     args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
@@ -398,6 +425,9 @@ def main(argv=None):
         if argv is not None:
             print("dask-clust: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except ClusterLost as exc:  # not a defect of this program: its traceback would hide the one line
+        print(f"dask-clust: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     except Exception as exc:
         if not _bad_input(exc):
             raise

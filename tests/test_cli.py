@@ -47,6 +47,7 @@ def work(tmp_path_factory):
     nan[2345, 1] = np.nan
     np.save(d / "nan.npy", nan)
     pd.DataFrame({"a": [1.0, 2.0, 3.0], "n": pd.array([1, None, 3], dtype="Int64")}).to_parquet(d / "na.parquet")
+    (d / "empty.parquet").write_bytes(b"")  # a writer that died before its first row group
     assert run("fit", "x.npy", "-k", "5", "--seed", "0", "--out", "model", "--quiet", cwd=d).returncode == 0
     meta = json.loads((d / "model" / "model.json").read_text())
 
@@ -77,6 +78,7 @@ def work(tmp_path_factory):
         (["fit", "object.npy", "-k", "2"], r"Cannot read object\.npy: .*must hold a numeric array"),
         (["fit", "huge.npy", "-k", "2"], r"values reach 1e\+300 in magnitude.*rescale"),
         (["fit", "na.parquet", "-k", "2"], r"Column 'n' has a missing value \(NA\) at row 1"),
+        (["fit", "empty.parquet", "-k", "2"], r"Cannot read empty\.parquet as a parquet dataset: .*0 bytes"),
         (["fit", "missing.npy"], r"Input path does not exist: missing\.npy"),
         (["fit", "x.npy", "-k", "0"], r"'n_clusters' parameter .* must be an int in the range \[1, inf\]; got 0"),
         (["fit", "x.npy", "--algo", "kmedoids"], r"invalid choice: 'kmedoids'"),
@@ -232,6 +234,22 @@ def test_compile_says_where_and_for_which_cpu_and_runs_every_part(monkeypatch, c
     main(["compile"])
     out = capsys.readouterr().out
     assert "the package's __pycache__" in out and "this machine's CPU" in out
+
+
+def test_every_flag_is_lower_case_and_its_help_gives_its_default_once(capsys):
+    """Issue #54: ``--G`` was the one capitalised flag (it stays, beside ``--g``), and argparse added
+    "(default: ...)" to help that already said it, or that had none to give (None, a switch's False)."""
+    parser = build_parser(["fit"])
+    assert parser.parse_args(["fit", "x.npy", "--g", "3"]).p_G == parser.parse_args(["fit", "x.npy", "--G", "3"]).p_G == 3
+    with pytest.raises(SystemExit):
+        parser.parse_args(["fit", "--help"])
+    text = capsys.readouterr().out
+    flags = set(re.findall(r"(?<![\w-])--[A-Za-z][\w-]*", text))
+    assert {f for f in flags if f != f.lower()} == {"--G"} and "--g VALUE, --G VALUE" in text
+    for option in re.split(r"\n  (?=-)", text):
+        assert len(re.findall(r"\(default", option)) <= 1, option
+        assert "(default: None)" not in option and "(default: False)" not in option, option
+    assert "(default: kmeans)" in text  # a default the help does not say is still given
 
 
 def test_a_flag_is_only_its_whole_name(capsys):

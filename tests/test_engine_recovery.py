@@ -4,6 +4,7 @@ one line."""
 
 import contextlib
 import os
+import re
 import signal
 import threading
 import time
@@ -546,6 +547,43 @@ def test_losing_the_scheduler_or_every_worker_ends_the_fit_with_one_line(tmp_pat
         took = time.monotonic() - killed[0]
     # a lost scheduler within lost-worker-timeout (0.03-0.04 s measured; before, once in a loaded run, 30.05 s)
     assert took < (10 if lose == "scheduler" else 30) and "\n" not in str(got.value)
+
+
+def test_the_command_line_says_a_lost_scheduler_in_one_line(tmp_path):
+    """Issue #54: ``dask-clust fit --scheduler`` whose scheduler is SIGKILLed mid-fit ends with status 1 and
+    one line naming the loss (before: a 134-line traceback with the client's reconnect errors)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((200_000, 8)).astype(np.float32))
+    with separate_cluster(tmp_path) as (client, procs):
+        address = client.scheduler.address
+        argv = ["fit", "x.npy", "--scheduler", address, "-k", "20", "--tol", "0", "--max-iter", "100000"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dask_clust.cli", *argv, "--progress"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        seen = ""
+        while "seeding" not in seen:  # the partitions placed, the fit under way
+            line = proc.stderr.readline()
+            assert line, f"the fit ended before its scheduler was lost: {seen}"
+            seen += line
+        time.sleep(1.0)
+        for child in psutil.Process(procs[0].pid).children(recursive=True):
+            child.kill()
+        procs[0].kill()
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=60) == 1, rest
+    said = [line for line in rest.replace("\r", "\n").splitlines() if line.startswith("dask-clust")]
+    assert len(said) == 1 and re.search(rf"error: lost the Dask scheduler at {re.escape(address)}", said[0]), rest
+    assert "Traceback" not in rest and "distributed" not in rest, rest
+    assert proc.stdout.read() == ""  # no summary of a fit that did not end
 
 
 def test_a_call_waiting_on_a_lost_worker_is_abandoned_at_once(cluster):

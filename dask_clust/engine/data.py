@@ -302,8 +302,13 @@ def open_path(path):
             raise InputError(f"Cannot read {path}: {exc} (a .npy input must hold a numeric array)") from None
     if _is_parquet(path):
         import dask.dataframe as dd
+        import pyarrow
 
-        return dd.read_parquet(path)
+        try:
+            return dd.read_parquet(path)
+        except (pyarrow.ArrowException, OSError) as exc:  # an empty or truncated file: its footer is missing
+            # (the last of the messages dask and arrow wrap around each other names the file and the fault)
+            raise InputError(f"Cannot read {path} as a parquet dataset: {str(exc).split(': ')[-1].strip()}") from None
     import zarr
 
     try:
