@@ -883,10 +883,12 @@ def test_merge_candidates_are_the_nearest_pairs_by_bhattacharyya_distance():
 
 @pytest.mark.parametrize("covariance_type", ["diag", "full"])
 def test_split_and_merge_moves_leave_an_optimum_the_em_cannot(covariance_type):
-    """Started with two components in one cluster and one spanning two others, the EM stays there. The moves (merge the pair, split the wide one) reach the likelihood of
-    scikit-learn's EM started from the true means; without them the fit stays nats below it."""
-    import dask_clust
+    """Started with two components in one cluster and one spanning two others, the EM stays there. The moves
+    (merge the pair, split the wide one) reach the likelihood of scikit-learn's EM started from the true
+    means; without them the fit stays nats below it."""
     from sklearn.mixture import GaussianMixture
+
+    import dask_clust
 
     rng = np.random.default_rng(0)
     centres = np.array([[0.0, 0, 0], [12, 0, 0], [0, 12, 0], [0, 0, 12]])

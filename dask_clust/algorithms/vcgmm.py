@@ -101,7 +101,6 @@ from .vargmm import (
 )
 from .vargmm import fit as fit_every_row
 
-
 # EM iterations a start (``best_start``) or a split-and-merge move is judged after: its basin is set by then,
 # and the judging costs less than a quarter of the fit's own coreset EM
 TRIAL_ITERATIONS = 8
@@ -164,7 +163,7 @@ class VCGMMConfig(VarGMMConfig):
         "3 in a row are not kept. They leave the optima where one component spans two clusters and two "
         "share one, which more starts rarely avoid (eight starts of 300k x 64, C = 64 spread over 2.1 nats "
         "per row). Costs those iterations on the coreset per move, no pass over the data. 0: none (the paper's "
-        "fit). \"diag\" and \"full\" only, with learned weights.",
+        'fit). "diag" and "full" only, with learned weights.',
     }
 
 
