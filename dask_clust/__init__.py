@@ -29,6 +29,7 @@ _LAZY = {
     "UnguardedScript": "errors",
     "TLSRefused": "errors",
     "ClusterLost": "errors",
+    "NoWorkers": "errors",
     "ConvergenceWarning": "errors",
     "kneighbors_graph": "blocks.knn",
 }

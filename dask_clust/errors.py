@@ -27,6 +27,10 @@ class ClusterLost(RuntimeError):
     """The fit lost what it cannot rebuild: the scheduler, or every worker that could hold its partitions."""
 
 
+class NoWorkers(ClusterLost):
+    """The cluster had no worker within ``first-worker-timeout`` of the fit's start (none ever came)."""
+
+
 class UnguardedScript(RuntimeError):
     """A script without an ``if __name__ == "__main__":`` guard started a LocalCluster."""
 

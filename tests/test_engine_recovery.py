@@ -3,6 +3,7 @@ frozen, retired, lost while its rebuild is placed, the scheduler lost: the undis
 one line."""
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -584,6 +585,67 @@ def test_the_command_line_says_a_lost_scheduler_in_one_line(tmp_path):
     assert len(said) == 1 and re.search(rf"error: lost the Dask scheduler at {re.escape(address)}", said[0]), rest
     assert "Traceback" not in rest and "distributed" not in rest, rest
     assert proc.stdout.read() == ""  # no summary of a fit that did not end
+
+
+@pytest.mark.parametrize("workers_after", [4.0, None])
+def test_a_fit_waits_for_the_first_worker_of_a_cluster_still_starting(tmp_path, workers_after):
+    """Issue #54: ``dask-clust fit --scheduler`` on a scheduler whose workers come seconds later (HPC jobs
+    queued, pods pulling their image) says it waits, then fits the model an in-process fit makes; with none
+    coming it ends at ``first-worker-timeout`` with status 1 and one line (before: "no workers (waited 10 s)"
+    and a 29-line traceback)."""
+    import subprocess
+    import sys
+
+    from harness.common import dask_process
+
+    X = np.random.default_rng(0).standard_normal((20_000, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    sched_file = str(tmp_path / "scheduler.json")
+    import dask
+
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "DASK_DASK_CLUST__FIRST_WORKER_TIMEOUT": "20s"}
+    env["DASK_DASK_CLUST__MIN_CHUNK_BYTES"] = dask.config.get("dask_clust.min-chunk-bytes")  # the suite's chunks
+    if workers_after is None:
+        env["DASK_DASK_CLUST__FIRST_WORKER_TIMEOUT"] = "3s"
+    procs = [dask_process("scheduler", sched_file, env=env)]
+    try:
+        while not os.path.exists(sched_file):
+            time.sleep(0.1)
+        time.sleep(0.5)  # (the file is written before it is whole)
+        address = json.loads(open(sched_file).read())["address"]
+        argv = ["fit", "x.npy", "--scheduler", address, "-k", "5", "--seed", "0", "--out", "model", "--progress"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dask_clust.cli", *argv],
+            cwd=tmp_path,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        seen = ""
+        while "no workers yet: waiting up to" not in seen:
+            line = proc.stderr.readline()
+            assert line, f"the fit ended without waiting: {seen}"
+            seen += line
+        t = time.monotonic()
+        if workers_after is not None:
+            time.sleep(workers_after)
+            procs += [dask_process("worker", sched_file, env=env) for _ in range(2)]
+        rest = proc.stderr.read()
+        code = proc.wait(timeout=120)
+    finally:
+        for p in procs[::-1]:
+            p.kill()
+            p.wait(timeout=30)
+    if workers_after is None:
+        said = [line for line in rest.replace("\r", "\n").splitlines() if line.startswith("dask-clust")]
+        assert code == 1 and len(said) == 1 and "Traceback" not in rest, rest
+        assert re.search(r"has no workers: none came within 3 s \(dask_clust\.first-worker-timeout\)", said[0])
+        assert 2.5 < time.monotonic() - t < 15
+        return
+    assert code == 0, rest
+    alone = dask_clust.fit(X, n_clusters=5, random_state=0, client="in-process")
+    np.testing.assert_array_equal(dask_clust.load(tmp_path / "model").cluster_centers_, alone.cluster_centers_)
 
 
 def test_a_call_waiting_on_a_lost_worker_is_abandoned_at_once(cluster):

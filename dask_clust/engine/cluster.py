@@ -19,7 +19,7 @@ from dask.utils import parse_timedelta
 from threadpoolctl import threadpool_limits
 
 from .. import progress
-from ..errors import ClusterLost
+from ..errors import ClusterLost, NoWorkers
 from . import config
 from .data import ArraySource, FutureSource, file_stamp
 from .events import count
@@ -77,6 +77,10 @@ class InProcessBackend:
         self.part.close()
 
 
+# how often a fit on a cluster without workers asks the scheduler whether one has come
+WAIT_POLL_S = 0.5
+
+
 class ClusterBackend(Recovery, RowMoves):
     """One Partition per worker (``PartitionHost``); chunks placed in contiguous ranges, loaded on their
     worker. A call goes straight from the driver to the root partition and down a tree of fan-in ``split-every``; the
@@ -101,14 +105,7 @@ class ClusterBackend(Recovery, RowMoves):
         self.source = source
         self.entropy = entropy
         self.lost_workers = LOST_WORKERS[self._scheduler_identity()["id"]]
-        workers = self._live_workers()
-        if not workers:  # none yet, or a worker being restarted by its nanny: wait as for a lost worker
-            timeout = parse_timedelta(config.get("lost-worker-timeout"))
-            try:
-                client.wait_for_workers(1, timeout=timeout)
-            except (TimeoutError, asyncio.TimeoutError):
-                raise RuntimeError(f"the Dask cluster has no workers (waited {timeout:g} s)") from None
-            workers = self._live_workers()
+        workers = self._live_workers() or self._first_workers()
         addrs = sorted(workers)
         self._file_seen = {}  # worker address -> whether it sees the .npy file the source maps
         memory = sum(w.get("memory_limit") or psutil.virtual_memory().total for w in self._worker_info().values())
@@ -155,6 +152,29 @@ class ClusterBackend(Recovery, RowMoves):
                 cluster_threads,
                 2 * cluster_threads,
             )
+
+    def _first_workers(self):
+        """The live workers once the first has come: a cluster still starting (jobs queued on HPC, pods pulling
+        their image, a nanny restarting its worker) is waited for up to ``first-worker-timeout``, shown as the
+        phase "waiting for workers" (of those the client's cluster object asked for, when it has one); then
+        ``NoWorkers``, in one line."""
+        timeout = parse_timedelta(config.get("first-worker-timeout"))
+        deadline = time.monotonic() + timeout
+        told = f"the Dask cluster has no workers yet: waiting up to {timeout:g} s for the first (first-worker-timeout)"
+        logger.info(told)
+        if progress.enabled():  # (a phase shown as lines says itself only once it ends)
+            progress.note(told)
+        with progress.phase("waiting for workers", _requested(self.client), "worker") as shown:
+            while time.monotonic() < deadline:
+                time.sleep(WAIT_POLL_S)
+                workers = self._live_workers()
+                if workers:
+                    shown.update(len(workers))
+                    return workers
+        raise NoWorkers(
+            f"the Dask cluster at {self.client.scheduler.address} has no workers: none came within {timeout:g} s "
+            "(dask_clust.first-worker-timeout)"
+        )
 
     def _await_placement(self):
         """Wait until every partition runs. A partition's task is pinned to its worker: when that worker is lost
@@ -364,6 +384,13 @@ class ClusterBackend(Recovery, RowMoves):
         # loss before the client's status changes (a loaded suite run ended 30.04 s after the kill)
         if self.client.status == "running" and not self.scheduler_lost:
             return_heap(self.client, keys, sorted({a for a, _ in self.placement} - self.lost_workers))
+
+
+def _requested(client):
+    """The workers the client's cluster object has asked for (a SpecCluster's: LocalCluster, dask-jobqueue's),
+    or None (a client given a scheduler's address knows of none)."""
+    requested = getattr(getattr(client, "cluster", None), "requested", None)
+    return len(requested) if requested else None
 
 
 def _accepts_n_workers():

@@ -54,6 +54,9 @@ DEFAULTS = {
     "dashboard-address": "127.0.0.1:0",
     # how long to wait for a scheduler given by address (``client="tcp://..."``, ``--scheduler``)
     "connect-timeout": "10s",
+    # how long a fit waits for the first worker of a cluster that has none yet (HPC jobs still queued, pods
+    # pulling their image), before it ends in one line (``NoWorkers``)
+    "first-worker-timeout": "10min",
 }
 
 
