@@ -16,7 +16,7 @@ from . import progress as progress_
 from ._params import build_config
 from ._random import check_random_state
 from .engine import as_source, open_engine
-from .engine.data import feature_names, select_columns
+from .engine.data import feature_names, key_columns, select_columns
 from .errors import ConvergenceWarning, InputError, InvalidParameterError, UnguardedScript
 from .loop import Loop
 from .mixture import MixtureModel
@@ -33,6 +33,10 @@ class _Default:
 DEFAULT = _Default()
 
 
+# rows a cluster below which a fit is warned of: a k near N is most often a mistake (a column count, a unit)
+FEW_ROWS_A_CLUSTER = 2
+
+
 def _check_against_data(spec, cfg, source):
     """What every algorithm needs of the data, then what its spec adds (``AlgorithmSpec.check_data``): all
     before an engine opens, so bad data costs no pass over it."""
@@ -41,6 +45,14 @@ def _check_against_data(spec, cfg, source):
     k = getattr(cfg, "n_clusters", None)
     if k is not None and k > source.n_samples:
         raise InputError(f"n_clusters={k} must be <= n_samples={source.n_samples}")
+    if k is not None and k * FEW_ROWS_A_CLUSTER > source.n_samples:
+        warnings.warn(
+            f"n_clusters={k:,} leaves {source.n_samples / k:.2g} rows a cluster on average ({source.n_samples:,} "
+            f"rows): a centre then rests on a row or two, and every pass costs O(N·k·D) = "
+            f"{source.n_samples * k * source.n_features:.2g} multiply-adds. Was k meant to be this large?",
+            UserWarning,
+            stacklevel=3,
+        )
     init = getattr(cfg, "init", None)
     if init is not None and not isinstance(init, str):
         shape = np.shape(init)
@@ -133,6 +145,15 @@ def fit(
     stored = checkpoint_.stored_entropy(resume if resume is not None else checkpoint)
     entropy = stored if random_state is None and stored is not None else check_random_state(random_state)
     names = feature_names(select_columns(X, columns))
+    keys = key_columns(X) if columns is None else []
+    if keys:
+        warnings.warn(
+            f"columns {keys} look like keys (integers named as identifiers) and are fitted as features: without "
+            f"columns=, every one of the table's {len(names)} columns is one; choose the features with "
+            "columns=[...] (--columns on the command line)",
+            UserWarning,
+            stacklevel=2,
+        )
     source = as_source(X, sample_weight, columns=columns)
     _check_against_data(spec, cfg, source)
     params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}

@@ -22,7 +22,7 @@ import time
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-COMMANDS = ("fit", "predict", "demo", "compile")
+COMMANDS = ("fit", "predict", "show", "demo", "compile")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -120,6 +120,7 @@ def _summary(model, wall):
         "distance_evals": model.n_distance_evals_,
         "s_per_iter": statistics.median(its) if its else None,
         "wall_s": wall,
+        **({"features": list(model.feature_names_in_)} if "feature_names_in_" in model.__dict__ else {}),
         **model.engine_,
     }
 
@@ -208,6 +209,35 @@ def cmd_predict(args):
         labels = _labels_of_table(model, args.input, columns, keep) if table else model.predict(args.input)
         write_labels(labels, args.out)
     print(json.dumps({"model": args.model, "labels": args.out}))
+
+
+def cmd_show(args):
+    import numpy as np
+
+    from . import api
+
+    model = api.load(args.model)
+    centers = model.cluster_centers_
+    names = model.__dict__.get("feature_names_in_")
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "kind": model.kind,
+                "algo": model.algo,
+                "n_clusters": int(centers.shape[0]),
+                "n_features": int(centers.shape[1]),
+                "feature_names": None if names is None else [str(n) for n in names],
+                "objective": model.objective_,
+                "n_iter": model.n_iter_,
+                "converged": model.converged_,
+                "written_by": model.written_by,
+                "params": {k: f"array {v.shape}" if isinstance(v, np.ndarray) else v for k, v in model.params.items()},
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
 def _table(rows):
@@ -347,6 +377,10 @@ def build_parser(argv=()):
     )
     pr.add_argument("--scheduler", help="address of a running Dask scheduler (default: in-process or a LocalCluster)")
     pr.set_defaults(func=cmd_predict)
+
+    sh = sub.add_parser("show", parents=[common], help="what a saved model holds, as JSON")
+    sh.add_argument("model", help="a directory written by fit --out")
+    sh.set_defaults(func=cmd_show)
 
     d = sub.add_parser(
         "demo",

@@ -308,7 +308,11 @@ class MixtureModel(ClusteringModel):
         return out
 
     def _summary(self):
-        return super()._summary() + [("sigma2", f"{self.extras_['sigma2_']:.6g}")]
+        """The clustering summary, its objective named for what it is (the QE of the means, not the EM's
+        free energy, which the progress bar and the history show), with the free energy beside it."""
+        rows = [("QE", v) if k == "objective" else (k, v) for k, v in super()._summary()]
+        name = "lower_bound" if "lower_bound_" in self.extras_ else "free_energy"  # (per unit of weight, or whole)
+        return rows + [(name, f"{self.extras_[name + '_']:.6g}"), ("sigma2", f"{self.extras_['sigma2_']:.6g}")]
 
     def score_samples(self, X, exact=False):
         """Per-row log-likelihood log p(x), a lazy float64 dask array: over every component when ``exact``

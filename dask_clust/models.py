@@ -56,10 +56,7 @@ def _frame_labels(frame, centers, normalise, partition_info=None):
     import pandas as pd
 
     x = frame_rows(frame, partition_info)
-    ok = np.isfinite(x).all(axis=1)
-    if not ok.all():
-        where = f" of partition {partition_info['number']}" if partition_info else ""
-        raise InputError(f"Input contains NaN or infinity at row {int(np.argmin(ok))}{where}")
+    check_finite_block(x, where=f" of partition {partition_info['number']}" if partition_info else "")
     if normalise:
         x = l2_rows(x)
     return pd.Series(_labels(x, centers), index=frame.index, name="label")
@@ -118,8 +115,11 @@ class ClusteringModel:
         extras_=None,
         engine_=None,
         feature_names_in_=None,
+        written_by=None,
     ):
         self.algo = algo
+        # the dask_clust that saved the model ("dask_clust 0.1.0"), None for one fitted here or saved without it
+        self.written_by = written_by
         self.params = dict(params)
         self.cluster_centers_ = np.asarray(cluster_centers_, dtype=np.float64)
         self.n_iter_ = int(n_iter_)
@@ -254,7 +254,7 @@ class ClusteringModel:
 
     def __repr__(self):
         return (
-            "ClusteringModel("
+            f"{type(self).__name__}("
             + ", ".join(f"{k}={v!r}" if k == "algo" else f"{k}={v}" for k, v in self._summary())
             + ")"
         )
@@ -316,8 +316,11 @@ class ClusteringModel:
                 arrays[f"extra:{k}"] = v
             else:
                 extras[k] = v
+        from . import __version__
+
         meta = {
             "format_version": FORMAT_VERSION,
+            "written_by": f"dask_clust {__version__}",
             **({} if self.kind == "clustering" else {"model": self.kind}),
             "algo": self.algo,
             "params": params,
@@ -370,6 +373,7 @@ class ClusteringModel:
             extras_=extras,
             engine_=meta.get("engine_"),
             feature_names_in_=meta.get("feature_names_in_"),
+            written_by=meta.get("written_by"),  # (absent from a model saved before 0.1.0 recorded it)
         )
 
     @staticmethod

@@ -102,6 +102,8 @@ def work(tmp_path_factory):
         (["predict", "nan-centres", "x.npy", "--out", "l.npy"], r"cluster_centers_ holds NaN or infinity"),
         (["predict", "bad-type", "x.npy", "--out", "l.npy"], r"converged_ has type str"),
         (["predict", "nowhere", "x.npy", "--out", "l.npy"], r"nowhere is not a saved dask_clust model"),
+        (["show", "nowhere"], r"nowhere is not a saved dask_clust model"),
+        (["show", "wrong-k"], r"params n_clusters=7 but cluster_centers_ has 5 rows"),
         (["demo", "--n", "0"], r"argument --n: expected a positive integer; got 0"),
         (["demo", "--n", "10", "-k", "20"], r"-k \(20\) and --true-clusters \(100\) must be <= --n \(10\)"),
     ],
@@ -126,7 +128,7 @@ def test_failed_predict_leaves_nothing_and_keeps_the_old_output(work, suffix):
     assert good.returncode == 0, good.stderr
     kept = sorted(os.listdir(work / out)) if suffix != ".npy" else (work / out).read_bytes()
     bad = run("predict", "model", "nan.npy", "--out", out, cwd=work)
-    assert bad.returncode == 2 and "NaN or infinity at row 2345" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "NaN or infinity at row 2345, column 1 (from 0)" in bad.stderr, bad.stderr
     assert (sorted(os.listdir(work / out)) if suffix != ".npy" else (work / out).read_bytes()) == kept
     assert not [n for n in os.listdir(work) if ".partial-" in n]
     fresh = run("predict", "model", "nan.npy", "--out", f"fresh{suffix}", cwd=work)
@@ -251,6 +253,20 @@ def test_every_flag_is_lower_case_and_its_help_gives_its_default_once(capsys):
         assert len(re.findall(r"\(default", option)) <= 1, option
         assert "(default: None)" not in option and "(default: False)" not in option, option
     assert "(default: kmeans)" in text  # a default the help does not say is still given
+
+
+def test_show_says_what_a_saved_model_holds(work):
+    """Issue #54: no command showed what a saved model holds, and model.json did not say which dask_clust
+    wrote it."""
+    import dask_clust
+
+    proc = run("show", "model", cwd=work)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    shown, model = json.loads(proc.stdout), dask_clust.load(work / "model")
+    assert shown["written_by"] == f"dask_clust {dask_clust.__version__}" == model.written_by
+    assert (shown["kind"], shown["algo"], shown["n_clusters"], shown["n_features"]) == ("clustering", "kmeans", 5, 4)
+    assert shown["objective"] == model.objective_ and shown["n_iter"] == model.n_iter_
+    assert shown["params"] == json.loads(json.dumps(model.params))
 
 
 def test_a_flag_is_only_its_whole_name(capsys):

@@ -294,8 +294,11 @@ def test_model_repr_and_html_view(small_blobs):
     X, _ = small_blobs
     m = dask_clust.fit(X, "vcgmm", 4, random_state=0, client="in-process", coreset_size=None)
     text = repr(m)
-    assert text.startswith("ClusteringModel(algo='vcgmm', n_clusters=4, n_features=4")
-    assert f"objective={m.objective_:.6g}," in text and f"sigma2={m.sigma2_:.6g}" in text
+    # (issue #54: it called itself ClusteringModel, and its QE "objective" beside the bar's free energy)
+    assert text.startswith("MixtureModel(algo='vcgmm', n_clusters=4, n_features=4")
+    assert f"QE={m.objective_:.6g}," in text and f"sigma2={m.sigma2_:.6g}" in text
+    assert f"free_energy={m.free_energy_:.6g}" in text and "objective" not in text
+    assert repr(dask_clust.fit(X, "kmeans", 4, random_state=0, client="in-process")).startswith("ClusteringModel(")
     page = m._repr_html_()
     assert "<table>" in page and f"{m.objective_:.6g}" in page and page.count("<polyline") == (m.n_iter_ > 1)
 

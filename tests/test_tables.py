@@ -66,6 +66,26 @@ def test_columns_select_the_features_of_a_table_or_a_path(events):
         np.testing.assert_allclose(got.cluster_centers_, want, rtol=1e-10)
 
 
+def test_a_key_column_fitted_as_a_feature_is_warned_of(events):
+    """Issue #54: an integer key column (``customer_id``) was clustered as a feature, without a word, when
+    ``columns`` was forgotten. Integer columns named as identifiers are named in a warning; chosen columns,
+    and integer features named otherwise, are fitted without one."""
+    import warnings
+
+    path, X = events
+    frame = pd.DataFrame(X[:, :3], columns=["a", "b", "c"])
+    frame["visits"] = np.arange(len(frame)) % 7
+    for key in ("customer_id", "customerId", "row_key"):
+        with pytest.warns(UserWarning, match=rf"columns \['{key}'\] look like keys .* 5 columns"):
+            _in_memory(frame.assign(**{key: np.arange(len(frame))}))
+    with pytest.warns(UserWarning, match=r"columns \['id'\] look like keys"):
+        _in_memory(pd.read_parquet(path)[["id", *FEATURES]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        _in_memory(frame)
+        dask_clust.fit(frame.assign(id=0), "kmeans", 5, columns=["a", "b"], random_state=0, client="in-process")
+
+
 def test_pandas_predict_is_a_series_on_the_frame_index(events):
     path, X = events
     frame = pd.read_parquet(path).set_index("id")
@@ -83,6 +103,7 @@ def test_cli_fit_and_predict_with_columns_and_keep(events, tmp_path, capsys):
         main(["fit", path, "--columns", ",".join(FEATURES), "-k", "5", "--seed", "0", "--out", model_dir, "--quiet"])
         == 0
     )
+    assert json.loads(capsys.readouterr().out)["features"] == FEATURES  # the summary names what was fitted
     model = dask_clust.load(model_dir)
     np.testing.assert_allclose(model.cluster_centers_, _in_memory(X).cluster_centers_, rtol=1e-10)
     assert list(model.feature_names_in_) == FEATURES

@@ -44,11 +44,11 @@ def test_non_numeric_dataframe_columns():
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 def test_nan_inf_reported_with_chunk_and_row(value):
     Xb = X.copy()
-    Xb[137, 2] = value
+    Xb[137, 2] = Xb[139, 0] = value
     # chunks of 20 rows (kept: within the configured bounds): row 137 is row 17 of chunk 6
     with (
         dask.config.set({"dask_clust.min-chunk-bytes": "200B", "dask_clust.chunking": "input"}),
-        pytest.raises(InputError, match=r"NaN or infinity at row 137 \(chunk 6, row 17 of the chunk\)"),
+        pytest.raises(InputError, match=r"NaN or infinity at row 137 \(chunk 6, row 17 of the chunk\), column 2 \("),
     ):
         dask_clust.fit(da.from_array(Xb, chunks=(20, 3)), n_clusters=2, client="in-process")
 
@@ -81,6 +81,17 @@ def test_n_clusters_larger_than_n_samples():
         dask_clust.fit(X, n_clusters=201)
 
 
+def test_n_clusters_near_n_samples_is_warned_of():
+    """Issue #54: k = 1,000,000 on 1.2 M rows started without a word; under 2 rows a cluster is warned of."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=r"n_clusters=150 leaves 1.3 rows a cluster on average \(200 rows\)"):
+        dask_clust.fit(X, n_clusters=150, random_state=0, client="in-process")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        dask_clust.fit(X, n_clusters=100, random_state=0, client="in-process", max_iter=100)
+
+
 def test_init_array_shape():
     with pytest.raises(InputError, match=r"init array has shape \(2, 3\); expected .* \(3, 3\)"):
         dask_clust.fit(X, n_clusters=3, init=np.zeros((2, 3)))
@@ -96,7 +107,7 @@ def test_nan_at_predict_is_reported():
     m = dask_clust.fit(X, n_clusters=2, random_state=0)
     bad = X.copy()
     bad[153, 0] = np.nan
-    with pytest.raises(InputError, match=r"NaN or infinity at row 153$"):  # the global row, not the block's
+    with pytest.raises(InputError, match=r"NaN or infinity at row 153, column 0 \(from 0\)$"):  # the global row
         m.predict(da.from_array(bad, chunks=(50, 3))).compute()
 
 

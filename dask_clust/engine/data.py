@@ -5,6 +5,7 @@ float32, non-contiguous blocks to contiguous ones) make new arrays.
 """
 
 import os
+import re
 
 import dask.array as da
 import numpy as np
@@ -391,6 +392,20 @@ def feature_names(X):
     return [str(c) for c in X.columns] if is_frame(X) and getattr(X, "ndim", 2) == 2 else None
 
 
+# a column name that says "identifier": customer_id, row_key, index, customerId
+KEY_NAME = re.compile(r"(^|[_\s.-])(id|key|index|idx)$|[a-z](Id|Key)$", re.IGNORECASE)
+
+
+def key_columns(X):
+    """The integer columns of a table input (a DataFrame, a parquet path) whose names say they are keys: fitted
+    as features, an identifier's arbitrary numbers outweigh every real feature's distances."""
+    if isinstance(X, (str, os.PathLike)) and os.path.exists(X) and _is_parquet(os.fspath(X)):
+        X = open_path(X)
+    if not is_frame(X) or getattr(X, "ndim", 2) != 2:
+        return []
+    return [str(c) for c, t in X.dtypes.items() if getattr(t, "kind", "O") in "iu" and KEY_NAME.search(str(c))]
+
+
 def frame_rows(frame, partition_info=None):
     """A DataFrame partition's rows as a float array (float32 when every column is), after the numeric and
     missing-value checks ``as_array`` makes."""
@@ -595,10 +610,12 @@ def map_rows(X, block_fn, dtype, n_cols, *args):
     return X.map_blocks(block_fn, *args, dtype=dtype, chunks=(X.chunks[0], (n_cols,)), meta=np.empty((0, 0), dtype))
 
 
-def check_finite_block(x, block_info=None):
-    """Raise with the global row when a block of a one-shot pass holds NaN or infinity
-    (``block_info`` as dask's ``map_blocks`` passes it)."""
+def check_finite_block(x, block_info=None, where=""):
+    """Raise with the global row and the column when a block of a one-shot pass holds NaN or infinity
+    (``block_info`` as dask's ``map_blocks`` passes it; ``where``: the block's name, if it has one)."""
     ok = np.isfinite(x).all(axis=1)
     if not ok.all():
         start = block_info[0]["array-location"][0][0] if block_info else 0
-        raise InputError(f"Input contains NaN or infinity at row {start + int(np.argmin(ok))}")
+        row = int(np.argmin(ok))
+        column = int(np.argmin(np.isfinite(x[row])))
+        raise InputError(f"Input contains NaN or infinity at row {start + row}{where}, column {column} (from 0)")

@@ -52,7 +52,7 @@ NO_ROW = np.iinfo(np.int64).max
 # log2 of the largest sum a fit may form: float64's range (2^1023) less the fixed-point grid's headroom
 MAX_EXPONENT = 960
 # the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|
-# with its first row, the first non-finite row and the first chunk with a bad weight; per chunk, Σ w, Σ w x
+# with its first row, the first non-finite value and the first chunk with a bad weight; per chunk, Σ w, Σ w x
 # and Σ w ||x||² (``Engine.chunk_moments``)
 SUMMARY = (Sum(), Fold(), Fold(), Fold(), ArgMax(), Min(), Min(), Rows(), Rows(), Rows())
 
@@ -70,7 +70,8 @@ def _summary_step(chunk, params):
         sumsq,
         float(w.sum()) if w_ok else 0.0,
         (np.array([max_abs]), np.array([chunk.start + at], np.int64)),
-        np.int64(NO_ROW if bad < 0 else chunk.start + bad),
+        # the first non-finite value as row·D + column: the least is the first row's first such column
+        np.int64(NO_ROW if bad < 0 else (chunk.start + bad) * d + int(np.argmin(np.isfinite(chunk.x[bad])))),
         np.int64(NO_ROW if w_ok else chunk.index),
         np.array([w.sum()]),
         wx[None, :],
@@ -214,7 +215,8 @@ class Engine:
         n, sums, sumsq, total_w, (max_abs, at), bad, bad_w, *moments = fields
         max_abs, at = float(max_abs[0]), int(at[0])
         if bad != NO_ROW:
-            raise InputError(f"Input contains NaN or infinity at {self._where(bad)}")
+            row, column = divmod(int(bad), self.n_features)
+            raise InputError(f"Input contains NaN or infinity at {self._where(row)}, column {column} (from 0)")
         if bad_w != NO_ROW:
             raise InputError(
                 f"sample_weight has a negative, NaN or infinite value in chunk {bad_w} "
