@@ -414,10 +414,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         Stop after the EM on the coreset (the fast mode). By default the EM goes on over every row from the
         coreset's mixture until the free energy of all rows stops moving (one pass an iteration). On diagonal
         mixtures of 300k rows (C = 16 to 256, D = 16 to 64, 5 seeds each, BENCHMARKS.md) the default's
-        held-out log-likelihood per row was above scikit-learn's on average on every line (by 0.11 to 1.7
-        nats; single seeds from 0.57 below to 4.7 above, scikit-learn's own spread over its random_state on
-        one data set up to 2.9 nats) at 1.6x to 17x its speed; the coreset alone was 1.6x to 1.9x faster
-        still but up to 0.30 nats below it on average (C = 256, D = 64).
+        held-out log-likelihood per row was above scikit-learn's on average on every line (by 0.22 to 2.3
+        nats; no seed of the 45 below it by more than 0.001) at 1.7x to 18.5x its speed; the coreset alone
+        was 1.3x to 2.2x faster still but up to 0.56 nats below the default on average (C = 256, D = 64).
     G : int, default=5
         Size of each component's neighbourhood, from which the rows' search spaces are built.
     n_truncated : int or None, default=None
@@ -428,14 +427,16 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         C = 64 in the order of their held-out likelihood). "auto": 1 for "diag", where the split-and-merge
         moves do better than more starts (none of 45 diagonal fits below scikit-learn's, at one seeding's
         cost), 3 for the other types.
-    split_merge : int, default=8
+    split_merge : int or "auto", default="auto"
         Split-and-merge moves tried on the coreset after its EM ("diag" and "full"; Ueda, Nakano, Ghahramani
         and Hinton, "SMEM Algorithm for Mixture Models", Neural Computation 12(9), 2000): the two closest
         components merged and the widest split in two, 8 EM iterations on the coreset from there, kept when
         its free energy rose; they stop after 3 in a row are not kept. EM alone settles where one component
         spans two clusters and two share one: eight starts of 300k x 64, C = 64 spread over 2.1 nats per row
         of held-out likelihood. With the moves no seed of the diagonal grid (C 16 to 256, D 16 to 64, 5 seeds)
-        ended more than 0.001 nats below scikit-learn's, where 4 of 45 had ended 0.28 to 0.57 below. 0: none.
+        ended more than 0.001 nats below scikit-learn's, where 4 of 45 had ended 0.28 to 0.57 below. "auto": 8
+        for "diag", none for "full" (three starts met scikit-learn's likelihood there, and the moves' O(D²)
+        searches cost its 5x at C = 64, D = 32). 0: none.
     learning_decay : float, default=0.6
         κ of ``partial_fit``'s step sizes γ_t = t^−κ, in (0.5, 1] (Cappé & Moulines' condition): 1 weighs every
         batch alike, smaller forgets the early batches (taken under a worse mixture) sooner.
@@ -470,7 +471,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         n_truncated=None,
         learning_decay=0.6,
         coreset_starts="auto",
-        split_merge=8,
+        split_merge="auto",
     ):
         self.n_components = n_components
         self.covariance_type = covariance_type

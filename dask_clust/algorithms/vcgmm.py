@@ -119,7 +119,7 @@ class VCGMMConfig(VarGMMConfig):
         **VarGMMConfig.constraints,
         "refine": [Boolean()],
         "coreset_starts": [Options(("auto",)), Interval(numbers.Integral, 1, None)],
-        "split_merge": [Interval(numbers.Integral, 0, None)],
+        "split_merge": [Options(("auto",)), Interval(numbers.Integral, 0, None)],
         "coreset_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
         "refit_size": [Options(("auto",)), Interval(numbers.Integral, 1, None), NoneOK()],
         "final_objective": [Options(("exact", "coreset")), NoneOK()],
@@ -163,7 +163,8 @@ class VCGMMConfig(VarGMMConfig):
         "3 in a row are not kept. They leave the optima where one component spans two clusters and two "
         "share one, which more starts rarely avoid (eight starts of 300k x 64, C = 64 spread over 2.1 nats "
         "per row). Costs those iterations on the coreset per move, no pass over the data. 0: none (the paper's "
-        'fit). "diag" and "full" only, with learned weights.',
+        'fit); \'auto\': the covariance type\'s, 8 for "diag", 0 for the others. "diag" and "full" only, '
+        "with learned weights.",
     }
 
 
@@ -184,10 +185,13 @@ def by_nearest_seed(work, seeds, sets, phases):
         yield rows, (np.concatenate([[0], np.cumsum(totals)]).astype(np.int64), keys.astype(np.int32))
 
 
-def splits_and_merges(cfg):
-    """Whether the fit tries split-and-merge moves (``VCGMMConfig.split_merge``): asked for, on a type with a
-    Σ per component and learned weights."""
-    return cfg.split_merge > 0 and covariance(cfg.covariance_type).splits and cfg.weights == "learned"
+def n_moves(cfg):
+    """The split-and-merge moves the fit may try (``VCGMMConfig.split_merge``, "auto" resolved: the covariance
+    type's ``CovarianceType.moves``): none unless the type has a Σ per component and the weights are learned."""
+    cov = covariance(cfg.covariance_type)
+    if not cov.splits or cfg.weights != "learned":
+        return 0
+    return cov.moves if cfg.split_merge == "auto" else cfg.split_merge
 
 
 def moves(rows, cfg, mu, sigma2, f, mixture, entropy, phases):
@@ -206,9 +210,7 @@ def moves(rows, cfg, mu, sigma2, f, mixture, entropy, phases):
         evals += e + rows.n_samples * cfg.n_clusters  # (and the nearest-mean pass)
         return (m, var, weights), new_f, s2
 
-    (mu, var, weights), f, s2, _, _ = split_merge(
-        em, covariance(cfg.covariance_type), (mu, *mixture), f, cfg.split_merge
-    )
+    (mu, var, weights), f, s2, _, _ = split_merge(em, covariance(cfg.covariance_type), (mu, *mixture), f, n_moves(cfg))
     phases["split_merge"] = time.perf_counter() - t
     return mu, sigma2 if s2 is None else s2, f, evals, (var, weights)
 
@@ -317,7 +319,7 @@ def fit(engine, cfg, entropy, loop):
         # the coreset sorted by nearest seed
         with by_nearest_seed(work, seeds, sets, phases) as (rows, cells):
             mu, sigma2, f, em_evals, mixture = truncated_em(rows, mu, cfg, start, loop, phases, sets, cells)
-            if splits_and_merges(cfg) and not loop.stopped:
+            if n_moves(cfg) and not loop.stopped:
                 mu, sigma2, f, moves_evals, mixture = moves(rows, cfg, mu, sigma2, f, mixture, start, phases)
                 em_evals += moves_evals
         if sets == "nearest":  # the assignment pass over the working set: the sort's key or the builder's
