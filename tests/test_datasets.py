@@ -9,7 +9,7 @@ import pytest
 from dask_clust import datasets
 from dask_clust.datasets import load_image_patches, load_image_segments, load_iris, load_mnist_5k, load_shuttle
 
-EXTRA = r"pip install 'dask_clust\[datasets\]'"
+EXTRA = r"pip install '\.\[datasets\]' in the dask_clust checkout"
 
 
 @pytest.fixture(scope="module")

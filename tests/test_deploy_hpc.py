@@ -214,7 +214,7 @@ def test_unknown_kind():
 
 def test_missing_dask_jobqueue(monkeypatch):
     monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # makes `import dask_jobqueue` fail
-    with pytest.raises(ImportError, match=r"pip install 'dask_clust\[hpc\]'"):
+    with pytest.raises(ImportError, match=r"pip install '\.\[hpc\]' in the dask_clust checkout"):
         job_script("slurm", config=JOBQUEUE_YAML)
 
 

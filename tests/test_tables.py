@@ -116,11 +116,28 @@ def test_cli_fit_and_predict_with_columns_and_keep(events, tmp_path, capsys):
         np.testing.assert_array_equal(_labels_by_id(out)["label"].to_numpy(), want)
 
 
+@pytest.mark.parametrize("columns", ["f*", "--columns=-id,-label", "f?,f1?", "-label,-id"])
+def test_cli_columns_take_patterns_and_exclusions(events, tmp_path, capsys, columns):
+    """Issue #54: --columns had to spell out every feature. Shell patterns and exclusions (every other column)
+    select the same features, in the table's order; a list of names is taken as given."""
+    path, X = events
+    flag = [columns] if columns.startswith("--") else ["--columns", columns]
+    if columns.startswith("-l"):
+        flag = [f"--columns={columns}"]
+    assert main(["fit", path, *flag, "-k", "5", "--seed", "0", "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    capsys.readouterr()
+    model = dask_clust.load(tmp_path / "m")
+    assert list(model.feature_names_in_) == FEATURES
+    np.testing.assert_allclose(model.cluster_centers_, _in_memory(X).cluster_centers_, rtol=1e-10)
+
+
 @pytest.mark.parametrize(
     "argv, msg",
     [
         (["--columns", "f0,nope"], r"columns \['nope'\] are not in the input; its columns are \['id', 'f0'"),
         ([], r"non-numeric columns: \['label'\] \(choose the feature columns with columns=\[\.\.\.\], or --columns"),
+        (["--columns", "g*,f1"], r"--columns \['g\*'\] match no column; the columns are \['id', 'f0'"),
+        (["--columns=-id,-label,-f*"], r"--columns -id,-label,-f\* leaves no column of \['id'"),
     ],
 )
 def test_cli_fit_refuses_columns_it_cannot_use(events, tmp_path, capsys, argv, msg):

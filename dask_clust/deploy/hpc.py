@@ -18,6 +18,8 @@ import yaml
 from dask.utils import parse_bytes
 from distributed.security import Security
 
+from ..errors import install_hint
+
 # kind -> (cluster class, job class) in dask_jobqueue.<kind>
 _CLASSES = {"slurm": ("SLURMCluster", "SLURMJob"), "pbs": ("PBSCluster", "PBSJob")}
 EXAMPLE = "deploy/jobqueue/jobqueue.yaml"
@@ -50,7 +52,7 @@ def _classes(kind):
     try:
         import dask_jobqueue
     except ImportError as exc:
-        raise ImportError(f"a {kind} cluster needs dask-jobqueue: pip install 'dask_clust[hpc]'") from exc
+        raise ImportError(f"a {kind} cluster needs dask-jobqueue: {install_hint('hpc')}") from exc
     module = getattr(dask_jobqueue, kind)  # dask_jobqueue.slurm or .pbs: only they export the job class
     return tuple(getattr(module, name) for name in _CLASSES[kind])
 

@@ -16,7 +16,7 @@ import dask
 import distributed
 
 from .. import progress
-from ..errors import InputError, SchedulerUnreachable, UnguardedScript
+from ..errors import InputError, SchedulerUnreachable, UnguardedScript, install_hint
 from . import config, tls
 from .cluster import IN_PROCESS, ClusterBackend, InProcessBackend
 
@@ -188,7 +188,7 @@ def connect(address=None, n_workers=None, threads_per_worker=None):
             cluster = stack.enter_context(_local_cluster(n_workers or workers, threads_per_worker or threads))
             client = stack.enter_context(distributed.Client(cluster))
         link = dashboard_link(client)
-        logger.info("dashboard: %s", link or "(pip install 'bokeh>=3.1' to serve it)")
+        logger.info("dashboard: %s", link or f"(bokeh serves it: {install_hint('dashboard')})")
         if link and progress.enabled():
             progress.note(f"dashboard: {link}")
         yield client
