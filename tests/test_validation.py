@@ -223,3 +223,20 @@ def test_a_fit_ended_by_its_iteration_limit_warns(small_blobs):
         assert dask_clust.fit(X, n_clusters=6, init=init, max_iter=n_iter + 1, client="in-process").converged_
         # SBE has no stopping rule: its limit is the plan, not a failure
         dask_clust.fit(X, "sbe", n_clusters=6, omaxit=2, random_state=0, client="in-process")
+
+
+def test_every_default_setting_parses_as_dask_reads_it():
+    """A default timeout or size that dask cannot parse fails only where it is read (``first-worker-timeout``'s
+    "10min" did, on a cluster without workers): each is parsed here as dask's helpers parse it."""
+    from dask.utils import parse_bytes, parse_timedelta
+
+    from dask_clust.engine import config
+
+    timeouts = [k for k in config.DEFAULTS if k.endswith("-timeout")]
+    sizes = [k for k in config.DEFAULTS if k.endswith("-bytes") and k != "knn-exact-budget"]
+    assert "first-worker-timeout" in timeouts and "model-bytes" in sizes
+    assert parse_timedelta(config.DEFAULTS["first-worker-timeout"]) == 600
+    for key in timeouts:
+        assert parse_timedelta(config.DEFAULTS[key]) > 0, key
+    for key in sizes:
+        assert parse_bytes(config.DEFAULTS[key]) > 0, key

@@ -56,7 +56,7 @@ DEFAULTS = {
     "connect-timeout": "10s",
     # how long a fit waits for the first worker of a cluster that has none yet (HPC jobs still queued, pods
     # pulling their image), before it ends in one line (``NoWorkers``)
-    "first-worker-timeout": "10min",
+    "first-worker-timeout": "10 minutes",
 }
 
 
