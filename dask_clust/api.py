@@ -205,6 +205,7 @@ def fit(
             progress=True,
             checkpoint=saved,
             stops_early=bool(getattr(cfg, "tol", 0)),
+            figure=spec.figure,
         )
         result = spec.fit(engine, cfg, entropy, loop)
         info = engine.describe()

@@ -62,8 +62,11 @@ class Loop:
     ``stops_early``: a stopping rule may end it before ``max_iter``, so the phase counts the iterations
     without a total (a bar at 2/300 with its ETA would say the fit has 298 to go)."""
 
-    def __init__(self, name, max_iter, *, callback=None, progress=False, checkpoint=None, stops_early=False):
+    def __init__(
+        self, name, max_iter, *, callback=None, progress=False, checkpoint=None, stops_early=False, figure="objective"
+    ):
         self.name = name
+        self.figure = figure  # what the bar and the log call the record's objective (``AlgorithmSpec.figure``)
         self.max_iter = int(max_iter)
         self.stops_early = stops_early
         self.callback = callback
@@ -142,15 +145,16 @@ class Loop:
         rec.update(extras)
         self.history.append(rec)
         logger.debug(
-            "%s iteration %d: objective %.6g, %.3f s, %d distance evaluations, changed %s",
+            "%s iteration %d: %s %.6g, %.3f s, %d distance evaluations, changed %s",
             self.name,
             rec["iteration"],
+            self.figure,
             rec["objective"],
             rec["wall_s"],
             rec["distance_evals"],
             changed,
         )
-        self._shown.update(1, objective=f"{rec['objective']:.6g}")
+        self._shown.update(1, **{self.figure: f"{rec['objective']:.6g}"})
         if self.callback is not None:
             try:
                 self.callback(rec if centers is None else {**rec, "centers": centers})

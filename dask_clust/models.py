@@ -259,6 +259,12 @@ class ClusteringModel:
             + ")"
         )
 
+    def _figure(self):
+        """What the history's per-iteration "objective" is called (``AlgorithmSpec.figure``)."""
+        from .algorithms import get
+
+        return get(self.algo).figure
+
     def plot(self):
         """A matplotlib Figure: the objective against the iteration, and the centres in the plane of their two
         features (D = 2) or of their first two principal axes. Needs matplotlib (the ``notebook`` extra)."""
@@ -269,7 +275,8 @@ class ClusteringModel:
         fig, (history, centres) = plt.subplots(1, 2, figsize=(10, 3.8))
         objective = [h.get("objective") for h in self.history_]
         history.plot(range(1, len(objective) + 1), [np.nan if v is None else v for v in objective], marker=".")
-        history.set(xlabel="iteration", ylabel="objective", title=f"{self.algo}: objective")
+        figure = self._figure()
+        history.set(xlabel="iteration", ylabel=figure, title=f"{self.algo}: {figure}")
         C = self.cluster_centers_
         if C.shape[1] == 2:
             xy, axes = C, ("feature 0", "feature 1")
@@ -295,7 +302,7 @@ class ClusteringModel:
         )
         return (
             f"<div style='display:flex;gap:2em;align-items:flex-start'><table>{cells}</table>"
-            f"{_history_svg([h.get('objective') for h in self.history_])}</div>"
+            f"{_history_svg([h.get('objective') for h in self.history_], self._figure())}</div>"
         )
 
     # ---------------------------------------------------------------- persistence
@@ -396,7 +403,7 @@ def _installed_version():
         return "(not installed)"
 
 
-def _history_svg(values, width=320, height=160, pad=28):
+def _history_svg(values, figure="objective", width=320, height=160, pad=28):
     """The objective against the iteration as an inline SVG line (empty when there is nothing to draw)."""
     points = [(i + 1, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(v)]
     if len(points) < 2:
@@ -409,9 +416,9 @@ def _history_svg(values, width=320, height=160, pad=28):
         for i, v in points
     )
     return (
-        f"<svg width='{width}' height='{height}' role='img' aria-label='objective against iteration'>"
+        f"<svg width='{width}' height='{height}' role='img' aria-label='{figure} against iteration'>"
         f"<polyline points='{xy}' fill='none' stroke='#1f77b4' stroke-width='1.5'/>"
-        f"<text x='{pad}' y='{pad - 10}' font-size='11'>objective: max {hi:.4g}</text>"
+        f"<text x='{pad}' y='{pad - 10}' font-size='11'>{figure}: max {hi:.4g}</text>"
         f"<text x='{pad}' y='{height - 8}' font-size='11'>min {lo:.4g}; iterations 1 to {len(values)}</text>"
         f"</svg>"
     )

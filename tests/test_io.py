@@ -301,6 +301,7 @@ def test_model_repr_and_html_view(small_blobs):
     assert repr(dask_clust.fit(X, "kmeans", 4, random_state=0, client="in-process")).startswith("ClusteringModel(")
     page = m._repr_html_()
     assert "<table>" in page and f"{m.objective_:.6g}" in page and page.count("<polyline") == (m.n_iter_ > 1)
+    assert m.n_iter_ > 1 and "free energy: max" in page and "objective: max" not in page
 
 
 def test_model_plot_shows_the_history_and_the_centres(small_blobs):

@@ -53,6 +53,9 @@ class AlgorithmSpec:
     summary: str
     reference: str
     objective: str
+    # the short name of that figure on the progress bar, the log and the model's plots ("objective" where it is
+    # a QE, so that a free energy is not shown under the name of the model's QE)
+    figure: str = "objective"
     loop_length: str | None = "max_iter"
     check_data: object = None
     weighted: bool = True

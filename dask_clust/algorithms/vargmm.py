@@ -307,6 +307,7 @@ register(
         summary="var-GMM-S: vc-GMM's truncated variational EM on all rows (weight 1), the paper's baseline",
         reference="Forster, Lücke, AISTATS 2018; Hirschberger, Forster, Lücke, TPAMI 2022",
         objective="the free energy F of the truncated posteriors on all rows (higher is better)",
+        figure="free energy",
         state_bytes=em_row_bytes,
         thread_bytes=em_thread_bytes,
         probabilistic=True,

@@ -225,7 +225,9 @@ def refine_on_all_rows(engine, cfg, mu, sigma2, mixture, entropy, loop, phases):
     if mixture is None:  # vc-GMM's own model: one σ², equal weights
         mixture = (np.full(mu.shape, sigma2), None)
     start = given_mixture(cfg, mu, *mixture)
-    rows = Loop("refine on all rows", loop.n_iter + cfg.max_iter, callback=loop.callback, progress=True)
+    rows = Loop(
+        "refine on all rows", loop.n_iter + cfg.max_iter, callback=loop.callback, progress=True, figure=loop.figure
+    )
     rows.history = list(loop.history)
     found = {}
     mu, sigma2, f, evals, mixture = truncated_em(engine, mu, start, entropy, rows, found, "nearest")
@@ -356,6 +358,7 @@ register(
         "(k-means|| or AFK-MC2 seeding)",
         reference="Hirschberger, Forster, Lücke, TPAMI 2022, doi:10.1109/TPAMI.2021.3133763",
         objective="the free energy F of the truncated posteriors on the coreset (higher is better)",
+        figure="free energy",
         # the coreset is the working set's; a refine keeps var-GMM-S's state on every row
         state_bytes=lambda cfg: em_row_bytes(cfg) if cfg.refine else 0,
         thread_bytes=lambda cfg: em_thread_bytes(cfg) if cfg.refine else 0,
