@@ -16,7 +16,7 @@ from . import progress as progress_
 from ._params import build_config
 from ._random import check_random_state
 from .engine import as_source, open_engine
-from .engine.data import feature_names, key_columns, select_columns
+from .engine.data import as_table, feature_names, key_columns, select_columns
 from .errors import ConvergenceWarning, InputError, InvalidParameterError, UnguardedScript
 from .loop import Loop
 from .mixture import MixtureModel
@@ -144,8 +144,9 @@ def fit(
     _check_checkpointing(spec, checkpoint, resume, checkpoint_every, checkpoint_seconds)
     stored = checkpoint_.stored_entropy(resume if resume is not None else checkpoint)
     entropy = stored if random_state is None and stored is not None else check_random_state(random_state)
-    names = feature_names(select_columns(X, columns))
-    keys = key_columns(X) if columns is None else []
+    table = as_table(select_columns(X, columns))  # (a parquet path opened once, for both)
+    names = feature_names(table)
+    keys = key_columns(table) if columns is None else []
     if keys:
         warnings.warn(
             f"columns {keys} look like keys (integers named as identifiers) and are fitted as features: without "

@@ -210,7 +210,7 @@ def moves(rows, cfg, mu, sigma2, f, mixture, entropy, phases):
         evals += e + rows.n_samples * cfg.n_clusters  # (and the nearest-mean pass)
         return (m, var, weights), new_f, s2
 
-    (mu, var, weights), f, s2, _, _ = split_merge(em, covariance(cfg.covariance_type), (mu, *mixture), f, n_moves(cfg))
+    (mu, var, weights), f, s2 = split_merge(em, covariance(cfg.covariance_type), (mu, *mixture), f, n_moves(cfg))
     phases["split_merge"] = time.perf_counter() - t
     return mu, sigma2 if s2 is None else s2, f, evals, (var, weights)
 

@@ -94,11 +94,11 @@ def moved(cov, mu, var, weights, i, j, k):
 def split_merge(em, cov, mixture, f, budget):
     """Steps 1-4 from ``mixture`` = (μ, Σ as the EM keeps it, π) of free energy ``f``; ``em(μ, Σ, π)`` runs
     the judging EM and returns (its mixture, its free energy, its extras). Returns (the mixture, its free
-    energy, the extras of the EM that made it or None, moves tried, moves kept)."""
+    energy, the extras of the EM that made it or None)."""
     tried = kept = 0
     extras = None
     if budget < 1 or len(mixture[0]) < 3:
-        return mixture, f, extras, tried, kept
+        return mixture, f, extras
     with progress.phase("split and merge", budget, "move") as shown:
         while tried < budget:
             mu, var, weights = mixture
@@ -106,7 +106,7 @@ def split_merge(em, cov, mixture, f, budget):
                 k = split_candidate(cov, var, (i, j))
                 new, new_f, new_extras = em(*moved(cov, mu, var, weights, i, j, k))
                 tried += 1
-                shown.update(1, free_energy=f"{max(f, new_f):.6g}")
+                shown.update(1, **{"free energy": f"{max(f, new_f):.6g}"})
                 logger.debug("split and merge: merge %d, %d; split %d: F %.6g -> %.6g", i, j, k, f, new_f)
                 if new_f > f:
                     mixture, f, extras, kept = new, new_f, new_extras, kept + 1
@@ -114,4 +114,4 @@ def split_merge(em, cov, mixture, f, budget):
             else:
                 break
     logger.info("split and merge: %d of %d moves kept, F = %.6g", kept, tried, f)
-    return mixture, f, extras, tried, kept
+    return mixture, f, extras

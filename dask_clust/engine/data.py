@@ -385,10 +385,16 @@ def _is_parquet(path):
     return path.endswith(".parquet") or (os.path.isdir(path) and any(f.endswith(".parquet") for f in os.listdir(path)))
 
 
+def as_table(X):
+    """A table input as its DataFrame (a path to a parquet dataset opened, lazily), anything else as it is."""
+    if isinstance(X, (str, os.PathLike)) and os.path.exists(X) and _is_parquet(os.fspath(X)):
+        return open_path(X)
+    return X
+
+
 def feature_names(X):
     """The column names of a table input (a DataFrame, or a path to a parquet dataset), None for arrays."""
-    if isinstance(X, (str, os.PathLike)) and os.path.exists(X) and _is_parquet(os.fspath(X)):
-        X = open_path(X)
+    X = as_table(X)
     return [str(c) for c in X.columns] if is_frame(X) and getattr(X, "ndim", 2) == 2 else None
 
 
@@ -399,8 +405,7 @@ KEY_NAME = re.compile(r"(^|[_\s.-])(id|key|index|idx)$|[a-z](Id|Key)$", re.IGNOR
 def key_columns(X):
     """The integer columns of a table input (a DataFrame, a parquet path) whose names say they are keys: fitted
     as features, an identifier's arbitrary numbers outweigh every real feature's distances."""
-    if isinstance(X, (str, os.PathLike)) and os.path.exists(X) and _is_parquet(os.fspath(X)):
-        X = open_path(X)
+    X = as_table(X)
     if not is_frame(X) or getattr(X, "ndim", 2) != 2:
         return []
     return [str(c) for c, t in X.dtypes.items() if getattr(t, "kind", "O") in "iu" and KEY_NAME.search(str(c))]
