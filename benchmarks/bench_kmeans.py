@@ -4,13 +4,18 @@
    KMeans(init="k-means++", n_init=1) (target: within 1 %);
 2. speed: wall time of one Lloyd iteration on 2 workers x 1 thread vs scikit-learn's Lloyd with 2
    threads on the same in-memory data (target: no slower), and dask-ml KMeans' time per iteration;
-3. the same random_state and chunking give identical centres on 1 and 2 workers.
+3. the same random_state and chunking give identical centres on 1 and 2 workers;
+4. ``--parts seeds`` (issue #54 item 6): greedy k-means++ then Lloyd against scikit-learn's over many seeds on
+   three kinds of data (50k x 16, k = 64): the QE at the seeds and after Lloyd, each mean's difference in
+   standard errors, and Lloyd from scikit-learn's own seeds in both libraries (the iterations alone).
 """
 
 import argparse
+import math
 import time
 
 import numpy as np
+from sklearn.datasets import make_blobs
 
 import dask_clust
 from harness.common import blobs, emit, local_cluster
@@ -22,9 +27,15 @@ N, D, C_TRUE, K = 1_000_000, 16, 200, 200
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--parts", default="quality,speed,workers", help="comma-separated subset to run")
+    p.add_argument("--parts", default="quality,speed,workers", help="comma-separated subset to run (or seeds)")
     args = p.parse_args()
     parts = set(args.parts.split(","))
+    if "seeds" in parts:
+        for kind in SEED_DATA:
+            seed_parity(kind, args.seeds)
+        parts.discard("seeds")
+        if not parts:
+            return
     X, _ = blobs(N, D, C_TRUE, seed=0)
     rows = {}
     with local_cluster(2, 1) as client:
@@ -110,6 +121,62 @@ def main():
         )
     if "workers" in parts:
         print(f"identical centres on 1 and 2 workers: {same}")
+
+
+SEED_DATA = {
+    # 2k blobs of spreads 0.5-3 (overlapping), k well-separated blobs, the uniform cube
+    "overlapping": lambda rng, n, d, k: make_blobs(
+        n, d, centers=2 * k, cluster_std=rng.uniform(0.5, 3, 2 * k), random_state=0
+    )[0],
+    "separated": lambda rng, n, d, k: make_blobs(n, d, centers=k, random_state=0)[0],
+    "uniform": lambda rng, n, d, k: rng.random((n, d)),
+}
+
+
+def seed_parity(kind, seeds, n=50_000, d=16, k=64):
+    """Greedy k-means++ seeding and the Lloyd fit after it, ours against scikit-learn's, ``seeds`` seeds each."""
+    from sklearn.cluster import KMeans, kmeans_plusplus
+    from sklearn.metrics import pairwise_distances_argmin_min
+    from threadpoolctl import threadpool_limits
+
+    from dask_clust.blocks.seeding import seed
+    from dask_clust.engine import as_source, open_engine
+
+    X = SEED_DATA[kind](np.random.default_rng(0), n, d, k).astype(np.float32)
+
+    def qe(C):
+        return float((pairwise_distances_argmin_min(X, C.astype(np.float32))[1].astype(np.float64) ** 2).sum())
+
+    got = {p: ([], []) for p in ("seeding", "after Lloyd", "Lloyd from the same seeds")}
+    for s in range(seeds):
+        with open_engine(as_source(X), "in-process", s) as eng:
+            got["seeding"][0].append(qe(seed(eng, k, "k-means++", s)[0]))
+        ours = dask_clust.fit(X, n_clusters=k, init="k-means++", random_state=s, client="in-process")
+        got["after Lloyd"][0].append(ours.objective_)
+        with threadpool_limits(2):
+            theirs, _ = kmeans_plusplus(X, k, random_state=s)
+            got["seeding"][1].append(qe(theirs))
+            got["after Lloyd"][1].append(KMeans(k, init="k-means++", n_init=1, random_state=s).fit(X).inertia_)
+            got["Lloyd from the same seeds"][1].append(KMeans(k, init=theirs, n_init=1).fit(X).inertia_)
+        same = dask_clust.fit(X, n_clusters=k, init=theirs.astype(np.float64), client="in-process")
+        got["Lloyd from the same seeds"][0].append(same.objective_)
+    for part, (ours, theirs) in got.items():
+        ours, theirs = np.array(ours), np.array(theirs)
+        se = math.sqrt(ours.var(ddof=1) / seeds + theirs.var(ddof=1) / seeds)
+        emit(
+            "kmeans_seed_parity",
+            {
+                "data": kind,
+                "n": n,
+                "d": d,
+                "k": k,
+                "seeds": seeds,
+                "part": part,
+                "ratio": float(ours.mean() / theirs.mean()),
+                "standard_errors": float((ours.mean() - theirs.mean()) / se) if se else 0.0,
+                "worst_seed_ratio": float(np.max(ours / theirs)),
+            },
+        )
 
 
 if __name__ == "__main__":
