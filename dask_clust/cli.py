@@ -177,7 +177,7 @@ def _columns(text, path):
 def cmd_fit(args):
     from . import api
     from .engine.data import select_columns
-    from .outputs import check_labels_path, check_model_dir, write_labels
+    from .outputs import check_labels_path, check_model_dir, write_rows
 
     if args.out:
         check_model_dir(args.out, "--out")
@@ -203,40 +203,89 @@ def cmd_fit(args):
         if args.out:
             model.save(args.out)
         if args.labels_out:
-            write_labels(model.predict(X if args.columns else args.input), args.labels_out)
+            write_rows(model.predict(X if args.columns else args.input), args.labels_out)
     print(json.dumps(_summary(model, wall)))
 
 
-def _labels_of_table(model, path, columns, keep):
-    """``predict`` of a table's feature columns (by default those the model was fitted on), with the
-    ``keep`` columns beside the labels."""
+def _features(model, path, columns):
+    """A table's feature columns (by default those the model was fitted on), lazily."""
     from .engine.data import open_path, select_columns
 
     table = open_path(path)
     if columns is None and hasattr(model, "feature_names_in_"):
         columns = list(model.feature_names_in_)
-    labels = model.predict(select_columns(table, columns) if columns else table)
+    return table, select_columns(table, columns) if columns else table
+
+
+def _labels_of_table(model, path, columns, keep):
+    """``predict`` of a table's feature columns, with the ``keep`` columns beside the labels."""
+    from .engine.data import select_columns
+
+    table, X = _features(model, path, columns)
+    labels = model.predict(X)
     return select_columns(table, keep).assign(label=labels) if keep else labels
 
 
+def _posteriors(model, path, columns, keep, suffix):
+    """``predict --proba-out``: a .parquet gets each row's C' likeliest components and their probabilities
+    (``predict_proba`` of a DataFrame), beside the ``keep`` columns; a .npy or .zarr the dense (n, k) matrix."""
+    import dask.dataframe as dd
+
+    from .engine.data import as_dask_rows, feature_names, select_columns
+    from .errors import InputError
+
+    if model.kind != "mixture":
+        raise InputError(
+            f"--proba-out: a {model.algo} model has no probabilities (a mixture's has: vcgmm, vargmm, GaussianMixture)"
+        )
+    if feature_names(path) is None:
+        table, X = None, as_dask_rows(path, model.n_features_in_)
+        if suffix != ".parquet":
+            return model.predict_proba(X, output="dense")
+        X = dd.from_dask_array(X, columns=[str(j) for j in range(X.shape[1])])
+    else:
+        table, X = _features(model, path, columns)
+        if suffix != ".parquet":
+            return model.predict_proba(X, output="dense")
+    proba = model.predict_proba(X, output="truncated")
+    return select_columns(table, keep).assign(**{c: proba[c] for c in proba.columns}) if keep else proba
+
+
 def cmd_predict(args):
-    from . import api
+    from . import api, progress
+    from .engine.counted import compute
     from .engine.data import feature_names
     from .errors import InputError
-    from .outputs import check_labels_path, write_labels
+    from .outputs import check_labels_path, write_rows
 
-    suffix = check_labels_path(args.out, "--out")
+    if not (args.out or args.proba_out):
+        raise InputError("predict writes --out (the labels), --proba-out (the probabilities) or both; give one")
+    outputs = [
+        (flag, path, check_labels_path(path, flag))
+        for flag, path in (("--out", args.out), ("--proba-out", args.proba_out))
+        if path
+    ]
     columns, keep = _columns(args.columns, args.input), _names(args.keep)
-    if keep and suffix != ".parquet":
-        raise InputError(f"--keep writes columns beside the labels: --out must be a .parquet path; got {args.out}")
+    if keep and any(suffix != ".parquet" for _, _, suffix in outputs):
+        raise InputError(
+            "--keep writes columns beside the labels or probabilities: their outputs must be .parquet paths"
+        )
     table = feature_names(args.input) is not None
     if (columns or keep) and not table:
         raise InputError(f"--columns and --keep name columns of a table (a parquet dataset); {args.input} is not one")
     model = api.load(args.model)
-    with _client(args.scheduler):
-        labels = _labels_of_table(model, args.input, columns, keep) if table else model.predict(args.input)
-        write_labels(labels, args.out)
-    print(json.dumps({"model": args.model, "labels": args.out}))
+    with progress.reporting(_progress(args)), _client(args.scheduler):
+        for flag, path, suffix in outputs:
+            if flag == "--out":
+                rows = _labels_of_table(model, args.input, columns, keep) if table else model.predict(args.input)
+            else:
+                rows = _posteriors(model, args.input, columns, keep, suffix)
+            write_rows(
+                rows,
+                path,
+                lambda collection: compute(collection, "writing " + ("labels" if flag == "--out" else "probabilities")),
+            )
+    print(json.dumps({"model": args.model, "labels": args.out, "probabilities": args.proba_out}))
 
 
 def cmd_show(args):
@@ -397,7 +446,13 @@ def build_parser(argv=()):
     pr = sub.add_parser("predict", parents=[common], help="label rows with a saved model")
     pr.add_argument("model", help="a directory written by fit --out")
     pr.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset")
-    pr.add_argument("--out", required=True, help="where to write the labels: .npy, .parquet or .zarr (by suffix)")
+    pr.add_argument("--out", help="where to write the labels: .npy, .parquet or .zarr (by suffix)")
+    pr.add_argument(
+        "--proba-out",
+        help="where to write a mixture model's probabilities: a .parquet gets each row's likeliest components "
+        "and their probabilities (component_1, probability_1, ...; every other component's is 0), a .npy or "
+        ".zarr the dense rows x k matrix",
+    )
     pr.add_argument(
         "--columns",
         metavar="A,B,...",
@@ -409,6 +464,7 @@ def build_parser(argv=()):
         help="columns of a parquet input written beside the labels (keys, say); needs a .parquet --out",
     )
     pr.add_argument("--scheduler", help="address of a running Dask scheduler (default: in-process or a LocalCluster)")
+    progress_flags(pr)
     pr.set_defaults(func=cmd_predict)
 
     sh = sub.add_parser("show", parents=[common], help="what a saved model holds, as JSON")

@@ -17,6 +17,7 @@ from ._params import COVARIANCE_TYPES, build_config, describe
 from ._random import check_random_state
 from .api import fit
 from .blocks.gaussian import own_model
+from .engine.data import is_frame
 from .engine.local import persisted
 from .errors import InputError, InvalidParameterError
 
@@ -267,8 +268,11 @@ class ProbabilisticEstimator(ClusteringEstimator):
     def predict_proba(self, X, output="sparse"):
         """Truncated posteriors (see ``ClusteringModel.predict_proba``): by default scikit-learn's (n, k)
         shape as a scipy CSR matrix holding the n·C' non-zeros; output="truncated" gives (ids,
-        probabilities), (n, C') each, output="dense" an (n, k) float64 array (8·k bytes per row)."""
+        probabilities), (n, C') each (for a DataFrame, one DataFrame on its index: component_j and
+        probability_j columns), output="dense" an (n, k) float64 array (8·k bytes per row)."""
         result = self._checked(X).predict_proba(X, output)
+        if output == "truncated" and is_frame(X):
+            return result
         if output == "truncated":
             return tuple(self._out(X, r) for r in result)
         return result if output == "sparse" else self._out(X, result)

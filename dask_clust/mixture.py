@@ -22,7 +22,7 @@ from ._params import COVARIANCE_TYPES
 from ._random import check_random_state
 from .blocks.gaussian import component_costs, covariance, n_parameters
 from .blocks.truncated_em import mixture_m_step, new_sigma2
-from .engine.data import as_dask_rows, check_finite_block, map_rows
+from .engine.data import as_dask_rows, check_finite_block, frame_rows, is_frame, is_pandas, map_rows
 from .kernels.assign import all_sqdist
 from .models import PROBA_BLOCK_BYTES, ClusteringModel
 
@@ -110,6 +110,23 @@ def _truncated_proba_block(x, ids, C, sigma2, mixture=None):
         a *= -0.5 / sigma2
     e = np.exp(a - a.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
+
+
+def _frame_posteriors(frame, C, sigma2, n_truncated, mixture, partition_info=None):
+    """A DataFrame partition's truncated posteriors as a DataFrame on its index (``_posterior_frame``)."""
+    x = frame_rows(frame, partition_info)
+    check_finite_block(x, where=f" of partition {partition_info['number']}" if partition_info else "")
+    ids = truncated_ids_block(x, C, n_truncated, mixture)
+    return _posterior_frame(ids, _truncated_proba_block(x, ids, C, sigma2, mixture), frame.index)
+
+
+def _posterior_frame(ids, p, index):
+    """component_1 .. component_C' and probability_1 .. probability_C' columns (likeliest first)."""
+    import pandas as pd
+
+    columns = {f"component_{j + 1}": ids[:, j] for j in range(ids.shape[1])}
+    columns.update({f"probability_{j + 1}": p[:, j] for j in range(p.shape[1])})
+    return pd.DataFrame(columns, index=index)
 
 
 def _dense_block(ids, p, n_clusters):
@@ -272,9 +289,15 @@ class MixtureModel(ClusteringModel):
         ``output``: "truncated" (default) gives what they are, two lazy dask arrays (ids, probabilities),
         (n, C') int32 and float64, nearest mean first: 12·C' bytes per row, whatever k is. "sparse": a
         scipy CSR matrix (n, k) computed now (for in-memory sizes). "dense": a lazy (n, k) float64 dask
-        array, 8·k bytes per row, almost all zeros (1 M rows at k = 4096: 32 GB)."""
+        array, 8·k bytes per row, almost all zeros (1 M rows at k = 4096: 32 GB).
+
+        A DataFrame with output "truncated" (read by column name, as ``predict``) gives one DataFrame on its
+        index, lazy for a dask one: columns component_1 .. component_C' (int32, likeliest first) and
+        probability_1 .. probability_C', so the posteriors can be put beside a key column."""
         if output not in ("truncated", "sparse", "dense"):
             raise ValueError(f"output must be 'truncated', 'sparse' or 'dense'; got {output!r}")
+        if output == "truncated" and is_frame(X):
+            return self._proba_frame(X)
         X = as_dask_rows(X, self.n_features_in_)
         k, Cp = self.n_clusters, int(self.extras_["n_truncated_"])
         if output == "dense":  # output blocks of PROBA_BLOCK_BYTES
@@ -306,6 +329,15 @@ class MixtureModel(ClusteringModel):
         out = sparse.csr_matrix((p.ravel(), ids.ravel(), np.arange(0, n * Cp + 1, Cp)), shape=(n, k))
         out.sort_indices()
         return out
+
+    def _proba_frame(self, X):
+        self._check_frame(X)
+        args = (self.cluster_centers_, float(self.extras_["sigma2_"]), int(self.extras_["n_truncated_"]))
+        args += (self._mixture(),)
+        if is_pandas(X):
+            return _frame_posteriors(X, *args)
+        meta = _posterior_frame(np.empty((0, args[2]), np.int32), np.empty((0, args[2])), X._meta.index)
+        return X.map_partitions(_frame_posteriors, *args, meta=meta)
 
     def _summary(self):
         """The clustering summary, its objective named for what it is (the QE of the means, not the EM's

@@ -187,9 +187,8 @@ class ClusteringModel:
         X, centers = self._rows(X)
         return map_rows(X, _predict_block, np.int32, None, self._mixture() or centers)
 
-    def _predict_frame(self, X):
-        import pandas as pd
-
+    def _check_frame(self, X):
+        """Refuse a DataFrame whose columns are not the fitted features (a frame is read by name)."""
         if getattr(X, "ndim", 2) != 2:
             raise InputError("Expected a 2-D input; got a Series")
         names, fitted = [str(c) for c in X.columns], self.__dict__.get("feature_names_in_")
@@ -202,6 +201,11 @@ class ClusteringModel:
             raise InputError(
                 f"X has {len(names)} features, but the model was fitted with {self.n_features_in_} features"
             )
+
+    def _predict_frame(self, X):
+        import pandas as pd
+
+        self._check_frame(X)
         normalise = self.extras_.get("row_normalization_") == "l2"
         centers = self._mixture() or self._prepared(np.dtype(np.float64) if normalise else frame_dtype(X))
         if is_pandas(X):

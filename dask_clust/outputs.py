@@ -112,24 +112,27 @@ def _remove(path):
         os.remove(path)
 
 
-def write_labels(labels, path):
-    """Compute the lazy ``labels`` into ``path`` (.npy, .parquet or .zarr), all or nothing. ``labels``: a
-    dask array, or a dask Series or DataFrame (``predict`` of a table, with the columns kept beside it:
-    those need a .parquet path, checked by the caller)."""
+def write_rows(rows, path, run=None):
+    """Compute the lazy ``rows`` into ``path`` (.npy, .parquet or .zarr), all or nothing. ``rows``: a dask
+    array (labels; an (n, k) matrix of posteriors for .npy and .zarr), or a dask Series or DataFrame
+    (``predict`` of a table, with the columns kept beside it, or posteriors' columns: those need a .parquet
+    path, checked by the caller). ``run`` computes a dask collection and returns its value (dask's
+    ``compute`` by default; the command line's counts the tasks on its progress display)."""
+    run = run or (lambda collection: collection.compute())
     suffix = check_labels_path(path)
-    table = not hasattr(labels, "chunks")
-    if table and labels.ndim == 1:
-        labels = labels.to_frame()
+    table = not hasattr(rows, "chunks")
+    if table and rows.ndim == 1:
+        rows = rows.to_frame()
     with replacing(path) as tmp:
         if suffix == ".npy":
             with open(tmp, "wb") as f:
-                np.save(f, labels["label"].compute().to_numpy() if table else labels.compute())
+                np.save(f, run(rows["label"]).to_numpy() if table else run(rows))
         elif suffix == ".parquet":
             import dask.dataframe as dd
 
-            (labels if table else dd.from_dask_array(labels, columns=["label"])).to_parquet(tmp)
+            run((rows if table else dd.from_dask_array(rows, columns=["label"])).to_parquet(tmp, compute=False))
         else:
-            (labels["label"].to_dask_array().compute_chunk_sizes() if table else labels).to_zarr(tmp)
+            run((rows["label"].to_dask_array(lengths=True) if table else rows).to_zarr(tmp, compute=False))
     return path
 
 

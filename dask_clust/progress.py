@@ -81,6 +81,9 @@ class _Silent:
     def update(self, n=1, **figures):
         pass
 
+    def set_total(self, total):
+        pass
+
 
 SILENT = _Silent()
 
@@ -95,6 +98,9 @@ class _Lines:
     def update(self, n=1, **figures):
         self.n += n
         self.figures = figures or self.figures
+
+    def set_total(self, total):
+        self.total = total
 
     def close(self):
         steps = f"{self.n}/{self.total}" if self.total else f"{self.n}"
@@ -132,6 +138,11 @@ class _Bar:
             self.bar.set_postfix(figures, refresh=False)
         self.bar.update(n)
 
+    def set_total(self, total):
+        """A total learnt once the phase runs (the tasks of a dask graph)."""
+        self.bar.total = total
+        self.bar.refresh()
+
     def done(self):
         """A phase that ended before its planned total (a converged loop) shows as complete."""
         if self.bar.total and self.bar.n < self.bar.total:
@@ -154,6 +165,10 @@ class _Told:
         self.n += n
         self.figures = figures or self.figures
         self.listener(self.name, self.n, self.total, self.figures, False)
+
+    def set_total(self, total):
+        self.total = total
+        self.shown.set_total(total)
 
     def done(self):
         self.shown.done()

@@ -102,6 +102,12 @@ def work(tmp_path_factory):
         (["predict", "nan-centres", "x.npy", "--out", "l.npy"], r"cluster_centers_ holds NaN or infinity"),
         (["predict", "bad-type", "x.npy", "--out", "l.npy"], r"converged_ has type str"),
         (["predict", "nowhere", "x.npy", "--out", "l.npy"], r"nowhere is not a saved dask_clust model"),
+        (
+            ["predict", "model", "x.npy"],
+            r"predict writes --out \(the labels\), --proba-out \(the probabilities\) or both",
+        ),
+        (["predict", "model", "x.npy", "--proba-out", "p.npy"], r"a kmeans model has no probabilities"),
+        (["predict", "model", "x.npy", "--proba-out", "p.txt"], r"--proba-out p\.txt: the format follows the suffix"),
         (["show", "nowhere"], r"nowhere is not a saved dask_clust model"),
         (["show", "wrong-k"], r"params n_clusters=7 but cluster_centers_ has 5 rows"),
         (["demo", "--n", "0"], r"argument --n: expected a positive integer; got 0"),
@@ -146,6 +152,55 @@ def test_labels_outputs_hold_the_models_labels(work):
     np.testing.assert_array_equal(np.load(work / "all.npy"), want)
     np.testing.assert_array_equal(pd.read_parquet(work / "all.parquet")["label"].to_numpy(), want)
     np.testing.assert_array_equal(da.from_zarr(str(work / "all.zarr")).compute(), want)
+
+
+def test_probability_outputs_hold_the_mixtures_posteriors(tmp_path):
+    import dask.array as da
+
+    import dask_clust
+
+    X, _ = blobs(3000, 4, 5, seed=3)
+    table = pd.DataFrame(X, columns=["a", "b", "c", "d"]).assign(id=np.arange(len(X)) + 7)
+    table.to_parquet(tmp_path / "t.parquet")
+    fit = run(
+        "fit",
+        "t.parquet",
+        "--columns=-id",
+        "--algo",
+        "vcgmm",
+        "-k",
+        "5",
+        "--seed",
+        "0",
+        "--out",
+        "m",
+        "--quiet",
+        cwd=tmp_path,
+    )
+    assert fit.returncode == 0, fit.stderr
+    argv = ["--out", "l.parquet", "--proba-out", "p.parquet", "--keep", "id", "--progress"]
+    proc = run("predict", "m", "t.parquet", *argv, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # the tasks of each write counted to the end, one line each (stderr is no terminal)
+    assert re.search(r"^writing labels: (\d+)/\1 tasks in [\d.]+ s$", proc.stderr, re.M), proc.stderr
+    assert re.search(r"^writing probabilities: (\d+)/\1 tasks in [\d.]+ s$", proc.stderr, re.M), proc.stderr
+    for suffix in (".npy", ".zarr"):
+        assert run("predict", "m", "t.parquet", "--proba-out", f"p{suffix}", cwd=tmp_path).returncode == 0
+
+    model = dask_clust.load(tmp_path / "m")
+    ids, p = (a.compute() for a in model.predict_proba(X, output="truncated"))
+    got = pd.read_parquet(tmp_path / "p.parquet")
+    C = ids.shape[1]
+    assert list(got.columns) == ["id"] + [f"component_{j}" for j in range(1, C + 1)] + [
+        f"probability_{j}" for j in range(1, C + 1)
+    ]
+    np.testing.assert_array_equal(got["id"], table["id"])
+    np.testing.assert_array_equal(got.filter(like="component_").to_numpy(), ids)
+    np.testing.assert_array_equal(got.filter(like="probability_").to_numpy(), p)
+    dense = model.predict_proba(X, output="dense").compute()
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), dense)
+    np.testing.assert_array_equal(da.from_zarr(str(tmp_path / "p.zarr")).compute(), dense)
+    np.testing.assert_array_equal(pd.read_parquet(tmp_path / "l.parquet")["label"], model.predict(X).compute())
 
 
 def test_ctrl_c_exits_130_with_one_line(tmp_path):

@@ -168,6 +168,24 @@ def without_upstream_teardown(shown):
     return shown
 
 
+def test_a_dask_computation_counts_its_tasks_without_a_client_and_on_the_cluster(cluster):
+    import dask.array as da
+
+    from dask_clust import progress
+    from dask_clust.engine.counted import compute
+
+    x = da.arange(1000, chunks=100)
+    seen = []
+    with progress.publishing(lambda name, n, total, figures, ended: seen.append((name, n, total, ended))):
+        assert compute((2 * x).sum(), "local") == 999_000  # dask's threads: a callback counts each task
+        with cluster.as_current():  # the scheduler's progress feed counts the graph's tasks
+            assert compute((3 * x).sum(), "cluster") == 1_498_500
+    for name in ("local", "cluster"):
+        ends = [(n, total) for who, n, total, ended in seen if who == name and ended]
+        # ten blocks multiplied and summed, then the partial sums reduced: more than 20 tasks, all counted
+        assert len(ends) == 1 and ends[0][0] == ends[0][1] > 20, (name, seen)
+
+
 def test_upstream_teardown_filter_removes_that_record_only():
     record = (
         "2026-11-22 21:50:01,123 - distributed.worker - ERROR - " + UPSTREAM_TEARDOWN + ".\r\n"

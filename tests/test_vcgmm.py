@@ -383,6 +383,23 @@ def test_predict_proba_is_truncated_posterior(data, C, monkeypatch):
         m.predict_proba(data, output="csr")
 
 
+def test_predict_proba_of_a_frame_is_a_frame_of_the_truncated_posteriors(data):
+    """The (ids, probabilities) arrays' values as columns on the frame's index, pandas or dask, in any partitioning."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    m = dask_clust.fit(data, algo="vcgmm", n_clusters=12, random_state=0, client="in-process")
+    ids, p = (a.compute() for a in m.predict_proba(data[:200]))
+    frame = pd.DataFrame(data[:200], index=np.arange(200) * 3)
+    frame.columns = [str(c) for c in frame.columns]
+    for got in (m.predict_proba(frame), m.predict_proba(dd.from_pandas(frame, npartitions=3)).compute()):
+        assert list(got.index) == list(frame.index)
+        np.testing.assert_array_equal(got[[f"component_{j + 1}" for j in range(ids.shape[1])]].to_numpy(), ids)
+        np.testing.assert_array_equal(got[[f"probability_{j + 1}" for j in range(ids.shape[1])]].to_numpy(), p)
+    with pytest.raises(dask_clust.InputError, match="X has 1 features, but the model was fitted with"):
+        m.predict_proba(frame[["0"]])
+
+
 def test_identical_rows_are_a_clear_error():
     with pytest.raises(dask_clust.InputError, match="all rows are identical"):
         dask_clust.fit(np.ones((100, 3)), algo="vcgmm", n_clusters=2, client="in-process")
