@@ -192,7 +192,7 @@ def fit(
             source.n_chunks,
             engine.backend.kind,
         )
-        told = engine.publisher(algo)
+        told = engine.publisher(algo, spec.figure, getattr(cfg, "n_clusters", None))
         if told is not None:
             stack.enter_context(progress_.publishing(told))
             stack.callback(told.finish)

@@ -24,6 +24,7 @@ from .engine.data import (
 from .errors import InputError, InvalidModelError, install_hint
 from .kernels.assign import Prepared, all_sqdist, nearest
 from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
+from .progress import line_svg
 
 FORMAT_VERSION = 1
 
@@ -306,7 +307,7 @@ class ClusteringModel:
         )
         return (
             f"<div style='display:flex;gap:2em;align-items:flex-start'><table>{cells}</table>"
-            f"{_history_svg([h.get('objective') for h in self.history_], self._figure())}</div>"
+            f"{line_svg(list(enumerate((h.get('objective') for h in self.history_), 1)), self._figure())}</div>"
         )
 
     # ---------------------------------------------------------------- persistence
@@ -405,27 +406,6 @@ def _installed_version():
         return importlib.metadata.version("dask_clust")
     except importlib.metadata.PackageNotFoundError:
         return "(not installed)"
-
-
-def _history_svg(values, figure="objective", width=320, height=160, pad=28):
-    """The objective against the iteration as an inline SVG line (empty when there is nothing to draw)."""
-    points = [(i + 1, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(v)]
-    if len(points) < 2:
-        return ""
-    lo, hi = min(v for _, v in points), max(v for _, v in points)
-    span = (hi - lo) or 1.0
-    xy = " ".join(
-        f"{pad + (i - 1) * (width - 2 * pad) / (len(values) - 1):.1f},"
-        f"{height - pad - (v - lo) * (height - 2 * pad) / span:.1f}"
-        for i, v in points
-    )
-    return (
-        f"<svg width='{width}' height='{height}' role='img' aria-label='{figure} against iteration'>"
-        f"<polyline points='{xy}' fill='none' stroke='#1f77b4' stroke-width='1.5'/>"
-        f"<text x='{pad}' y='{pad - 10}' font-size='11'>{figure}: max {hi:.4g}</text>"
-        f"<text x='{pad}' y='{height - 8}' font-size='11'>min {lo:.4g}; iterations 1 to {len(values)}</text>"
-        f"</svg>"
-    )
 
 
 # model.json's largest size: a model's metadata is kilobytes (its history a few hundred records)

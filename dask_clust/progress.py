@@ -9,6 +9,7 @@ notebook widgets in a kernel where ipywidgets is installed, its text bars otherw
 
 import contextlib
 import contextvars
+import math
 import sys
 import threading
 import time
@@ -210,3 +211,26 @@ def advance(n=1, **figures):
     shown = _CURRENT.get()
     if shown is not None:
         shown.update(n, **figures)
+
+
+def line_svg(points, figure="objective", against="iteration", width=320, height=160, pad=28):
+    """A figure against a step or the time, as an inline SVG line (empty when there is nothing to draw):
+    a model's view in Jupyter and the dashboard's page of fits. ``points``: (x, value) pairs, a value None
+    or not finite skipped."""
+    points = [(float(x), float(v)) for x, v in points if v is not None and math.isfinite(v)]
+    if len(points) < 2:
+        return ""
+    lo, hi = min(v for _, v in points), max(v for _, v in points)
+    x0, x1 = points[0][0], points[-1][0]
+    span, run = (hi - lo) or 1.0, (x1 - x0) or 1.0
+    xy = " ".join(
+        f"{pad + (x - x0) * (width - 2 * pad) / run:.1f},{height - pad - (v - lo) * (height - 2 * pad) / span:.1f}"
+        for x, v in points
+    )
+    return (
+        f"<svg width='{width}' height='{height}' role='img' aria-label='{figure} against {against}'>"
+        f"<polyline points='{xy}' fill='none' stroke='#1f77b4' stroke-width='1.5'/>"
+        f"<text x='{pad}' y='{pad - 10}' font-size='11'>{figure}: max {hi:.4g}</text>"
+        f"<text x='{pad}' y='{height - 8}' font-size='11'>min {lo:.4g}; {against} {x0:.4g} to {x1:.4g}</text>"
+        f"</svg>"
+    )

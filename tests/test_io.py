@@ -386,8 +386,12 @@ def test_load_digits_clusters_like_scikit_learn():
 
 def test_cli_demo_prints_summary_table(capsys):
     # the README's main job, on small data: a LocalCluster fit of lazily generated blobs
-    assert main(["demo", "--n", "20000", "--d", "4", "-k", "5", "--true-clusters", "5"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    assert main(["demo", "--n", "20000", "--d", "4", "-k", "5", "--true-clusters", "5", "--progress"]) == 0
+    shown = capsys.readouterr()
+    out = shown.out.splitlines()
+    # the page of fits beside the dashboard's address, where the cluster is started, and not again
+    assert re.search(r"^dashboard: (http://127\.0\.0\.1:\d+)/status  \(the fits: \1/dask-clust\)$", shown.err, re.M)
+    assert "the fits on the dashboard" not in shown.err, shown.err
     header = next(i for i, line in enumerate(out) if line.startswith("algorithm"))
     cols = out[header].split()
     assert cols[:5] == ["algorithm", "k", "QE", "time_s", "iterations"] and "distance_evals" in cols

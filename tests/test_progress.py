@@ -106,42 +106,59 @@ def test_a_jupyter_kernel_gets_widgets_by_default_and_text_bars_without_ipywidge
 
 
 def test_the_dashboard_shows_a_running_fit(cluster):
+    """Where a Dask user looks: the fit's work in the task stream of /status (whose menu links the fits'
+    page), and the page with the running fit's shape, phase, steps and ETA, its objective against time and
+    the workers' share of the work."""
     import urllib.request
 
     import numpy as np
+    from distributed import get_task_stream
 
     import dask_clust
-    from dask_clust.engine.dashboard import page_link
+    from dask_clust.engine.dashboard import PUBLISH_S, page_link
 
-    X = np.random.default_rng(2).random((20_000, 4)).astype(np.float32)
+    def fetch(url):
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+
+    X = np.random.default_rng(2).random((200_000, 8)).astype(np.float32)
+    page = page_link(cluster) + "?part=fits"
     pages = []
 
-    def look(record):  # called on the driver after each iteration, while the fit runs
-        if record["iteration"] == 3:
-            pages.append(urllib.request.urlopen(page_link(cluster), timeout=10).read().decode())
+    steps = r"kmeans iterations: [1-4]/6, about [\d.]+ s left in this phase, objective [\d.e+]+"
 
-    dask_clust.fit(
-        X,
-        "kmeans",
-        5,
-        init="k-means++",
-        max_iter=6,
-        tol=0,
-        random_state=0,
-        client=cluster,
-        callback=look,
-        progress=False,
-    )
-    assert re.search(
-        r"<td>kmeans</td><td>kmeans iterations</td><td>[0-3]/6</td><td>[^<]*</td><td>running</td>", pages[0]
-    ), pages[0]
-    finished = r"<td>kmeans</td><td>kmeans iterations</td><td>6/6</td><td>objective [\d.e+]+</td><td>finished</td>"
+    def look(record):  # called on the driver after each iteration, while the fit runs
+        if record["iteration"] == 2:  # the next step is published (at most every PUBLISH_S)
+            time.sleep(PUBLISH_S + 0.1)
+        if record["iteration"] == 4:  # sent without waiting: it reaches the scheduler soon after
+            for _ in range(20):
+                pages.append(fetch(page))
+                if re.search(steps, pages[-1]):
+                    break
+                time.sleep(0.1)
+
+    with get_task_stream(client=cluster) as stream:
+        dask_clust.fit(X, "kmeans", 16, max_iter=6, tol=0, random_state=0, client=cluster, callback=look)
+    running = pages[-1]
+    assert "kmeans (N = 200,000, D = 8, k = 16): running" in running, running
+    assert re.search(steps, running), running
     for _ in range(50):  # the fit does not wait for its last messages to the scheduler
-        after = urllib.request.urlopen(page_link(cluster), timeout=10).read().decode()
-        if re.search(finished, after):
+        after = fetch(page)
+        if "k = 16): finished" in after:
             break
         time.sleep(0.1)
-    assert re.search(finished, after), after
+    assert "kmeans (N = 200,000, D = 8, k = 16): finished" in after, after
+    assert "aria-label='objective against seconds'" in after
+    points = re.search(r"<polyline points='([^']*)'", after).group(1).split()
+    assert len(points) == 6  # one per iteration
+    workers = set(cluster.scheduler_info()["workers"])
+    shares = re.findall(r"<tr><td>(tcp://[^<]+)</td><td>[\d.]+ s</td><td>(\d+) %</td></tr>", after)
+    assert {w for w, _ in shares} == workers and 98 <= sum(int(p) for _, p in shares) <= 102, after
+    # the task stream (what /status draws): each worker's Lloyd steps, as finished tasks
+    steps = [t for t in stream.data if t["key"].startswith("lloyd_step-")]
+    assert {t["worker"] for t in steps} == workers, stream.data
+    assert all(t["startstops"][0]["stop"] > t["startstops"][0]["start"] for t in steps)
+    status = fetch(page_link(cluster).replace("/dask-clust", "/status"))
+    assert 'href="dask-clust"' in status  # the dashboard's menu
 
 
 def quickstart(rows):
@@ -220,4 +237,6 @@ def test_readme_quick_start_runs_as_a_script_with_progress(tmp_path):
         ],
     ), shown
     assert "Traceback" not in without_upstream_teardown(shown), shown
+    # the user's own Client: the page of fits is named once, at the first fit
+    assert len(re.findall(r"the fits on the dashboard: http://127\.0\.0\.1:\d+/dask-clust", shown)) == 1, shown
     assert (tmp_path / "model" / "model.json").exists()

@@ -61,7 +61,7 @@ class InProcessBackend:
         # its split of a dot product would make the model depend on BLAS's thread count (rule 5)
         self._blas = threadpool_limits(1, user_api="blas")
 
-    def publisher(self, algo):
+    def publisher(self, algo, shape, figure):
         """Nothing to publish to: a fit in this process shows only in this process."""
         return None
 
@@ -89,11 +89,11 @@ class ClusterBackend(Recovery, RowMoves):
     kind = "cluster"
     in_process = False
 
-    def publisher(self, algo):
+    def publisher(self, algo, shape, figure):
         """The fit's progress onto the dashboard's page of fits (``dashboard.py``), or None."""
         from .dashboard import publisher
 
-        return publisher(self.client, algo)
+        return publisher(self.client, algo, shape, figure)
 
     # set once the fit has seen its scheduler go (the client's status may still say "running" for a moment)
     scheduler_lost = False

@@ -17,7 +17,7 @@ import distributed
 
 from .. import progress
 from ..errors import InputError, SchedulerUnreachable, UnguardedScript, install_hint
-from . import config, tls
+from . import config, dashboard, tls
 from .cluster import IN_PROCESS, ClusterBackend, InProcessBackend
 
 logger = logging.getLogger("dask_clust")
@@ -190,7 +190,7 @@ def connect(address=None, n_workers=None, threads_per_worker=None):
         link = dashboard_link(client)
         logger.info("dashboard: %s", link or f"(bokeh serves it: {install_hint('dashboard')})")
         if link and progress.enabled():
-            progress.note(f"dashboard: {link}")
+            progress.note(dashboard.shown_beside(client, link))
         yield client
 
 

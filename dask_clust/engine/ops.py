@@ -498,9 +498,11 @@ class Engine:
         """Per partition: (rows, memory of the worker that holds it, bytes): what per-row state may cost."""
         return self.backend.partitions(self.source)
 
-    def publisher(self, algo):
-        """A listener for ``progress.publishing`` that shows the fit where its cluster is watched, or None."""
-        return self.backend.publisher(algo)
+    def publisher(self, algo, figure, k=None):
+        """A listener for ``progress.publishing`` that shows the fit where its cluster is watched, or None
+        (``figure``: what its iterations' figure is called; k: its clusters)."""
+        shape = {"N": self.source.n_samples, "D": self.source.n_features, "k": k}
+        return self.backend.publisher(algo, shape, figure)
 
     def describe(self):
         return {

@@ -20,6 +20,7 @@ import copy
 import os
 import shutil
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from threadpoolctl import threadpool_limits
@@ -28,6 +29,7 @@ from . import combine as combines
 from .backups import Backups, buddies
 from .calls import Build, Gather, Plan, ShardApply, ShardDrop, ShardKeep, Step
 from .chunk import Chunk
+from .dashboard import worked
 from .data import ChunkLoader
 from .events import count
 from .halo import HaloExchange
@@ -120,7 +122,10 @@ class Partition:
 
         def compute():
             self.shards.wrote = None
+            start = time.time()
             out = self.HANDLERS[type(call)](self, call)
+            if self.worker is not None and isinstance(call, (Step, Build)):
+                worked(self.worker, call, start, time.time())
             count("ran", partition=self, call=call)
             return out
 
