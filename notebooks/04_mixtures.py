@@ -100,13 +100,14 @@ Cs, held_ll, bic = map(np.array, zip(*sweep))
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
 left.plot(Cs, held_ll, "o-")
-left.set_xscale("log")
-left.set_xlabel("components C")
 left.set_ylabel("held-out log-likelihood per row")
 right.plot(Cs, bic, "o-", color="tab:red")
-right.set_xscale("log")
-right.set_xlabel("components C")
 right.set_ylabel("BIC (training rows)")
+for ax in (left, right):  # a tick at each C tried, as a plain number (2x10^1, 3x10^1, 4x10^1 overlapped)
+    ax.set_xscale("log")
+    ax.set_xticks(Cs, [str(C) for C in Cs])
+    ax.minorticks_off()
+    ax.set_xlabel("components C")
 plt.tight_layout()
 
 # %% [markdown]
