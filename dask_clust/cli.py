@@ -266,9 +266,11 @@ def cmd_predict(args):
         if path
     ]
     columns, keep = _columns(args.columns, args.input), _names(args.keep)
-    if keep and any(suffix != ".parquet" for _, _, suffix in outputs):
+    wrong = [(flag, path) for flag, path, suffix in outputs if suffix != ".parquet"]
+    if keep and wrong:
         raise InputError(
-            "--keep writes columns beside the labels or probabilities: their outputs must be .parquet paths"
+            f"--keep writes columns beside the labels or probabilities: {wrong[0][0]} must be a .parquet path; "
+            f"got {wrong[0][1]}"
         )
     table = feature_names(args.input) is not None
     if (columns or keep) and not table:

@@ -108,6 +108,10 @@ def work(tmp_path_factory):
         ),
         (["predict", "model", "x.npy", "--proba-out", "p.npy"], r"a kmeans model has no probabilities"),
         (["predict", "model", "x.npy", "--proba-out", "p.txt"], r"--proba-out p\.txt: the format follows the suffix"),
+        (
+            ["predict", "model", "x.npy", "--out", "l.parquet", "--proba-out", "p.npy", "--keep", "id"],
+            r"beside the labels or probabilities: --proba-out must be a \.parquet path; got p\.npy",
+        ),
         (["show", "nowhere"], r"nowhere is not a saved dask_clust model"),
         (["show", "wrong-k"], r"params n_clusters=7 but cluster_centers_ has 5 rows"),
         (["demo", "--n", "0"], r"argument --n: expected a positive integer; got 0"),
