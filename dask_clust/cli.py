@@ -226,29 +226,26 @@ def _labels_of_table(model, path, columns, keep):
     return select_columns(table, keep).assign(label=labels) if keep else labels
 
 
-def _posteriors(model, path, columns, keep, suffix):
+def _posteriors(model, path, table, columns, keep, suffix):
     """``predict --proba-out``: a .parquet gets each row's C' likeliest components and their probabilities
-    (``predict_proba`` of a DataFrame), beside the ``keep`` columns; a .npy or .zarr the dense (n, k) matrix."""
+    (``predict_proba`` of a DataFrame), beside the ``keep`` columns; a .npy or .zarr the dense (n, k) matrix.
+    ``table``: whether ``path`` is a parquet dataset."""
     import dask.dataframe as dd
 
-    from .engine.data import as_dask_rows, feature_names, select_columns
+    from .engine.data import as_dask_rows, select_columns
     from .errors import InputError
 
     if model.kind != "mixture":
         raise InputError(
             f"--proba-out: a {model.algo} model has no probabilities (a mixture's has: vcgmm, vargmm, GaussianMixture)"
         )
-    if feature_names(path) is None:
-        table, X = None, as_dask_rows(path, model.n_features_in_)
-        if suffix != ".parquet":
-            return model.predict_proba(X, output="dense")
+    rows, X = _features(model, path, columns) if table else (None, as_dask_rows(path, model.n_features_in_))
+    if suffix != ".parquet":
+        return model.predict_proba(X, output="dense")
+    if not table:  # read as a frame, by position
         X = dd.from_dask_array(X, columns=[str(j) for j in range(X.shape[1])])
-    else:
-        table, X = _features(model, path, columns)
-        if suffix != ".parquet":
-            return model.predict_proba(X, output="dense")
     proba = model.predict_proba(X, output="truncated")
-    return select_columns(table, keep).assign(**{c: proba[c] for c in proba.columns}) if keep else proba
+    return select_columns(rows, keep).assign(**{c: proba[c] for c in proba.columns}) if keep else proba
 
 
 def cmd_predict(args):
@@ -281,7 +278,7 @@ def cmd_predict(args):
             if flag == "--out":
                 rows = _labels_of_table(model, args.input, columns, keep) if table else model.predict(args.input)
             else:
-                rows = _posteriors(model, args.input, columns, keep, suffix)
+                rows = _posteriors(model, args.input, table, columns, keep, suffix)
             write_rows(
                 rows,
                 path,

@@ -22,9 +22,9 @@ from ._params import COVARIANCE_TYPES
 from ._random import check_random_state
 from .blocks.gaussian import component_costs, covariance, n_parameters
 from .blocks.truncated_em import mixture_m_step, new_sigma2
-from .engine.data import as_dask_rows, check_finite_block, frame_rows, is_frame, is_pandas, map_rows
+from .engine.data import as_dask_rows, check_finite_block, is_frame, is_pandas, map_rows
 from .kernels.assign import all_sqdist
-from .models import PROBA_BLOCK_BYTES, ClusteringModel
+from .models import PROBA_BLOCK_BYTES, ClusteringModel, checked_frame_rows
 
 # the weights must sum to 1 within this (a model's π are U_c / Σw, rounded once each)
 WEIGHTS_SUM_TOL = 1e-9
@@ -114,8 +114,7 @@ def _truncated_proba_block(x, ids, C, sigma2, mixture=None):
 
 def _frame_posteriors(frame, C, sigma2, n_truncated, mixture, partition_info=None):
     """A DataFrame partition's truncated posteriors as a DataFrame on its index (``_posterior_frame``)."""
-    x = frame_rows(frame, partition_info)
-    check_finite_block(x, where=f" of partition {partition_info['number']}" if partition_info else "")
+    x = checked_frame_rows(frame, partition_info)
     ids = truncated_ids_block(x, C, n_truncated, mixture)
     return _posterior_frame(ids, _truncated_proba_block(x, ids, C, sigma2, mixture), frame.index)
 

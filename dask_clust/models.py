@@ -56,11 +56,17 @@ def _frame_labels(frame, centers, normalise, partition_info=None):
     ``partition_info``, so an error names the partition)."""
     import pandas as pd
 
-    x = frame_rows(frame, partition_info)
-    check_finite_block(x, where=f" of partition {partition_info['number']}" if partition_info else "")
+    x = checked_frame_rows(frame, partition_info)
     if normalise:
         x = l2_rows(x)
     return pd.Series(_labels(x, centers), index=frame.index, name="label")
+
+
+def checked_frame_rows(frame, partition_info=None):
+    """A DataFrame partition's rows, refused with the partition named when one holds NaN or infinity."""
+    x = frame_rows(frame, partition_info)
+    check_finite_block(x, where=f" of partition {partition_info['number']}" if partition_info else "")
+    return x
 
 
 def _l2_rows(x, block_info=None):
