@@ -167,7 +167,7 @@ def test_the_engines_truncated_fit_follows_the_reference(covariance_type):
     C, Cp, G, rs = 12, 3, 5, 4
     mu, var, pi = start(X, C, covariance_type, seed=2)
     with pytest.MonkeyPatch.context() as mp, dask.config.set({"dask_clust.working-set-chunk-rows": 300}):
-        mp.setattr(truncated_estep, "BLOCK_ROWS", 128)
+        mp.setattr(truncated_estep, "BLOCK_ROWS", 32)  # the 75-row chunks end in a shorter block
         m = engine_fit(
             X, mu, var, pi, covariance_type, n_truncated=Cp, G=G, max_iter=15, tol=0, random_state=rs,
             truncated_init="random",

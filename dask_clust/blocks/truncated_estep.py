@@ -116,7 +116,7 @@ def _search(x, w, row0, mu, h, offset, K, Kd2, winner, Gc, key, extra_random, ma
         return truncated_search(xl, w, row0, mul, half, offset, K, Kd2, winner, Gc, key, extra_random, mark, *space)
     pos, ids, costs = space
     m = search_spaces(row0, len(mu), K, Gc, key, extra_random, mark, pos, ids)
-    rows = np.repeat(np.arange(len(K)), np.diff(pos))
+    rows = np.repeat(np.arange(len(K)), np.diff(pos[: len(K) + 1]))  # the buffer holds the longest block's
     component_costs(x, rows, ids[:m], mu, h, offset, costs[:m])
     return (m, *keep_truncated(w, K, Kd2, winner, pos, ids, costs))
 
