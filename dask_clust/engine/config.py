@@ -18,8 +18,9 @@ DEFAULTS = {
     # still gives every thread work: 2 chunks per thread up to 8 threads. The chunking does not follow
     # the cluster (rule 5: the same model on any number of workers); raise this for larger clusters
     "min-chunks": 16,
-    # rows per chunk of a working set (a coreset) held in-process: chunks are the unit of threading,
-    # and this fixed size keeps the model independent of the machine (rule 5)
+    # rows per chunk of a working set (a coreset), at most: chunks are the unit of threading, so a smaller
+    # set goes in 4 chunks of at least 8,192 rows (``ops.working_set_rows``); sizes that follow the set
+    # alone keep the model independent of the machine (rule 5)
     "working-set-chunk-rows": 32768,
     # threads of an in-process fit or working set (None: every core of this machine)
     "in-process-threads": None,
