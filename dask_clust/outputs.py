@@ -130,7 +130,9 @@ def write_rows(rows, path, run=None):
         elif suffix == ".parquet":
             import dask.dataframe as dd
 
-            run((rows if table else dd.from_dask_array(rows, columns=["label"])).to_parquet(tmp, compute=False))
+            frame = rows if table else dd.from_dask_array(rows, columns=["label"])
+            # an unnamed index is dask's row numbering, which other readers would see as a column of its own
+            run(frame.to_parquet(tmp, write_index=frame.index.name is not None, compute=False))
         else:
             run((rows["label"].to_dask_array(lengths=True) if table else rows).to_zarr(tmp, compute=False))
     return path

@@ -145,6 +145,13 @@ def test_failed_predict_leaves_nothing_and_keeps_the_old_output(work, suffix):
     assert fresh.returncode == 2 and not os.path.exists(work / f"fresh{suffix}")
 
 
+def columns_written(path):
+    """The columns of a parquet dataset as any reader sees them (pandas hides an index it wrote)."""
+    import pyarrow.dataset
+
+    return pyarrow.dataset.dataset(path).schema.names
+
+
 def test_labels_outputs_hold_the_models_labels(work):
     for suffix in (".npy", ".parquet", ".zarr"):
         assert run("predict", "model", "x.npy", "--out", f"all{suffix}", cwd=work).returncode == 0
@@ -155,6 +162,7 @@ def test_labels_outputs_hold_the_models_labels(work):
     want = dask_clust.load(work / "model").predict(np.load(work / "x.npy")).compute()
     np.testing.assert_array_equal(np.load(work / "all.npy"), want)
     np.testing.assert_array_equal(pd.read_parquet(work / "all.parquet")["label"].to_numpy(), want)
+    assert columns_written(work / "all.parquet") == ["label"]
     np.testing.assert_array_equal(da.from_zarr(str(work / "all.zarr")).compute(), want)
 
 
@@ -198,6 +206,7 @@ def test_probability_outputs_hold_the_mixtures_posteriors(tmp_path):
     assert list(got.columns) == ["id"] + [f"component_{j}" for j in range(1, C + 1)] + [
         f"probability_{j}" for j in range(1, C + 1)
     ]
+    assert columns_written(tmp_path / "p.parquet") == list(got.columns)
     np.testing.assert_array_equal(got["id"], table["id"])
     np.testing.assert_array_equal(got.filter(like="component_").to_numpy(), ids)
     np.testing.assert_array_equal(got.filter(like="probability_").to_numpy(), p)
