@@ -790,6 +790,29 @@ def test_several_coreset_starts_go_on_with_the_one_of_highest_free_energy(monkey
     assert len({e for e, _, _ in trials}) == 4
 
 
+@pytest.mark.parametrize("covariance_type,n_clusters,starts", [("diag", 256, 1), ("diag", 257, 3), ("full", 4, 6)])
+def test_auto_coreset_starts_follow_the_type_and_the_components(monkeypatch, covariance_type, n_clusters, starts):
+    """coreset_starts="auto": one start for a diagonal mixture of up to 256 components (the split-and-merge
+    moves mend its optima), three above, six for a matrix per component; counted as the trial EMs run."""
+    import dask_clust
+    from dask_clust.algorithms import vcgmm
+
+    X = scaled_blobs(3 * n_clusters, 2, 4, seed=1).astype(np.float32)
+    trials = []
+    em = vcgmm.truncated_em
+
+    def recording(rows, mu, cfg, entropy, loop, *args):
+        trials.append(loop.max_iter)
+        return em(rows, mu, cfg, entropy, loop, *args)
+
+    monkeypatch.setattr(vcgmm, "truncated_em", recording)
+    dask_clust.fit(
+        X, "vcgmm", n_clusters, covariance_type=covariance_type, weights="learned", coreset_starts="auto",
+        coreset_size=len(X), split_merge=0, max_iter=2, random_state=0, client="in-process",
+    )  # fmt: skip
+    assert len(trials) == (starts + 1 if starts > 1 else 1)  # the trials, then the chosen start's own EM
+
+
 def test_a_fit_with_several_coreset_starts_resumes_to_the_uninterrupted_bits(tmp_path):
     """The start chosen is in the checkpoint: a fit stopped in its EM continues from the same start."""
     import dask_clust

@@ -153,9 +153,10 @@ class VCGMMConfig(VarGMMConfig):
         "coreset_starts": "Seedings tried on the coreset, each followed by the EM on it (steps 2-6); the one of "
         "highest free energy goes on to step 7 or the refine (the coreset's free energy estimates the data's "
         "without bias). Costs a pass over the coreset per EM iteration a start, none over the data. 1: the "
-        "paper's one start; 'auto': the covariance type's, 1 for \"diag\" (the split-and-merge moves do better), "
-        "3 for the others. The seeding's basin decides a mixture's likelihood more than the EM does: on 1M x "
-        "64 at C = 64, eight single starts ranged over 2.2 nats per row of held-out log-likelihood, and their "
+        "paper's one start; 'auto': the covariance type's, for \"diag\" 1 up to 256 components (the "
+        'split-and-merge moves do better) and 3 above, 6 for "full" and "tied", 3 for the spherical '
+        "types. The seeding's basin decides a mixture's likelihood more than the EM does: on 1M x 64 at C = 64, "
+        "eight single starts ranged over 2.2 nats per row of held-out log-likelihood, and their "
         "coreset free energies ranked them exactly (benchmarks/BENCHMARKS.md).",
         "split_merge": "Split-and-merge moves tried on the coreset after its EM (``blocks/split_merge.py``; Ueda et "
         "al., Neural Computation 2000): two overlapping components merged and the widest split, the EM run "
@@ -268,9 +269,9 @@ def start_entropy(entropy, i):
 
 
 def n_starts(cfg):
-    """``coreset_starts``, "auto" resolved: the covariance type's (``CovarianceType.coreset_starts``)."""
+    """``coreset_starts``, "auto" resolved: the covariance type's (``CovarianceType.starts``)."""
     if cfg.coreset_starts == "auto":
-        return covariance(cfg.covariance_type).coreset_starts
+        return covariance(cfg.covariance_type).starts(cfg.n_clusters)
     return cfg.coreset_starts
 
 
