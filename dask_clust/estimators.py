@@ -418,9 +418,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         Stop after the EM on the coreset (the fast mode). By default the EM goes on over every row from the
         coreset's mixture until the free energy of all rows stops moving (one pass an iteration). On diagonal
         mixtures of 300k rows (C = 16 to 256, D = 16 to 64, 5 seeds each, BENCHMARKS.md) the default's
-        held-out log-likelihood per row was above scikit-learn's on average on every line (by 0.22 to 2.3
-        nats; no seed of the 45 below it by more than 0.001) at 1.7x to 18.5x its speed; the coreset alone
-        was 1.3x to 2.2x faster still but up to 0.56 nats below the default on average (C = 256, D = 64).
+        held-out log-likelihood per row was above scikit-learn's on average on every line (by 0.23 to 2.3
+        nats; no seed of the 45 below it by more than 0.001) at 2.0x to 19x its speed, and at C = 1,024
+        (D = 16 and 32) by 0.02 and 0.04 (no seed more than 0.033 below) at 22x and 15x; the coreset alone
+        was 1.5x to 2.3x faster still but up to 0.56 nats below the default on average at C = 256 and 0.62
+        at C = 1,024, where it falls short of scikit-learn's.
     G : int, default=5
         Size of each component's neighbourhood, from which the rows' search spaces are built.
     n_truncated : int or None, default=None
