@@ -420,8 +420,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         mixtures of 300k rows (C = 16 to 256, D = 16 to 64, 5 seeds each, BENCHMARKS.md) the default's
         held-out log-likelihood per row was above scikit-learn's on average on every line (by 0.23 to 2.3
         nats; no seed of the 45 below it by more than 0.001) at 2.0x to 19x its speed, and at C = 1,024
-        (D = 16 and 32) by 0.02 and 0.04 (no seed more than 0.033 below) at 22x and 15x; the coreset alone
-        was 1.5x to 2.3x faster still but up to 0.56 nats below the default on average at C = 256 and 0.62
+        (D = 16, 32, 64) by 0.02 to 0.05 (no seed more than 0.037 below) at 12.6x to 22x; the coreset alone
+        was 1.1x to 2.3x faster still but up to 0.56 nats below the default on average at C = 256 and 1.2
         at C = 1,024, where it falls short of scikit-learn's.
     G : int, default=5
         Size of each component's neighbourhood, from which the rows' search spaces are built.
