@@ -154,8 +154,8 @@ class Diag(CovarianceType):
     name = "diag"
     splits = True
     # the split-and-merge moves did better than three starts (BENCHMARKS.md), at one seeding's cost. A "full"
-    # fit has none by default: with six starts it met scikit-learn's likelihood on every seed measured, and
-    # the moves' O(D²) searches took it from 7.6x scikit-learn's speed to 4.5x at C = 64, D = 32
+    # fit has none by default: the moves' O(D²) searches took it from 7.6x scikit-learn's speed to 4.5x at
+    # C = 64, D = 32 (measured while the coreset ran on one thread; its six starts miss on some seeds)
     coreset_starts = 1
     moves = 8
     # above this many components eight moves mend too few of the EM's optima: at C = 1,024, D = 32 one start
@@ -272,7 +272,8 @@ class Matrix(CovarianceType):
 
     auto_start = "kmeans"
     # three starts left a seed of 300k x 64, C = 64 0.2 (full) and 0.6 (tied) nats below scikit-learn's
-    # likelihood, in worse basins; six reached it on those seeds (BENCHMARKS.md)
+    # likelihood, in worse basins; six reached it on those seeds, but not on every seed of every run (full
+    # 64 x 64 seed 3 −0.148 once the starts' streams moved, BENCHMARKS.md)
     coreset_starts = 6
 
     def isotropic_var(self, sigma2, n_clusters, n_features):
