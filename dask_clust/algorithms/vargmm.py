@@ -233,16 +233,16 @@ def fit(engine, cfg, entropy, loop):
     mu, _, seed_evals, cfg, seeder = starting_means(engine, cfg, entropy, loop)
     phases["seeding"] = time.perf_counter() - t
     sets = truncated_init(cfg, seeder)
-    mu, sigma2, f, em_evals, mixture = truncated_em(engine, mu, cfg, entropy, loop, phases, sets)
+    em = truncated_em(engine, mu, cfg, entropy, loop, phases, sets)
     if sets == "nearest":  # the state builder's assignment pass over the rows
         seed_evals += engine.n_samples * cfg.n_clusters
     phases["refit"] = 0.0
     t = time.perf_counter()
-    qe, qe_evals = final_objective(engine, engine, mu, getattr(cfg, "final_objective", "exact"))
+    qe, qe_evals = final_objective(engine, engine, em.mu, getattr(cfg, "final_objective", "exact"))
     phases["final_qe"] = time.perf_counter() - t
-    evals = dict(seeding=seed_evals, em=em_evals, refit=0, refine=0, final_qe=qe_evals)
-    em = (sigma2, f, mixture, engine.summary.total_weight)
-    return em_result(cfg, mu, qe, loop, em, (seeder, sets, None, None, phases), evals)
+    evals = dict(seeding=seed_evals, em=em.evals, refit=0, refine=0, final_qe=qe_evals)
+    fitted = (em.sigma2, em.f, em.mixture, engine.summary.total_weight)
+    return em_result(cfg, em.mu, qe, loop, fitted, (seeder, sets, None, None, phases), evals)
 
 
 # what the model's predict_proba reads: σ² and C'

@@ -36,8 +36,9 @@ bounded below (here by reg_covar) are Lucic et al.'s (JMLR 2018), for coresets s
 sensitivity bound, not by this one.
   6'. split and merge (``split_merge`` moves, ``moves``; Ueda et al., "SMEM Algorithm for Mixture Models",
      Neural Computation 2000; "diag" and "full" with learned weights, GaussianMixture's default, none here by
-     default): after the coreset's EM, the closest pair merged and the widest component split, kept when an
-     EM from there raises the coreset's F (``blocks/split_merge.py``).
+     default): after the coreset's EM, the closest pair merged and a third component split (the widest, or
+     for "full" the one whose rows' kurtosis is furthest from a Gaussian's), kept when an EM from there
+     raises the coreset's F (``blocks/split_merge.py``).
   7. refit_means (ours, ``refit_size``; vc-GMM only): one Lloyd step from the means on a fresh sample of
      2 N' rows, so that the centres returned are not limited by the coreset's ≈ 64 rows per cluster.
 
@@ -154,17 +155,18 @@ class VCGMMConfig(VarGMMConfig):
         "highest free energy goes on to step 7 or the refine (the coreset's free energy estimates the data's "
         "without bias). Costs a pass over the coreset per EM iteration a start, none over the data. 1: the "
         "paper's one start; 'auto': the covariance type's, for \"diag\" 1 up to 256 components (the "
-        'split-and-merge moves do better) and 3 above, 6 for "full" and "tied", 3 for the spherical '
-        "types. The seeding's basin decides a mixture's likelihood more than the EM does: on 1M x 64 at C = 64, "
-        "eight single starts ranged over 2.2 nats per row of held-out log-likelihood, and their "
+        'split-and-merge moves do better) and 3 above, 1 for "full" (its moves too), 6 for "tied", 3 for the '
+        "spherical types. The seeding's basin decides a mixture's likelihood more than the EM does: on "
+        "1M x 64 at C = 64, eight single starts ranged over 2.2 nats per row of held-out log-likelihood, and their "
         "coreset free energies ranked them exactly (benchmarks/BENCHMARKS.md).",
         "split_merge": "Split-and-merge moves tried on the coreset after its EM (``blocks/split_merge.py``; Ueda et "
-        "al., Neural Computation 2000): two overlapping components merged and the widest split, the EM run "
+        'al., Neural Computation 2000): two overlapping components merged and a third split ("diag": the '
+        "widest; \"full\": the one whose rows' kurtosis is furthest from a Gaussian's), the EM run "
         f"{TRIAL_ITERATIONS} iterations from there, kept when the coreset's free energy rose; stops after "
         "3 in a row are not kept. They leave the optima where one component spans two clusters and two "
         "share one, which more starts rarely avoid (eight starts of 300k x 64, C = 64 spread over 2.1 nats "
         "per row). Costs those iterations on the coreset per move, no pass over the data. 0: none (the paper's "
-        'fit); \'auto\': the covariance type\'s, 8 for "diag", 0 for the others. "diag" and "full" only, '
+        'fit); \'auto\': the covariance type\'s, 8 for "diag", 4 for "full", 0 for the others. "diag" and "full" only, '
         "with learned weights.",
     }
 
@@ -195,45 +197,46 @@ def n_moves(cfg):
     return cov.moves if cfg.split_merge == "auto" else cfg.split_merge
 
 
-def moves(rows, cfg, mu, sigma2, f, mixture, entropy, phases):
-    """``split_merge`` on the coreset ``rows`` from the EM's mixture, each move judged by a var-GMM-S EM of
-    TRIAL_ITERATIONS iterations given the moved mixture (K^(n) from the nearest mean, as the refine starts).
-    Returns (μ, σ², F, distance evaluations, (Σ, π)) of the mixture kept."""
+def moves(rows, cfg, em, entropy, phases):
+    """``split_merge`` on the coreset ``rows`` from the EM's result ``em``, each move judged by a var-GMM-S EM
+    of TRIAL_ITERATIONS iterations given the moved mixture (K^(n) from the nearest mean, as the refine
+    starts). Returns the ``EMResult`` of the mixture kept, its evaluations those of every EM run."""
     t = time.perf_counter()
     evals = 0
+    cov = covariance(cfg.covariance_type)
 
-    def em(m, var, weights):
+    def judged(m, var, weights):
         nonlocal evals
         trial = Loop("split and merge", min(cfg.max_iter, TRIAL_ITERATIONS))
-        m, s2, new_f, e, (var, weights) = truncated_em(
-            rows, m, given_mixture(cfg, m, var, weights), entropy, trial, {}, "nearest"
-        )
-        evals += e + rows.n_samples * cfg.n_clusters  # (and the nearest-mean pass)
-        return (m, var, weights), new_f, s2
+        new = truncated_em(rows, m, given_mixture(cfg, m, var, weights), entropy, trial, {}, "nearest")
+        evals += new.evals + rows.n_samples * cfg.n_clusters  # (and the nearest-mean pass)
+        return (new.mu, *new.mixture), new.f, new, cov.split_rank(new.mixture[0], new.kurtosis)
 
-    (mu, var, weights), f, s2 = split_merge(em, covariance(cfg.covariance_type), (mu, *mixture), f, n_moves(cfg))
+    rank = cov.split_rank(em.mixture[0], em.kurtosis)
+    _, _, kept = split_merge(judged, cov, (em.mu, *em.mixture), em.f, n_moves(cfg), rank)
     phases["split_merge"] = time.perf_counter() - t
-    return mu, sigma2 if s2 is None else s2, f, evals, (var, weights)
+    return (em if kept is None else kept)._replace(evals=em.evals + evals)
 
 
-def refine_on_all_rows(engine, cfg, mu, sigma2, mixture, entropy, loop, phases):
-    """``VCGMMConfig.refine``: steps 3-6 on every row of ``engine``, from the coreset's mixture, exactly as a
-    var-GMM-S fit given it (``means_init``, ``weights_init``, ``precisions_init``) runs them: K^(n) from the
-    nearest mean, then the searches rank by −ℓ. The iterations continue the fit's history (a loop of their own
-    that starts where the coreset's ended, with ``max_iter`` more). Not checkpointed: a fit resumed from its
-    coreset checkpoint refines again, to the same bits. Returns (μ, σ², F, evaluations, the other models' σ²
-    and π, the loop)."""
+def refine_on_all_rows(engine, cfg, em, entropy, loop, phases):
+    """``VCGMMConfig.refine``: steps 3-6 on every row of ``engine``, from the coreset's mixture (its
+    ``EMResult`` ``em``), exactly as a var-GMM-S fit given it (``means_init``, ``weights_init``,
+    ``precisions_init``) runs them: K^(n) from the nearest mean, then the searches rank by −ℓ. The iterations
+    continue the fit's history (a loop of their own that starts where the coreset's ended, with ``max_iter``
+    more). Not checkpointed: a fit resumed from its coreset checkpoint refines again, to the same bits.
+    Returns (its ``EMResult``, the loop)."""
+    mu, mixture = em.mu, em.mixture
     if mixture is None:  # vc-GMM's own model: one σ², equal weights
-        mixture = (np.full(mu.shape, sigma2), None)
+        mixture = (np.full(mu.shape, em.sigma2), None)
     start = given_mixture(cfg, mu, *mixture)
     rows = Loop(
         "refine on all rows", loop.n_iter + cfg.max_iter, callback=loop.callback, progress=True, figure=loop.figure
     )
     rows.history = list(loop.history)
     found = {}
-    mu, sigma2, f, evals, mixture = truncated_em(engine, mu, start, entropy, rows, found, "nearest")
+    em = truncated_em(engine, mu, start, entropy, rows, found, "nearest")
     phases["refine"] = found["em"]
-    return mu, sigma2, f, evals + engine.n_samples * cfg.n_clusters, mixture, rows
+    return em._replace(evals=em.evals + engine.n_samples * cfg.n_clusters), rows
 
 
 def refit_size(cfg, n_samples, coreset):
@@ -292,7 +295,7 @@ def best_start(work, cfg, entropy, loop):
             mu, seeds, _, given, seeder = starting_means(work, cfg, e, trial)
             sets = truncated_init(given, seeder)
             with by_nearest_seed(work, seeds, sets, {}) as (rows, cells):
-                f = truncated_em(rows, mu, given, e, trial, {}, sets, cells)[2]
+                f = truncated_em(rows, mu, given, e, trial, {}, sets, cells).f
             if f > best_f:
                 best, best_f = i, f
             shown.update(1, free_energy=f"{f:.6g}")
@@ -321,27 +324,24 @@ def fit(engine, cfg, entropy, loop):
         sets = truncated_init(cfg, seeder)
         # the coreset sorted by nearest seed
         with by_nearest_seed(work, seeds, sets, phases) as (rows, cells):
-            mu, sigma2, f, em_evals, mixture = truncated_em(rows, mu, cfg, start, loop, phases, sets, cells)
+            em = truncated_em(rows, mu, cfg, start, loop, phases, sets, cells)
             if n_moves(cfg) and not loop.stopped:
-                mu, sigma2, f, moves_evals, mixture = moves(rows, cfg, mu, sigma2, f, mixture, start, phases)
-                em_evals += moves_evals
+                em = moves(rows, cfg, em, start, phases)
         if sets == "nearest":  # the assignment pass over the working set: the sort's key or the builder's
             seed_evals += work.n_samples * cfg.n_clusters
         t = time.perf_counter()
-        refine_evals, rows_of_em = 0, work
+        em_evals, refine_evals, rows_of_em = em.evals, 0, work
         if cfg.refine and not loop.stopped:
-            mu, sigma2, f, refine_evals, mixture, loop = refine_on_all_rows(
-                engine, cfg, mu, sigma2, mixture, entropy, loop, phases
-            )
-            refit, rows_of_em = None, engine
-        mu, refit_evals = refit_means(engine, mu, refit, entropy, drawn) if refit else (mu, 0)
+            em, loop = refine_on_all_rows(engine, cfg, em, entropy, loop, phases)
+            refine_evals, refit, rows_of_em = em.evals, None, engine
+        mu, refit_evals = refit_means(engine, em.mu, refit, entropy, drawn) if refit else (em.mu, 0)
         phases["refit"] = time.perf_counter() - t
         t = time.perf_counter()
         qe, qe_evals = final_objective(engine, work, mu, cfg.final_objective)
         phases["final_qe"] = time.perf_counter() - t
     evals = dict(seeding=seed_evals, em=em_evals, refit=refit_evals, refine=refine_evals, final_qe=qe_evals)
-    em = (sigma2, f, mixture, rows_of_em.summary.total_weight)
-    return em_result(cfg, mu, qe, loop, em, (seeder, sets, size, refit, phases), evals)
+    fitted = (em.sigma2, em.f, em.mixture, rows_of_em.summary.total_weight)
+    return em_result(cfg, mu, qe, loop, fitted, (seeder, sets, size, refit, phases), evals)
 
 
 def saved_with_start(cfg, n_samples, n_features):

@@ -102,12 +102,18 @@ class CovarianceType:
         return None if (p > 0).all() else "precisions_init must be positive"
 
     def log_volume(self, var):
-        """log det Σ_c per component (C,): the volume a component spreads over (``split_merge``'s split rank)."""
+        """log det Σ_c per component (C,): the volume a component spreads over (``split_rank``)."""
         return np.log(var).sum(axis=1)
 
     def diagonal(self, var):
         """The variances along each feature, (C, D)."""
         return var
+
+    def split_rank(self, var, kurtosis):
+        """Which component ``split_merge`` splits first (the highest): the widest, log det Σ_c (a diagonal
+        component spanning two clusters holds the gap between them); ``kurtosis``: each component's
+        (``truncated_em.kurtosis``), None for the types whose E-step does not measure it."""
+        return self.log_volume(var).astype(np.float64)
 
     def merged(self, var, i, j, delta_i, delta_j, share_i):
         """Σ of components i and j as one: the moments of their two-component mixture, Σ = p (Σ_i + δ_i δ_iᵀ) +
@@ -153,9 +159,7 @@ class Diag(CovarianceType):
 
     name = "diag"
     splits = True
-    # the split-and-merge moves did better than three starts (BENCHMARKS.md), at one seeding's cost. A "full"
-    # fit has none by default: the moves' O(D²) searches took it from 7.6x scikit-learn's speed to 4.5x at
-    # C = 64, D = 32 (measured while the coreset ran on one thread; its six starts miss on some seeds)
+    # the split-and-merge moves did better than three starts (BENCHMARKS.md), at one seeding's cost
     coreset_starts = 1
     moves = 8
     # above this many components eight moves mend too few of the EM's optima: at C = 1,024, D = 32 one start
@@ -271,9 +275,8 @@ class Matrix(CovarianceType):
     like; benchmarks/bench_mixtures.py --types full,tied)."""
 
     auto_start = "kmeans"
-    # three starts left a seed of 300k x 64, C = 64 0.2 (full) and 0.6 (tied) nats below scikit-learn's
-    # likelihood, in worse basins; six reached it on those seeds, but not on every seed of every run (full
-    # 64 x 64 seed 3 −0.148 once the starts' streams moved, BENCHMARKS.md)
+    # three starts left a tied seed of 300k x 64, C = 64 0.6 nats below scikit-learn's likelihood, in a worse
+    # basin; six reached it (a shared Σ has no moves; "full" has its own, ``Full``)
     coreset_starts = 6
 
     def isotropic_var(self, sigma2, n_clusters, n_features):
@@ -332,6 +335,13 @@ class Full(Matrix):
     name = "full"
     moments = 2
     splits = True
+    # one start and four moves, split by kurtosis (``split_rank``): six starts all missed the basin of a
+    # 300k x 64, C = 64 seed (0.148 nats a row below scikit-learn's likelihood) and the moves split by
+    # volume did not leave it; split by kurtosis they took it to 0.108 above. Each move costs an EM on the
+    # coreset (1 to 1.5 s there): with eight the five seeds' mean was 4.1x scikit-learn's speed, with four
+    # 6.0x, the same worst seed (BENCHMARKS.md)
+    coreset_starts = 1
+    moves = 4
 
     def var_shape(self, n_clusters, n_features):
         return (n_clusters, n_features, n_features)
@@ -349,6 +359,14 @@ class Full(Matrix):
 
     def diagonal(self, var):
         return np.diagonal(var, axis1=1, axis2=2)
+
+    def split_rank(self, var, kurtosis):
+        """How far Mardia's kurtosis, which the full E-step measures, is from a Gaussian's, |log b|: above 1 for
+        a component that swallowed a smaller cluster (the heavy tail of their distances), below for one that
+        spans two alike (bimodal). A full component of the first kind is not the widest when the clusters'
+        scales differ (300k x 64, C = 64, seed 3: the two such components ranked 5th and 19th by log det Σ,
+        1st and 2nd by kurtosis, 1.17 and 1.08 against 1.00 for the rest)."""
+        return super().split_rank(var, kurtosis) if kurtosis is None else np.abs(np.log(kurtosis))
 
     def merged(self, var, i, j, delta_i, delta_j, share_i):
         outer_i, outer_j = np.outer(delta_i, delta_i), np.outer(delta_j, delta_j)

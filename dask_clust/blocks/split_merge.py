@@ -12,9 +12,12 @@ first improvement taken, and then ranked anew (Sec. 3.2). Here, on the coreset o
                         their Σ). Ueda ranks by the posteriors' inner product Σ_n P(i|x_n) P(j|x_n); the
                         truncated posteriors (C' components a row) leave it 0 for most pairs, and the
                         distance ranks the same overlap from the parameters alone, without a pass
-  2. split_candidate    for a pair, the component of largest log det Σ outside it. Ueda's local KL divergence
-                        needs a density estimate per component; at such an optimum the component spanning two
-                        clusters is the widest, its Σ holding the gap between them
+  2. split_candidate    for a pair, the component of highest split rank outside it (``split_rank`` of the
+                        covariance type). Ueda's local KL divergence needs a density estimate per component;
+                        a diagonal one ranks by log det Σ (the component spanning two clusters is the widest,
+                        its Σ holding the gap between them), a full one by how far Mardia's kurtosis of its
+                        rows is from a Gaussian's (one that swallowed a small cluster has the heavy tail of
+                        its distances, one spanning two alike is bimodal)
   3. moved              merged: π_i + π_j, the moments of the two; split: two halves of N(μ_k, Σ_k) cut at μ_k
                         along its axis of largest variance, π_k / 2 each (together the moments of the one)
   4. judged             TRIAL_ITERATIONS EM iterations on the coreset from the moved mixture, kept when the
@@ -69,11 +72,11 @@ def merge_candidates(diag, mu, n):
     return pairs
 
 
-def split_candidate(cov, var, pair):
-    """The component of largest log det Σ outside ``pair`` (the lowest index on ties)."""
-    volume = cov.log_volume(var).astype(np.float64)
-    volume[list(pair)] = -np.inf
-    return int(np.argmax(volume))
+def split_candidate(rank, pair):
+    """The component of highest split ``rank`` outside ``pair`` (the lowest index on ties)."""
+    rank = np.array(rank, np.float64)
+    rank[list(pair)] = -np.inf
+    return int(np.argmax(rank))
 
 
 def moved(cov, mu, var, weights, i, j, k):
@@ -91,10 +94,11 @@ def moved(cov, mu, var, weights, i, j, k):
     return mu, new_var, weights
 
 
-def split_merge(em, cov, mixture, f, budget):
-    """Steps 1-4 from ``mixture`` = (μ, Σ as the EM keeps it, π) of free energy ``f``; ``em(μ, Σ, π)`` runs
-    the judging EM and returns (its mixture, its free energy, its extras). Returns (the mixture, its free
-    energy, the extras of the EM that made it or None)."""
+def split_merge(em, cov, mixture, f, budget, rank):
+    """Steps 1-4 from ``mixture`` = (μ, Σ as the EM keeps it, π) of free energy ``f`` and split ``rank``
+    (``CovarianceType.split_rank``); ``em(μ, Σ, π)`` runs the judging EM and returns (its mixture, its free
+    energy, its extras, its split rank). Returns (the mixture, its free energy, the extras of the EM that made
+    it or None)."""
     tried = kept = 0
     extras = None
     if budget < 1 or len(mixture[0]) < 3:
@@ -103,13 +107,15 @@ def split_merge(em, cov, mixture, f, budget):
         while tried < budget:
             mu, var, weights = mixture
             for i, j in merge_candidates(cov.diagonal(var), mu, min(PATIENCE, budget - tried)):
-                k = split_candidate(cov, var, (i, j))
-                new, new_f, new_extras = em(*moved(cov, mu, var, weights, i, j, k))
+                k = split_candidate(rank, (i, j))
+                new, new_f, new_extras, new_rank = em(*moved(cov, mu, var, weights, i, j, k))
                 tried += 1
                 shown.update(1, **{"free energy": f"{max(f, new_f):.6g}"})
-                logger.debug("split and merge: merge %d, %d; split %d: F %.6g -> %.6g", i, j, k, f, new_f)
+                logger.debug(
+                    "split and merge: merge %d, %d; split %d (rank %.6g): F %.6g -> %.6g", i, j, k, rank[k], f, new_f
+                )
                 if new_f > f:
-                    mixture, f, extras, kept = new, new_f, new_extras, kept + 1
+                    mixture, f, extras, rank, kept = new, new_f, new_extras, new_rank, kept + 1
                     break
             else:
                 break

@@ -19,7 +19,6 @@ from .gaussian import covariance, own_model
 from .truncated_estep import (
     ESTEP,
     NO_METRIC,
-    STATS,
     SearchParams,
     init_neighbourhoods,
     init_truncated_sets,
@@ -28,6 +27,7 @@ from .truncated_estep import (
     posterior_step,
     row_fields,
     scatter_step,
+    stats_combine,
     truncated_estep,
     update_neighbourhoods,
 )
@@ -122,6 +122,18 @@ def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
     return data_f - total_weight * (0.5 * n_features * math.log(2 * math.pi * sigma2) + math.log(n_clusters))
 
 
+def kurtosis(r4, U, n_features):
+    """Mardia's multivariate kurtosis of each component's rows, Σ w s r⁴ / (U_c D (D + 2)) with r² the squared
+    Mahalanobis distance to μ_c under the Σ_c of the E-step (K. V. Mardia, Biometrika 57(3), 1970): 1 for
+    rows that are Gaussian, above it for a component whose rows hold a smaller cluster apart from its own
+    (the heavy tail of their distances), below it for one spanning two clusters alike (bimodal). 1 for a
+    component no row reaches."""
+    out = np.ones(len(U))
+    won = U > 0
+    out[won] = r4[won] / (U[won] * n_features * (n_features + 2))
+    return out
+
+
 class MStepResult(NamedTuple):
     """Step 6's result: F's data part (Σ w log Σ_{K^(n)} exp(−cost)), each cluster's residual (its trace),
     and the clusters that won rows."""
@@ -173,6 +185,7 @@ class DriverMeans:
         self.engine, self.mu, self.family, self.grid = engine, mu, family, pair_grid(engine)
         self.total_weight = engine.summary.total_weight
         self.var = self.weights = None  # the other models' σ² (C, D) and π, from their first M-step on
+        self.kurtosis = None  # the per-component matrices' (``kurtosis``), from their first M-step on
         self.metric = NO_METRIC
         if mixture is not None:
             self.var, self.weights = mixture
@@ -187,7 +200,7 @@ class DriverMeans:
         """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: a ``Search``."""
         inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
         params = SearchParams(self.mu, Gc, key, extra_random, inv, self.grid, *self.metric, self.family.moments)
-        combine = ESTEP if inv is None else ESTEP + STATS
+        combine = ESTEP if inv is None else ESTEP + stats_combine(self.family.moments)
         e, minsum, changed, Gc, *stats = self.engine.reduce(truncated_estep, params, combine, neighbourhoods_at_root)
         return Search(int(e), float(minsum), int(changed), Gc, self._m_step(sigma2, *stats) if stats else None)
 
@@ -195,9 +208,9 @@ class DriverMeans:
         """Step 6 after the first search (σ² was not known when it ran)."""
         moments = self.family.moments
         params = PosteriorParams(0.5 / sigma2, self.mu.shape[0], self.mu if moments else None, moments=moments)
-        return self._m_step(sigma2, *self.engine.reduce(posterior_step, params, STATS))
+        return self._m_step(sigma2, *self.engine.reduce(posterior_step, params, stats_combine(moments)))
 
-    def _m_step(self, sigma2, sums, U, Q, data_f):
+    def _m_step(self, sigma2, sums, U, Q, data_f, *fourth):
         if self.family.isotropic:
             self.mu, resid = m_step(self.mu, sums, U, Q)
         else:
@@ -208,6 +221,8 @@ class DriverMeans:
                 self.family, self.mu, self.var, self.weights, sums, U, Q, self.total_weight
             )
             self._set_metric()
+            if fourth:
+                self.kurtosis = kurtosis(fourth[0], U, self.mu.shape[1])
         return MStepResult(float(data_f), resid, int(np.count_nonzero(U > 0)))
 
     def set_tied(self, sigma2):
@@ -236,7 +251,10 @@ class ShardedMeans:
     the means (and the other models' σ², π, h and offset); the pair and posterior statistics are
     reduce-scattered by cluster, and G_c and the M-step run where each range lives; every partition reads
     the whole means (and metric, ``model.ref()``) for its search. Per iteration the driver receives G_c
-    (C·G·4 bytes), each cluster's residual (C·8) and a few scalars, never C·D."""
+    (C·G·4 bytes), each cluster's residual (C·8) and a few scalars, never C·D. Diagonal models only
+    (``means_for``): no kurtosis."""
+
+    kurtosis = None
 
     def __init__(self, engine, model, n_clusters, family, scaled=False):
         self.engine, self.model, self.n_clusters, self.family = engine, model, n_clusters, family
@@ -364,10 +382,23 @@ def means_for(engine, mu, family, mixture=None):
         yield ShardedMeans(engine, model, C, family, scaled=mixture is not None)
 
 
+class EMResult(NamedTuple):
+    """What ``truncated_em`` ends with: the means, σ², F, the distance evaluations, the other models' σ²
+    (C, D) and π (None for vc-GMM's), and for the per-component matrices each component's ``kurtosis`` at
+    the last E-step (else None)."""
+
+    mu: np.ndarray
+    sigma2: float
+    f: float
+    evals: int
+    mixture: tuple | None
+    kurtosis: np.ndarray | None = None
+
+
 def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=None):
     """Steps 3-6 on ``engine`` (the coreset or all rows) from the means ``mu``; ``sets``: how K^(n) starts
-    (``truncated_init``), ``cells``: the engine's rows sorted by nearest seed (``by_nearest_seed``). Returns
-    the means, σ², F, the distance evaluations, and the other models' σ² (C, D) and π (None for vc-GMM's)."""
+    (``truncated_init``), ``cells``: the engine's rows sorted by nearest seed (``by_nearest_seed``): an
+    ``EMResult``."""
     C, D = mu.shape
     G = min(cfg.G, C)
     Cp = min(cfg.n_truncated or cfg.G, C)
@@ -442,9 +473,10 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
             )
         mu = means.result()
         mixture = None if family.isotropic else means.mixture()
+        kurt = means.kurtosis
     phases["em"] = time.perf_counter() - t0
     phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
-    return mu, sigma2, f, evals, mixture
+    return EMResult(mu, sigma2, f, evals, mixture, kurt)
 
 
 def initial_mixture(cfg, n_features):

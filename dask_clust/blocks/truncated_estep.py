@@ -73,10 +73,12 @@ def buffer_bytes(rows, width):
     return 8 * (rows + 1) + (4 + 8 + 8 + 4 + 8) * rows * width
 
 
-def _posteriors(x, w, K, Kd2, inv, mu, stats):
+def _posteriors(x, w, K, Kd2, inv, mu, stats, offset=NO_METRIC[1]):
     """Adds a block's posterior statistics to stats = [Σ w s x, U, Q, F's data part]; ``inv``: 1/2σ² when the
-    costs are squared distances, 1 when they are −ℓ; ``mu``: the means Q is taken about, or empty (Q: Σ w s
-    cost, unread). Q of shape (C, D) is per dimension; (C, D, D) the scatter Σ w s (x − μ_c)(x − μ_c)ᵀ."""
+    costs are squared distances, 1 when they are −ℓ (``offset``: their offsets, empty for squared distances);
+    ``mu``: the means Q is taken about, or empty (Q: Σ w s cost, unread). Q of shape (C, D) is per dimension;
+    (C, D, D) the scatter Σ w s (x − μ_c)(x − μ_c)ᵀ, and then stats[4] = Σ w s r⁴ with r² the row's squared
+    Mahalanobis distance to μ_c (``kurtosis``)."""
     # K^(n) is sorted, so column 0 is the max-shift; numpy's SIMD exp is 8x numba's scalar one
     e = Kd2[:, :1] - Kd2
     e *= inv
@@ -89,6 +91,10 @@ def _posteriors(x, w, K, Kd2, inv, mu, stats):
         ws = np.where(w[:, None] > 0, w[:, None] * (e / e.sum(axis=1, keepdims=True)), 0.0)
     rows = np.repeat(np.arange(len(K)), K.shape[1])
     component_scatter(x, rows, K.ravel(), ws.ravel(), mu, stats[2])
+    r2 = 2 * inv * (Kd2 - offset[K]) if len(offset) else 2 * inv * Kd2
+    with np.errstate(invalid="ignore"):
+        r4 = np.where(ws > 0, ws * r2 * r2, 0.0)
+    stats[4] += np.bincount(K.ravel(), r4.ravel(), minlength=len(mu))
 
 
 def _row_blocks(n):
@@ -99,7 +105,14 @@ def _row_blocks(n):
 
 def _new_stats(n_clusters, n_features, moments):
     q = np.zeros(((n_clusters, 1), (n_clusters, n_features), (n_clusters, n_features, n_features))[moments])
-    return [np.zeros((n_clusters, n_features)), np.zeros(n_clusters), q, 0.0]
+    fourth = [np.zeros(n_clusters)] if moments == 2 else []
+    return [np.zeros((n_clusters, n_features)), np.zeros(n_clusters), q, 0.0, *fourth]
+
+
+def stats_combine(moments):
+    """How the posterior statistics of ``_new_stats`` combine: exact sums (STATS), and Σ w s r⁴ beside them
+    for the per-component matrices (``moments`` 2)."""
+    return STATS + ((Sum(),) if moments == 2 else ())
 
 
 def _search(x, w, row0, mu, h, offset, K, Kd2, winner, Gc, key, extra_random, mark, space):
@@ -145,7 +158,7 @@ def truncated_estep(chunk, params):
     """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
     in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
     (evaluations, Σ w min d², changed winners, the blocks' pair statistics keyed by c_o·C + c~, then the
-    posterior statistics when σ² is known), combined by ESTEP (+ STATS)."""
+    posterior statistics when σ² is known), combined by ESTEP (+ ``stats_combine``)."""
     mu, Gc, key, extra_random, inv, grid, h, offset, moments, _ = params
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
@@ -162,7 +175,7 @@ def truncated_estep(chunk, params):
         k = pair_statistics(winner[b], *space, n_clusters, *grid, *pairs)
         blocks.append(tuple(p[:k].copy() for p in pairs))
         if stats is not None:
-            _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], inv, mu if moments else NO_METRIC[0], stats)
+            _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], inv, mu if moments else NO_METRIC[0], stats, offset)
         evals, minsum, changed = evals + e, minsum + s, changed + ch
     found = (
         np.int64(evals),
