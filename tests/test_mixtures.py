@@ -824,7 +824,8 @@ def test_several_coreset_starts_go_on_with_the_one_of_highest_free_energy(monkey
 )
 def test_auto_coreset_starts_follow_the_type_and_the_components(monkeypatch, covariance_type, n_clusters, starts):
     """coreset_starts="auto": one start for a diagonal mixture of up to 256 components (the split-and-merge
-    moves mend its optima), three above, six for a matrix per component; counted as the trial EMs run."""
+    moves mend its optima), three above; one for "full" (its moves mend its optima too), six for "tied" (a
+    shared Σ has no moves); counted as the trial EMs run."""
     import dask_clust
     from dask_clust.algorithms import vcgmm
 
