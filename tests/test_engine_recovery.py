@@ -79,6 +79,9 @@ def test_a_worker_killed_during_a_streamed_pass_gives_the_same_model(three_worke
     settings = {"dask_clust.stream": True, "dask_clust.state-files": True, "dask_clust.chunk-bytes": "64KiB"}
     with dask.config.set(settings):
         calm = dask_clust.fit(X, client=three_workers, **kw)
+        # the calm fit's state files go once its tasks are released, which the scheduler does in its own time:
+        # wait for them so the kill's list below holds the killed fit's directories only
+        calm_dirs = wait_for_no_state_dirs(three_workers)
         victim = sorted(worker_pids(three_workers).values())[1]
         armed, timing = [True] if algo == "minibatch" else [], {}
         reduce = Engine.reduce
@@ -109,7 +112,16 @@ def test_a_worker_killed_during_a_streamed_pass_gives_the_same_model(three_worke
     deadline = time.monotonic() + 30
     while any(map(os.path.exists, timing["dirs"])) and time.monotonic() < deadline:
         time.sleep(0.5)
+    assert not calm_dirs
     assert len(timing["dirs"]) == 3 and not [d for d in timing["dirs"] if os.path.exists(d)]
+
+
+def wait_for_no_state_dirs(client, seconds=30):
+    """The state-file directories still on the workers after up to ``seconds`` (none, once released)."""
+    deadline = time.monotonic() + seconds
+    while (left := [d for dirs in client.run(state_dirs).values() for d in dirs]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 @pytest.mark.parametrize("algo", ["kmeans", "vcgmm", "kmeans-sharded"])
