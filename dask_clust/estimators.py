@@ -434,20 +434,22 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         the split-and-merge moves do better than more starts (none of 45 diagonal fits below scikit-learn's,
         at one seeding's cost), and 3 above (at 1,024 the moves alone left a seed 0.12 nats below); 1 for
         "full", whose moves mend what more starts did not (six starts left a seed of 300k x 64, C = 64
-        0.148 nats below scikit-learn's, the moves took it 0.108 above); 6 for "tied" (with 3, a seed of
-        300k x 64, C = 64 ended 0.6 nats below scikit-learn's); 3 for the spherical types.
+        0.148 nats below scikit-learn's, the moves took it 0.108 above); 3 for "tied" (with one and its moves,
+        a seed of 300k x 64, C = 16 ended 1.28 nats below scikit-learn's) and for the spherical types.
     split_merge : int or "auto", default="auto"
-        Split-and-merge moves tried on the coreset after its EM ("diag" and "full"; Ueda, Nakano, Ghahramani
-        and Hinton, "SMEM Algorithm for Mixture Models", Neural Computation 12(9), 2000): the two closest
-        components merged and a third split in two ("diag": the widest; "full": the one whose rows' Mardia
-        kurtosis is furthest from a Gaussian's, as a component that swallowed a smaller cluster is heavy
-        tailed and one spanning two alike bimodal), 8 EM iterations on the coreset from there, kept when
+        Split-and-merge moves tried on the coreset after its EM ("diag", "full" and "tied"; Ueda, Nakano,
+        Ghahramani and Hinton, "SMEM Algorithm for Mixture Models", Neural Computation 12(9), 2000): the two
+        closest components merged and a third split in two ("diag": the widest; "full": the one whose rows'
+        Mardia kurtosis is furthest from a Gaussian's, as a component that swallowed a smaller cluster is heavy
+        tailed and one spanning two alike bimodal; "tied": the one whose rows spread furthest beyond the shared
+        Σ, which stays as it is), 8 EM iterations on the coreset from there, kept when
         its free energy rose; they stop after 3 in a row are not kept. EM alone settles where one component
         spans two clusters and two share one: eight starts of 300k x 64, C = 64 spread over 2.1 nats per row
         of held-out likelihood. With the moves no seed of the diagonal grid (C 16 to 256, D 16 to 64, 5 seeds)
         ended more than 0.001 nats below scikit-learn's, where 4 of 45 had ended 0.28 to 0.57 below. "auto": 8
         for "diag", 4 for "full" (each move costs an EM on the coreset, O(D²) a row; eight cost its 5x at
-        C = 64, D = 64). 0: none.
+        C = 64, D = 64) and "tied" (without them six starts left a seed of 300k x 64, C = 16 0.98 nats below
+        scikit-learn's). 0: none.
     learning_decay : float, default=0.6
         κ of ``partial_fit``'s step sizes γ_t = t^−κ, in (0.5, 1] (Cappé & Moulines' condition): 1 weighs every
         batch alike, smaller forgets the early batches (taken under a worse mixture) sooner.

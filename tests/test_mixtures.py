@@ -152,10 +152,12 @@ def test_the_engines_one_iteration_with_every_cluster_searched_is_scikit_learns_
     assert m.history_[0]["objective"] / len(X) == pytest.approx(sk.lower_bound_, rel=1e-10)
 
 
-def test_the_full_e_step_measures_each_components_kurtosis(monkeypatch):
-    """Mardia's kurtosis per component (what ``split_merge`` splits a full mixture by), from the E-step with
-    C' = C: Σ_n w r_nc d⁴_nc / (Σ_n w r_nc · D (D + 2)) with r the posteriors and d² the squared Mahalanobis
-    distance under the given mixture, written out in numpy (to 1e-10); rows weighted, several chunks."""
+@pytest.mark.parametrize("covariance_type", ["full", "tied"])
+def test_the_e_step_measures_each_components_misfit(monkeypatch, covariance_type):
+    """What ``split_merge`` splits a full or tied mixture by, from the E-step with C' = C, written out in
+    numpy (to 1e-10), with r the posteriors and d² the squared Mahalanobis distance under the given mixture:
+    full, Mardia's kurtosis Σ_n w r_nc d⁴_nc / (Σ_n w r_nc · D (D + 2)); tied, the spread Σ_n w r_nc d²_nc /
+    (Σ_n w r_nc · D). Rows weighted, several chunks."""
     import dask
 
     from dask_clust.algorithms import vargmm
@@ -163,19 +165,23 @@ def test_the_full_e_step_measures_each_components_kurtosis(monkeypatch):
     X = scaled_blobs(3000, 4, 6, seed=4)
     w = np.random.default_rng(5).uniform(0.5, 2.0, len(X))
     C, D = 6, X.shape[1]
-    mu, var, pi = start(X, C, "full", seed=3)
+    mu, var, pi = start(X, C, covariance_type, seed=3)
     ended = []
     em = vargmm.truncated_em
     monkeypatch.setattr(vargmm, "truncated_em", lambda *a, **k: ended.append(em(*a, **k)) or ended[-1])
     with dask.config.set({"dask_clust.working-set-chunk-rows": 700}):
-        engine_fit(X, mu, var, pi, "full", n_truncated=C, G=C, max_iter=1, sample_weight=w)
-    d2 = np.stack([np.einsum("nd,de,ne->n", X - mu[c], np.linalg.inv(var[c]), X - mu[c]) for c in range(C)], 1)
-    log_p = np.log(pi) - 0.5 * np.linalg.slogdet(var)[1] - 0.5 * d2
+        engine_fit(X, mu, var, pi, covariance_type, n_truncated=C, G=C, max_iter=1, sample_weight=w)
+    each = np.broadcast_to(var, (C, D, D))
+    d2 = np.stack([np.einsum("nd,de,ne->n", X - mu[c], np.linalg.inv(each[c]), X - mu[c]) for c in range(C)], 1)
+    log_p = np.log(pi) - 0.5 * np.linalg.slogdet(each)[1] - 0.5 * d2
     r = np.exp(log_p - log_p.max(axis=1, keepdims=True))
     r *= w[:, None] / r.sum(axis=1, keepdims=True)
-    want = (r * d2**2).sum(axis=0) / (r.sum(axis=0) * D * (D + 2))
+    if covariance_type == "full":
+        want = (r * d2**2).sum(axis=0) / (r.sum(axis=0) * D * (D + 2))
+    else:
+        want = (r * d2).sum(axis=0) / (r.sum(axis=0) * D)
     assert want.max() > 1.5 * want.min()  # the start's components are far from Gaussian, each its own way
-    np.testing.assert_allclose(ended[0].kurtosis, want, rtol=1e-10)
+    np.testing.assert_allclose(ended[0].misfit, want, rtol=1e-10)
 
 
 @pytest.mark.parametrize("covariance_type", TYPES)
@@ -820,12 +826,12 @@ def test_several_coreset_starts_go_on_with_the_one_of_highest_free_energy(monkey
 
 
 @pytest.mark.parametrize(
-    "covariance_type,n_clusters,starts", [("diag", 256, 1), ("diag", 257, 3), ("full", 4, 1), ("tied", 4, 6)]
+    "covariance_type,n_clusters,starts", [("diag", 256, 1), ("diag", 257, 3), ("full", 4, 1), ("tied", 4, 3)]
 )
 def test_auto_coreset_starts_follow_the_type_and_the_components(monkeypatch, covariance_type, n_clusters, starts):
     """coreset_starts="auto": one start for a diagonal mixture of up to 256 components (the split-and-merge
-    moves mend its optima), three above; one for "full" (its moves mend its optima too), six for "tied" (a
-    shared Σ has no moves); counted as the trial EMs run."""
+    moves mend its optima), three above; one for "full" (its moves mend its optima too), three for "tied" (its
+    moves alone left a seed in a worse basin); counted as the trial EMs run."""
     import dask_clust
     from dask_clust.algorithms import vcgmm
 
@@ -906,6 +912,30 @@ def test_a_split_and_merge_move_keeps_the_moments_of_what_it_moves(covariance_ty
     np.testing.assert_array_equal(v[rest], var[rest])
 
 
+def test_a_tied_move_keeps_the_shared_covariance_and_splits_along_its_widest_axis():
+    """A tied mixture's move (``split_merge.moved``): the shared Σ as it was; i and j merged into their
+    weighted mean with their weights added; k's halves at μ_k ± E|z| u with u the shared Σ's axis of largest
+    variance λ and z ~ N(0, λ) (scipy's half-normal), half k's weight each; the other components untouched."""
+    from scipy.stats import halfnorm
+
+    from dask_clust.blocks.gaussian import covariance
+    from dask_clust.blocks.split_merge import moved
+
+    mu, var, pi = start(scaled_blobs(3000, 4, 6, seed=2), 6, "tied", seed=7)
+    i, j, k = 1, 4, 2
+    m, v, w = moved(covariance("tied"), mu, var, pi, i, j, k)
+    np.testing.assert_array_equal(v, var)
+    np.testing.assert_allclose(m[i], (pi[i] * mu[i] + pi[j] * mu[j]) / (pi[i] + pi[j]), rtol=1e-12)
+    assert w[i] == pi[i] + pi[j] and w[j] == w[k] == pi[k] / 2
+    lam, vecs = np.linalg.eigh(var)
+    offset = m[j] - mu[k]
+    np.testing.assert_allclose(abs(offset @ vecs[:, -1]), halfnorm(scale=np.sqrt(lam[-1])).mean(), rtol=1e-10)
+    np.testing.assert_allclose(np.linalg.norm(offset), abs(offset @ vecs[:, -1]), rtol=1e-12)
+    np.testing.assert_allclose(m[k], mu[k] - offset, rtol=1e-12)
+    rest = [c for c in range(6) if c not in (i, j, k)]
+    np.testing.assert_array_equal(m[rest], mu[rest])
+
+
 def test_merge_candidates_are_the_nearest_pairs_by_bhattacharyya_distance():
     """Each component's nearest by the Bhattacharyya distance of diagonal Gaussians, written out per pair
     (|Σ| as products), the pairs closest first, each once; the distance blocks of any size agree."""
@@ -936,7 +966,7 @@ def test_merge_candidates_are_the_nearest_pairs_by_bhattacharyya_distance():
         split_merge.BLOCK_ENTRIES = old
 
 
-@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+@pytest.mark.parametrize("covariance_type", ["diag", "full", "tied"])
 def test_split_and_merge_moves_leave_an_optimum_the_em_cannot(covariance_type):
     """Started with two components in one cluster and one spanning two others, the EM stays there. The moves
     (merge the pair, split the wide one) reach the likelihood of scikit-learn's EM started from the true
@@ -952,6 +982,7 @@ def test_split_and_merge_moves_leave_an_optimum_the_em_cannot(covariance_type):
     bad = np.array([[-0.5, 0, 0], [0.5, 0, 0], [6, 6, 0], [0, 0, 12]])
     var = np.array([[0.75, 1, 1], [0.75, 1, 1], [37, 37, 1], [1, 1, 1]])  # the third spans two clusters
     precisions = 1 / var if covariance_type == "diag" else np.stack([np.diag(1 / v) for v in var])
+    precisions = np.diag(1 / var.mean(axis=0)) if covariance_type == "tied" else precisions
     kw = dict(covariance_type=covariance_type, means_init=bad, precisions_init=precisions, coreset_size=4000)
     kw.update(weights_init=np.array([1, 1, 4, 2]) / 8, random_state=0, coreset_only=True)
     stuck = dask_clust.GaussianMixture(4, split_merge=0, **kw).fit(fit_rows)

@@ -35,10 +35,11 @@ weighted log-likelihood is an unbiased estimate of the data's, with a variance f
 bounded below (here by reg_covar) are Lucic et al.'s (JMLR 2018), for coresets sampled by their
 sensitivity bound, not by this one.
   6'. split and merge (``split_merge`` moves, ``moves``; Ueda et al., "SMEM Algorithm for Mixture Models",
-     Neural Computation 2000; "diag" and "full" with learned weights, GaussianMixture's default, none here by
-     default): after the coreset's EM, the closest pair merged and a third component split (the widest, or
-     for "full" the one whose rows' kurtosis is furthest from a Gaussian's), kept when an EM from there
-     raises the coreset's F (``blocks/split_merge.py``).
+     Neural Computation 2000; "diag", "full" and "tied" with learned weights, GaussianMixture's default, none
+     here by default): after the coreset's EM, the closest pair merged and a third component split (the
+     widest; for "full" the one whose rows' kurtosis is furthest from a Gaussian's; for "tied" the one whose
+     rows spread furthest beyond the shared Σ), kept when an EM from there raises the coreset's F
+     (``blocks/split_merge.py``).
   7. refit_means (ours, ``refit_size``; vc-GMM only): one Lloyd step from the means on a fresh sample of
      2 N' rows, so that the centres returned are not limited by the coreset's ≈ 64 rows per cluster.
 
@@ -155,19 +156,20 @@ class VCGMMConfig(VarGMMConfig):
         "highest free energy goes on to step 7 or the refine (the coreset's free energy estimates the data's "
         "without bias). Costs a pass over the coreset per EM iteration a start, none over the data. 1: the "
         "paper's one start; 'auto': the covariance type's, for \"diag\" 1 up to 256 components (the "
-        'split-and-merge moves do better) and 3 above, 1 for "full" (its moves too), 6 for "tied", 3 for the '
+        'split-and-merge moves do better) and 3 above, 1 for "full" (its moves too), 3 for "tied" and the '
         "spherical types. The seeding's basin decides a mixture's likelihood more than the EM does: on "
         "1M x 64 at C = 64, eight single starts ranged over 2.2 nats per row of held-out log-likelihood, and their "
         "coreset free energies ranked them exactly (benchmarks/BENCHMARKS.md).",
         "split_merge": "Split-and-merge moves tried on the coreset after its EM (``blocks/split_merge.py``; Ueda et "
         'al., Neural Computation 2000): two overlapping components merged and a third split ("diag": the '
-        "widest; \"full\": the one whose rows' kurtosis is furthest from a Gaussian's), the EM run "
+        'widest; "full": the one whose rows\' kurtosis is furthest from a Gaussian\'s; "tied": the one whose '
+        "rows spread furthest beyond the shared Σ), the EM run "
         f"{TRIAL_ITERATIONS} iterations from there, kept when the coreset's free energy rose; stops after "
         "3 in a row are not kept. They leave the optima where one component spans two clusters and two "
         "share one, which more starts rarely avoid (eight starts of 300k x 64, C = 64 spread over 2.1 nats "
         "per row). Costs those iterations on the coreset per move, no pass over the data. 0: none (the paper's "
-        'fit); \'auto\': the covariance type\'s, 8 for "diag", 4 for "full", 0 for the others. "diag" and "full" only, '
-        "with learned weights.",
+        'fit); \'auto\': the covariance type\'s, 8 for "diag", 4 for "full" and "tied", 0 for the others. "diag", '
+        '"full" and "tied" only, with learned weights.',
     }
 
 
@@ -190,7 +192,8 @@ def by_nearest_seed(work, seeds, sets, phases):
 
 def n_moves(cfg):
     """The split-and-merge moves the fit may try (``VCGMMConfig.split_merge``, "auto" resolved: the covariance
-    type's ``CovarianceType.moves``): none unless the type has a Σ per component and the weights are learned."""
+    type's ``CovarianceType.moves``): none unless the type's components can be moved (``splits``) and the weights
+    are learned."""
     cov = covariance(cfg.covariance_type)
     if not cov.splits or cfg.weights != "learned":
         return 0
@@ -210,9 +213,9 @@ def moves(rows, cfg, em, entropy, phases):
         trial = Loop("split and merge", min(cfg.max_iter, TRIAL_ITERATIONS))
         new = truncated_em(rows, m, given_mixture(cfg, m, var, weights), entropy, trial, {}, "nearest")
         evals += new.evals + rows.n_samples * cfg.n_clusters  # (and the nearest-mean pass)
-        return (new.mu, *new.mixture), new.f, new, cov.split_rank(new.mixture[0], new.kurtosis)
+        return (new.mu, *new.mixture), new.f, new, cov.split_rank(new.mixture[0], new.misfit)
 
-    rank = cov.split_rank(em.mixture[0], em.kurtosis)
+    rank = cov.split_rank(em.mixture[0], em.misfit)
     _, _, kept = split_merge(judged, cov, (em.mu, *em.mixture), em.f, n_moves(cfg), rank)
     phases["split_merge"] = time.perf_counter() - t
     return (em if kept is None else kept)._replace(evals=em.evals + evals)

@@ -34,7 +34,8 @@ class CovarianceType:
     needs_scatter = False
     # what init="auto" starts a mixture of this type with (None: a seeder's means, ``seeding_method``)
     auto_start = None
-    # whether a component has a Σ of its own to merge and split (``split_merge``): not a shared one
+    # whether ``split_merge`` may move this type's components: it ranks them (``split_rank``), and merges
+    # and splits them (``moved``)
     splits = False
     # coreset_starts="auto" (GaussianMixture's default): the starts whose best is measured at scikit-learn's
     # likelihood or above (BENCHMARKS.md)
@@ -109,11 +110,26 @@ class CovarianceType:
         """The variances along each feature, (C, D)."""
         return var
 
-    def split_rank(self, var, kurtosis):
+    def misfit(self, U, Q, fourth, inv, offset, n_features):
+        """How far each component's rows depart from its Gaussian, as this type measures it from an E-step's
+        statistics (U = Σ w s, Q as ``moments`` says, ``fourth``: Σ w s r⁴ where the E-step sums it; the costs'
+        scale ``inv`` and offsets, empty for squared distances): None, for the types that measure nothing."""
+        return None
+
+    def split_rank(self, var, misfit):
         """Which component ``split_merge`` splits first (the highest): the widest, log det Σ_c (a diagonal
-        component spanning two clusters holds the gap between them); ``kurtosis``: each component's
-        (``truncated_em.kurtosis``), None for the types whose E-step does not measure it."""
+        component spanning two clusters holds the gap between them); ``misfit``: each component's
+        (``misfit``), None for the types that measure nothing."""
         return self.log_volume(var).astype(np.float64)
+
+    def moved(self, var, i, j, k, delta_i, delta_j, share_i):
+        """The variances after a move (``split_merge.moved``): components i and j merged into i (``merged``),
+        k split into j and k (``split``); and the split means' offset from μ_k."""
+        new = var.copy()
+        new[i] = self.merged(var, i, j, delta_i, delta_j, share_i)
+        offset, half = self.split(var, k)
+        new[j] = new[k] = half
+        return new, offset
 
     def merged(self, var, i, j, delta_i, delta_j, share_i):
         """Σ of components i and j as one: the moments of their two-component mixture, Σ = p (Σ_i + δ_i δ_iᵀ) +
@@ -259,6 +275,14 @@ def symmetric(a):
     return 0.5 * (a + np.swapaxes(a, -1, -2))
 
 
+def per_component(total, U, n):
+    """total_c / (U_c n) for the components that won rows, 1 for the others."""
+    out = np.ones(len(U))
+    won = U > 0
+    out[won] = total[won] / (U[won] * n)
+    return out
+
+
 def floored(cov, family):
     """Σ + reg_covar I (scikit-learn's), its diagonal floored as the diagonal types' variances are."""
     d = np.arange(cov.shape[-1])
@@ -275,9 +299,6 @@ class Matrix(CovarianceType):
     like; benchmarks/bench_mixtures.py --types full,tied)."""
 
     auto_start = "kmeans"
-    # three starts left a tied seed of 300k x 64, C = 64 0.6 nats below scikit-learn's likelihood, in a worse
-    # basin; six reached it (a shared Σ has no moves; "full" has its own, ``Full``)
-    coreset_starts = 6
 
     def isotropic_var(self, sigma2, n_clusters, n_features):
         return sigma2 * np.broadcast_to(np.eye(n_features), self.var_shape(n_clusters, n_features)).copy()
@@ -360,13 +381,20 @@ class Full(Matrix):
     def diagonal(self, var):
         return np.diagonal(var, axis1=1, axis2=2)
 
-    def split_rank(self, var, kurtosis):
-        """How far Mardia's kurtosis, which the full E-step measures, is from a Gaussian's, |log b|: above 1 for
-        a component that swallowed a smaller cluster (the heavy tail of their distances), below for one that
-        spans two alike (bimodal). A full component of the first kind is not the widest when the clusters'
-        scales differ (300k x 64, C = 64, seed 3: the two such components ranked 5th and 19th by log det Σ,
-        1st and 2nd by kurtosis, 1.17 and 1.08 against 1.00 for the rest)."""
-        return super().split_rank(var, kurtosis) if kurtosis is None else np.abs(np.log(kurtosis))
+    def misfit(self, U, Q, fourth, inv, offset, n_features):
+        """Mardia's multivariate kurtosis of each component's rows, Σ w s r⁴ / (U_c D (D + 2)) with r² the
+        squared Mahalanobis distance to μ_c under the Σ_c of the E-step (K. V. Mardia, Biometrika 57(3), 1970):
+        1 for rows that are Gaussian, above it for a component whose rows hold a smaller cluster apart from its
+        own (the heavy tail of their distances), below it for one spanning two clusters alike (bimodal). 1 for
+        a component no row reaches."""
+        return per_component(fourth[0], U, n_features * (n_features + 2))
+
+    def split_rank(self, var, misfit):
+        """How far Mardia's kurtosis (``misfit``) is from a Gaussian's, |log b|: above 1 for a component that
+        swallowed a smaller cluster, below for one that spans two alike. A full component of the first kind is
+        not the widest when the clusters' scales differ (300k x 64, C = 64, seed 3: the two such components
+        ranked 5th and 19th by log det Σ, 1st and 2nd by kurtosis, 1.17 and 1.08 against 1.00 for the rest)."""
+        return super().split_rank(var, misfit) if misfit is None else np.abs(np.log(misfit))
 
     def merged(self, var, i, j, delta_i, delta_j, share_i):
         outer_i, outer_j = np.outer(delta_i, delta_i), np.outer(delta_j, delta_j)
@@ -403,9 +431,39 @@ class Tied(Matrix):
     name = "tied"
     moments = 0
     needs_scatter = True
+    splits = True
+    # three starts and four moves: the moves relocate a mean and its weight, which no EM step does (a shared
+    # Σ leaves nothing to widen). Six starts without moves left 300k x 64, C = 16, seed 4 0.98 nats a row below
+    # scikit-learn's likelihood, and three 300k x 64, C = 64 0.6 below; one start with 4, 8 or 16 moves left
+    # a seed of C = 16, D = 64 1.28 below; three with four held every seed of the grid C 16 to 256, D 16 to 64
+    # (BENCHMARKS.md)
+    coreset_starts = 3
+    moves = 4
 
     def var_shape(self, n_clusters, n_features):
         return (n_features, n_features)
+
+    def diagonal(self, var):
+        return np.diagonal(var)[None, :]
+
+    def misfit(self, U, Q, fourth, inv, offset, n_features):
+        """Each component's rows' mean squared Mahalanobis distance to μ_c under the shared Σ, per feature,
+        Σ w s r² / (U_c D), from Q = Σ w s cost (cost = offset_c + r²/2 inv): 1 on average over the
+        components (Σ is their rows' mean scatter), above it for a component whose rows spread further than
+        Σ says, as one spanning two clusters does. 1 for a component no row reaches."""
+        with np.errstate(invalid="ignore"):  # 0 · ∞: a component of weight 0, which no row reaches
+            half_r2 = Q[:, 0] - U * offset if len(offset) else Q[:, 0]
+        return per_component(2 * inv * half_r2, U, n_features)
+
+    def split_rank(self, var, misfit):
+        """The component spreading furthest beyond the shared Σ (``misfit``)."""
+        return np.log(misfit)
+
+    def moved(self, var, i, j, k, delta_i, delta_j, share_i):
+        """The shared Σ as it is; component k split along its axis u of largest variance λ (as ``Full.split``):
+        no component's own spread is known to cut."""
+        lam, vecs = np.linalg.eigh(var)
+        return var.copy(), math.sqrt(2 * float(lam[-1]) / math.pi) * vecs[:, -1]
 
     def m_step(self, var, Q, U, won, new, old, family, total_weight):
         scatter, mean = family.scatter

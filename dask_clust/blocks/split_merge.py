@@ -17,15 +17,17 @@ first improvement taken, and then ranked anew (Sec. 3.2). Here, on the coreset o
                         a diagonal one ranks by log det Σ (the component spanning two clusters is the widest,
                         its Σ holding the gap between them), a full one by how far Mardia's kurtosis of its
                         rows is from a Gaussian's (one that swallowed a small cluster has the heavy tail of
-                        its distances, one spanning two alike is bimodal)
+                        its distances, one spanning two alike is bimodal), a tied one by how far its rows
+                        spread beyond the shared Σ (their mean squared Mahalanobis distance)
   3. moved              merged: π_i + π_j, the moments of the two; split: two halves of N(μ_k, Σ_k) cut at μ_k
-                        along its axis of largest variance, π_k / 2 each (together the moments of the one)
+                        along its axis of largest variance, π_k / 2 each (together the moments of the one);
+                        a shared Σ stays as it is, and the move relocates a mean, which no EM step does
   4. judged             TRIAL_ITERATIONS EM iterations on the coreset from the moved mixture, kept when the
                         coreset's free energy passed the current one's (it ranked eight starts of a 300k x 64,
                         C = 64 mixture in the order of their held-out likelihood, every one)
 
-until ``budget`` moves are tried or PATIENCE in a row are not kept. Only types with a Σ per component
-("diag", "full"): merging or splitting a shared Σ moves means alone, which the EM already does.
+until ``budget`` moves are tried or PATIENCE in a row are not kept. The types that rank their components
+(``CovarianceType.splits``: "diag", "full", "tied").
 
 The driver holds the mixture, O(C·D) (O(C·D²) full), and ranks the pairs in O(C²·D) (blocks of
 BLOCK_ENTRIES), as the refine on every row that follows already holds it; each move costs the EM's
@@ -50,6 +52,7 @@ def merge_candidates(diag, mu, n):
     """Up to ``n`` pairs (i, j), i < j, each some component and its nearest (least Bhattacharyya distance
     between N(μ_i, diag_i) and N(μ_j, diag_j)), closest first."""
     C, D = mu.shape
+    diag = np.broadcast_to(diag, mu.shape)  # a shared Σ's one row
     log_det = np.log(diag).sum(axis=1)
     nearest, dist = np.empty(C, np.int64), np.empty(C)
     step = max(1, BLOCK_ENTRIES // (C * D))
@@ -81,15 +84,13 @@ def split_candidate(rank, pair):
 
 def moved(cov, mu, var, weights, i, j, k):
     """The mixture with components i and j merged into i, and k split into j and k (step 3)."""
-    mu, new_var, weights = mu.copy(), var.copy(), weights.copy()
+    mu, weights = mu.copy(), weights.copy()
     total = weights[i] + weights[j]
     share = weights[i] / total if total > 0 else 0.5
     centre = share * mu[i] + (1 - share) * mu[j]
-    new_var[i] = cov.merged(var, i, j, mu[i] - centre, mu[j] - centre, share)
-    offset, half = cov.split(var, k)
+    new_var, offset = cov.moved(var, i, j, k, mu[i] - centre, mu[j] - centre, share)
     mu[i], weights[i] = centre, total
     mu[j], mu[k] = mu[k] + offset, mu[k] - offset
-    new_var[j] = new_var[k] = half
     weights[j] = weights[k] = weights[k] / 2
     return mu, new_var, weights
 

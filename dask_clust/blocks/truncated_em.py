@@ -122,18 +122,6 @@ def free_energy(data_f, sigma2, total_weight, n_features, n_clusters):
     return data_f - total_weight * (0.5 * n_features * math.log(2 * math.pi * sigma2) + math.log(n_clusters))
 
 
-def kurtosis(r4, U, n_features):
-    """Mardia's multivariate kurtosis of each component's rows, Σ w s r⁴ / (U_c D (D + 2)) with r² the squared
-    Mahalanobis distance to μ_c under the Σ_c of the E-step (K. V. Mardia, Biometrika 57(3), 1970): 1 for
-    rows that are Gaussian, above it for a component whose rows hold a smaller cluster apart from its own
-    (the heavy tail of their distances), below it for one spanning two clusters alike (bimodal). 1 for a
-    component no row reaches."""
-    out = np.ones(len(U))
-    won = U > 0
-    out[won] = r4[won] / (U[won] * n_features * (n_features + 2))
-    return out
-
-
 class MStepResult(NamedTuple):
     """Step 6's result: F's data part (Σ w log Σ_{K^(n)} exp(−cost)), each cluster's residual (its trace),
     and the clusters that won rows."""
@@ -185,7 +173,7 @@ class DriverMeans:
         self.engine, self.mu, self.family, self.grid = engine, mu, family, pair_grid(engine)
         self.total_weight = engine.summary.total_weight
         self.var = self.weights = None  # the other models' σ² (C, D) and π, from their first M-step on
-        self.kurtosis = None  # the per-component matrices' (``kurtosis``), from their first M-step on
+        self.misfit = None  # each component's (``CovarianceType.misfit``), from the first M-step on
         self.metric = NO_METRIC
         if mixture is not None:
             self.var, self.weights = mixture
@@ -211,6 +199,8 @@ class DriverMeans:
         return self._m_step(sigma2, *self.engine.reduce(posterior_step, params, stats_combine(moments)))
 
     def _m_step(self, sigma2, sums, U, Q, data_f, *fourth):
+        # the costs the E-step summed: −ℓ once scaled, else squared distances at 1/2σ²
+        inv, offset = (1.0, self.metric[1]) if self.scaled else (0.5 / sigma2, NO_METRIC[1])
         if self.family.isotropic:
             self.mu, resid = m_step(self.mu, sums, U, Q)
         else:
@@ -220,9 +210,8 @@ class DriverMeans:
             self.mu, self.var, self.weights, resid = mixture_m_step(
                 self.family, self.mu, self.var, self.weights, sums, U, Q, self.total_weight
             )
+            self.misfit = self.family.cov.misfit(U, Q, fourth, inv, offset, self.mu.shape[1])
             self._set_metric()
-            if fourth:
-                self.kurtosis = kurtosis(fourth[0], U, self.mu.shape[1])
         return MStepResult(float(data_f), resid, int(np.count_nonzero(U > 0)))
 
     def set_tied(self, sigma2):
@@ -252,9 +241,9 @@ class ShardedMeans:
     reduce-scattered by cluster, and G_c and the M-step run where each range lives; every partition reads
     the whole means (and metric, ``model.ref()``) for its search. Per iteration the driver receives G_c
     (C·G·4 bytes), each cluster's residual (C·8) and a few scalars, never C·D. Diagonal models only
-    (``means_for``): no kurtosis."""
+    (``means_for``): no misfit."""
 
-    kurtosis = None
+    misfit = None
 
     def __init__(self, engine, model, n_clusters, family, scaled=False):
         self.engine, self.model, self.n_clusters, self.family = engine, model, n_clusters, family
@@ -384,15 +373,15 @@ def means_for(engine, mu, family, mixture=None):
 
 class EMResult(NamedTuple):
     """What ``truncated_em`` ends with: the means, σ², F, the distance evaluations, the other models' σ²
-    (C, D) and π (None for vc-GMM's), and for the per-component matrices each component's ``kurtosis`` at
-    the last E-step (else None)."""
+    (C, D) and π (None for vc-GMM's), and each component's ``misfit`` at the last E-step (None for the types
+    that measure none)."""
 
     mu: np.ndarray
     sigma2: float
     f: float
     evals: int
     mixture: tuple | None
-    kurtosis: np.ndarray | None = None
+    misfit: np.ndarray | None = None
 
 
 def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=None):
@@ -473,10 +462,10 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
             )
         mu = means.result()
         mixture = None if family.isotropic else means.mixture()
-        kurt = means.kurtosis
+        misfit = means.misfit
     phases["em"] = time.perf_counter() - t0
     phases["em_cpu"] = time.process_time() - cpu0  # this process's CPU: the EM's when it runs in-process
-    return EMResult(mu, sigma2, f, evals, mixture, kurt)
+    return EMResult(mu, sigma2, f, evals, mixture, misfit)
 
 
 def initial_mixture(cfg, n_features):

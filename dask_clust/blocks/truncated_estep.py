@@ -78,7 +78,7 @@ def _posteriors(x, w, K, Kd2, inv, mu, stats, offset=NO_METRIC[1]):
     costs are squared distances, 1 when they are −ℓ (``offset``: their offsets, empty for squared distances);
     ``mu``: the means Q is taken about, or empty (Q: Σ w s cost, unread). Q of shape (C, D) is per dimension;
     (C, D, D) the scatter Σ w s (x − μ_c)(x − μ_c)ᵀ, and then stats[4] = Σ w s r⁴ with r² the row's squared
-    Mahalanobis distance to μ_c (``kurtosis``)."""
+    Mahalanobis distance to μ_c (``Full.misfit``: the kurtosis)."""
     # K^(n) is sorted, so column 0 is the max-shift; numpy's SIMD exp is 8x numba's scalar one
     e = Kd2[:, :1] - Kd2
     e *= inv
