@@ -406,7 +406,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     weights : {"learned", "equal"}, default="learned"
     coreset_size : "auto", int or None, default="auto"
         Rows of the lightweight coreset the EM runs on ("auto": min(N, max(2^15, 64 C)), with D(D+3)/4 rows a
-        component in place of 64 for "full"); None: every row.
+        component in place of 64 for "full", half a row per parameter, and D(D+3)/2 above 256 components);
+        None: every row.
         A diagonal component has 2·D parameters, which about 64 rows estimate loosely when D is large: on
         500k x 32 at C = 1000 the held-out log-likelihood per row was -64.7 with "auto" (1 s), -64.2 with
         256k rows (3 s) and -63.9 with every row (5 s) (``benchmarks/bench_mixtures.py``).

@@ -936,6 +936,35 @@ def test_a_tied_move_keeps_the_shared_covariance_and_splits_along_its_widest_axi
     np.testing.assert_array_equal(m[rest], mu[rest])
 
 
+def test_a_full_mixture_splits_the_component_whose_kurtosis_is_furthest_from_a_gaussians():
+    """The split candidate of a full mixture, outside the merged pair: the largest |log b| among the components
+    with spread (b > 0); a component collapsed on one row (b = 0, every row at its mean) is never it."""
+    from dask_clust.blocks.gaussian import covariance
+    from dask_clust.blocks.split_merge import split_candidate
+
+    full = covariance("full")
+    var = np.broadcast_to(np.eye(3), (6, 3, 3))
+    kurtosis = np.array([1.2, 0.0, 0.7, 1.0, 1.5, 0.0])
+    candidates = lambda pair: [c for c in range(6) if c not in pair and kurtosis[c] > 0]  # noqa: E731
+    for pair in [(0, 3), (2, 4), (0, 2), (2, 3)]:
+        want = max(candidates(pair), key=lambda c: abs(np.log(kurtosis[c])))
+        assert split_candidate(full.split_rank(var, kurtosis), pair) == want
+
+
+@pytest.mark.parametrize("n_features", [4, 16, 64])
+def test_a_full_coreset_holds_half_a_row_per_parameter_and_one_above_256_components(n_features):
+    """The default coreset of a full mixture, per component: half a row per free parameter of a component
+    (its mean and Σ_c, as the type counts them for the BIC) up to 256 components, one above; at least the
+    paper's 64."""
+    from dask_clust.blocks.gaussian import covariance
+
+    full = covariance("full")
+    parameters = n_features + full.n_variances(1, n_features)
+    assert full.coreset_rows(n_features, 256) == max(64, parameters // 2)
+    assert full.coreset_rows(n_features, 257) == max(64, parameters)
+    assert covariance("diag").coreset_rows(n_features, 1024) == 64
+
+
 def test_merge_candidates_are_the_nearest_pairs_by_bhattacharyya_distance():
     """Each component's nearest by the Bhattacharyya distance of diagonal Gaussians, written out per pair
     (|Σ| as products), the pairs closest first, each once; the distance blocks of any size agree."""

@@ -129,8 +129,8 @@ class VCGMMConfig(VarGMMConfig):
     docs: ClassVar = {
         **VarGMMConfig.docs,
         "coreset_size": "Rows N' of the lightweight coreset the EM runs on: 'auto' is the paper's "
-        "min(N, max(2^15, 64 C)) ('full': D(D+3)/4 rows a component in place of 64, half one a parameter), None "
-        "runs on all rows (var-GMM-S).",
+        "min(N, max(2^15, 64 C)) ('full': D(D+3)/4 rows a component in place of 64, half one a parameter, and "
+        "D(D+3)/2 above 256 components), None runs on all rows (var-GMM-S).",
         "refit_size": "Rows of the fresh sample (drawn ∝ sample weight) on which one Lloyd step "
         "re-estimates the EM's means (``refit_means``): 'auto' = min(N, 2 N'), all rows "
         "when that is N; None keeps the EM's means, as the paper returns them. Costs "
@@ -313,7 +313,7 @@ def fit(engine, cfg, entropy, loop):
     if size is None:
         return fit_every_row(engine, cfg, entropy, loop)
     if size == "auto":
-        per_cluster = covariance(cfg.covariance_type).coreset_rows(engine.n_features)
+        per_cluster = covariance(cfg.covariance_type).coreset_rows(engine.n_features, cfg.n_clusters)
         size = default_size(engine.n_samples, cfg.n_clusters, per_cluster)
     check_rows(engine)
     phases = {}

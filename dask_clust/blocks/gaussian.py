@@ -37,6 +37,8 @@ class CovarianceType:
     # whether ``split_merge`` may move this type's components: it ranks them (``split_rank``), and merges
     # and splits them (``moved``)
     splits = False
+    # the components above which a mixture's fit is measured to need more (``Diag.starts``, ``Full.coreset_rows``)
+    many_components = 256
     # coreset_starts="auto" (GaussianMixture's default): the starts whose best is measured at scikit-learn's
     # likelihood or above (BENCHMARKS.md)
     coreset_starts = 3
@@ -47,7 +49,7 @@ class CovarianceType:
         """coreset_starts="auto" resolved for a mixture of ``n_clusters`` components."""
         return self.coreset_starts
 
-    def coreset_rows(self, n_features):
+    def coreset_rows(self, n_features, n_clusters):
         """The default coreset's rows per component (``default_size``): the paper's 64."""
         return 64
 
@@ -181,8 +183,7 @@ class Diag(CovarianceType):
     # above this many components eight moves mend too few of the EM's optima: at C = 1,024, D = 32 one start
     # left a seed 0.12 nats a row below scikit-learn's (the mean 0.02 below); three starts took every seed
     # to within 0.03 of it (the mean 0.04 above) for 40 % more time, where 24 more moves had gained less at
-    # three times the cost. At C = 256 one start holds the line on every seed measured
-    many_components = 256
+    # three times the cost. At C = 256 one start holds the line on every seed measured (``many_components``)
 
     def starts(self, n_clusters):
         return 3 if n_clusters > self.many_components else self.coreset_starts
@@ -367,13 +368,16 @@ class Full(Matrix):
     def var_shape(self, n_clusters, n_features):
         return (n_clusters, n_features, n_features)
 
-    def coreset_rows(self, n_features):
-        """Half a row per free parameter of a component (its mean and Σ_c), at least the paper's 64. With 128 a
-        component (the paper's 2^15 rows at C = 256, D = 32: 560 parameters each) the coreset's mixture was 9.3
-        nats a row short and the refine on every row ended 0.12 below scikit-learn's; with 280, 0.095 above it,
-        at 14.7x its speed; one row per parameter gained no more and, at C = 64, D = 64, cost the 5x
-        (300k rows, benchmarks/bench_mixtures.py --types full)."""
-        return max(64, n_features * (n_features + 3) // 4)
+    def coreset_rows(self, n_features, n_clusters):
+        """Half a row per free parameter of a component (its mean and Σ_c), at least the paper's 64; one row per
+        parameter above ``many_components``. With 128 a component (the paper's 2^15 rows at C = 256, D = 32:
+        560 parameters each) the coreset's mixture was 9.3 nats a row short and the refine on every row ended
+        0.12 below scikit-learn's; with 280, 0.095 above it, at 14.7x its speed; one row per parameter gained
+        no more and, at C = 64, D = 64, cost the 5x. At C = 1,024, D = 16, half a row left the refine 0.04
+        below scikit-learn's on average (a seed 0.08; three starts or eight moves no better), one row 0.03
+        above it, at 30x its speed (300k rows, benchmarks/bench_mixtures.py --types full)."""
+        parameters = n_features * (n_features + 3) // 2
+        return max(64, parameters if n_clusters > self.many_components else parameters // 2)
 
     def log_volume(self, var):
         return np.linalg.slogdet(var)[1]
@@ -393,8 +397,15 @@ class Full(Matrix):
         """How far Mardia's kurtosis (``misfit``) is from a Gaussian's, |log b|: above 1 for a component that
         swallowed a smaller cluster, below for one that spans two alike. A full component of the first kind is
         not the widest when the clusters' scales differ (300k x 64, C = 64, seed 3: the two such components
-        ranked 5th and 19th by log det Σ, 1st and 2nd by kurtosis, 1.17 and 1.08 against 1.00 for the rest)."""
-        return super().split_rank(var, misfit) if misfit is None else np.abs(np.log(misfit))
+        ranked 5th and 19th by log det Σ, 1st and 2nd by kurtosis, 1.17 and 1.08 against 1.00 for the rest).
+        A component whose rows all sit at its mean (b = 0: collapsed on one row, or on copies of one) ranks
+        last: there is nothing to cut, and at the top it took every move (300k x 16, C = 64, seed 0)."""
+        if misfit is None:
+            return super().split_rank(var, misfit)
+        rank = np.full(len(misfit), -np.inf)
+        spread = misfit > 0
+        rank[spread] = np.abs(np.log(misfit[spread]))
+        return rank
 
     def merged(self, var, i, j, delta_i, delta_j, share_i):
         outer_i, outer_j = np.outer(delta_i, delta_i), np.outer(delta_j, delta_j)
@@ -448,7 +459,7 @@ class Tied(Matrix):
 
     def misfit(self, U, Q, fourth, inv, offset, n_features):
         """Each component's rows' mean squared Mahalanobis distance to μ_c under the shared Σ, per feature,
-        Σ w s r² / (U_c D), from Q = Σ w s cost (cost = offset_c + r²/2 inv): 1 on average over the
+        Σ w s r² / (U_c D), from Q = Σ w s cost (r² = 2 inv (cost − offset_c)): 1 on average over the
         components (Σ is their rows' mean scatter), above it for a component whose rows spread further than
         Σ says, as one spanning two clusters does. 1 for a component no row reaches."""
         with np.errstate(invalid="ignore"):  # 0 · ∞: a component of weight 0, which no row reaches
