@@ -23,7 +23,7 @@ measured in one run on this machine, every library on the same 2 threads:
    row (``coreset_size=None``, tol = 0); held-out log-likelihood on 100k rows.
 
     python benchmarks/bench_mixtures.py [--parts quality,speed,parity,reference] [--seeds 5] [--budget 900]
-        [--grid 16x16,64x32,256x32] [--types diag,full,tied] [--rows 300000]
+        [--grid 16x16,64x32,256x32] [--types diag,full,tied] [--rows 300000] [--first-seed 0]
 """
 
 import argparse
@@ -207,6 +207,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--parts", default="quality,speed")
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--first-seed", type=int, default=0, help="parity's seeds start here (a line's seeds over runs)")
     p.add_argument("--budget", type=float, default=900.0)
     p.add_argument("--grid", default="16x16,64x32,256x32", help="parity's C x D pairs")
     p.add_argument("--types", default="diag", help="parity's covariance types")
@@ -220,7 +221,7 @@ def main():
         out += speed(args.budget)
     if "parity" in parts:
         grid = [tuple(int(v) for v in cd.split("x")) for cd in args.grid.split(",")]
-        out += parity(grid, range(args.seeds), args.types.split(","), args.rows)
+        out += parity(grid, range(args.first_seed, args.first_seed + args.seeds), args.types.split(","), args.rows)
     if "reference" in parts:
         out += reference()
     print("\n".join(out))
