@@ -205,6 +205,7 @@ class StreamingEstimator(ClusteringEstimator):
         call assigns its rows to the centres as they are, moves every centre to the mean of all the rows it
         was ever given, and moves light centres onto its rows as ``fit`` does (``reassignment_ratio``).
         ``counts_``: their weight per centre; ``n_steps_``: the batches. A dask batch is computed here."""
+        from .blocks.lloyd import to_sphere
         from .blocks.seeding import seed
         from .engine import as_source, open_engine
         from .models import ClusteringModel
@@ -217,7 +218,7 @@ class StreamingEstimator(ClusteringEstimator):
         first = not hasattr(self, "counts_")
         entropy = check_random_state(random_state)
         names = _feature_names(X)
-        source = as_source(X, sample_weight)
+        source = as_source(X, sample_weight, unit=getattr(cfg, "metric", "") == "cosine")
         if not first and source.n_features != self.n_features_in_:
             raise ValueError(
                 f"X has {source.n_features} features, but {type(self).__name__} is expecting "
@@ -230,6 +231,7 @@ class StreamingEstimator(ClusteringEstimator):
         with open_engine(source, "in-process", entropy) as engine:
             if first:
                 centers, _ = seed(engine, cfg.n_clusters, cfg.init, entropy)
+                centers = to_sphere(centers) if getattr(cfg, "metric", "") == "cosine" else centers
                 counts, self.n_steps_, self._since_reassign = np.zeros(cfg.n_clusters), 0, 0
             else:
                 centers, counts = self.cluster_centers_, self.counts_

@@ -22,7 +22,7 @@ from ._params import COVARIANCE_TYPES
 from ._random import check_random_state
 from .blocks.gaussian import component_costs, covariance, n_parameters
 from .blocks.truncated_em import mixture_m_step, new_sigma2
-from .engine.data import as_dask_rows, check_finite_block, is_frame, is_pandas, map_rows
+from .engine.data import as_dask_rows, check_finite_block, is_frame, is_pandas, map_rows, unit_rows
 from .kernels.assign import all_sqdist
 from .models import PROBA_BLOCK_BYTES, ClusteringModel, checked_frame_rows
 
@@ -112,9 +112,11 @@ def _truncated_proba_block(x, ids, C, sigma2, mixture=None):
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _frame_posteriors(frame, C, sigma2, n_truncated, mixture, partition_info=None):
-    """A DataFrame partition's truncated posteriors as a DataFrame on its index (``_posterior_frame``)."""
+def _frame_posteriors(frame, C, sigma2, n_truncated, mixture, unit=False, partition_info=None):
+    """A DataFrame partition's truncated posteriors as a DataFrame on its index (``_posterior_frame``);
+    ``unit``: of its rows on the unit sphere (a spherical model's)."""
     x = checked_frame_rows(frame, partition_info)
+    x = unit_rows(x) if unit else x
     ids = truncated_ids_block(x, C, n_truncated, mixture)
     return _posterior_frame(ids, _truncated_proba_block(x, ids, C, sigma2, mixture), frame.index)
 
@@ -297,7 +299,7 @@ class MixtureModel(ClusteringModel):
             raise ValueError(f"output must be 'truncated', 'sparse' or 'dense'; got {output!r}")
         if output == "truncated" and is_frame(X):
             return self._proba_frame(X)
-        X = as_dask_rows(X, self.n_features_in_)
+        X = self._input(X)
         k, Cp = self.n_clusters, int(self.extras_["n_truncated_"])
         if output == "dense":  # output blocks of PROBA_BLOCK_BYTES
             rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
@@ -332,7 +334,7 @@ class MixtureModel(ClusteringModel):
     def _proba_frame(self, X):
         self._check_frame(X)
         args = (self.cluster_centers_, float(self.extras_["sigma2_"]), int(self.extras_["n_truncated_"]))
-        args += (self._mixture(),)
+        args += (self._mixture(), self._cosine)
         if is_pandas(X):
             return _frame_posteriors(X, *args)
         meta = _posterior_frame(np.empty((0, args[2]), np.int32), np.empty((0, args[2])), X._meta.index)
@@ -350,7 +352,7 @@ class MixtureModel(ClusteringModel):
         (O(C·D) a row, scikit-learn's), else over the row's C' = ``n_truncated_`` likeliest components, a
         lower bound that is tight when the others are far less likely (O(C·D) to find them as well, but
         no C-wide exponentials)."""
-        X = as_dask_rows(X, self.n_features_in_)
+        X = self._input(X)
         n_truncated = None if exact else int(self.extras_["n_truncated_"])
         return map_rows(X, _score_block, np.float64, None, self._costs(), n_truncated)
 

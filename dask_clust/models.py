@@ -20,6 +20,7 @@ from .engine.data import (
     is_pandas,
     l2_rows,
     map_rows,
+    unit_rows,
 )
 from .errors import InputError, InvalidModelError, install_hint
 from .kernels.assign import Prepared, all_sqdist, nearest
@@ -57,8 +58,10 @@ def _frame_labels(frame, centers, normalise, partition_info=None):
     import pandas as pd
 
     x = checked_frame_rows(frame, partition_info)
-    if normalise:
+    if normalise == "l2":
         x = l2_rows(x)
+    elif normalise == "unit":
+        x = unit_rows(x)
     return pd.Series(_labels(x, centers), index=frame.index, name="label")
 
 
@@ -72,6 +75,10 @@ def checked_frame_rows(frame, partition_info=None):
 def _l2_rows(x, block_info=None):
     check_finite_block(x, block_info)
     return l2_rows(x)
+
+
+def _unit_rows(x, block_info=None):
+    return unit_rows(x, block_info[0]["array-location"][0][0] if block_info else 0)
 
 
 def _transform_block(x, C, block_info=None):
@@ -154,11 +161,19 @@ class ClusteringModel:
     def n_features_in_(self):
         return self.cluster_centers_.shape[1]
 
+    @property
+    def _cosine(self):
+        """Whether the model is spherical (``metric="cosine"``): it reads rows on the unit sphere, as its fit did."""
+        return self.params.get("metric") == "cosine"
+
     def _input(self, X):
-        """X as row chunks, L2-normalised (lazily, float64) for a model fitted on the normalised rows (SLK)."""
+        """X as row chunks, L2-normalised (lazily, float64) for a model fitted on the normalised rows (SLK), on
+        the unit sphere in their own dtype for a spherical one (a zero row refused, as in its fit)."""
         X = as_dask_rows(X, self.n_features_in_)
         if self.extras_.get("row_normalization_") == "l2":
             X = X.map_blocks(_l2_rows, dtype=np.float64, meta=np.empty((0, 0)))
+        elif self._cosine:
+            X = X.map_blocks(_unit_rows, dtype=X.dtype, meta=np.empty((0, 0), X.dtype))
         return X
 
     def _rows(self, X):
@@ -213,15 +228,16 @@ class ClusteringModel:
         import pandas as pd
 
         self._check_frame(X)
-        normalise = self.extras_.get("row_normalization_") == "l2"
-        centers = self._mixture() or self._prepared(np.dtype(np.float64) if normalise else frame_dtype(X))
+        normalise = "l2" if self.extras_.get("row_normalization_") == "l2" else "unit" if self._cosine else None
+        centers = self._mixture() or self._prepared(np.dtype(np.float64) if normalise == "l2" else frame_dtype(X))
         if is_pandas(X):
             return _frame_labels(X, centers, normalise)
         meta = pd.Series(np.empty(0, np.int32), name="label", index=X._meta.index)
         return X.map_partitions(_frame_labels, centers, normalise, meta=meta)
 
     def transform(self, X):
-        """Euclidean distance of each row to every centre: a lazy (n, k) float64 dask array."""
+        """Euclidean distance of each row to every centre (of a spherical model, of each row on the unit sphere:
+        √(2 − 2 cos)): a lazy (n, k) float64 dask array."""
         X = self._input(X)
         return map_rows(X, _transform_block, np.float64, self.n_clusters, self.cluster_centers_)
 
@@ -230,7 +246,8 @@ class ClusteringModel:
         raise AttributeError(f"predict_proba: {self.algo!r} models are not probabilistic")
 
     def quantization_error(self, X, sample_weight=None):
-        """Σ w min_c ||x − c||² over X (computed now, float64)."""
+        """Σ w min_c ||x − c||² over X (computed now, float64); for a spherical model, over X's rows on the
+        unit sphere (twice Σ w (1 − cos), its objective)."""
         X, centers = self._rows(X)
         d2 = map_rows(X, _qe_block, np.float64, None, centers)
         if sample_weight is not None:
@@ -245,8 +262,10 @@ class ClusteringModel:
         return float(d2.sum().compute())
 
     def score(self, X, sample_weight=None):
-        """Negative quantization error, as scikit-learn's ``KMeans.score``."""
-        return -self.quantization_error(X, sample_weight)
+        """Negative quantization error, as scikit-learn's ``KMeans.score``; for a spherical model the negative
+        of its objective, Σ w (1 − cos)."""
+        qe = self.quantization_error(X, sample_weight)
+        return -qe / 2 if self._cosine else -qe
 
     def _summary(self):
         """(name, value) pairs of the fit's summary, for the text and HTML reprs."""

@@ -20,6 +20,11 @@ on a sample, the reassignment and the stopping rule are scikit-learn's (``sklear
   until the smoothed batch inertia has not improved for ``max_no_improvement`` batches, Σ ||Δc||² ≤ tol
   (scaled by the mean feature variance), or max_iter batches.
 
+``metric="cosine"``: the rows are read on the unit sphere and step 3's updated centre is put back on it
+(online spherical k-means with Sculley's per-centre rate: S. Zhong, "Efficient online spherical k-means
+clustering", IJCNN 2005; the mean direction of Dhillon & Modha, Machine Learning 2001); the batch inertia
+and the objective are Σ w (1 − cos).
+
 The driver holds the centres, their counts and one gather of batches: O(k·D + gather·b·D), whatever N (a
 gather is at most 64 MiB of rows), and a window's strata counts (8 bytes per 65,536 rows). Passes over a
 streamed input: one per window (⌈steps·b / N⌉; the first carries the engine's first pass), and the final QE.
@@ -34,9 +39,10 @@ import numpy as np
 from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.batches import Batches
+from ..blocks.lloyd import to_sphere
 from ..blocks.seeding import ROW_BYTES, SEEDERS, sample_ids, seed, seed_rows
 from ..kernels.assign import Prepared, accumulate, nearest
-from .registry import BIG, COUNT, MAYBE, AlgorithmSpec, centres, finish, register
+from .registry import BIG, COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register
 
 
 @dataclass
@@ -49,6 +55,7 @@ class MiniBatchConfig:
     max_no_improvement: int | None = 10
     reassignment_ratio: float = 0.01
     tol: float = 0.0
+    metric: str = "euclidean"
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
@@ -59,6 +66,7 @@ class MiniBatchConfig:
         "max_no_improvement": [Interval(numbers.Integral, 1, None), NoneOK()],
         "reassignment_ratio": [Interval(numbers.Real, 0, None, "left")],
         "tol": [Interval(numbers.Real, 0, None, "left")],
+        "metric": [Options(METRICS)],
     }
 
     docs: ClassVar = {
@@ -73,6 +81,7 @@ class MiniBatchConfig:
         "rows of the batch (scikit-learn's rule); 0 never moves them.",
         "tol": "Stop when the centres' total squared shift over a batch is at most tol times the mean feature "
         "variance; 0 disables the rule.",
+        "metric": METRIC,
     }
 
 
@@ -85,14 +94,17 @@ def assign_batch(x, w, centers):
     return sums, weights, inertia, np.int64(evals)
 
 
-def minibatch_step(x, w, centers, counts, dtype):
+def minibatch_step(x, w, centers, counts, dtype, unit=False):
     """Step 3: the batch assigned to the centres as they are, then each centre the mean of all the rows it
-    was ever given. Returns (centres, counts, the batch's Σ w d² before the update, evaluations)."""
+    was ever given (``unit``: put back on the unit sphere). Returns (centres, counts, the batch's Σ w d²
+    before the update, evaluations)."""
     sums, weights, inertia, evals = assign_batch(x, w, Prepared(centers, dtype))
     total = counts + weights
     new = centers.copy()
     got = weights > 0
     new[got] += (sums[got] - weights[got, None] * centers[got]) / total[got, None]
+    if unit:
+        new[got] = to_sphere(new[got])
     return new, total, inertia, evals
 
 
@@ -116,7 +128,7 @@ def partial_step(cfg, x, w, centers, counts, since, entropy, step, dtype):
     ``10 k`` rows have passed since the last reassignment (``since``) or a centre has no weight yet.
     Returns (centers, counts, rows since the last reassignment)."""
     due = cfg.reassignment_ratio > 0 and (since + len(x) >= 10 * cfg.n_clusters or not counts.all())
-    centers, counts, _, _ = minibatch_step(x, w, centers, counts, dtype)
+    centers, counts, _, _ = minibatch_step(x, w, centers, counts, dtype, cfg.metric == "cosine")
     if due:
         reassign(x, centers, counts, cfg.reassignment_ratio, stream(entropy, "minibatch", "reassign", "partial", step))
     return centers, counts, 0 if due else since + len(x)
@@ -150,6 +162,7 @@ class NoImprovement:
 
 def fit(engine, cfg, entropy, loop):
     N, k, dtype = engine.n_samples, cfg.n_clusters, engine.dtype
+    unit = cfg.metric == "cosine"  # the engine holds the rows on the unit sphere (``api.fit``)
     b = min(cfg.batch_size, N)
     restored = loop.restored
     with Batches(engine, entropy, "minibatch", b, loop.max_iter) as batches:
@@ -161,6 +174,7 @@ def fit(engine, cfg, entropy, loop):
                 centers, seed_evals = seed_rows(engine, rows, w, k, cfg.init, entropy)
             else:
                 centers, seed_evals = seed(engine, k, cfg.init, entropy)
+            centers = to_sphere(centers) if unit else centers
             counts, since, evals_total = np.zeros(k), 0, seed_evals
             rule = NoImprovement(b, N, cfg.max_no_improvement)
         else:  # a resumed fit: the centres, their counts and the rule's state; the batches are keyed by step
@@ -174,14 +188,14 @@ def fit(engine, cfg, entropy, loop):
             # as scikit-learn: due every 10·k rows, or when a centre had no weight before this batch
             since += b
             due = cfg.reassignment_ratio > 0 and (since >= 10 * k or not counts.all())
-            new, counts, inertia, evals = minibatch_step(x, wx, centers, counts, dtype)
+            new, counts, inertia, evals = minibatch_step(x, wx, centers, counts, dtype, unit)
             moved = 0
             if due:
                 since = 0
                 moved = reassign(x, new, counts, cfg.reassignment_ratio, stream(entropy, "minibatch", "reassign", step))
             shift = float(((new - centers) ** 2).sum())
             centers = new
-            batch = float(inertia / wx.sum())
+            batch = float(inertia / wx.sum()) * (0.5 if unit else 1.0)
             evals_total += int(evals)
             loop.converged = rule.update(step, batch) or (tol > 0 and shift <= tol)
             loop.record(batch, evals, moved, centers=centers, smoothed=rule.ewa)
@@ -202,6 +216,7 @@ def fit(engine, cfg, entropy, loop):
         loop,
         evals_total,
         {"seeding_distance_evals": int(seed_evals), "counts_": counts, "since_reassign": since},
+        unit=unit,
     )
 
 
@@ -229,7 +244,8 @@ register(
         summary="Sculley's mini-batch k-means: uniform batches with replacement, per-centre rate 1/v, light centres "
         "moved to batch rows",
         reference="Sculley, WWW 2010, doi:10.1145/1772690.1772862",
-        objective="the batch's mean squared distance to its centres, before the update",
+        objective="the batch's mean squared distance to its centres, before the update (mean 1 − cos with "
+        "metric='cosine')",
         partial_step=partial_step,
         state_bytes=lambda cfg: ROW_BYTES,  # the seeder's; streamed, the held draws besides, in files
         holds_draws=True,

@@ -24,6 +24,14 @@ workers, and sends the centres and their moves.
 
 Bounds: k per row (Elkan, N·k·4 bytes) or one on the second closest centre (Hamerly); ``bounds="auto"``
 takes Hamerly's when a partition's Elkan bounds would exceed its memory budget.
+
+``metric="cosine"`` (spherical k-means, Dhillon & Modha, Machine Learning 2001): the rows are read on the
+unit sphere and step 4 takes each cluster's mean direction c = S/||S||. The bounds hold as they are: they
+need only the triangle inequality in R^D and each centre's actual displacement p, which step 4 measures
+after the renormalisation. The doubling test is adapted: a mean direction moves 1/R̄ times as far as the
+mean it comes from (R̄ = ||S||/v, the cluster's mean resultant length, 1 when its rows agree, near 0 when
+they spread over the sphere), so its standard error is σ̂/R̄ and the test reads min_j σ̂(j)/(R̄_j p_j) > ρ.
+The objective is Σ w (1 − cos), half the squared distances'.
 """
 
 import logging
@@ -35,11 +43,12 @@ import numpy as np
 
 from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
+from ..blocks.lloyd import m_step, to_sphere
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed, seed_rows
 from ..engine.combine import Rows
 from ..kernels.assign import Prepared
 from ..kernels.nested import join_rows, nested_ranks, reuse_rows
-from .registry import COUNT, MAYBE, AlgorithmSpec, centres, finish, register
+from .registry import COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register
 
 logger = logging.getLogger("dask_clust")
 
@@ -59,6 +68,7 @@ class NMBatchConfig:
     bounds_memory: int | None = None
     max_iter: int = 1000
     tol: float = 1e-4
+    metric: str = "euclidean"
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
@@ -71,6 +81,7 @@ class NMBatchConfig:
         "bounds_memory": [Interval(numbers.Integral, 1, None), NoneOK()],
         "max_iter": [Interval(numbers.Integral, 1, None)],
         "tol": [Interval(numbers.Real, 0, None, "left")],
+        "metric": [Options(METRICS)],
     }
 
     docs: ClassVar = {
@@ -91,6 +102,7 @@ class NMBatchConfig:
         "its worker's memory).",
         "max_iter": "Most rounds (one assignment pass over the current batch each).",
         "tol": "Once the batch is all rows, stop when the objective changes by less than tol (relative).",
+        "metric": METRIC,
     }
 
 
@@ -222,20 +234,22 @@ def seeding_rows(cfg, b0, n_samples):
     return min(n_samples, cfg.init_size or max(4 * b0, 100 * cfg.n_clusters))
 
 
-def update_centroids(S, v, centers):
-    """Step 4: c = S/v where v > 0 (else frozen); returns (centres, displacements)."""
-    new = centers.copy()
-    live = v > 0
-    new[live] = S[live] / v[live, None]
+def update_centroids(S, v, centers, unit=False):
+    """Step 4: c = S/v where v > 0 (else frozen; ``unit``: S/||S||, the mean direction, where S ≠ 0);
+    returns (centres, displacements)."""
+    new = m_step(S, v, centers, unit)
     return new, np.sqrt(((new - centers) ** 2).sum(axis=1))
 
 
-def doubling_test(sse, v, p, rho, mode="paper"):
+def doubling_test(sse, v, p, rho, mode="paper", sphere_sums=None):
     """Step 5: min_j σ̂_C(j)/p_j > ρ, with the paper's standard error σ̂_C = sqrt(sse/(v(v−1))) or the
-    reference code's sqrt(sse/(v−1)) (``mode="reference"``). A centre that did not move or has fewer
-    than two rows gives no evidence against doubling."""
+    reference code's sqrt(sse/(v−1)) (``mode="reference"``); ``sphere_sums``: on the sphere, the clusters'
+    sums S, whose mean resultant length R̄ = ||S||/v divides σ̂ (their mean directions' error). A centre that
+    did not move or has fewer than two rows gives no evidence against doubling."""
     with np.errstate(divide="ignore", invalid="ignore"):
         spread = sse / (v - 1) if mode == "reference" else sse / (v * (v - 1))
+        if sphere_sums is not None:
+            spread /= (sphere_sums * sphere_sums).sum(axis=1) / (v * v)
         ratio = np.sqrt(spread) / p
     ratio[(p < P_FLOOR) | (v <= 1)] = np.inf
     return bool(ratio.min() > rho)
@@ -253,6 +267,7 @@ def row_fields(k, width):
 
 def fit(engine, cfg, entropy, loop):
     N, k = engine.n_samples, cfg.n_clusters
+    unit = cfg.metric == "cosine"  # the engine holds the rows on the unit sphere (``api.fit``)
     b0 = min(cfg.batch_size, N)
     # a resumed fit keeps the bounds its checkpoint holds (its evaluations are then the uninterrupted fit's)
     kind = bounds_kind(engine, cfg) if loop.restored is None else loop.restored["bounds"]
@@ -270,6 +285,7 @@ def fit(engine, cfg, entropy, loop):
     with engine.state("nmbatch", _nesting, nesting, build=not built_first):
         if restored is None:
             centers, seed_evals = initial_centers(engine, cfg, b0, entropy, nesting())
+            centers = to_sphere(centers) if unit else centers
             S, v = np.zeros_like(centers), np.zeros(k)
             p = np.zeros(k)
             b_old, b = 0, b0
@@ -287,9 +303,9 @@ def fit(engine, cfg, entropy, loop):
             model.update(centers=centers, b=b)
             S += dS
             v += dv
-            energy = float(sse.sum() / v.sum())
-            centers, p = update_centroids(S, v, centers)
-            grow = b < N and doubling_test(sse, v, p, cfg.rho, cfg.rho_mode)
+            energy = float(sse.sum() / v.sum()) * (0.5 if unit else 1.0)
+            centers, p = update_centroids(S, v, centers, unit)
+            grow = b < N and doubling_test(sse, v, p, cfg.rho, cfg.rho_mode, S if unit else None)
             evals_total += int(evals)
             loop.record(energy, evals, changed, centers=centers, batch_size=b, joined=int(joined))
             if b == N and joined == 0 and (changed == 0 or abs(prev - energy) < cfg.tol * energy):
@@ -318,6 +334,7 @@ def fit(engine, cfg, entropy, loop):
         loop,
         evals_total,
         {"bounds_": kind, "batch_size_": b_old, "seeding_distance_evals": int(seed_evals)},
+        unit=unit,
     )
 
 
@@ -348,7 +365,8 @@ register(
         estimator="NestedMiniBatchKMeans",
         summary="nested mini-batch k-means: doubling nested batches, one vote per row, Elkan/Hamerly bounds",
         reference="Newling, Fleuret, NIPS 2016, arXiv:1602.02934",
-        objective="mean squared distance over the current nested batch (Σ sse / Σ v)",
+        objective="mean squared distance over the current nested batch (Σ sse / Σ v; half that, the mean "
+        "1 − cos, with metric='cosine')",
         # the rows and weights in nesting order (``keeps_rows``), each one's row, rank and position in the batch
         # (int64), label (int32), distance (float64) and the float32 bounds: k ("elkan") or one ("hamerly"; "auto"
         # takes k only when they fit the partitions' budget, ``bounds_kind``)

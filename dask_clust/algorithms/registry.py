@@ -85,6 +85,15 @@ NUMBER = ("float", -BIG, BIG, False)  # any finite number
 MAYBE = ("float", -BIG, BIG, True)  # a finite number, or None before the first
 
 
+# the metrics of the algorithms that take ``metric`` (their config's field), and its documentation
+METRICS = ("euclidean", "cosine")
+METRIC = (
+    '"euclidean", or "cosine": spherical k-means (Dhillon & Modha, Machine Learning 2001): every row is '
+    "divided by its norm as it is read (a row of zero norm is refused), centres stay on the unit sphere "
+    "(each its cluster's mean direction), and objectives are Σ w (1 − cos)."
+)
+
+
 def centres(cfg, n_features):
     """k finite centres of the data's width."""
     return ("floats", (cfg.n_clusters, n_features))
@@ -117,23 +126,24 @@ def routes():
 REGISTRY = {}
 
 
-def final_pass(engine, centers, rows="all rows"):
-    """The exact QE of the returned centres over the engine's rows and its distance evaluations (one pass)."""
+def final_pass(engine, centers, rows="all rows", unit=False):
+    """The exact QE of the returned centres over the engine's rows and its distance evaluations (one pass);
+    ``unit`` (rows and centres on the unit sphere): Σ w (1 − cos), half of it."""
     from .. import progress
     from ..blocks.lloyd import quantization_error
 
-    with progress.phase(f"final pass (QE of {rows})", 1, "pass") as shown:
+    with progress.phase(f"final pass ({'1 − cos' if unit else 'QE'} of {rows})", 1, "pass") as shown:
         qe, evals = quantization_error(engine, centers)
         shown.update()
-    return qe, evals
+    return (qe / 2 if unit else qe), evals
 
 
-def finish(engine, centers, loop, distance_evals, extras, converged=None):
+def finish(engine, centers, loop, distance_evals, extras, converged=None, unit=False):
     """A fit's ``FitResult``: its objective is the exact QE of the returned centres over all rows (one
-    pass), whatever the algorithm optimised on the way."""
+    pass; ``unit``: Σ w (1 − cos)), whatever the algorithm optimised on the way."""
     from ..loop import FitResult
 
-    qe, qe_evals = final_pass(engine, centers)
+    qe, qe_evals = final_pass(engine, centers, unit=unit)
     return FitResult(
         centers,
         qe,

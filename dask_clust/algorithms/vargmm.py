@@ -18,13 +18,14 @@ import numpy as np
 
 from .._params import COVARIANCE_TYPES, Boolean, FiniteArray, Interval, NoneOK, Options
 from ..blocks.gaussian import check_precisions_init, covariance
+from ..blocks.lloyd import to_sphere
 from ..blocks.mixture_start import STARTS, mixture_start
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
 from ..blocks.truncated_em import family_of, isotropic, truncated_em
 from ..blocks.truncated_estep import BLOCK_ROWS, buffer_bytes
 from ..errors import InputError
 from ..loop import FitResult
-from .registry import BIG, COUNT, NUMBER, AlgorithmSpec, centres, final_pass, register
+from .registry import BIG, COUNT, METRIC, METRICS, NUMBER, AlgorithmSpec, centres, final_pass, register
 
 
 @dataclass
@@ -44,6 +45,7 @@ class VarGMMConfig:
     reg_covar: float = 1e-6
     weights_init: object = None
     precisions_init: object = None
+    metric: str = "euclidean"
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
@@ -61,6 +63,7 @@ class VarGMMConfig:
         "reg_covar": [Interval(numbers.Real, 0, None, "left")],
         "weights_init": [FiniteArray((1,)), NoneOK()],
         "precisions_init": [Interval(numbers.Real, 0, None, "neither"), FiniteArray((1, 2, 3)), NoneOK()],
+        "metric": [Options(METRICS)],
     }
 
     docs: ClassVar = {
@@ -97,6 +100,9 @@ class VarGMMConfig:
         "(n_clusters,) ('spherical'), (n_clusters, n_features) ('diag'), (n_clusters, n_features, n_features) "
         "('full') or (n_features, n_features) ('tied'), symmetric positive definite. The first E-step then "
         "ranks clusters by −ℓ with these; None: σ² from the first search (vc-GMM's eq. 8).",
+        "metric": METRIC + " The isotropic model only (one σ², equal weights): the E-step runs on the unit "
+        "rows and each M-step puts the means back on the sphere (their mean directions). The model then "
+        "reads rows on the sphere in predict, predict_proba and score.",
     }
 
 
@@ -159,6 +165,8 @@ def starting_means(work, cfg, entropy, loop):
             work, cfg.n_clusters, seeder, entropy, chain_length=cfg.chain_length, oversampling_factor=OVERSAMPLING
         )
         mu = seeds
+    if spherical(cfg) and loop.restored is None:  # (a checkpoint's are on the sphere already)
+        mu = seeds = to_sphere(mu)
     loop.keep(seed_evals=int(evals), seeds=seeds)
     return mu, seeds, evals, cfg, seeder
 
@@ -185,18 +193,30 @@ def em_result(cfg, mu, qe, loop, em, how, evals):
     return FitResult(mu, qe, loop.n_iter, loop.converged, int(sum(evals.values())), loop.history, extras)
 
 
-def final_objective(engine, work, mu, kind):
-    """objective_ and its distance evaluations: the exact QE over all rows, the working set's weighted QE,
-    or nothing (``VCGMMConfig.final_objective``)."""
+def spherical(cfg):
+    """Whether the fit runs on the unit sphere (``metric="cosine"``)."""
+    return cfg.metric == "cosine"
+
+
+def final_objective(engine, work, mu, cfg):
+    """objective_ and its distance evaluations: the exact QE over all rows (Σ w (1 − cos) on the sphere), the
+    working set's weighted one, or nothing (``VCGMMConfig.final_objective``)."""
+    kind = getattr(cfg, "final_objective", "exact")
     if kind is None:
         return None, 0
-    return final_pass(engine, mu) if kind == "exact" else final_pass(work, mu, "the coreset")
+    unit = spherical(cfg)
+    return final_pass(engine, mu, unit=unit) if kind == "exact" else final_pass(work, mu, "the coreset", unit)
 
 
 def check_data(cfg, source):
     """The initial mixture (``weights_init``, ``precisions_init``) against C, D and the model, before an
     engine opens."""
     C, D = cfg.n_clusters, source.n_features
+    if spherical(cfg) and not isotropic(cfg):
+        raise InputError(
+            "metric='cosine' takes the isotropic model only (covariance_type='tied-spherical', "
+            f"weights='equal'); got covariance_type={cfg.covariance_type!r}, weights={cfg.weights!r}"
+        )
     if cfg.weights_init is not None:
         w = np.asarray(cfg.weights_init, np.float64)
         if cfg.weights != "learned":
@@ -238,7 +258,7 @@ def fit(engine, cfg, entropy, loop):
         seed_evals += engine.n_samples * cfg.n_clusters
     phases["refit"] = 0.0
     t = time.perf_counter()
-    qe, qe_evals = final_objective(engine, engine, em.mu, getattr(cfg, "final_objective", "exact"))
+    qe, qe_evals = final_objective(engine, engine, em.mu, cfg)
     phases["final_qe"] = time.perf_counter() - t
     evals = dict(seeding=seed_evals, em=em.evals, refit=0, refine=0, final_qe=qe_evals)
     fitted = (em.sigma2, em.f, em.mixture, engine.summary.total_weight)

@@ -98,6 +98,7 @@ from .vargmm import (
     final_objective,
     given_mixture,
     saved,
+    spherical,
     starting_means,
     truncated_init,
 )
@@ -252,18 +253,19 @@ def refit_size(cfg, n_samples, coreset):
     return min(n_samples, 2 * coreset if size == "auto" else size)
 
 
-def refit_means(engine, mu, size, entropy, drawn=None):
+def refit_means(engine, mu, size, entropy, drawn=None, unit=False):
     """Step 7: one Lloyd step from the EM's means on ``size`` fresh rows drawn ∝ w (all rows when ``size`` is
     N). Each mean comes from ≈ N'/C coreset rows (64 by default), importance-weighted, so it carries their
     sampling noise: blobs 1 M × 32, C = 2000, the EM's means end 3.5 % above faiss's QE; re-estimated from
     2 N' uniform rows, 1.5 % (one step on all N rows: 0.0 %). A cluster no sampled row chooses keeps its mean.
-    ``drawn``: those rows, drawn with the coreset in its pass (``coreset_and_sample``)."""
+    ``drawn``: those rows, drawn with the coreset in its pass (``coreset_and_sample``); ``unit``: a spherical
+    step (metric="cosine": the means stay on the sphere)."""
     with progress.phase(f"refit on {size:,} rows", 1, "pass") as shown:
         if size >= engine.n_samples:
-            new, evals = lloyd_update(engine, mu)
+            new, evals = lloyd_update(engine, mu, unit)
         else:
             with uniform_sample(engine, size, entropy, drawn) as rows:
-                new, evals = lloyd_update(rows, mu)
+                new, evals = lloyd_update(rows, mu, unit)
         shown.update()
     return new, evals
 
@@ -337,10 +339,10 @@ def fit(engine, cfg, entropy, loop):
         if cfg.refine and not loop.stopped:
             em, loop = refine_on_all_rows(engine, cfg, em, entropy, loop, phases)
             refine_evals, refit, rows_of_em = em.evals, None, engine
-        mu, refit_evals = refit_means(engine, em.mu, refit, entropy, drawn) if refit else (em.mu, 0)
+        mu, refit_evals = refit_means(engine, em.mu, refit, entropy, drawn, spherical(cfg)) if refit else (em.mu, 0)
         phases["refit"] = time.perf_counter() - t
         t = time.perf_counter()
-        qe, qe_evals = final_objective(engine, work, mu, cfg.final_objective)
+        qe, qe_evals = final_objective(engine, work, mu, cfg)
         phases["final_qe"] = time.perf_counter() - t
     evals = dict(seeding=seed_evals, em=em_evals, refit=refit_evals, refine=refine_evals, final_qe=qe_evals)
     fitted = (em.sigma2, em.f, em.mixture, rows_of_em.summary.total_weight)

@@ -15,12 +15,20 @@ One iteration (``lloyd_step`` on every chunk, exact sum, ``m_step``):
      the mean feature variance), then one assignment pass so that the returned labels and QE belong to
      the returned centres.
 
+Spherical k-means (``unit``: rows on the unit sphere, metric="cosine"; Dhillon & Modha, "Concept
+decompositions for large sparse text data using clustering", Machine Learning 42, 2001, §3): on unit rows
+||x − c||² = 2 − 2 x·c, so the nearest centre is the one of largest inner product and steps 1-2 are
+unchanged; step 3 takes each cluster's mean direction Σ w x / ||Σ w x||, the unit vector maximising Σ w x·c
+over its rows (the concept vector), so the objective Σ w (1 − x·c), half the QE, still never rises. Hamerly's
+test needs only the triangle inequality and each centre's actual move, so it holds on the sphere as it is.
+
 Centres larger than the engine's ``model-bytes`` live sharded on the workers (rule 1): step 2's sums are
 reduce-scattered by cluster, step 3 runs where each cluster range lives, and the driver receives Σ w and
 ||Δc||² per cluster (O(k)), never a k × d array until the end. Both paths give the same bits.
 """
 
 import contextlib
+import functools
 import itertools
 from typing import NamedTuple
 
@@ -147,12 +155,28 @@ def apply_moves(sums, weights, moves, lo=0):
             weights[e - lo] = wi
 
 
-def m_step(sums, weights, old):
-    """New centres; a cluster that is still empty keeps its old centre."""
+def m_step(sums, weights, old, unit=False):
+    """New centres; a cluster that is still empty keeps its old centre. ``unit``: the mean direction (a
+    cluster whose rows cancel out, Σ w x = 0, has none and keeps its old centre too)."""
     new = old.copy()
+    if unit:
+        norms = np.sqrt((sums * sums).sum(axis=1))
+        nz = (weights > 0) & (norms > 0)
+        new[nz] = sums[nz] / norms[nz, None]
+        return new
     nz = weights > 0
     new[nz] = sums[nz] / weights[nz, None]
     return new
+
+
+def to_sphere(centers):
+    """Centres (float64) divided by their norms: spherical k-means' start from seeds that need not be unit (a
+    k-means|| recluster's means, a given init); a zero row, which has no direction, stays zero until the
+    first M-step gives it its cluster's."""
+    norms = np.sqrt((centers * centers).sum(axis=1))
+    out = centers.copy()
+    out[norms > 0] /= norms[norms > 0, None]
+    return out
 
 
 def shifts(new, old):
@@ -186,21 +210,22 @@ class Steps:
 SHARDED_STEP = (Scatter(), Scatter(), Sum(), Sum(), Sum())
 
 
-def sharded_m_step(fields, shard, params, lo):
+def sharded_m_step(fields, shard, params, lo, unit=False):
     """Step 3 where clusters lo.. live: the new centres; the shard keeps (centres, Σ w x, Σ w, old centres)
     for a relocation; Σ w and ||Δc||² per cluster go to the driver."""
     sums, weights = fields
     old = shard[0]
-    new = m_step(sums, weights, old)
+    new = m_step(sums, weights, old, unit)
     return (new, sums, weights, old), (weights, shifts(new, old))
 
 
-def sharded_relocation(shard, moves, lo):
-    """The relocation's moves on one shard, then its M-step again."""
+def sharded_relocation(shard, params, lo):
+    """The relocation's moves (``params``: (moves, unit)) on one shard, then its M-step again."""
+    moves, unit = params
     _, sums, weights, old = shard
     sums, weights = sums.copy(), weights.copy()
     apply_moves(sums, weights, moves, lo)
-    new = m_step(sums, weights, old)
+    new = m_step(sums, weights, old, unit)
     return (new, sums, weights, old), (shifts(new, old),)
 
 
@@ -219,23 +244,23 @@ class DriverCentres(Steps):
     """The centres on the driver (k × d within ``model-bytes``): a step's sums come to the driver finished and
     step 3 runs here."""
 
-    def __init__(self, engine, centers, **steps):
+    def __init__(self, engine, centers, unit=False, **steps):
         super().__init__(**steps)
-        self.engine, self.centers = engine, centers
+        self.engine, self.centers, self.unit = engine, centers, unit
 
     def step(self, step=lloyd_step):
         """Steps 1-3 from the current centres: (QE, changed labels, evaluations, Σ w and ||Δc||² per cluster)."""
         moved = self._moved(Prepared(self.centers, self.engine.dtype))
         self._sums, self._weights, qe, changed, e = self.engine.reduce(step, moved)
         self._old = self.centers
-        self.centers = m_step(self._sums, self._weights, self._old)
+        self.centers = m_step(self._sums, self._weights, self._old, self.unit)
         self.moves = shifts(self.centers, self._old)
         return qe, changed, e, self._weights, self.moves
 
     def relocate(self, moves):
         """The relocation's moves on the step's sums, and step 3 again: ||Δc||² per cluster."""
         apply_moves(self._sums, self._weights, moves)
-        self.centers = m_step(self._sums, self._weights, self._old)
+        self.centers = m_step(self._sums, self._weights, self._old, self.unit)
         self.moves = shifts(self.centers, self._old)
         return self.moves
 
@@ -257,18 +282,19 @@ class ShardedCentres(Steps):
     step 3 runs where each range lives. Per step the driver receives Σ w and ||Δc||² per cluster (16·k bytes)
     and three counters; the callback gets no centres (a checkpoint gathers them: k × d once per checkpoint)."""
 
-    def __init__(self, engine, model, **steps):
+    def __init__(self, engine, model, unit=False, **steps):
         super().__init__(**steps)
-        self.engine, self.model = engine, model
+        self.engine, self.model, self.unit = engine, model, unit
 
     def step(self, step=lloyd_step):
-        scatter = ReduceScatter(self.model, sharded_m_step, (Rows(), Rows()))
+        at_shard = functools.partial(sharded_m_step, unit=True) if self.unit else sharded_m_step
+        scatter = ReduceScatter(self.model, at_shard, (Rows(), Rows()))
         out = self.engine.reduce(step, self._moved(self.model.ref()), SHARDED_STEP, scatter=scatter)
         self.moves = out[-1]
         return out
 
     def relocate(self, moves):
-        (self.moves,) = self.model.apply(sharded_relocation, moves, (Rows(),))
+        (self.moves,) = self.model.apply(sharded_relocation, (moves, self.unit), (Rows(),))
         return self.moves
 
     def local(self):
@@ -282,20 +308,21 @@ class ShardedCentres(Steps):
 
 
 @contextlib.contextmanager
-def centres_on(engine, key, centers, **steps):
+def centres_on(engine, key, centers, unit=False, **steps):
     """Where the centres live while Lloyd runs: on the driver, or sharded on the workers when they are over
-    ``model-bytes``; the same iterations and the same bits either way. ``steps``: ``Steps``' (a checkpoint's)."""
+    ``model-bytes``; the same iterations and the same bits either way. ``unit``: spherical k-means' M-step;
+    ``steps``: ``Steps``' (a checkpoint's)."""
     if engine.shards_model(centers.nbytes):
         with engine.sharded(key, (centers,)) as model:
-            yield ShardedCentres(engine, model, **steps)
+            yield ShardedCentres(engine, model, unit, **steps)
     else:
-        yield DriverCentres(engine, centers, **steps)
+        yield DriverCentres(engine, centers, unit, **steps)
 
 
-def lloyd_update(engine, centers):
+def lloyd_update(engine, centers, unit=False):
     """One Lloyd step from ``centers`` without relocation (a cluster no row chose keeps its centre) and no
-    state kept on the rows: the new centres and the evaluations."""
-    with centres_on(engine, "lloyd update", centers) as model:
+    state kept on the rows (``unit``: spherical): the new centres and the evaluations."""
+    with centres_on(engine, "lloyd update", centers, unit) as model:
         _, _, e, _, _ = model.step(_update_step)
         return model.gather(), int(e)
 
@@ -343,14 +370,17 @@ def _save(engine, loop, model, evals, objective, strict):
     )
 
 
-def lloyd(engine, centers, *, max_iter, tol, loop=None):
+def lloyd(engine, centers, *, max_iter, tol, loop=None, unit=False):
     """Lloyd iterations from ``centers`` (float64, validated); ``tol`` is absolute (already scaled).
+    ``unit``: spherical k-means on rows the engine holds on the unit sphere, from unit ``centers``.
 
-    Returns a ``FitResult`` whose objective is the QE of the returned centres on ``engine``'s rows.
+    Returns a ``FitResult`` whose objective is the QE of the returned centres on ``engine``'s rows (with
+    ``unit``, Σ w (1 − x·c), half of it, in the records too).
     """
     loop = loop or Loop("lloyd", max_iter)
+    half = 0.5 if unit else 1.0
     centers, evals, objective, strict, steps = _restored(engine, centers, loop)
-    with centres_on(engine, "lloyd", centers, **steps) as model:
+    with centres_on(engine, "lloyd", centers, unit, **steps) as model:
         for _ in loop:
             qe, changed, e, weights, shift = model.step()
             evals += e
@@ -359,14 +389,15 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None):
                 shift = model.relocate(moves)
             relocated = 0 if moves is None else len(moves[0])
             shift = float(shift.sum())
-            loop.record(qe, e, changed, centers=model.local(), center_shift=shift, relocated=relocated)
+            loop.record(half * qe, e, changed, centers=model.local(), center_shift=shift, relocated=relocated)
             strict = changed == 0 and relocated == 0
-            objective = qe
+            objective = half * qe
             if strict or shift <= tol:
                 loop.converged = True
             _save(engine, loop, model, evals, objective, strict)
         if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
-            objective, e = model.assigned_qe()
+            qe, e = model.assigned_qe()
+            objective = half * qe
             evals += e
         centers = model.gather()
     return FitResult(centers, float(objective), loop.n_iter, loop.converged, int(evals), loop.history)

@@ -16,6 +16,7 @@ from ..engine import ReduceScatter, restored_rows
 from ..engine.combine import KeyedSum, Max, Min, Rows, Scatter, Sum
 from ..errors import InputError
 from .gaussian import covariance, own_model
+from .lloyd import m_step as mean_directions
 from .truncated_estep import (
     ESTEP,
     NO_METRIC,
@@ -36,10 +37,18 @@ from .truncated_estep import (
 SIGMA2_FLOOR = 1e-10
 
 
-def m_step(mu, sums, U, Q):
+def m_step(mu, sums, U, Q, unit=False):
     """μ_c = Σ w s x / U_c (kept when U_c = 0: no re-seeding) and each cluster's part of σ² in one pass:
     with Q_c = Σ w s ||x − μ_c^old||² (a column), Σ w s ||x − μ_c^new||² = Q_c − U_c ||μ_c^new − μ_c^old||².
-    Row-wise, so the clusters of a shard give the bits of the whole."""
+    Row-wise, so the clusters of a shard give the bits of the whole. ``unit`` (rows on the unit sphere,
+    metric="cosine"): μ_c = Σ w s x / ||Σ w s x||, the mean direction, which maximises Σ w s x·μ over unit μ
+    and so still raises the free energy at fixed σ²; its residual is the general Q_c − 2 δ·(Σ w s x − U_c
+    μ_c^old) + U_c ||δ||², δ = μ_c^new − μ_c^old (the cross term no longer vanishes off the mean)."""
+    if unit:
+        new = mean_directions(sums, U, mu, unit=True)
+        delta = new - mu
+        cross = (delta * (sums - U[:, None] * mu)).sum(axis=1)
+        return new, np.maximum(Q[:, 0] - 2 * cross + U * (delta * delta).sum(axis=1), 0.0)
     new = mu.copy()
     won = U > 0
     new[won] = sums[won] / U[won, None]
@@ -61,6 +70,7 @@ class Family(NamedTuple):
     reg_covar: float
     floor: float
     scatter: tuple | None = None
+    unit: bool = False  # rows on the unit sphere and means kept there (metric="cosine"; the isotropic model)
 
     @property
     def isotropic(self):
@@ -86,7 +96,8 @@ def family_of(cfg, engine):
     if covariance(cfg.covariance_type).needs_scatter:
         mean = np.asarray(engine.summary.mean, np.float64)
         scatter = (engine.reduce(scatter_step, mean, (Sum(),))[0], mean)
-    return Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor, scatter)
+    unit = getattr(cfg, "metric", "euclidean") == "cosine"
+    return Family(cfg.covariance_type, cfg.weights, float(cfg.reg_covar), floor, scatter, unit)
 
 
 def mixture_m_step(family, mu, var, weights, sums, U, Q, total_weight):
@@ -202,7 +213,7 @@ class DriverMeans:
         # the costs the E-step summed: −ℓ once scaled, else squared distances at 1/2σ²
         inv, offset = (1.0, self.metric[1]) if self.scaled else (0.5 / sigma2, NO_METRIC[1])
         if self.family.isotropic:
-            self.mu, resid = m_step(self.mu, sums, U, Q)
+            self.mu, resid = m_step(self.mu, sums, U, Q, self.family.unit)
         else:
             if self.var is None:  # the first M-step starts from the isotropic model the first search used
                 self.var = self.family.cov.isotropic_var(sigma2, *self.mu.shape)
@@ -321,7 +332,7 @@ def _shard_m_step(fields, shard, params, lo):
     won = np.int64(np.count_nonzero(U > 0))
     ms = params.m_step
     if ms.family.isotropic:
-        mu, resid = m_step(shard[0], sums, U, Q)
+        mu, resid = m_step(shard[0], sums, U, Q, ms.family.unit)
         return (mu,), (resid, won)
     mu, var, weights = shard[:3]
     if ms.first:

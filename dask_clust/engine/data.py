@@ -48,17 +48,19 @@ class ArraySource(Source):
     path: the .npy file X maps, when it was given as a path: workers that see the same file read their
     chunks from it (``file_block``) instead of receiving them from the driver."""
 
-    def __init__(self, X, weights, starts, ids=None, path=None):
+    def __init__(self, X, weights, starts, ids=None, path=None, unit=False):
+        """unit: each chunk's rows divided by their norms as they are loaded (``unit_rows``: metric="cosine")."""
         super().__init__(X.shape[0], X.shape[1], _float_dtype(X.dtype), starts, True)
         self.X = X
         self.weights = weights
         self.ids = ids  # the rows' ids in the input, when X is a reordering of it
         self.path = path
         self.stamp = None if path is None else file_stamp(path)
+        self.unit = unit
 
     def block(self, i):
         a, b = self.starts[i], self.starts[i + 1]
-        x, w = _rows(self.X, a, b, self.dtype, self._weights(i))
+        x, w = _rows(self.X, a, b, self.dtype, self._weights(i), a if self.unit else None)
         return (x, w) if self.ids is None else (x, w, self.ids[a:b])
 
     def _weights(self, i):
@@ -74,6 +76,7 @@ class ArraySource(Source):
             int(self.starts[i + 1]),
             self.dtype,
             self._weights(i),
+            int(self.starts[i]) if self.unit else None,
         )
 
 
@@ -83,15 +86,17 @@ def file_stamp(path):
     return st.st_size, st.st_mtime_ns
 
 
-def file_rows(path, stamp, a, b, dtype, w):
+def file_rows(path, stamp, a, b, dtype, w, unit_from=None):
     """Rows a:b of the .npy file at path, read where this runs; refuses a file that is not the driver's."""
     if file_stamp(path) != stamp:
         raise InputError(f"{path} on this worker is not the file the fit was started on (size or time differs)")
-    return _rows(mapped_npy(path), a, b, dtype, w)
+    return _rows(mapped_npy(path), a, b, dtype, w, unit_from)
 
 
-def _rows(X, a, b, dtype, w):
-    return np.ascontiguousarray(X[a:b], dtype=dtype), w
+def _rows(X, a, b, dtype, w, unit_from=None):
+    """Rows a:b in ``dtype``; with ``unit_from`` (their first global row, for an error) on the unit sphere."""
+    x = np.ascontiguousarray(X[a:b], dtype=dtype)
+    return (x if unit_from is None else unit_rows(x, unit_from)), w
 
 
 class DaskSource(Source):
@@ -509,9 +514,10 @@ def as_array(X):
     return _dense(X)
 
 
-def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None):
+def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None, unit=False):
     """Normalise and validate the input (its feature columns ``columns``: ``select_columns``); return its
-    row-chunked ``Source``.
+    row-chunked ``Source``. ``unit``: its rows put on the unit sphere as chunks load them (``unit_rows``;
+    nothing the caller passed is changed).
 
     Raises ``InputError`` (a ValueError) whose message names the problem precisely.
     NaN/inf are found later, in the engine's first pass, and reported with chunk and row.
@@ -534,6 +540,8 @@ def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None):
         given = max(X.chunks[0]) * max(X.chunks[1]) * X.dtype.itemsize
         X = X.astype(dtype) if X.dtype != dtype else X
         stored = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
+        if unit:
+            stored = stored.map_blocks(_unit_block, dtype=dtype, meta=np.empty((0, 0), dtype))
         if chunk_rows is not None or config.get("chunking") != "input" or not _chunks_ok(X):
             X = stored.rechunk({0: rows})
         else:
@@ -547,7 +555,7 @@ def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None):
         return DaskSource(X, weights, given, stored, FRAME_COPIES if table else 1)
     if isinstance(weights, da.Array):
         weights = weights.compute()
-    return ArraySource(X, weights, row_starts(n, rows), path=path)
+    return ArraySource(X, weights, row_starts(n, rows), path=path, unit=unit)
 
 
 def _chunks_ok(X):
@@ -590,6 +598,25 @@ def l2_rows(x):
     return x / norms[:, None]
 
 
+def unit_rows(x, start=0):
+    """Rows divided by their norms (computed in float64) in their own dtype: spherical k-means' data
+    (``metric="cosine"``). A row of NaN or infinity is named as in the first pass, and a row of zero norm,
+    which has no direction, is refused with its global row (``start``: the block's first)."""
+    check_finite_block(x, where="", start=start)
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+    zero = np.flatnonzero(norms == 0)
+    if len(zero):
+        raise InputError(
+            f"row {start + int(zero[0])} has zero norm: metric='cosine' compares directions, and a zero row has "
+            "none (drop it, or use metric='euclidean')"
+        )
+    return (x / norms[:, None]).astype(x.dtype, copy=False)
+
+
+def _unit_block(x, block_info=None):
+    return unit_rows(x, block_info[0]["array-location"][0][0] if block_info else 0)
+
+
 def as_dask_rows(X, n_features=None):
     """Any supported input as a row-chunked dask array in its float dtype, for lazy one-shot passes
     (predict, transform, score). ``n_features`` checks the feature count against a fitted model."""
@@ -615,12 +642,13 @@ def map_rows(X, block_fn, dtype, n_cols, *args):
     return X.map_blocks(block_fn, *args, dtype=dtype, chunks=(X.chunks[0], (n_cols,)), meta=np.empty((0, 0), dtype))
 
 
-def check_finite_block(x, block_info=None, where=""):
+def check_finite_block(x, block_info=None, where="", start=0):
     """Raise with the global row and the column when a block of a one-shot pass holds NaN or infinity
-    (``block_info`` as dask's ``map_blocks`` passes it; ``where``: the block's name, if it has one)."""
+    (``block_info`` as dask's ``map_blocks`` passes it, else ``start``, the block's first row; ``where``: the
+    block's name, if it has one)."""
     ok = np.isfinite(x).all(axis=1)
     if not ok.all():
-        start = block_info[0]["array-location"][0][0] if block_info else 0
+        start = block_info[0]["array-location"][0][0] if block_info else start
         row = int(np.argmin(ok))
         column = int(np.argmin(np.isfinite(x[row])))
         raise InputError(f"Input contains NaN or infinity at row {start + row}{where}, column {column} (from 0)")

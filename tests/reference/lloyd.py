@@ -15,6 +15,29 @@ def assign(X, C):
     return labels, d[np.arange(len(X)), labels]
 
 
+def spherical_kmeans(X, init, sample_weight=None, max_iter=300):
+    """Spherical k-means (Dhillon & Modha, Machine Learning 2001, §3) on rows the caller put on the unit
+    sphere: each row to the centre of largest inner product (ties: lowest index), each centre its rows' mean
+    direction Σ w x / ||Σ w x|| (kept where no row chose it), until no label changes. Returns centres,
+    labels, Σ w (1 − x·c) of the returned centres and n_iter."""
+    X = np.asarray(X, np.float64)
+    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    C = np.array(init, np.float64)
+    C /= np.linalg.norm(C, axis=1)[:, None]
+    labels = None
+    for it in range(max_iter):
+        new_labels = np.argmax(X @ C.T, axis=1)
+        if labels is not None and np.array_equal(labels, new_labels):
+            break
+        labels = new_labels
+        sums = np.zeros_like(C)
+        np.add.at(sums, labels, w[:, None] * X)
+        norms = np.linalg.norm(sums, axis=1)
+        C[norms > 0] = sums[norms > 0] / norms[norms > 0, None]
+    labels = np.argmax(X @ C.T, axis=1)
+    return C, labels, float((w * (1 - (X * C[labels]).sum(axis=1))).sum()), it + 1
+
+
 def lloyd(X, init, sample_weight=None, max_iter=300, tol=1e-4):
     """Returns centres, labels, QE (of the returned centres), n_iter, relocations per iteration."""
     X = np.asarray(X, np.float64)

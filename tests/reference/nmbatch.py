@@ -1,6 +1,8 @@
 """Plain-numpy nested mini-batch k-means (Newling & Fleuret 2016, Alg. 5 with Alg. 1's Elkan test) and
 Sculley's mini-batch k-means (Alg. 2 + 4), written from the paper's pseudo-code: the oracles of
-tests/test_nmbatch.py. Rows are visited in the given nesting order; bounds are exact float64."""
+tests/test_nmbatch.py. Rows are visited in the given nesting order; bounds are exact float64. ``unit``: the
+spherical variants (Dhillon & Modha 2001) on rows the caller put on the unit sphere: each centre is its
+rows' mean direction, assignment by the largest inner product."""
 
 import numpy as np
 
@@ -9,10 +11,17 @@ def _dist(x, c):
     return float(np.sqrt(((x.astype(np.float64) - c) ** 2).sum()))
 
 
-def nmbatch(X, order, centers, b0, rho, max_rounds, mode="paper"):
-    """Returns per round (batch size, energy, changed, distance evaluations) and the final centres."""
+def _directions(S):
+    return S / np.sqrt((S * S).sum(axis=1))[:, None]
+
+
+def nmbatch(X, order, centers, b0, rho, max_rounds, mode="paper", unit=False):
+    """Returns per round (batch size, energy, changed, distance evaluations) and the final centres. ``unit``:
+    the initial centres and c = S/||S|| on the sphere, and the doubling test's spread divided by the mean
+    resultant length ||S||/v."""
     N, k = len(X), len(centers)
     c = np.array(centers, dtype=np.float64)
+    c = _directions(c) if unit else c
     S, v = np.zeros_like(c), np.zeros(k)
     a = np.zeros(N, int)
     d = np.zeros(N)
@@ -51,13 +60,15 @@ def nmbatch(X, order, centers, b0, rho, max_rounds, mode="paper"):
             sse[a[i]] += d[i] ** 2
         old = c.copy()
         live = v > 0
-        c[live] = S[live] / v[live, None]
+        c[live] = _directions(S[live]) if unit else S[live] / v[live, None]
         p = np.sqrt(((c - old) ** 2).sum(axis=1))
-        rounds.append((b, sse.sum() / v.sum(), changed, evals))
+        rounds.append((b, sse.sum() / v.sum() / (2 if unit else 1), changed, evals))
         sigma = np.full(k, np.inf)
         for j in range(k):
             if v[j] > 1 and p[j] >= 1e-10:
                 spread = sse[j] / (v[j] - 1) if mode == "reference" else sse[j] / (v[j] * (v[j] - 1))
+                if unit:
+                    spread /= (S[j] @ S[j]) / v[j] ** 2
                 sigma[j] = np.sqrt(spread) / p[j]
         joined = b - b_old
         if b == N and joined == 0 and changed == 0:
@@ -68,24 +79,30 @@ def nmbatch(X, order, centers, b0, rho, max_rounds, mode="paper"):
     return rounds, c
 
 
-def minibatch(X, centers, batches, ratio=0.0, picks=None, counts=None, since=0):
+def minibatch(X, centers, batches, ratio=0.0, picks=None, counts=None, since=0, unit=False):
     """Sculley's update as scikit-learn runs it: each centre's count starts at 0 (its first row replaces its
     seed); each batch is assigned to the centres of its start, then every centre is the mean of all the rows
     it was ever given. With ratio > 0, after a batch that makes 10·k rows since the last check (or follows
     a centre of count 0), centres of count < ratio · the largest move to distinct rows of the batch
     (``picks(step)``'s generator chooses them; at most half the batch, the lightest) and take the smallest
-    count of the others. Returns (centres, counts, rows since the last check)."""
+    count of the others. ``unit``: the initial centres on the sphere, each row to the centre of largest inner
+    product, and every centre given rows put back on the sphere after the batch. Returns (centres, counts,
+    rows since the last check)."""
     c = np.array(centers, dtype=np.float64)
+    c = _directions(c) if unit else c
     k = len(c)
     v = np.zeros(k) if counts is None else np.array(counts, dtype=np.float64)
     for step, ids in enumerate(batches):
         x = X[ids].astype(np.float64)
         since += len(x)
         due = ratio > 0 and (since >= 10 * k or (v == 0).any())
-        lab = np.argmin(((x[:, None, :] - c[None]) ** 2).sum(-1), axis=1)
+        lab = np.argmax(x @ c.T, axis=1) if unit else np.argmin(((x[:, None, :] - c[None]) ** 2).sum(-1), axis=1)
         for i, j in enumerate(lab):  # one row at a time, rate 1/v
             v[j] += 1
             c[j] += (x[i] - c[j]) / v[j]
+        if unit:
+            got = np.unique(lab)
+            c[got] = _directions(c[got])
         if due:
             since = 0
             low = v < ratio * v.max()

@@ -60,8 +60,9 @@ def posteriors(Kd2, sigma2):
     return e / z, (top + np.log(z))[:, 0]
 
 
-def vcgmm(X, w, mu, K, Gc, tol=1e-4, max_iter=300):
-    """Returns (means, σ², F per iteration)."""
+def vcgmm(X, w, mu, K, Gc, tol=1e-4, max_iter=300, unit=False):
+    """Returns (means, σ², F per iteration). ``unit`` (rows on the unit sphere): each mean is its rows'
+    posterior-weighted mean direction Σ w s x / ||Σ w s x||."""
     X = np.asarray(X)
     n, D = X.shape
     C = mu.shape[0]
@@ -84,7 +85,7 @@ def vcgmm(X, w, mu, K, Gc, tol=1e-4, max_iter=300):
             np.add.at(sums, K[:, a], ws[:, a, None] * X.astype(np.float64))
         new = mu.copy()
         won = U > 0
-        new[won] = sums[won] / U[won, None]
+        new[won] = sums[won] / (np.linalg.norm(sums[won], axis=1) if unit else U[won])[:, None]
         resid = sum(ws[i, a] * ((X[i] - new[K[i, a]]) ** 2).sum() for i in range(n) for a in range(K.shape[1]))
         mu, sigma2 = new, resid / (D * W)
         if len(F) > 1 and abs(F[-1] - F[-2]) < tol * abs(F[-1]):
