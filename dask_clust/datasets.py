@@ -63,6 +63,74 @@ def make_blobs(n_samples, n_features, centers, *, background=0.1, chunks=None, r
     return da.concatenate(xs), da.concatenate(ys)
 
 
+def _vmf_cosines(rng, kappa, d):
+    """w = μ·x of rows drawn from von Mises–Fisher distributions of concentrations ``kappa`` (one a row) on
+    the sphere of R^d, by Wood's rejection sampler (A. T. A. Wood, "Simulation of the von Mises Fisher
+    distribution", Commun. Statist. Simul. 23(1), 1994): a Beta((d−1)/2, (d−1)/2) proposal, accepted when
+    κw + (d−1) log(1 − x0 w) − c ≥ log u."""
+    b = (d - 1) / (2 * kappa + np.sqrt(4 * kappa**2 + (d - 1) ** 2))  # (−2κ + √(4κ² + (d−1)²)) / (d−1), stably
+    x0 = (1 - b) / (1 + b)
+    c = kappa * x0 + (d - 1) * np.log(1 - x0**2)
+    w = np.empty(len(kappa))
+    todo = np.arange(len(kappa))
+    while len(todo):
+        z = rng.beta((d - 1) / 2, (d - 1) / 2, len(todo))
+        bt, xt = b[todo], x0[todo]
+        wt = (1 - (1 + bt) * z) / (1 - (1 - bt) * z)
+        ok = kappa[todo] * wt + (d - 1) * np.log(1 - xt * wt) - c[todo] >= np.log(rng.random(len(todo)))
+        w[todo[ok]] = wt[ok]
+        todo = todo[~ok]
+    return w
+
+
+def _embedding_components(seed, d, c, kappa):
+    """The mixture's mean directions (uniform on the sphere), concentrations (uniform in ``kappa``) and weights
+    (log-normal, σ = 1: the largest cluster holds tens of times the rows of the smallest)."""
+    rng = np.random.default_rng(seed)
+    mu = rng.standard_normal((c, d))
+    mu /= np.linalg.norm(mu, axis=1)[:, None]
+    kappas = rng.uniform(*kappa, c)
+    weights = rng.lognormal(0.0, 1.0, c)
+    return mu, kappas, weights / weights.sum()
+
+
+def _embeddings_block(seed, n, d, c, kappa, index):
+    mu, kappas, weights = _embedding_components(seed, d, c, kappa)
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
+    lab = rng.choice(c, n, p=weights)
+    w = _vmf_cosines(rng, kappas[lab], d)
+    v = rng.standard_normal((n, d))
+    v -= (v * mu[lab]).sum(axis=1)[:, None] * mu[lab]  # a direction orthogonal to the row's mean
+    v /= np.linalg.norm(v, axis=1)[:, None]
+    x = w[:, None] * mu[lab] + np.sqrt(1 - w**2)[:, None] * v
+    return x.astype(np.float32), lab
+
+
+def make_embeddings(n_samples, n_features=384, n_clusters=1000, *, kappa=(200.0, 800.0), chunks=None, random_state=0):
+    """Embedding-like unit vectors: a mixture of von Mises–Fisher components on the sphere of R^D (mean
+    directions uniform, concentrations κ uniform in ``kappa``, log-normal weights: uneven cluster sizes), as
+    sentence or image embeddings clustered by cosine. At D = 384 and κ from 200 to 800 a row's cosine to its
+    component's mean is about 0.5 to 0.8, and two means' about 0 ± 0.05.
+
+    Returns lazy dask arrays (X float32 (n, D), unit rows; y int64, each row's component), generated per chunk
+    of ``chunks`` rows (default 2^20) with one random stream per chunk; the components depend on
+    ``random_state`` alone."""
+    if int(n_samples) < 1 or int(n_features) < 2 or int(n_clusters) < 1:
+        raise ValueError(
+            f"n_samples >= 1, n_features >= 2 and n_clusters >= 1 needed; got {n_samples}, {n_features}, {n_clusters}"
+        )
+    if not 0 < kappa[0] <= kappa[1]:
+        raise ValueError(f"kappa must be (low, high) with 0 < low <= high; got {kappa}")
+    seed, rows = int(random_state), int(chunks or DEFAULT_CHUNK_ROWS)
+    xs, ys = [], []
+    for i, s in enumerate(range(0, n_samples, rows)):
+        m = min(rows, n_samples - s)
+        block = dask.delayed(_embeddings_block, pure=True)(seed, m, n_features, n_clusters, tuple(kappa), i)
+        xs.append(da.from_delayed(block[0], (m, n_features), dtype=np.float32))
+        ys.append(da.from_delayed(block[1], (m,), dtype=np.int64))
+    return da.concatenate(xs), da.concatenate(ys)
+
+
 def make_gaussian_mixture(n_samples, n_features, n_components, *, random_state=0, scales=(0.3, 3.0), spread=10.0):
     """Rows of a Gaussian mixture with per-component diagonal covariances and unequal weights, in memory, and
     their components: weights π ~ Dirichlet(2), means uniform in [-spread, spread]^D, per-dimension standard

@@ -173,3 +173,32 @@ def test_iris():
     assert X.shape == (150, 4) and X.dtype == np.float64 and y.dtype == np.int64
     np.testing.assert_array_equal(np.bincount(y), [50, 50, 50])
     np.testing.assert_array_equal(X, sk_iris().data)
+
+
+@pytest.mark.parametrize("d,kappa", [(3, 5.0), (384, 300.0)])
+def test_embeddings_are_von_mises_fisher_rows(d, kappa):
+    """Unit rows whose mean cosine to their component's direction is the vMF mean resultant length
+    A_d(κ) = I_{d/2}(κ) / I_{d/2−1}(κ) (within 4 standard errors), and whose spread about it has no
+    preferred direction (the component of the rows orthogonal to the mean averages to ~0)."""
+    from scipy.special import ive
+
+    X, y = datasets.make_embeddings(20_000, d, 1, kappa=(kappa, kappa), chunks=7_000, random_state=3)
+    X = X.compute().astype(np.float64)
+    assert (y.compute() == 0).all()
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-6)
+    mu = datasets._embedding_components(3, d, 1, (kappa, kappa))[0][0]
+    cos = X @ mu
+    want = ive(d / 2, kappa) / ive(d / 2 - 1, kappa)
+    assert abs(cos.mean() - want) < 4 * cos.std() / np.sqrt(len(cos))
+    ortho = X - cos[:, None] * mu
+    assert np.linalg.norm(ortho.mean(axis=0)) < 4 * np.sqrt((1 - cos**2).mean() / len(cos))
+
+
+def test_embeddings_have_uneven_clusters_and_fixed_components():
+    X1, y1 = datasets.make_embeddings(30_000, 16, 50, random_state=5)
+    X2, y2 = datasets.make_embeddings(30_000, 16, 50, random_state=5)
+    np.testing.assert_array_equal(X1.compute(), X2.compute())
+    sizes = np.bincount(y1.compute(), minlength=50)
+    assert sizes.max() > 10 * max(sizes.min(), 1)
+    with pytest.raises(ValueError, match="kappa"):
+        datasets.make_embeddings(10, 4, 2, kappa=(0.0, 1.0))
