@@ -202,3 +202,23 @@ def test_embeddings_have_uneven_clusters_and_fixed_components():
     assert sizes.max() > 10 * max(sizes.min(), 1)
     with pytest.raises(ValueError, match="kappa"):
         datasets.make_embeddings(10, 4, 2, kappa=(0.0, 1.0))
+
+
+def test_documents_are_tfidf_rows_of_a_topic_model():
+    """scikit-learn's TfidfTransformer (its defaults) gives the same weights from the counts; the rows are
+    sparse, of unit norm, and a topic's documents share its favoured terms."""
+    from scipy import sparse
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    X, topic = datasets.make_documents(3000, n_terms=5000, n_topics=20, mean_length=80, random_state=1)
+    assert sparse.isspmatrix_csr(X) and X.dtype == np.float32 and X.shape == (3000, 5000)
+    assert X.nnz / (3000 * 5000) < 0.02
+    np.testing.assert_allclose(sparse.linalg.norm(X, axis=1), 1.0, rtol=1e-6)
+    counts = sparse.csr_matrix(np.round(np.random.default_rng(0).poisson(0.05, (50, 300)).astype(np.float64)))
+    want = TfidfTransformer().fit_transform(counts).toarray()
+    np.testing.assert_allclose(datasets.tfidf(counts).toarray(), want, rtol=1e-6, atol=1e-7)
+    # topic documents resemble each other more than documents of different topics
+    a, b = (np.flatnonzero(topic == t)[:30] for t in (0, 1))
+    within = (X[a] @ X[a].T).toarray()[np.triu_indices(30, 1)].mean()
+    across = (X[a] @ X[b].T).toarray().mean()
+    assert within > 2 * across
