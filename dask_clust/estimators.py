@@ -55,6 +55,11 @@ class ClusteringEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clu
 
     _algo = None
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = algorithms.get(self._algo).sparse  # scipy CSR rows (others converted to CSR)
+        return tags
+
     def fit(self, X, y=None, sample_weight=None, *, client=None, progress=None, callback=None, **checkpointing):
         """Fit to X (rows are samples; y is ignored). ``client``, ``progress``, ``callback`` and
         ``checkpointing`` (checkpoint, resume, checkpoint_every, checkpoint_seconds): as ``fit``."""

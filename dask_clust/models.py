@@ -14,10 +14,12 @@ import numpy as np
 from .engine.data import (
     as_dask_rows,
     check_finite_block,
+    csr_rows,
     frame_dtype,
     frame_rows,
     is_frame,
     is_pandas,
+    is_sparse_input,
     l2_rows,
     map_rows,
     unit_rows,
@@ -180,6 +182,24 @@ class ClusteringModel:
         X = self._input(X)
         return X, self._prepared(X.dtype)
 
+    def _csr(self, X):
+        """A scipy sparse X as the CSR rows the model reads (``csr_rows``; on the sphere for a spherical
+        model), or None for any other input. A model of an algorithm that takes no sparse rows refuses it."""
+        if not is_sparse_input(X):
+            return None
+        from .algorithms import get, sparse
+
+        if not get(self.algo).sparse:
+            raise InputError(f"a {self.algo} model reads dense rows (the algorithms that take sparse ones: {sparse()})")
+        return csr_rows(X, self.n_features_in_, unit=self._cosine)
+
+    def _csr_blocks(self, S, fn):
+        """``fn(block)`` over row blocks of CSR rows S (each at most PROBA_BLOCK_BYTES of a k-wide result),
+        concatenated: what predict, transform and score give for sparse rows (computed now: the rows are in
+        memory)."""
+        rows = max(1, PROBA_BLOCK_BYTES // (8 * self.n_clusters))
+        return np.concatenate([fn(S[a : a + rows]) for a in range(0, max(S.shape[0], 1), rows)])
+
     def _prepared(self, dtype):
         """The centres for the GEMM kernels in the rows' dtype, refused when they do not fit it (a float64
         model beyond float32's range would turn into infinities and give every float32 row label 0)."""
@@ -205,7 +225,12 @@ class ClusteringModel:
         return self.predict_array(X)
 
     def predict_array(self, X):
-        """``predict`` as a lazy dask array of int32 whatever X is (a DataFrame too): the estimators' form."""
+        """``predict`` as a lazy dask array of int32 whatever X is (a DataFrame too): the estimators' form; of a
+        scipy sparse matrix, computed now (its rows are in memory), by the CSR kernels."""
+        S = self._csr(X)
+        if S is not None:
+            centers = self._prepared(S.dtype)
+            return da.from_array(self._csr_blocks(S, lambda b: nearest(b, centers)[0]))
         X, centers = self._rows(X)
         return map_rows(X, _predict_block, np.int32, None, self._mixture() or centers)
 
@@ -238,6 +263,16 @@ class ClusteringModel:
     def transform(self, X):
         """Euclidean distance of each row to every centre (of a spherical model, of each row on the unit sphere:
         √(2 − 2 cos)): a lazy (n, k) float64 dask array."""
+        S = self._csr(X)
+        if S is not None:
+            C = self.cluster_centers_
+            cc = (C * C).sum(axis=1)
+
+            def distances(b):
+                xx = np.asarray(b.multiply(b).sum(axis=1), dtype=np.float64).reshape(-1, 1)
+                return np.sqrt(np.maximum(xx - 2.0 * (b.astype(np.float64) @ C.T) + cc, 0.0))
+
+            return da.from_array(self._csr_blocks(S, distances))
         X = self._input(X)
         return map_rows(X, _transform_block, np.float64, self.n_clusters, self.cluster_centers_)
 
@@ -248,8 +283,13 @@ class ClusteringModel:
     def quantization_error(self, X, sample_weight=None):
         """Σ w min_c ||x − c||² over X (computed now, float64); for a spherical model, over X's rows on the
         unit sphere (twice Σ w (1 − cos), its objective)."""
-        X, centers = self._rows(X)
-        d2 = map_rows(X, _qe_block, np.float64, None, centers)
+        S = self._csr(X)
+        if S is not None:
+            centers = self._prepared(S.dtype)
+            d2 = da.from_array(self._csr_blocks(S, lambda b: nearest(b, centers)[1]))
+        else:
+            X, centers = self._rows(X)
+            d2 = map_rows(X, _qe_block, np.float64, None, centers)
         if sample_weight is not None:
             w = (
                 sample_weight

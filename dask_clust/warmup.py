@@ -55,6 +55,24 @@ def compile_part(part):
             model = api.fit(X, algo, 4, client="in-process", random_state=0, progress=False, **params)
             labels = np.asarray(model.predict(X))
             nmi(truth, labels), acc(truth, labels), quantization_error(X, model.cluster_centers_)
+        if part == 0:
+            _compile_sparse(X, truth)
+
+
+def _compile_sparse(X, truth):
+    """The CSR kernels (``kernels/sparse.py``), through the fits that take sparse rows, where scipy is installed
+    (a sparse input needs it anyway)."""
+    from . import algorithms, api
+
+    try:
+        from scipy import sparse
+    except ImportError:
+        return
+    S = sparse.csr_matrix(np.where(X > 2, X, 0))
+    for algo in algorithms.sparse():
+        for init in ("k-means||", "k-means++"):
+            model = api.fit(S, algo, 4, init=init, client="in-process", random_state=0, progress=False)
+            np.asarray(model.predict(S))
 
 
 def compile_kernels(cwd=None):

@@ -214,3 +214,39 @@ def test_a_spherical_fit_is_worker_count_invariant(cluster, directions, algo):
     two = dask_clust.fit(X, algo, 6, metric="cosine", random_state=5, client=cluster)
     np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
     assert one.objective_ == two.objective_
+
+
+def test_a_spherical_fit_reads_every_input_form_alike(directions, tmp_path):
+    """The rows put on the sphere where each chunk loads, from a numpy array, a dask array cut otherwise and a
+    zarr store read on every pass (``stream="always"``): the same bits."""
+    X = directions.astype(np.float32)
+    path = str(tmp_path / "x.zarr")
+    da.from_array(X, chunks=(300, -1)).to_zarr(path)
+    kw = dict(algo="kmeans", n_clusters=6, metric="cosine", random_state=2, client="in-process")
+    want = dask_clust.fit(X, **kw)
+    for given in (da.from_array(X, chunks=(700, 3)), path):
+        with dask.config.set({"dask_clust.stream": "always"} if given is path else {}):
+            got = dask_clust.fit(given, **kw)
+        np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+        assert got.objective_ == want.objective_
+
+
+@pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch", "vcgmm"])
+def test_a_spherical_fit_resumes_to_the_uninterrupted_bits(tmp_path, algo):
+    """Stopped after iteration 9 and resumed from its checkpoint (its centres on the sphere already, not
+    put there again): the uninterrupted model, history included."""
+    from tests.test_checkpoint import _fit, assert_same_model
+
+    data = on_sphere(np.random.default_rng(0).random((12_000, 5)).astype(np.float32) - 0.3)
+
+    def stop(record):
+        if record["iteration"] == 9:
+            raise dask_clust.StopFit
+
+    kw = dict(client="in-process", metric="cosine")
+    _fit(data, algo, checkpoint=tmp_path / "ck", checkpoint_every=3, callback=stop, **kw)
+    calls = []
+    resumed = _fit(data, algo, checkpoint=tmp_path / "ck", callback=calls.append, **kw)
+    assert calls[0]["iteration"] == 10
+    whole = _fit(data, algo, **kw)
+    assert_same_model(resumed, whole, whole.n_iter_)

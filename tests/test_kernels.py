@@ -11,6 +11,7 @@ from hypothesis.extra.numpy import arrays
 from dask_clust.kernels.assign import (
     GATHER_ROWS,
     Prepared,
+    _candidate_potentials,
     accumulate,
     all_sqdist,
     candidate_gaps,
@@ -114,7 +115,7 @@ def test_candidate_potentials_and_update_mind(xc, seed):
     mind = rng.random(len(X)) * 1e3
     pot = np.zeros(len(C))
     P = Prepared(C, X.dtype)
-    candidate_potentials(X, w, mind, P.Cd, P.cnorm, 7, pot)
+    _candidate_potentials(X, w, mind, P.Cd, P.cnorm, 7, pot)  # (blocks of 7 rows)
     ref = (w[:, None] * np.minimum(mind[:, None], sqdist(X, C))).sum(0)
     # GEMM rounding bound: each distance is off by at most ~ d·eps·(||x||² + ||c||²)
     xx = (X.astype(np.float64) ** 2).sum(1)
@@ -178,14 +179,19 @@ def test_triangle_pruned_update_gathers_many_rows_for_the_gemm():
 
 
 @settings(max_examples=150, deadline=None)
-@given(data_and_centers(), st.integers(0, 2**31), st.sampled_from([0.0, 1e-3, 0.1, 10.0]))
-def test_search_after_a_move_matches_a_full_search(xc, seed, scale):
+@given(data_and_centers(), st.integers(0, 2**31), st.sampled_from([0.0, 1e-3, 0.1, 10.0]), st.booleans())
+def test_search_after_a_move_matches_a_full_search(xc, seed, scale, csr):
     """Hamerly's test keeps a row's label only where no other centre can have come as near: labels and
     distances equal a fresh search's (ties to the lowest index included), whatever the centres' moves,
-    and the second-nearest bound stays a bound."""
+    and the second-nearest bound stays a bound; on rows as CSR too (``csr_assign_moved``, half their entries
+    zero: its bound less the expansion's slack)."""
     X, C = xc
     rng = np.random.default_rng(seed)
-    mind2 = np.empty(len(X))
+    if csr:
+        from scipy import sparse
+
+        X = sparse.csr_matrix(np.where(rng.random(X.shape) < 0.5, 0, X).astype(X.dtype))
+    mind2 = np.empty(X.shape[0])
     prev, mind, _ = nearest(X, Prepared(C, X.dtype), mind2=mind2)
     moved = C + rng.normal(scale=scale, size=C.shape) * (rng.random(len(C)) < 0.5)[:, None]
     shift = np.sqrt(((moved - C) ** 2).sum(1)) * (1 + 1e-9)
@@ -193,23 +199,28 @@ def test_search_after_a_move_matches_a_full_search(xc, seed, scale):
     ref_labels, ref_mind, _ = nearest(X, Prepared(moved, X.dtype))
     np.testing.assert_array_equal(labels, ref_labels)
     np.testing.assert_array_equal(mind, ref_mind)
-    D = sqdist(X, moved)
-    D[np.arange(len(X)), labels] = np.inf
-    assert np.all(mind2 <= D.min(1))
-    assert len(X) <= evals <= len(X) * (len(C) + 1) + len(X) * len(C)
+    D = sqdist(X.toarray() if csr else X, moved)
+    D[np.arange(X.shape[0]), labels] = np.inf
+    assert np.all(mind2 <= (D.min(1) * (1 + 1e-12) + 1e-9 if csr else D.min(1)))
+    assert X.shape[0] <= evals <= X.shape[0] * (len(C) + 1) + X.shape[0] * len(C)
 
 
-def test_search_after_a_small_move_measures_few_rows_in_full():
+@pytest.mark.parametrize("csr", [False, True])
+def test_search_after_a_small_move_measures_few_rows_in_full(csr):
     """Well-separated centres that barely move: every row keeps its label by the test (one distance each)."""
     rng = np.random.default_rng(1)
     C = rng.normal(scale=100.0, size=(16, 4))
     X = (C[rng.integers(0, 16, 3000)] + rng.normal(size=(3000, 4))).astype(np.float32)
-    mind2 = np.empty(len(X))
+    if csr:
+        from scipy import sparse
+
+        X = sparse.csr_matrix(X)
+    mind2 = np.empty(X.shape[0])
     prev, mind, _ = nearest(X, Prepared(C, X.dtype), mind2=mind2)
     moved = C + 1e-3
     shift = np.sqrt(((moved - C) ** 2).sum(1)) * (1 + 1e-9)
     labels, mind, evals = nearest_after_move(X, Prepared(moved, X.dtype), shift, prev, None, mind, mind2)
-    assert evals == len(X)
+    assert evals == X.shape[0]
     np.testing.assert_array_equal(labels, nearest(X, Prepared(moved, X.dtype))[0])
 
 
@@ -715,3 +726,57 @@ def test_a_windows_batches_are_uniform_over_the_rows_and_independent_of_the_step
     later = window_at(7, "minibatch", window.steps + 3, n, b)
     assert later.first == window.steps and not np.array_equal(later.cum, window.cum)
     np.testing.assert_array_equal(batch_ids(window, 5, 9), ids[5:9])
+
+
+@settings(max_examples=60, deadline=None)
+@given(data_and_centers(), st.integers(0, 2**31))
+def test_csr_rows_give_the_dense_rows_labels_distances_and_sums(xc, seed):
+    """The same rows as a CSR matrix (most entries zeroed, int32 or int64 indices): nearest, its second
+    distance, Lloyd's sums, the k-means++ potentials and update_mind equal brute force on the dense rows (the
+    expansion's rounding bound), and the first pass's moments equal numpy's."""
+    from scipy import sparse
+
+    from dask_clust.kernels.sparse import csr_summary, csr_weighted_moments
+
+    X, C = xc
+    rng = np.random.default_rng(seed)
+    X = np.where(rng.random(X.shape) < 0.6, 0, X).astype(X.dtype)
+    S = sparse.csr_matrix(X)
+    if seed % 2:
+        S.indptr, S.indices = S.indptr.astype(np.int64), S.indices.astype(np.int64)
+    d2 = sqdist(X, C)
+    xx = (X.astype(np.float64) ** 2).sum(1)
+    bound = 8 * np.finfo(np.float64).eps * (xx[:, None] + (C**2).sum(1)[None, :]).max() * X.shape[1] + 1e-12
+    P = Prepared(C, X.dtype)
+    mind2 = np.empty(len(X))
+    labels, mind, evals = nearest(S, P, mind2=mind2)
+    assert evals == len(X) * len(C)
+    assert np.all(d2[np.arange(len(X)), labels] <= d2.min(1) + 2 * bound)
+    np.testing.assert_allclose(mind, d2.min(1), rtol=0, atol=bound)
+    if len(C) > 1:  # a lower bound of the second nearest, by at most the expansion's slack below it
+        second = np.sort(d2, axis=1)[:, 1]
+        assert np.all(mind2 <= second + bound)
+        assert np.all(mind2 >= second - 2e-12 * (xx + (C**2).sum(1).max()) - bound)
+    w = rng.random(len(X))
+    sums, weights = np.zeros(C.shape), np.zeros(len(C))
+    qe = accumulate(S, w, labels, mind, sums, weights)
+    want = np.zeros(C.shape)
+    np.add.at(want, labels, w[:, None] * X.astype(np.float64))
+    np.testing.assert_allclose(sums, want, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(weights, np.bincount(labels, w, len(C)), rtol=1e-12)
+    assert qe == pytest.approx((w * mind).sum(), rel=1e-12, abs=1e-9)
+    old = rng.random(len(X)) * 1e3
+    pot = np.zeros(len(C))
+    candidate_potentials(S, w, old, P, pot)
+    np.testing.assert_allclose(pot, (w[:, None] * np.minimum(old[:, None], d2)).sum(0), rtol=1e-9, atol=bound * w.sum())
+    m2 = old.copy()
+    update_mind(S, C, m2)
+    np.testing.assert_allclose(m2, np.minimum(old, d2.min(1)), rtol=0, atol=bound)
+    sums1, sumsq = np.empty(X.shape[1]), np.empty(X.shape[1])
+    top, at, bad, _ = csr_summary(S.indptr, S.indices, S.data, sums1, sumsq)
+    np.testing.assert_allclose(sums1, X.astype(np.float64).sum(0), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(sumsq, (X.astype(np.float64) ** 2).sum(0), rtol=1e-12, atol=1e-9)
+    assert bad == -1 and top == np.abs(X).max() and (not top or np.abs(X[at]).max() == top)
+    wx = np.empty(X.shape[1])
+    assert csr_weighted_moments(S.indptr, S.indices, S.data, w, wx) == pytest.approx((w * xx).sum(), rel=1e-12)
+    np.testing.assert_allclose(wx, w @ X.astype(np.float64), rtol=1e-12, atol=1e-9)

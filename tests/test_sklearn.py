@@ -22,10 +22,13 @@ from tests.reference import nmbatch as ref_nmbatch
 from tests.reference.make_blobs import blobs
 
 # Checks that cannot apply, with the reason (the same list scikit-learn keeps for its own KMeans)
+WEIGHT_IS_NOT_REPEAT = (
+    "the seeding draws rows with probability proportional to their weight: a row repeated twice is two draws, a "
+    "row of weight 2 is one, so the random streams (and the model) differ"
+)
 EXPECTED_FAILURES = {
-    "check_sample_weight_equivalence_on_dense_data": "the seeding draws rows with probability proportional to "
-    "their weight: a row repeated twice is two draws, a row of weight 2 is one, so the random streams (and the "
-    "model) differ",
+    "check_sample_weight_equivalence_on_dense_data": WEIGHT_IS_NOT_REPEAT,
+    "check_sample_weight_equivalence_on_sparse_data": WEIGHT_IS_NOT_REPEAT,  # (estimators taking sparse rows)
 }
 
 

@@ -1,7 +1,7 @@
 """The algorithms, each registered in ``registry`` when this package is imported (in this order: the
 README's table, the CLI's help and the estimators follow it)."""
 
-from .registry import REGISTRY, AlgorithmSpec, final_pass, finish, get, register, resumable, state_of
+from .registry import REGISTRY, AlgorithmSpec, final_pass, finish, get, register, resumable, sparse, state_of
 from . import kmeans  # noqa: F401,E402  (registers itself)
 from . import vargmm  # noqa: F401,E402
 from . import vcgmm  # noqa: F401,E402
@@ -14,4 +14,15 @@ from . import slk  # noqa: F401,E402
 # ``fit``'s and the command line's algorithm when none is named
 DEFAULT = "kmeans"
 
-__all__ = ["DEFAULT", "REGISTRY", "AlgorithmSpec", "final_pass", "finish", "get", "register", "resumable", "state_of"]
+__all__ = [
+    "DEFAULT",
+    "REGISTRY",
+    "AlgorithmSpec",
+    "final_pass",
+    "finish",
+    "get",
+    "register",
+    "resumable",
+    "sparse",
+    "state_of",
+]

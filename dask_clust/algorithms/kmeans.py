@@ -119,5 +119,6 @@ register(
         state_files=True,
         resumable=True,
         saved=saved,
+        sparse=True,
     )
 )

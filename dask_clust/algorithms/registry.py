@@ -25,6 +25,8 @@ class AlgorithmSpec:
     weighted: takes sample_weight (the estimator's fit has the parameter only then); when False,
         ``unweighted_because`` says why in the refusal.
     probabilistic: the model has truncated posteriors (``predict_proba``) and the estimator exposes them.
+    sparse: takes rows as a scipy CSR matrix (its steps read ``chunk.x`` as CSR through the kernels' CSR
+        paths, and its model predicts CSR rows); the others refuse one in a line.
     partial_step(config, x, w, centers, counts, since, entropy, step, dtype) -> (centers, counts, since): the
         estimator's ``partial_fit`` on a batch it holds (``since``: rows since the last reassignment;
         ``step``: the batches before it); None: no ``partial_fit``.
@@ -58,6 +60,7 @@ class AlgorithmSpec:
     figure: str = "objective"
     loop_length: str | None = "max_iter"
     check_data: object = None
+    sparse: bool = False
     weighted: bool = True
     unweighted_because: str = ""
     probabilistic: bool = False
@@ -153,6 +156,11 @@ def finish(engine, centers, loop, distance_evals, extras, converged=None, unit=F
         loop.history,
         extras,
     )
+
+
+def sparse():
+    """The algorithms that take a scipy CSR matrix."""
+    return sorted(name for name, spec in REGISTRY.items() if spec.sparse)
 
 
 def resumable():

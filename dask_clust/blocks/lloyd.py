@@ -122,7 +122,7 @@ def farthest_rows(chunk, m):
     """The chunk's m rows farthest from their centre: (distance², global id, row, label, weight)."""
     mind = chunk.state["lloyd_mind"]
     idx = np.lexsort((np.arange(mind.shape[0]), -mind))[:m]
-    return ((mind[idx], idx + chunk.start, chunk.x[idx], chunk.state["lloyd_labels"][idx], chunk.w[idx]),)
+    return ((mind[idx], idx + chunk.start, chunk.rows(idx), chunk.state["lloyd_labels"][idx], chunk.w[idx]),)
 
 
 def relocation(engine, weights):

@@ -24,6 +24,7 @@ from ..kernels.assign import (
     candidate_gaps,
     candidate_potentials,
     direct_limit,
+    is_csr,
     lower_near,
     nearest,
     update_mind,
@@ -72,9 +73,9 @@ def _propose(chunk, params):
         p = chunk.w * mind
     mass = float(p.sum())
     if mass <= 0:
-        return np.zeros(1), np.int64(evals), chunk.x[:0]
+        return np.zeros(1), np.int64(evals), chunk.rows(slice(0, 0))
     idx = draw_proportional(p, chunk.rng("propose", step), trials)
-    return np.array([mass]), np.int64(evals), chunk.x[idx]
+    return np.array([mass]), np.int64(evals), chunk.rows(idx)
 
 
 # per chunk its mass and proposals, in chunk order (trials rows per chunk: small); evaluations summed
@@ -98,7 +99,7 @@ _propose_in.prefetch = False
 
 def _potentials(chunk, centers):
     pot = np.zeros(centers.C.shape[0])
-    evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers.Cd, centers.cnorm, centers.block, pot)
+    evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers, pot)
     return pot, np.int64(evals)
 
 
@@ -119,7 +120,7 @@ def _update_potential(chunk, params):
     new, offset, known = params[:3]
     st = chunk.state["k-means||"]
     evals = 0
-    if known is None or len(known) * TABLE_SHARE > chunk.n:
+    if known is None or len(known) * TABLE_SHARE > chunk.n or is_csr(chunk.x):  # (CSR rows: no table yet)
         evals = _lower_mind(chunk.x, new, st["mind"], st["near"], offset) if len(new) else 0
     elif len(new):
         new = Prepared(new, chunk.x.dtype)
@@ -151,7 +152,7 @@ def _oversample(chunk, params):
     ell, phi, rnd = params
     prob = np.minimum(1.0, ell * chunk.w * chunk.state["k-means||"]["mind"] / phi)
     keep = np.flatnonzero(chunk.rng("k-means||", rnd).random(chunk.n) < prob)
-    return keep + chunk.start, chunk.x[keep]
+    return keep + chunk.start, chunk.rows(keep)
 
 
 def _update_and_draw(chunk, params):
@@ -180,7 +181,7 @@ def _update_and_draw(chunk, params):
         phi,
         evals,
         live + chunk.start,
-        chunk.x[live],
+        chunk.rows(live),
         chunk.w[live],
         st["mind"][live],
         u[live],
@@ -258,7 +259,7 @@ def _afk_draw(chunk, plan):
     slot = slot_of[first : first + m]
     order = np.argsort(slot)
     idx = idx[order]
-    st.update(slot=slot[order], rows=chunk.x[idx], q=q[idx], w=chunk.w[idx], mind=d2[idx].copy(), pending=[])
+    st.update(slot=slot[order], rows=chunk.rows(idx), q=q[idx], w=chunk.w[idx], mind=d2[idx].copy(), pending=[])
     return (np.int64(m),)
 
 

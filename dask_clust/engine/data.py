@@ -6,11 +6,13 @@ float32, non-contiguous blocks to contiguous ones) make new arrays.
 
 import os
 import re
+import warnings
 
 import dask.array as da
 import numpy as np
 
 from ..errors import InputError
+from ..kernels.assign import is_csr
 from ..outputs import mapped_npy
 from . import config
 
@@ -49,7 +51,8 @@ class ArraySource(Source):
     chunks from it (``file_block``) instead of receiving them from the driver."""
 
     def __init__(self, X, weights, starts, ids=None, path=None, unit=False):
-        """unit: each chunk's rows divided by their norms as they are loaded (``unit_rows``: metric="cosine")."""
+        """X: a numpy array, or a scipy CSR matrix (each chunk then a CSR matrix of its rows); unit: each chunk's
+        rows divided by their norms as they are loaded (``unit_rows``: metric="cosine")."""
         super().__init__(X.shape[0], X.shape[1], _float_dtype(X.dtype), starts, True)
         self.X = X
         self.weights = weights
@@ -57,6 +60,17 @@ class ArraySource(Source):
         self.path = path
         self.stamp = None if path is None else file_stamp(path)
         self.unit = unit
+
+    @property
+    def sparse(self):
+        """Whether the rows are a CSR matrix."""
+        return is_csr(self.X)
+
+    @property
+    def nbytes(self):
+        if self.sparse:  # what its chunks hold: the values, their columns and the row pointers
+            return int(self.X.data.nbytes + self.X.indices.nbytes + self.X.indptr.nbytes)
+        return super().nbytes
 
     def block(self, i):
         a, b = self.starts[i], self.starts[i + 1]
@@ -94,8 +108,9 @@ def file_rows(path, stamp, a, b, dtype, w, unit_from=None):
 
 
 def _rows(X, a, b, dtype, w, unit_from=None):
-    """Rows a:b in ``dtype``; with ``unit_from`` (their first global row, for an error) on the unit sphere."""
-    x = np.ascontiguousarray(X[a:b], dtype=dtype)
+    """Rows a:b in ``dtype`` (a CSR matrix's as a CSR matrix of their own); with ``unit_from`` (their first
+    global row, for an error) on the unit sphere."""
+    x = X[a:b].astype(dtype) if is_csr(X) else np.ascontiguousarray(X[a:b], dtype=dtype)
     return (x if unit_from is None else unit_rows(x, unit_from)), w
 
 
@@ -260,12 +275,10 @@ def _check_shape(shape):
 
 
 def _dense(X):
-    """A numpy array from an in-memory input: sparse matrices are refused, object arrays of numbers cast."""
-    if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
-        raise TypeError(
-            "Sparse data was passed for X, but dense data is required: use X.toarray() to convert it "
-            "to a dense numpy array"
-        )
+    """A numpy array from an in-memory input (object arrays of numbers cast), or a scipy sparse matrix as CSR
+    (``_csr``)."""
+    if is_sparse_input(X):
+        return _csr(X)
     X = np.asarray(X)
     if X.dtype.kind == "O":
         try:
@@ -273,6 +286,56 @@ def _dense(X):
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"Input of dtype object must hold only numbers: {exc}") from None
     return X
+
+
+def _csr(X):
+    """A scipy sparse matrix as CSR in canonical form (a row's columns distinct: the kernels read each value
+    once): another format converted, with a warning (a copy); a CSR matrix with duplicate entries summed in a
+    copy. Nothing passed in is changed."""
+    if X.format != "csr":
+        warnings.warn(
+            f"X is a scipy.sparse {X.format!r} matrix: converted to CSR (a copy), the row layout chunks take",
+            UserWarning,
+            stacklevel=4,
+        )
+        X = X.tocsr()
+    if not X.has_canonical_format:
+        X = X.copy()
+        X.sum_duplicates()
+    return X
+
+
+def is_sparse_input(X):
+    """Whether X is a scipy sparse matrix or array (without importing scipy)."""
+    return hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse")
+
+
+def csr_rows(X, n_features, unit=False):
+    """A scipy sparse X read by a fitted model (``predict``, ``transform``, ``score``): canonical CSR
+    (``_csr``), ``n_features`` wide, its values finite (else the first bad one named by row and column),
+    with ``unit`` on the unit sphere (``unit_rows``)."""
+    X = _csr(X)
+    if X.shape[1] != n_features:
+        raise InputError(f"X has {X.shape[1]} features, but the model was fitted with {n_features} features")
+    if unit:
+        return unit_rows(X)
+    check_finite_csr(X)
+    return X
+
+
+def check_finite_csr(x, start=0):
+    """``check_finite_block`` of CSR rows (their stored values; ``start``: the first row's global number)."""
+    bad = np.flatnonzero(~np.isfinite(x.data))
+    if len(bad):
+        row = int(np.searchsorted(x.indptr, bad[0], "right")) - 1
+        raise InputError(
+            f"Input contains NaN or infinity at row {start + row}, column {int(x.indices[bad[0]])} (from 0)"
+        )
+
+
+def csr_row_bytes(X):
+    """The bytes of an average row of a CSR matrix (values, columns, pointer): what its chunking is sized by."""
+    return max(1, -(-(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) // max(1, X.shape[0])))
 
 
 def auto_chunk_rows(n_samples, n_features, itemsize):
@@ -534,7 +597,10 @@ def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None, unit=Fals
     if isinstance(X, da.Array) and np.isnan(n):
         X = X.compute_chunk_sizes()
         n = X.shape[0]
-    rows = chunk_rows or auto_chunk_rows(n, d, dtype.itemsize)
+    if is_csr(X):
+        rows = chunk_rows or auto_chunk_rows(n, csr_row_bytes(X), 1)
+    else:
+        rows = chunk_rows or auto_chunk_rows(n, d, dtype.itemsize)
     weights = _check_weights(sample_weight, n)
     if isinstance(X, da.Array):
         given = max(X.chunks[0]) * max(X.chunks[1]) * X.dtype.itemsize
@@ -602,14 +668,25 @@ def unit_rows(x, start=0):
     """Rows divided by their norms (computed in float64) in their own dtype: spherical k-means' data
     (``metric="cosine"``). A row of NaN or infinity is named as in the first pass, and a row of zero norm,
     which has no direction, is refused with its global row (``start``: the block's first)."""
-    check_finite_block(x, where="", start=start)
-    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+    if is_csr(x):
+        lengths = np.diff(x.indptr)
+        check_finite_csr(x, start)
+        norms = np.sqrt(
+            np.bincount(np.repeat(np.arange(x.shape[0]), lengths), x.data.astype(np.float64) ** 2, x.shape[0])
+        )
+    else:
+        check_finite_block(x, where="", start=start)
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
     zero = np.flatnonzero(norms == 0)
     if len(zero):
         raise InputError(
             f"row {start + int(zero[0])} has zero norm: metric='cosine' compares directions, and a zero row has "
             "none (drop it, or use metric='euclidean')"
         )
+    if is_csr(x):
+        x = x.copy()
+        x.data = (x.data / np.repeat(norms, lengths)).astype(x.dtype, copy=False)
+        return x
     return (x / norms[:, None]).astype(x.dtype, copy=False)
 
 

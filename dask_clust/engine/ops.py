@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..kernels.assign import is_csr
+from ..kernels.sparse import csr_summary, csr_weighted_moments
 from ..kernels.stats import chunk_summary, fixed_top_exponent, weighted_moments
 from . import config
 from .backups import DeclaredStates
@@ -57,13 +59,24 @@ MAX_EXPONENT = 960
 SUMMARY = (Sum(), Fold(), Fold(), Fold(), ArgMax(), Min(), Min(), Rows(), Rows(), Rows())
 
 
+def _moments(x, w, w_ok, sums, sumsq, wx):
+    """``chunk_summary`` and ``weighted_moments`` (when the weights are ``w_ok``) of dense or CSR rows: (max |x|,
+    its row, the first non-finite value's row and column, or -1s, Σ w ||x||²)."""
+    if is_csr(x):
+        max_abs, at, bad, column = csr_summary(x.indptr, x.indices, x.data, sums, sumsq)
+        wxx = csr_weighted_moments(x.indptr, x.indices, x.data, w, wx) if bad < 0 and w_ok else 0.0
+        return max_abs, at, bad, column, wxx
+    max_abs, at, bad = chunk_summary(x, sums, sumsq)
+    column = int(np.argmin(np.isfinite(x[bad]))) if bad >= 0 else -1
+    return max_abs, at, bad, column, weighted_moments(x, w, wx) if bad < 0 and w_ok else 0.0
+
+
 def _summary_step(chunk, params):
     d = chunk.x.shape[1]
     sums, sumsq, wx = np.empty(d), np.empty(d), np.zeros(d)
-    max_abs, at, bad = chunk_summary(chunk.x, sums, sumsq)
     w = chunk.w
     w_ok = bool(np.all(np.isfinite(w)) and np.all(w >= 0))
-    wxx = weighted_moments(chunk.x, w, wx) if bad < 0 and w_ok else 0.0
+    max_abs, at, bad, column, wxx = _moments(chunk.x, w, w_ok, sums, sumsq, wx)
     return (
         np.int64(chunk.x.shape[0]),
         sums,
@@ -71,7 +84,7 @@ def _summary_step(chunk, params):
         float(w.sum()) if w_ok else 0.0,
         (np.array([max_abs]), np.array([chunk.start + at], np.int64)),
         # the first non-finite value as row·D + column: the least is the first row's first such column
-        np.int64(NO_ROW if bad < 0 else (chunk.start + bad) * d + int(np.argmin(np.isfinite(chunk.x[bad])))),
+        np.int64(NO_ROW if bad < 0 else (chunk.start + bad) * d + column),
         np.int64(NO_ROW if w_ok else chunk.index),
         np.array([w.sum()]),
         wx[None, :],
@@ -91,7 +104,7 @@ def _take_step(chunk, params):
     if lo == hi:  # a streamed chunk holding none of the rows is not read
         return np.empty((0, d), dtype), np.empty(0)
     rows = ids[lo:hi] - chunk.start
-    return chunk.x[rows], chunk.w[rows]
+    return chunk.rows(rows), chunk.w[rows]
 
 
 _take_step.prefetch = False  # it reads the few chunks holding its rows: none read ahead

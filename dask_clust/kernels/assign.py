@@ -1,9 +1,19 @@
-"""Nearest-centre assignment fused with the Lloyd partial sums; one kernel for fit, predict and score."""
+"""Nearest-centre assignment fused with the Lloyd partial sums; one kernel for fit, predict and score.
+
+The functions a step calls (``nearest``, ``nearest_after_move``, ``accumulate``, ``update_mind``,
+``candidate_potentials``) take a chunk's rows dense, or as a scipy CSR matrix (``is_csr``), which they hand
+to ``sparse.py``'s kernels: a step reads ``chunk.x`` alike either way."""
 
 import numpy as np
 from numba import njit
 
 from .distance import cross_products, gemm_tolerance, nearest_rows, rows_per_block, sqdist
+from .sparse import csr_accumulate, csr_assign, csr_assign_moved, csr_potentials
+
+
+def is_csr(X):
+    """Whether rows are a CSR matrix (scipy's ``indptr``, ``indices``, ``data``) rather than a dense array."""
+    return hasattr(X, "indptr")
 
 
 @njit(nogil=True, cache=True)
@@ -32,8 +42,15 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
     return evals
 
 
-@njit(nogil=True, cache=True)
 def accumulate(X, w, labels, mind, sums, weights):
+    """Lloyd's partial sufficient statistics for labelled rows (dense or CSR); returns Σ w·mind."""
+    if is_csr(X):
+        return csr_accumulate(X.indptr, X.indices, X.data, w, labels, mind, sums, weights)
+    return _accumulate(X, w, labels, mind, sums, weights)
+
+
+@njit(nogil=True, cache=True)
+def _accumulate(X, w, labels, mind, sums, weights):
     """Lloyd's partial sufficient statistics for labelled rows; returns Σ w·mind (the block's QE).
 
     X       : IN    float32/float64 (n, d)
@@ -65,8 +82,16 @@ def all_sqdist(X, C, out):
     return X.shape[0] * C.shape[0]
 
 
+def candidate_potentials(X, w, mind, centers, pot):
+    """Greedy k-means++ scoring (``_candidate_potentials``) against candidates ``centers`` (a ``Prepared``),
+    of dense or CSR rows; returns evaluations."""
+    if is_csr(X):
+        return csr_potentials(X.indptr, X.indices, X.data, w, mind, centers.CT, centers.cnorm, pot)
+    return _candidate_potentials(X, w, mind, centers.Cd, centers.cnorm, centers.block, pot)
+
+
 @njit(nogil=True, cache=True)
-def candidate_potentials(X, w, mind, Cd, cnorm, block, pot):
+def _candidate_potentials(X, w, mind, Cd, cnorm, block, pot):
     """Greedy k-means++ scoring: pot[j] += Σ_i w_i min(mind_i, ||x_i − c_j||²); returns evaluations.
 
     X    : IN    float32/float64 (n, d);  w : IN float64 (n,);  mind : IN float64 (n,)
@@ -95,8 +120,18 @@ def candidate_potentials(X, w, mind, Cd, cnorm, block, pot):
     return n * Cd.shape[0]
 
 
-@njit(nogil=True, cache=True)
 def update_mind(X, C, mind):
+    """mind_i ← min(mind_i, min_j ||x_i − c_j||²) over float64 centres C (m, d), dense or CSR rows (their
+    distances by the expansion, ``sparse.csr_assign``); returns evaluations."""
+    if is_csr(X):
+        _, d2, evals = nearest(X, Prepared(C, X.dtype))
+        np.minimum(mind, d2, out=mind)
+        return evals
+    return _update_mind(X, C, mind)
+
+
+@njit(nogil=True, cache=True)
+def _update_mind(X, C, mind):
     """mind_i ← min(mind_i, min_j ||x_i − c_j||²) with the direct form; returns evaluations.
 
     X : IN float32/float64 (n, d);  C : IN float64 (m, d);  mind : INOUT float64 (n,)
@@ -112,7 +147,7 @@ def update_mind(X, C, mind):
 class Prepared:
     """Centres in the forms the GEMM kernels want, computed once per broadcast (plain Python, not numba)."""
 
-    __slots__ = ("C", "Cd", "cnorm", "tol", "block")
+    __slots__ = ("C", "Cd", "cnorm", "tol", "block", "_CT")
 
     def __init__(self, C, dtype):
         self.C = np.ascontiguousarray(C, dtype=np.float64)
@@ -120,6 +155,15 @@ class Prepared:
         self.cnorm = np.einsum("ij,ij->i", self.C, self.C)
         self.tol = gemm_tolerance(dtype, self.C.shape[1])
         self.block = rows_per_block(self.C.shape[0])
+        self._CT = None
+
+    @property
+    def CT(self):
+        """The centres' columns, (d, k) float64 contiguous: what a CSR row's inner products gather (made on
+        first use: only CSR rows read it)."""
+        if self._CT is None:
+            self._CT = np.ascontiguousarray(self.C.T)
+        return self._CT
 
     def __reduce__(self):
         # ship only C: the receiving side rebuilds the rest in the block's dtype
@@ -136,6 +180,11 @@ def nearest(X, centers, labels=None, mind=None, mind2=None):
     n = X.shape[0]
     labels = np.empty(n, np.int32) if labels is None else labels
     mind = np.empty(n) if mind is None else mind
+    if is_csr(X):  # float64 inner products, no GEMM rounding to search again
+        evals = csr_assign(
+            X.indptr, X.indices, X.data, centers.CT, centers.cnorm, labels, mind, _NONE if mind2 is None else mind2
+        )
+        return labels, mind, evals
     evals = assign(
         X,
         centers.Cd,
@@ -302,8 +351,13 @@ def nearest_after_move(X, centers, shift, prev, labels, mind, mind2):
     """``nearest`` for rows whose ``prev`` labels and ``mind``/``mind2`` belong to centres each at most
     ``shift`` from ``centers`` (a ``Prepared``): the same labels and distances, most rows measured against
     their own centre alone (``assign_moved``). ``labels`` (None: new) receives the labels; ``mind`` and
-    ``mind2`` are updated in place. Returns (labels, mind, evaluations)."""
+    ``mind2`` are updated in place. Returns (labels, mind, evaluations). CSR rows: ``sparse.csr_assign_moved``."""
     labels = np.empty(X.shape[0], np.int32) if labels is None else labels
+    if is_csr(X):
+        evals = csr_assign_moved(
+            X.indptr, X.indices, X.data, centers.CT, centers.cnorm, shift, prev, labels, mind, mind2
+        )
+        return labels, mind, evals
     evals = assign_moved(
         X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, shift, prev, labels, mind, mind2
     )

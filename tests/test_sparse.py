@@ -1,0 +1,121 @@
+"""Rows as a scipy CSR matrix (documents: TF-IDF rows, most entries zero): k-means against the plain-numpy
+references on the same rows densified, on any worker count; the model reading CSR rows; what is refused."""
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+import dask_clust
+from dask_clust.datasets import make_documents
+from dask_clust.errors import InputError
+from tests.reference import lloyd as ref
+
+
+@pytest.fixture(scope="module")
+def documents():
+    X, topic = make_documents(4000, n_terms=2000, n_topics=12, mean_length=40, random_state=2)
+    return X.astype(np.float64), topic
+
+
+def _init(X, k, seed=0):
+    return X[np.random.default_rng(seed).choice(X.shape[0], k, replace=False)].toarray()
+
+
+def test_kmeans_on_csr_rows_equals_lloyds_oracle_on_the_dense_rows(documents):
+    """From a given init: the oracle's centres (1e-10), labels and QE; the model's predict, transform and score
+    of the CSR rows equal its dense rows'."""
+    X, _ = documents
+    init = _init(X, 12)
+    m = dask_clust.fit(X, "kmeans", 12, init=init, tol=0, client="in-process")
+    C, labels, qe, n_iter, _ = ref.lloyd(X.toarray(), init, tol=0)
+    assert m.n_iter_ == n_iter > 3
+    np.testing.assert_allclose(m.cluster_centers_, C, rtol=0, atol=1e-10)
+    assert m.objective_ == pytest.approx(qe, rel=1e-10)
+    np.testing.assert_array_equal(m.predict(X).compute(), labels)
+    np.testing.assert_allclose(m.transform(X).compute(), m.transform(X.toarray()).compute(), rtol=1e-9, atol=1e-9)
+    assert m.score(X) == pytest.approx(m.score(X.toarray()), rel=1e-10)
+
+
+@pytest.mark.parametrize("init", ["k-means||", "k-means++", "afkmc2", "random"])
+def test_every_seeding_runs_on_csr_rows_and_finds_the_topics(documents, init):
+    from dask_clust.metrics import nmi
+
+    X, topic = documents
+    m = dask_clust.fit(X, "kmeans", 12, init=init, random_state=1, client="in-process")
+    assert nmi(topic, m.predict(X).compute()) > 0.8
+
+
+def test_spherical_kmeans_on_csr_rows_equals_the_oracle(documents):
+    X, _ = documents
+    X = X.copy()
+    X.data *= np.random.default_rng(0).random(X.nnz) + 0.5  # rows no longer of unit norm
+    init = _init(X, 12, 1)
+    m = dask_clust.fit(X, "kmeans", 12, init=init, metric="cosine", tol=0, client="in-process")
+    dense = X.toarray()
+    C, labels, objective, _ = ref.spherical_kmeans(dense / np.linalg.norm(dense, axis=1)[:, None], init)
+    np.testing.assert_allclose(m.cluster_centers_, C, rtol=0, atol=1e-10)
+    assert m.objective_ == pytest.approx(objective, rel=1e-10)
+    np.testing.assert_array_equal(m.predict(X).compute(), labels)
+
+
+def test_csr_rows_are_worker_count_invariant(cluster, documents):
+    X, _ = documents
+    one = dask_clust.fit(X, "kmeans", 12, random_state=5, client="in-process")
+    two = dask_clust.fit(X, "kmeans", 12, random_state=5, client=cluster)
+    assert two.engine_["workers"] == 2
+    np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
+    assert one.objective_ == two.objective_
+
+
+def test_other_sparse_formats_are_converted_and_other_algorithms_refuse(documents):
+    X, _ = documents
+    want = dask_clust.fit(X, "kmeans", 6, random_state=0, client="in-process")
+    with pytest.warns(UserWarning, match="'coo' matrix: converted to CSR"):
+        got = dask_clust.fit(X.tocoo(), "kmeans", 6, random_state=0, client="in-process")
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    with pytest.raises(InputError, match=r"algo='minibatch' does not take sparse input yet .*\['kmeans'\]"):
+        dask_clust.fit(X, "minibatch", 6)
+    vc = dask_clust.fit(X[:500].toarray(), "vcgmm", 4, random_state=0, client="in-process")
+    with pytest.raises(InputError, match="a vcgmm model reads dense rows"):
+        vc.predict(X[:10])
+
+
+def test_bad_csr_values_are_named_by_row_and_column(documents):
+    X, _ = documents
+    bad = X.copy()
+    bad.data[bad.indptr[37] + 1] = np.nan
+    column = bad.indices[bad.indptr[37] + 1]
+    with pytest.raises(InputError, match=f"NaN or infinity at row 37 .*column {column}"):
+        dask_clust.fit(bad, "kmeans", 4, client="in-process")
+    m = dask_clust.fit(X, "kmeans", 4, random_state=0, client="in-process")
+    with pytest.raises(InputError, match=f"NaN or infinity at row 37, column {column}"):
+        m.predict(bad)
+    empty = sparse.vstack([X[:10], sparse.csr_matrix((1, X.shape[1])), X[10:20]]).tocsr()
+    with pytest.raises(InputError, match="row 10 has zero norm"):
+        dask_clust.fit(empty, "kmeans", 4, metric="cosine", client="in-process")
+
+
+def test_the_estimator_takes_csr_rows(documents):
+    X, _ = documents
+    est = dask_clust.KMeans(8, random_state=0).fit(X)
+    assert est.__sklearn_tags__().input_tags.sparse
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+    assert est.transform(X[:5]).shape == (5, 8)
+    assert not dask_clust.MiniBatchKMeans().__sklearn_tags__().input_tags.sparse
+
+
+def test_kmeans_on_csr_rows_resumes_to_the_uninterrupted_bits(documents, tmp_path):
+    from tests.test_checkpoint import assert_same_model
+
+    X, _ = documents
+    kw = dict(algo="kmeans", n_clusters=12, random_state=3, tol=0.0, max_iter=20, client="in-process")
+
+    def stop(record):
+        if record["iteration"] == 4:
+            raise dask_clust.StopFit
+
+    dask_clust.fit(X, checkpoint=tmp_path / "ck", checkpoint_every=2, callback=stop, **kw)
+    resumed = dask_clust.fit(X, checkpoint=tmp_path / "ck", **kw)
+    whole = dask_clust.fit(X, **kw)
+    assert whole.n_iter_ > 5
+    assert_same_model(resumed, whole, whole.n_iter_)
