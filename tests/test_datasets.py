@@ -91,7 +91,18 @@ def test_lazy_one_task_per_band(photos, monkeypatch):
     assert calls == ["china.jpg"]
 
 
-def test_missing_scikit_image_falls_back_with_a_warning(photos, monkeypatch):
+@pytest.fixture
+def forget_new_modules():
+    """Drop the modules a test imported: with a package hidden, an import that fails half-way (matplotlib
+    without PIL) leaves its submodules behind, bound to a module object that never finished, and a later
+    ``import matplotlib`` in the same process would find them and fail."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def test_missing_scikit_image_falls_back_with_a_warning(photos, monkeypatch, forget_new_modules):
     monkeypatch.setitem(sys.modules, "skimage", None)
     with pytest.warns(UserWarning, match=r"9 photo\(s\) not installed.*astronaut \(skimage\).*" + EXTRA):
         X = load_image_patches()
@@ -109,7 +120,7 @@ def test_missing_scikit_image_falls_back_with_a_warning(photos, monkeypatch):
         (load_iris, "sklearn.datasets", "scikit-learn"),
     ],
 )
-def test_missing_package_names_the_extra(loader, module, package, monkeypatch):
+def test_missing_package_names_the_extra(loader, module, package, monkeypatch, forget_new_modules):
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
     with pytest.raises(ImportError, match=f"{loader.__name__} needs {package}.*: {EXTRA}"):
         loader()
