@@ -65,17 +65,12 @@ def _check_against_data(spec, cfg, source):
             raise InputError(
                 f"init array has shape {shape}; expected (n_clusters, n_features) = ({k}, {source.n_features})"
             )
-        if _cosine(cfg):
+        if algorithms.spherical(cfg):
             zero = np.flatnonzero(~np.any(np.asarray(init, dtype=np.float64) != 0, axis=1))
             if len(zero):
                 raise InputError(f"init row {zero[0]} has zero norm: under metric='cosine' a centre is a direction")
     if spec.check_data is not None:
         spec.check_data(cfg, source)
-
-
-def _cosine(cfg):
-    """Whether the fit is spherical (``metric="cosine"``): its rows are put on the unit sphere as they load."""
-    return getattr(cfg, "metric", "euclidean") == "cosine"
 
 
 def _loop_length(spec, cfg):
@@ -169,7 +164,7 @@ def fit(
             UserWarning,
             stacklevel=2,
         )
-    source = as_source(X, sample_weight, columns=columns, unit=_cosine(cfg))
+    source = as_source(X, sample_weight, columns=columns, unit=algorithms.spherical(cfg))
     _check_against_data(spec, cfg, source)
     params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
     params_out["random_state"] = entropy

@@ -223,7 +223,7 @@ class StreamingEstimator(ClusteringEstimator):
         first = not hasattr(self, "counts_")
         entropy = check_random_state(random_state)
         names = _feature_names(X)
-        source = as_source(X, sample_weight, unit=getattr(cfg, "metric", "") == "cosine")
+        source = as_source(X, sample_weight, unit=algorithms.spherical(cfg))
         if not first and source.n_features != self.n_features_in_:
             raise ValueError(
                 f"X has {source.n_features} features, but {type(self).__name__} is expecting "
@@ -236,7 +236,7 @@ class StreamingEstimator(ClusteringEstimator):
         with open_engine(source, "in-process", entropy) as engine:
             if first:
                 centers, _ = seed(engine, cfg.n_clusters, cfg.init, entropy)
-                centers = to_sphere(centers) if getattr(cfg, "metric", "") == "cosine" else centers
+                centers = to_sphere(centers) if algorithms.spherical(cfg) else centers
                 counts, self.n_steps_, self._since_reassign = np.zeros(cfg.n_clusters), 0, 0
             else:
                 centers, counts = self.cluster_centers_, self.counts_

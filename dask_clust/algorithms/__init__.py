@@ -1,7 +1,18 @@
 """The algorithms, each registered in ``registry`` when this package is imported (in this order: the
 README's table, the CLI's help and the estimators follow it)."""
 
-from .registry import REGISTRY, AlgorithmSpec, final_pass, finish, get, register, resumable, sparse, state_of
+from .registry import (
+    REGISTRY,
+    AlgorithmSpec,
+    final_pass,
+    finish,
+    get,
+    register,
+    resumable,
+    sparse,
+    spherical,
+    state_of,
+)
 from . import kmeans  # noqa: F401,E402  (registers itself)
 from . import vargmm  # noqa: F401,E402
 from . import vcgmm  # noqa: F401,E402
@@ -24,5 +35,6 @@ __all__ = [
     "register",
     "resumable",
     "sparse",
+    "spherical",
     "state_of",
 ]

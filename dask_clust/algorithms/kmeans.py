@@ -19,7 +19,7 @@ from .._params import FiniteArray, Interval, NoneOK, Options
 from ..blocks.coreset import working_set
 from ..blocks.lloyd import LLOYD_ROW_BYTES, lloyd, to_sphere
 from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
-from .registry import BIG, COUNT, METRIC, METRICS, AlgorithmSpec, centres, final_pass, register
+from .registry import BIG, COUNT, METRIC, METRICS, AlgorithmSpec, centres, final_pass, register, spherical
 
 
 @dataclass
@@ -63,7 +63,7 @@ def fit(engine, cfg, entropy, loop):
     holds the centres, the counters and every row's label (4 bytes a row, written where the rows live).
     ``metric="cosine"``: the engine holds the rows on the unit sphere (``api.fit``), the seeds are put on it
     and Lloyd's M-step keeps them there; every objective is Σ w (1 − cos), half the QE of unit vectors."""
-    unit = cfg.metric == "cosine"
+    unit = spherical(cfg)
     with working_set(engine, cfg.coreset_size, entropy, cfg.n_clusters) as work:
         if loop.restored is None:
             centers, seed_evals = seed(

@@ -42,7 +42,7 @@ from ..blocks.batches import Batches
 from ..blocks.lloyd import to_sphere
 from ..blocks.seeding import ROW_BYTES, SEEDERS, sample_ids, seed, seed_rows
 from ..kernels.assign import Prepared, accumulate, nearest
-from .registry import BIG, COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register
+from .registry import BIG, COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register, spherical
 
 
 @dataclass
@@ -128,7 +128,7 @@ def partial_step(cfg, x, w, centers, counts, since, entropy, step, dtype):
     ``10 k`` rows have passed since the last reassignment (``since``) or a centre has no weight yet.
     Returns (centers, counts, rows since the last reassignment)."""
     due = cfg.reassignment_ratio > 0 and (since + len(x) >= 10 * cfg.n_clusters or not counts.all())
-    centers, counts, _, _ = minibatch_step(x, w, centers, counts, dtype, cfg.metric == "cosine")
+    centers, counts, _, _ = minibatch_step(x, w, centers, counts, dtype, spherical(cfg))
     if due:
         reassign(x, centers, counts, cfg.reassignment_ratio, stream(entropy, "minibatch", "reassign", "partial", step))
     return centers, counts, 0 if due else since + len(x)
@@ -162,7 +162,7 @@ class NoImprovement:
 
 def fit(engine, cfg, entropy, loop):
     N, k, dtype = engine.n_samples, cfg.n_clusters, engine.dtype
-    unit = cfg.metric == "cosine"  # the engine holds the rows on the unit sphere (``api.fit``)
+    unit = spherical(cfg)  # the engine holds the rows on the unit sphere (``api.fit``)
     b = min(cfg.batch_size, N)
     restored = loop.restored
     with Batches(engine, entropy, "minibatch", b, loop.max_iter) as batches:

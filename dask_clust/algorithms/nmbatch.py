@@ -48,7 +48,7 @@ from ..blocks.seeding import ROW_BYTES, SEEDERS, seed, seed_rows
 from ..engine.combine import Rows
 from ..kernels.assign import Prepared
 from ..kernels.nested import join_rows, nested_ranks, reuse_rows
-from .registry import COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register
+from .registry import COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register, spherical
 
 logger = logging.getLogger("dask_clust")
 
@@ -267,7 +267,7 @@ def row_fields(k, width):
 
 def fit(engine, cfg, entropy, loop):
     N, k = engine.n_samples, cfg.n_clusters
-    unit = cfg.metric == "cosine"  # the engine holds the rows on the unit sphere (``api.fit``)
+    unit = spherical(cfg)  # the engine holds the rows on the unit sphere (``api.fit``)
     b0 = min(cfg.batch_size, N)
     # a resumed fit keeps the bounds its checkpoint holds (its evaluations are then the uninterrupted fit's)
     kind = bounds_kind(engine, cfg) if loop.restored is None else loop.restored["bounds"]

@@ -97,6 +97,11 @@ METRIC = (
 )
 
 
+def spherical(cfg):
+    """Whether a config asks for the unit sphere (``metric="cosine"``; a config without ``metric``: no)."""
+    return getattr(cfg, "metric", "euclidean") == "cosine"
+
+
 def centres(cfg, n_features):
     """k finite centres of the data's width."""
     return ("floats", (cfg.n_clusters, n_features))

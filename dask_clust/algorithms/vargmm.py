@@ -25,7 +25,7 @@ from ..blocks.truncated_em import family_of, isotropic, truncated_em
 from ..blocks.truncated_estep import BLOCK_ROWS, buffer_bytes
 from ..errors import InputError
 from ..loop import FitResult
-from .registry import BIG, COUNT, METRIC, METRICS, NUMBER, AlgorithmSpec, centres, final_pass, register
+from .registry import BIG, COUNT, METRIC, METRICS, NUMBER, AlgorithmSpec, centres, final_pass, register, spherical
 
 
 @dataclass
@@ -191,11 +191,6 @@ def em_result(cfg, mu, qe, loop, em, how, evals):
         **{f"{phase}_distance_evals": int(n) for phase, n in evals.items()},
     }
     return FitResult(mu, qe, loop.n_iter, loop.converged, int(sum(evals.values())), loop.history, extras)
-
-
-def spherical(cfg):
-    """Whether the fit runs on the unit sphere (``metric="cosine"``)."""
-    return cfg.metric == "cosine"
 
 
 def final_objective(engine, work, mu, cfg):

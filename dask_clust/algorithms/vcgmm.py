@@ -86,7 +86,7 @@ from ..blocks.lloyd import lloyd_update
 from ..blocks.split_merge import split_merge
 from ..blocks.truncated_em import isotropic, truncated_em
 from ..loop import Loop
-from .registry import COUNT, AlgorithmSpec, register
+from .registry import COUNT, AlgorithmSpec, register, spherical
 from .vargmm import (
     MODEL_EXTRAS,
     VarGMMConfig,
@@ -98,7 +98,6 @@ from .vargmm import (
     final_objective,
     given_mixture,
     saved,
-    spherical,
     starting_means,
     truncated_init,
 )

@@ -160,9 +160,8 @@ def m_step(sums, weights, old, unit=False):
     cluster whose rows cancel out, Σ w x = 0, has none and keeps its old centre too)."""
     new = old.copy()
     if unit:
-        norms = np.sqrt((sums * sums).sum(axis=1))
-        nz = (weights > 0) & (norms > 0)
-        new[nz] = sums[nz] / norms[nz, None]
+        nz = (weights > 0) & ((sums * sums).sum(axis=1) > 0)
+        new[nz] = to_sphere(sums[nz])
         return new
     nz = weights > 0
     new[nz] = sums[nz] / weights[nz, None]

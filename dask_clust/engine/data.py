@@ -68,9 +68,7 @@ class ArraySource(Source):
 
     @property
     def nbytes(self):
-        if self.sparse:  # what its chunks hold: the values, their columns and the row pointers
-            return int(self.X.data.nbytes + self.X.indices.nbytes + self.X.indptr.nbytes)
-        return super().nbytes
+        return csr_bytes(self.X) if self.sparse else super().nbytes
 
     def block(self, i):
         a, b = self.starts[i], self.starts[i + 1]
@@ -333,9 +331,14 @@ def check_finite_csr(x, start=0):
         )
 
 
+def csr_bytes(X):
+    """What a CSR matrix holds: its values, their columns and the row pointers."""
+    return int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
+
+
 def csr_row_bytes(X):
-    """The bytes of an average row of a CSR matrix (values, columns, pointer): what its chunking is sized by."""
-    return max(1, -(-(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) // max(1, X.shape[0])))
+    """The bytes of an average row of a CSR matrix: what its chunking is sized by."""
+    return max(1, -(-csr_bytes(X) // max(1, X.shape[0])))
 
 
 def auto_chunk_rows(n_samples, n_features, itemsize):

@@ -147,15 +147,23 @@ def _update_mind(X, C, mind):
 class Prepared:
     """Centres in the forms the GEMM kernels want, computed once per broadcast (plain Python, not numba)."""
 
-    __slots__ = ("C", "Cd", "cnorm", "tol", "block", "_CT")
+    __slots__ = ("C", "dtype", "cnorm", "tol", "block", "_Cd", "_CT")
 
     def __init__(self, C, dtype):
         self.C = np.ascontiguousarray(C, dtype=np.float64)
-        self.Cd = np.ascontiguousarray(self.C, dtype=dtype)
+        self.dtype = np.dtype(dtype)
         self.cnorm = np.einsum("ij,ij->i", self.C, self.C)
         self.tol = gemm_tolerance(dtype, self.C.shape[1])
         self.block = rows_per_block(self.C.shape[0])
-        self._CT = None
+        self._Cd = self._CT = None
+
+    @property
+    def Cd(self):
+        """The centres in the rows' dtype, contiguous: what the GEMM of dense rows reads (made on first use: a
+        copy of k × d that CSR rows never read)."""
+        if self._Cd is None:
+            self._Cd = np.ascontiguousarray(self.C, dtype=self.dtype)
+        return self._Cd
 
     @property
     def CT(self):
@@ -167,7 +175,7 @@ class Prepared:
 
     def __reduce__(self):
         # ship only C: the receiving side rebuilds the rest in the block's dtype
-        return (Prepared, (self.C, self.Cd.dtype))
+        return (Prepared, (self.C, self.dtype))
 
 
 def nearest(X, centers, labels=None, mind=None, mind2=None):
