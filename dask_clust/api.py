@@ -40,7 +40,7 @@ FEW_ROWS_A_CLUSTER = 2
 def _check_against_data(spec, cfg, source):
     """What every algorithm needs of the data, then what its spec adds (``AlgorithmSpec.check_data``): all
     before an engine opens, so bad data costs no pass over it."""
-    if getattr(source, "sparse", False) and not spec.sparse:
+    if source.sparse and not spec.sparse:
         raise InputError(
             f"algo={spec.name!r} does not take sparse input yet (the algorithms that do: {algorithms.sparse()}): "
             "pass X.toarray() if it fits in memory"

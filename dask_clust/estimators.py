@@ -240,7 +240,7 @@ class StreamingEstimator(ClusteringEstimator):
                 counts, self.n_steps_, self._since_reassign = np.zeros(cfg.n_clusters), 0, 0
             else:
                 centers, counts = self.cluster_centers_, self.counts_
-            x, w = engine.take(np.arange(source.n_samples), weights=True)
+            x, w = engine.take(np.arange(source.n_samples), weights=True, dense=False)
             centers, counts, self._since_reassign = spec.partial_step(
                 cfg, x, w, centers, counts, self._since_reassign, entropy, self.n_steps_, engine.dtype
             )

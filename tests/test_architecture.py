@@ -106,7 +106,8 @@ def test_the_combine_table_names_every_combine():
     [
         ("| `engine/` |", "| `engine/`, `tls.py` |"),  # a layer that does not exist
         ("| `kernels/` |", "| `kernel/` |"),
-        ('| `engine.take(ids, weights=False, first_pass="before")` |', "| `engine.fetch(ids)` |"),  # a renamed verb
+        # a renamed verb
+        ('| `engine.take(ids, weights=False, first_pass="before", dense=True)` |', "| `engine.fetch(ids)` |"),
         ("| `RowTop(r)` |", "| `RowTopK(r)` |"),  # a renamed combine
     ],
 )

@@ -1,14 +1,18 @@
-"""Rows as a scipy CSR matrix (documents: TF-IDF rows, most entries zero): k-means against the plain-numpy
-references on the same rows densified, on any worker count; the model reading CSR rows; what is refused."""
+"""Rows as a scipy CSR matrix (documents: TF-IDF rows, most entries zero): k-means and mini-batch k-means
+against the plain-numpy references on the same rows densified, on any worker count; the model reading CSR
+rows; what is refused."""
 
 import numpy as np
 import pytest
 from scipy import sparse
 
 import dask_clust
+from dask_clust._random import check_random_state, stream
+from dask_clust.blocks.batches import batch_ids, window_at
 from dask_clust.datasets import make_documents
 from dask_clust.errors import InputError
 from tests.reference import lloyd as ref
+from tests.reference import nmbatch as ref_nmbatch
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +77,8 @@ def test_other_sparse_formats_are_converted_and_other_algorithms_refuse(document
     with pytest.warns(UserWarning, match="'coo' matrix: converted to CSR"):
         got = dask_clust.fit(X.tocoo(), "kmeans", 6, random_state=0, client="in-process")
     np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
-    with pytest.raises(InputError, match=r"algo='minibatch' does not take sparse input yet .*\['kmeans'\]"):
-        dask_clust.fit(X, "minibatch", 6)
+    with pytest.raises(InputError, match=r"algo='nmbatch' does not take sparse input yet .*\['kmeans', 'minibatch'\]"):
+        dask_clust.fit(X, "nmbatch", 6)
     vc = dask_clust.fit(X[:500].toarray(), "vcgmm", 4, random_state=0, client="in-process")
     with pytest.raises(InputError, match="a vcgmm model reads dense rows"):
         vc.predict(X[:10])
@@ -101,7 +105,7 @@ def test_the_estimator_takes_csr_rows(documents):
     assert est.__sklearn_tags__().input_tags.sparse
     np.testing.assert_array_equal(est.predict(X), est.labels_)
     assert est.transform(X[:5]).shape == (5, 8)
-    assert not dask_clust.MiniBatchKMeans().__sklearn_tags__().input_tags.sparse
+    assert not dask_clust.NestedMiniBatchKMeans().__sklearn_tags__().input_tags.sparse
 
 
 def test_kmeans_on_csr_rows_resumes_to_the_uninterrupted_bits(documents, tmp_path):
@@ -119,3 +123,64 @@ def test_kmeans_on_csr_rows_resumes_to_the_uninterrupted_bits(documents, tmp_pat
     whole = dask_clust.fit(X, **kw)
     assert whole.n_iter_ > 5
     assert_same_model(resumed, whole, whole.n_iter_)
+
+
+@pytest.mark.parametrize(("ratio", "metric"), [(0.0, "euclidean"), (0.3, "euclidean"), (0.3, "cosine")])
+def test_minibatch_on_csr_batches_equals_sculleys_reference(documents, ratio, metric):
+    """Batches of 128 CSR rows against the plain-numpy reference on the dense rows (1e-10); ratio 0.3 moves
+    light centres onto (densified) batch rows."""
+    X, _ = documents
+    k, b, rs, steps = 12, 128, 4, 15
+    init = _init(X, k, 2)
+    unit = metric == "cosine"
+    m = dask_clust.fit(
+        X, "minibatch", k, init=init, batch_size=b, max_iter=steps, max_no_improvement=None,
+        reassignment_ratio=ratio, metric=metric, random_state=rs, client="in-process",
+    )  # fmt: skip
+    entropy = check_random_state(rs)
+    batches = list(batch_ids(window_at(entropy, "minibatch", 0, X.shape[0], b), 0, steps))
+    dense = X.toarray()
+    dense = dense / np.linalg.norm(dense, axis=1)[:, None] if unit else dense
+    picks = lambda s: stream(entropy, "minibatch", "reassign", s)  # noqa: E731
+    want, counts, _ = ref_nmbatch.minibatch(dense, init, batches, ratio, picks, unit=unit)
+    np.testing.assert_allclose(m.cluster_centers_, want, rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(m.counts_, counts)
+    if ratio:
+        assert sum(r["changed"] for r in m.history_) > 0
+
+
+def test_minibatch_partial_fit_takes_csr_batches(documents):
+    X, _ = documents
+    init = _init(X, 6, 3)
+    est = dask_clust.MiniBatchKMeans(6, init=init, reassignment_ratio=0.0)
+    batches = [np.arange(lo, lo + 200) for lo in (0, 200, 400)]
+    for ids in batches:
+        est.partial_fit(X[ids])
+    want, counts, _ = ref_nmbatch.minibatch(X.toarray(), init, batches)
+    np.testing.assert_allclose(est.cluster_centers_, want, rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(est.counts_, counts)
+
+
+def test_minibatch_on_csr_rows_is_worker_count_invariant_and_finds_the_topics(cluster, documents):
+    from dask_clust.metrics import nmi
+
+    X, topic = documents
+    kw = dict(algo="minibatch", n_clusters=12, batch_size=256, random_state=5)
+    one = dask_clust.fit(X, client="in-process", **kw)
+    two = dask_clust.fit(X, client=cluster, **kw)
+    assert two.engine_["workers"] == 2
+    np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
+    assert one.objective_ == two.objective_
+    assert nmi(topic, one.predict(X).compute()) > 0.8
+
+
+def test_auto_seeding_is_kmeans_plusplus_on_csr_rows_and_kmeans_parallel_on_dense(documents):
+    X, _ = documents
+    kw = dict(algo="kmeans", n_clusters=8, random_state=2, max_iter=3, client="in-process")
+    auto = dask_clust.fit(X, **kw)
+    assert auto.params["init"] == "auto"
+    np.testing.assert_array_equal(auto.cluster_centers_, dask_clust.fit(X, init="k-means++", **kw).cluster_centers_)
+    dense = X[:1500].toarray()
+    np.testing.assert_array_equal(
+        dask_clust.fit(dense, **kw).cluster_centers_, dask_clust.fit(dense, init="k-means||", **kw).cluster_centers_
+    )

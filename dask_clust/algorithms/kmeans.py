@@ -15,17 +15,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._params import FiniteArray, Interval, NoneOK, Options
+from .._params import COMMON_DOCS, FiniteArray, Interval, NoneOK, Options
 from ..blocks.coreset import working_set
 from ..blocks.lloyd import LLOYD_ROW_BYTES, lloyd, to_sphere
-from ..blocks.seeding import ROW_BYTES, SEEDERS, seed
+from ..blocks.seeding import AUTO, ROW_BYTES, SEEDERS, seed
 from .registry import BIG, COUNT, METRIC, METRICS, AlgorithmSpec, centres, final_pass, register, spherical
 
 
 @dataclass
 class KMeansConfig:
     n_clusters: int = 8
-    init: object = "k-means||"
+    init: object = "auto"
     max_iter: int = 300
     tol: float = 1e-4
     oversampling_factor: float = 2.0
@@ -37,7 +37,7 @@ class KMeansConfig:
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
-        "init": [Options(SEEDERS), FiniteArray()],
+        "init": [Options((AUTO,) + SEEDERS), FiniteArray()],
         "max_iter": [Interval(numbers.Integral, 1, None)],
         "tol": [Interval(numbers.Real, 0, None, "left")],
         "oversampling_factor": [Interval(numbers.Real, 0, None, "neither")],
@@ -49,6 +49,8 @@ class KMeansConfig:
     }
 
     docs: ClassVar = {
+        "init": f"{COMMON_DOCS['init']} 'auto': 'k-means||', or 'k-means++' on sparse (CSR) rows, whose "
+        "k-means|| seeds ended 3-4 % worse on TF-IDF documents.",
         "tol": "Stop when the centres' total squared shift is at most tol times the mean feature variance "
         "(scikit-learn's rule).",
         "coreset_size": "Rows of a lightweight coreset (Bachem et al., KDD 2018) to seed and iterate on (the "

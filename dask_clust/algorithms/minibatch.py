@@ -40,15 +40,16 @@ from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.batches import Batches
 from ..blocks.lloyd import to_sphere
-from ..blocks.seeding import ROW_BYTES, SEEDERS, sample_ids, seed, seed_rows
-from ..kernels.assign import Prepared, accumulate, nearest
+from ..blocks.seeding import AUTO, ROW_BYTES, SEEDERS, sample_ids, seed, seed_rows
+from ..kernels.assign import Prepared, accumulate, densified, nearest
+from ..kernels.minibatch import running_means
 from .registry import BIG, COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register, spherical
 
 
 @dataclass
 class MiniBatchConfig:
     n_clusters: int = 8
-    init: object = "k-means||"
+    init: object = "auto"
     batch_size: int = 1024
     init_size: int | None = None
     max_iter: int = 100_000
@@ -59,7 +60,7 @@ class MiniBatchConfig:
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
-        "init": [Options(SEEDERS), FiniteArray()],
+        "init": [Options((AUTO,) + SEEDERS), FiniteArray()],
         "batch_size": [Interval(numbers.Integral, 1, None)],
         "init_size": [Interval(numbers.Integral, 1, None), NoneOK()],
         "max_iter": [Interval(numbers.Integral, 1, None)],
@@ -70,7 +71,8 @@ class MiniBatchConfig:
     }
 
     docs: ClassVar = {
-        "init": "As k-means' init, run on init_size sampled rows (scikit-learn's: 'k-means++').",
+        "init": "As k-means' init ('auto': 'k-means||', or 'k-means++' on sparse rows), run on init_size sampled "
+        "rows (scikit-learn's: 'k-means++').",
         "init_size": "Rows drawn (uniformly, with replacement) to seed on: None is scikit-learn's 3 * batch_size, "
         "at least 50 * n_clusters (scikit-learn's 3 * n_clusters left 15 rows per centre at k = 200); "
         "at most all rows.",
@@ -100,10 +102,10 @@ def minibatch_step(x, w, centers, counts, dtype, unit=False):
     before the update, evaluations)."""
     sums, weights, inertia, evals = assign_batch(x, w, Prepared(centers, dtype))
     total = counts + weights
-    new = centers.copy()
-    got = weights > 0
-    new[got] += (sums[got] - weights[got, None] * centers[got]) / total[got, None]
+    new = np.empty_like(centers)
+    running_means(centers, sums, weights, total, new)
     if unit:
+        got = weights > 0
         new[got] = to_sphere(new[got])
     return new, total, inertia, evals
 
@@ -113,12 +115,12 @@ def reassign(x, centers, counts, ratio, rng):
     (at most half of them, the lightest first) and take the smallest weight of the others, so that they are
     not moved again at once. Returns how many moved."""
     low = counts < ratio * counts.max()
-    most = len(x) // 2
+    most = x.shape[0] // 2
     if low.sum() > most:
         low[np.argsort(counts, kind="stable")[most:]] = False
     moved = int(low.sum())
     if moved:
-        centers[low] = x[rng.choice(len(x), moved, replace=False)]
+        centers[low] = densified(x[rng.choice(x.shape[0], moved, replace=False)])
         counts[low] = counts[~low].min()
     return moved
 
@@ -127,11 +129,11 @@ def partial_step(cfg, x, w, centers, counts, since, entropy, step, dtype):
     """The estimator's ``partial_fit`` on a batch it holds: steps 2-3 on the batch, then step 4 when
     ``10 k`` rows have passed since the last reassignment (``since``) or a centre has no weight yet.
     Returns (centers, counts, rows since the last reassignment)."""
-    due = cfg.reassignment_ratio > 0 and (since + len(x) >= 10 * cfg.n_clusters or not counts.all())
+    due = cfg.reassignment_ratio > 0 and (since + x.shape[0] >= 10 * cfg.n_clusters or not counts.all())
     centers, counts, _, _ = minibatch_step(x, w, centers, counts, dtype, spherical(cfg))
     if due:
         reassign(x, centers, counts, cfg.reassignment_ratio, stream(entropy, "minibatch", "reassign", "partial", step))
-    return centers, counts, 0 if due else since + len(x)
+    return centers, counts, 0 if due else since + x.shape[0]
 
 
 def seeding_rows(cfg, n_samples):
@@ -165,7 +167,7 @@ def fit(engine, cfg, entropy, loop):
     unit = spherical(cfg)  # the engine holds the rows on the unit sphere (``api.fit``)
     b = min(cfg.batch_size, N)
     restored = loop.restored
-    with Batches(engine, entropy, "minibatch", b, loop.max_iter) as batches:
+    with Batches(engine, entropy, "minibatch", b, loop.max_iter, dense=False) as batches:
         if restored is None:  # the seeding sample comes in the first gather (a pass less when streamed)
             sampled = isinstance(cfg.init, str)
             ids = sample_ids(engine, entropy, seeding_rows(cfg, N), "minibatch") if sampled else ()
@@ -193,7 +195,7 @@ def fit(engine, cfg, entropy, loop):
             if due:
                 since = 0
                 moved = reassign(x, new, counts, cfg.reassignment_ratio, stream(entropy, "minibatch", "reassign", step))
-            shift = float(((new - centers) ** 2).sum())
+            shift = float(((new - centers) ** 2).sum()) if tol > 0 else 0.0  # (two passes over k × D)
             centers = new
             batch = float(inertia / wx.sum()) * (0.5 if unit else 1.0)
             evals_total += int(evals)
@@ -250,6 +252,7 @@ register(
         state_bytes=lambda cfg: ROW_BYTES,  # the seeder's; streamed, the held draws besides, in files
         holds_draws=True,
         resumable=True,
+        sparse=True,
         saved=saved,
     )
 )

@@ -32,6 +32,7 @@ import numpy as np
 
 from .._random import stream
 from ..engine.combine import Rows
+from ..kernels.assign import densified, is_csr
 from ..kernels.sampling import chunk_draws, drawn_rows
 
 # bytes of float32 rows one gather brings at most, and the most steps it serves: one step of SBE's defaults is
@@ -52,11 +53,12 @@ HELD = "held-draws"
 
 
 def steps_per_gather(engine, rows_per_step, last, streamed=None):
-    """Steps one gather serves, at most ``last`` (the steps left): GATHER_BYTES of float32 rows and at most
+    """Steps one gather serves, at most ``last`` (the steps left): GATHER_BYTES of rows and at most
     MOST_STEPS; where a gather is a pass over a streamed store (``streamed``, by default whether the engine
     streams), STREAMED_GATHER_BYTES or STREAMED_GATHER_SHARE of the smallest worker's memory, whichever is
     less; at least 1."""
-    step_bytes = rows_per_step * engine.n_features * 4
+    # a row as float32, or CSR rows' average stored bytes where that is less (a batch of documents stays CSR)
+    step_bytes = rows_per_step * min(engine.n_features * 4, -(-engine.source.nbytes // max(1, engine.n_samples)))
     if engine.streaming if streamed is None else streamed:
         memory = min(m for _, m in engine.partitions())
         budget = min(STREAMED_GATHER_BYTES, int(STREAMED_GATHER_SHARE * memory))
@@ -130,20 +132,22 @@ def _held_rows(chunk, params):
     lo, hi = params
     held = chunk.state[HELD]
     a, z = np.searchsorted(held["labels"], [lo, hi])
-    return held["labels"][a:z] - lo, np.array(held["x"][a:z]), np.array(held["w"][a:z])
+    x = held["x"][a:z]
+    return held["labels"][a:z] - lo, x if is_csr(x) else np.array(x), np.array(held["w"][a:z])
 
 
 class Batches:
     """A stochastic method's batches of b rows, keyed by step: ``batches.get(step)`` → (rows (b, D), weights
     (b,)), for steps below ``last``; a context (the held draws are dropped at its end). ``start(step, ids)``
     makes the first gather, which carries the engine's first pass and brings the rows ``ids`` (the seeding
-    sample) too."""
+    sample) too. ``dense=False``: CSR rows come as CSR matrices (a method whose steps read them)."""
 
-    def __init__(self, engine, entropy, tag, b, last):
+    def __init__(self, engine, entropy, tag, b, last, dense=True):
         self.engine, self.entropy, self.tag, self.b, self.last = engine, entropy, tag, b, last
+        self.dense = dense
         self.held = engine.streaming and engine.state_in_files
         self.window = None
-        self.block = (0, np.empty((0, b, engine.n_features)), np.empty((0, b)))
+        self.block = (0, np.empty((0, engine.n_features)), np.empty(0))  # a gather's steps' rows, end to end
         self._state = contextlib.ExitStack()
 
     def __enter__(self):
@@ -159,18 +163,22 @@ class Batches:
             self._move_to(step)
             params = self._open(step, build=False)
             rows, w = self.engine.reduce(_hold_and_take, (params, uniq), (Rows(), Rows()), first_pass="with")
-            return rows[inverse], w[inverse]
+            return self._form(rows[inverse]), w[inverse]
         return self._take(step, uniq, inverse)
 
     def get(self, step):
         first, rows, w = self.block
-        if not first <= step < first + len(rows):
+        if not first <= step < first + len(w) // self.b:
             if self.held:
                 self._fetch(step)
             else:
                 self._take(step)
             first, rows, w = self.block
-        return rows[step - first], w[step - first]
+        at = (step - first) * self.b
+        return rows[at : at + self.b], w[at : at + self.b]
+
+    def _form(self, rows):
+        return densified(rows) if self.dense else rows
 
     def _move_to(self, step):
         """Whether ``step`` is in another window than the last one's (then ``self.window`` becomes its)."""
@@ -191,8 +199,8 @@ class Batches:
         end = self._end(step)
         ids = batch_ids(self.window, step, end).ravel()
         m = len(uniq)
-        rows, w = self.engine.take(np.concatenate([uniq, ids]), weights=True, first_pass="with")
-        self._keep(step, end, rows[m:], w[m:])
+        rows, w = self.engine.take(np.concatenate([uniq, ids]), weights=True, first_pass="with", dense=self.dense)
+        self.block = (step, rows[m:], w[m:])
         return rows[:m][inverse], w[:m][inverse]
 
     def _open(self, step, build):
@@ -211,9 +219,5 @@ class Batches:
         at, rows, w = self.engine.reduce(_held_rows, (lo, hi), (Rows(), Rows(), Rows()))
         if len(at) != hi - lo:
             raise RuntimeError(f"held draws of steps {step}-{end}: {len(at)} rows of {hi - lo}")
-        out, wout = np.empty((hi - lo, rows.shape[1]), rows.dtype), np.empty(hi - lo)
-        out[at], wout[at] = rows, w
-        self._keep(step, end, out, wout)
-
-    def _keep(self, step, end, rows, w):
-        self.block = (step, rows.reshape(end - step, self.b, -1), w.reshape(end - step, self.b))
+        order = np.argsort(at)  # each label once: the draws in step order
+        self.block = (step, self._form(rows[order]), w[order])

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from .._random import stream
-from ..kernels.assign import is_csr
+from ..kernels.assign import densified
 from .data import ChunkLoader
 from .rowfiles import state_from_files, state_to_files
 from .streaming import BlockCache
@@ -100,8 +100,7 @@ class Chunk:
         """Rows ``idx`` (an index array or slice) as a dense array in the chunk's dtype, for a step that returns
         rows (draws, candidates, the farthest rows): a CSR chunk's few rows densified, so that what travels
         and what the driver holds is dense whatever the input."""
-        x = self.x
-        return x[idx].toarray() if is_csr(x) else x[idx]
+        return densified(self.x[idx])
 
     def input_ids(self):
         """The rows' ids in the input (their global ids unless the engine was reordered)."""

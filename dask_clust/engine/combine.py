@@ -7,7 +7,8 @@ with each other on the workers and only the root's finished result reaches the d
     Sum()            exact sum: floats as fixed point on the fit's grid (``kernels.stats``), ints as int64
     Fold(start)      float64 sum in chunk order, start + p_0 + p_1 + ... (a left fold: the pieces travel
                      to the root, so keep it for small fields or for bits an older sum order fixed)
-    Rows()           per-chunk arrays of any length, concatenated along axis 0 in chunk order
+    Rows()           per-chunk arrays of any length, concatenated along axis 0 in chunk order (CSR pieces
+                     stacked as one CSR matrix)
     Min() / Max()    elementwise minimum / maximum
     ArgMin() / ArgMax()   field (values, ids, *payload), elementwise: the smallest / largest value wins,
                      ties to the lowest global row id; the payload rows follow their winner
@@ -28,6 +29,7 @@ import threading
 
 import numpy as np
 
+from ..kernels.assign import is_csr
 from ..kernels.stats import N_WORDS, fixed_accumulate, fixed_add, fixed_add_at, from_fixed, merge_keyed, to_fixed
 
 
@@ -130,13 +132,18 @@ class Fold(_Pieces):
 
 
 class Rows(_Pieces):
-    """Per-chunk arrays concatenated in chunk order."""
+    """Per-chunk arrays concatenated in chunk order; CSR pieces (rows of a CSR input) stacked as CSR."""
 
     def lift(self, value, chunk, top):
-        return [(chunk, np.asarray(value))]
+        return [(chunk, value if is_csr(value) else np.asarray(value))]
 
     def finish(self, a, top):
-        return np.concatenate([v for _, v in a])
+        pieces = [v for _, v in a]
+        if any(is_csr(v) for v in pieces):
+            from scipy.sparse import vstack
+
+            return vstack([v for v in pieces if v.shape[0]], format="csr")
+        return np.concatenate(pieces)
 
 
 class Min:

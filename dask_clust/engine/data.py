@@ -40,6 +40,11 @@ class Source:
         return len(self.starts) - 1
 
     @property
+    def sparse(self):
+        """Whether each chunk holds its rows as a CSR matrix."""
+        return False
+
+    @property
     def nbytes(self):
         return self.n_samples * self.n_features * self.dtype.itemsize
 

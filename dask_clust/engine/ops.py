@@ -99,12 +99,12 @@ def _carrying(chunk, params):
 
 
 def _take_step(chunk, params):
-    ids, d, dtype = params
+    ids, d, dtype, dense = params
     lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
-    if lo == hi:  # a streamed chunk holding none of the rows is not read
+    if lo == hi:  # a streamed chunk holding none of the rows is not read (``Rows`` drops the empty piece)
         return np.empty((0, d), dtype), np.empty(0)
     rows = ids[lo:hi] - chunk.start
-    return chunk.rows(rows), chunk.w[rows]
+    return chunk.rows(rows) if dense else chunk.x[rows], chunk.w[rows]
 
 
 _take_step.prefetch = False  # it reads the few chunks holding its rows: none read ahead
@@ -386,12 +386,14 @@ class Engine:
         file checked against ``fields`` (``restored_rows``); ``order`` as ``dump_rows``'s."""
         self.reduce(load_chunk_rows, (rows, key, fields, order))
 
-    def take(self, ids, weights=False, first_pass="before"):
+    def take(self, ids, weights=False, first_pass="before", dense=True):
         """Rows at the given global ids (any order, repeats allowed), as a (len(ids), d) array; with
-        ``weights``, (rows, their sample weights). ``first_pass``: as ``reduce``'s."""
+        ``weights``, (rows, their sample weights). ``first_pass``: as ``reduce``'s. ``dense=False``: CSR rows
+        come as a CSR matrix (a batch of documents), not densified."""
         ids = np.asarray(ids, dtype=np.int64)
         uniq, inverse = np.unique(ids, return_inverse=True)
-        rows, w = self.reduce(_take_step, (uniq, self.n_features, self.dtype), (Rows(), Rows()), first_pass=first_pass)
+        params = (uniq, self.n_features, self.dtype, dense)
+        rows, w = self.reduce(_take_step, params, (Rows(), Rows()), first_pass=first_pass)
         return (rows[inverse], w[inverse]) if weights else rows[inverse]
 
     @contextlib.contextmanager
@@ -399,8 +401,8 @@ class Engine:
         """An Engine over a weighted set (X, weights) this process already holds (a sample): in this
         process when it fits ``in-process-bytes`` (rule 6: no cluster round trips), else on this engine's
         cluster; in chunks of ``working_set_rows`` either way, so the model does not depend on it."""
-        small = X.nbytes <= config.get_bytes("in-process-bytes")
-        source = as_source(X, weights, chunk_rows=working_set_rows(len(X)))
+        source = as_source(X, weights, chunk_rows=working_set_rows(X.shape[0]))
+        small = source.nbytes <= config.get_bytes("in-process-bytes")
         client = IN_PROCESS if small else getattr(self.backend, "client", IN_PROCESS)
         with open_engine(source, client, entropy) as engine, self._below(engine):
             yield engine
@@ -478,6 +480,11 @@ class Engine:
         out = np.empty_like(values)
         out[ids] = values
         return out
+
+    @property
+    def sparse(self):
+        """Whether the chunks hold their rows as CSR matrices (documents)."""
+        return self.source.sparse
 
     @property
     def streaming(self):
@@ -575,5 +582,5 @@ def open_local(X, sample_weight, entropy):
     go in ``min-chunks`` chunks (of at least LOCAL_CHUNK_ROWS), not in the size-based chunks of an input,
     which put 10,000 candidates (2.6 MB) in one chunk and their recluster on one thread; the exact sums give
     the same bits for any chunking."""
-    rows = max(LOCAL_CHUNK_ROWS, -(-len(X) // int(config.get("min-chunks"))))
+    rows = max(LOCAL_CHUNK_ROWS, -(-X.shape[0] // int(config.get("min-chunks"))))
     return open_engine(as_source(X, sample_weight, chunk_rows=rows), IN_PROCESS, entropy)

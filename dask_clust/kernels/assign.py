@@ -16,6 +16,11 @@ def is_csr(X):
     return hasattr(X, "indptr")
 
 
+def densified(X):
+    """Rows as a dense array: CSR rows (a few of them: a batch's, the seeds') made dense."""
+    return X.toarray() if is_csr(X) else X
+
+
 @njit(nogil=True, cache=True)
 def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
     """Label every row of X with its nearest centre; returns distance evaluations.
@@ -150,7 +155,7 @@ class Prepared:
     __slots__ = ("C", "dtype", "cnorm", "tol", "block", "_Cd", "_CT")
 
     def __init__(self, C, dtype):
-        self.C = np.ascontiguousarray(C, dtype=np.float64)
+        self.C = np.ascontiguousarray(densified(C), dtype=np.float64)  # (candidates drawn from CSR rows)
         self.dtype = np.dtype(dtype)
         self.cnorm = np.einsum("ij,ij->i", self.C, self.C)
         self.tol = gemm_tolerance(dtype, self.C.shape[1])
