@@ -1,15 +1,25 @@
 """Documents as sparse rows (issue #56), every figure from one run on this machine, every library on the same
 threads: ``--rows`` (1M) TF-IDF rows of a topic model over a 50,000-term Zipf vocabulary (``dask_clust.datasets
-.make_documents``: a few hundred topics, about 150 words a document, density about 0.3 %), k = ``--k`` (256).
-``dask_clust.fit(X, "kmeans", k)`` on the CSR matrix at its defaults against scikit-learn's ``KMeans(k,
-n_init=1)`` on the same CSR matrix: wall time and QE (each model's, over every row, by the same CSR kernel).
-Target: faster at a QE within 1 %. Also the chunks' memory: what the fit holds of the rows (their CSR bytes)
-against the dense rows it would otherwise need.
+.make_documents``: a few hundred topics, about 150 words a document, density about 0.2 %), k = ``--k`` (256).
 
-    python benchmarks/bench_sparse.py [--rows 1000000] [--k 256] [--topics 300] [--threads 2]
+For each of ``--algos``: ``dask_clust.fit(X, algo, k)`` on the CSR matrix at its defaults (in-process, the
+threads of ``--threads``), then scikit-learn's ``KMeans(k)`` or ``MiniBatchKMeans(k)`` at theirs on the same
+CSR matrix in a fresh process, stopped at ``--cap`` seconds: wall time and QE (each model's, over every row,
+by the same CSR kernel). Target: faster at a QE within 1 %. Our time prints as soon as our fit ends.
+
+``--workers N``: our fit again on a LocalCluster of N one-thread workers, with each worker's peak resident
+memory against what it holds of the rows (the CSR bytes of its chunks) and the dense rows it would otherwise
+hold: memory O(nnz of its chunks + k·D).
+
+    python benchmarks/bench_sparse.py [--rows 1000000] [--k 256] [--algos kmeans,minibatch] [--cap 3600]
+        [--workers 0]
 """
 
 import argparse
+import multiprocessing
+import os
+import queue
+import tempfile
 import time
 
 from threadpoolctl import threadpool_limits
@@ -17,7 +27,10 @@ from threadpoolctl import threadpool_limits
 import dask_clust
 from dask_clust.datasets import make_documents
 from dask_clust.kernels.assign import Prepared, nearest
-from harness.common import emit
+from harness.common import emit, local_cluster
+from harness.measure import peak_memory
+
+THEIRS = {"kmeans": "KMeans", "minibatch": "MiniBatchKMeans"}
 
 
 def qe(C, X):
@@ -26,53 +39,118 @@ def qe(C, X):
     return float(sum(nearest(X[a : a + 65536], centers)[1].sum() for a in range(0, X.shape[0], 65536)))
 
 
+def _theirs(out, path, algo, k, seed, threads):
+    """scikit-learn's estimator at its defaults on the CSR matrix saved at ``path``: (seconds, iterations or
+    steps, QE, peak bytes of the process)."""
+    import sklearn.cluster
+    from scipy import sparse
+
+    X = sparse.load_npz(path)
+    with threadpool_limits(threads):
+        t = time.perf_counter()
+        est = getattr(sklearn.cluster, THEIRS[algo])(k, random_state=seed).fit(X)
+        seconds = time.perf_counter() - t
+    steps = int(getattr(est, "n_steps_", est.n_iter_))
+    out.put((seconds, steps, qe(est.cluster_centers_, X), peak_memory()))
+
+
+def theirs(path, algo, k, seed, threads, cap_s):
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_theirs, args=(out, path, algo, k, seed, threads), daemon=True)
+    proc.start()
+    try:
+        return out.get(timeout=cap_s)
+    except queue.Empty:
+        return None
+    finally:
+        proc.kill()
+        proc.join()
+
+
+def worker_memory(X, algo, k, seed, n_workers):
+    """Our fit on n one-thread workers: (the model, each worker's peak resident bytes)."""
+    import resource
+
+    with local_cluster(n_workers, 1) as client:
+        model = dask_clust.fit(X, algo, k, random_state=seed, client=client)
+        peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    return model, peaks
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--k", type=int, default=256)
     p.add_argument("--topics", type=int, default=300)
+    p.add_argument("--algos", default="kmeans,minibatch")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--cap", type=float, default=3600.0, help="seconds a scikit-learn fit may take")
+    p.add_argument("--workers", type=int, default=0)
     args = p.parse_args()
-    from sklearn.cluster import KMeans
+    from scipy import sparse
 
     t = time.perf_counter()
     X, _ = make_documents(args.rows, 50_000, args.topics, random_state=args.seed)
     made_s = time.perf_counter() - t
     density = X.nnz / (X.shape[0] * X.shape[1])
+    csr_bytes = int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
     print(
-        f"{X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} non-zeros (density {100 * density:.3f} %), made in {made_s:.0f} s"
+        f"{X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} non-zeros (density {100 * density:.3f} %, "
+        f"{csr_bytes / 2**20:,.0f} MiB as CSR), made in {made_s:.0f} s",
+        flush=True,
     )
-    t = time.perf_counter()
-    ours = dask_clust.fit(X, "kmeans", args.k, random_state=args.seed, client="in-process")
-    ours_s = time.perf_counter() - t
-    print(f"ours: {ours_s:.1f} s, {ours.n_iter_} iterations", flush=True)
-    with threadpool_limits(args.threads):
-        t = time.perf_counter()
-        sk = KMeans(args.k, n_init=1, random_state=args.seed).fit(X)
-        sk_s = time.perf_counter() - t
-    row = {
-        "rows": args.rows,
-        "terms": X.shape[1],
-        "nnz": int(X.nnz),
-        "k": args.k,
-        "seed": args.seed,
-        "ours_s": ours_s,
-        "ours_qe": qe(ours.cluster_centers_, X),
-        "ours_iter": ours.n_iter_,
-        "sklearn_s": sk_s,
-        "sklearn_qe": qe(sk.cluster_centers_, X),
-        "sklearn_iter": int(sk.n_iter_),
-        "csr_bytes": int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes),
-        "dense_bytes": int(X.shape[0]) * int(X.shape[1]) * 4,
-    }
-    emit("sparse_kmeans", row)
-    print(
-        f"kmeans on CSR, {args.rows:,} x 50,000, k = {args.k}: ours {ours_s:.1f} s ({ours.n_iter_} iterations, QE "
-        f"{row['ours_qe']:.6g}); scikit-learn {sk_s:.1f} s ({row['sklearn_iter']} iterations, QE "
-        f"{row['sklearn_qe']:.6g}): {sk_s / ours_s:.2f}x its speed, "
-        f"QE {100 * (row['ours_qe'] / row['sklearn_qe'] - 1):+.2f} %"
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "documents.npz")
+        sparse.save_npz(path, X, compressed=False)
+        for algo in args.algos.split(","):
+            with threadpool_limits(args.threads):
+                t = time.perf_counter()
+                ours = dask_clust.fit(X, algo, args.k, random_state=args.seed, client="in-process")
+                ours_s = time.perf_counter() - t
+            steps = ours.n_iter_
+            ours_qe = qe(ours.cluster_centers_, X)
+            print(f"{algo} ours: {ours_s:.1f} s, {steps} iterations, QE {ours_qe:.6g}", flush=True)
+            got = theirs(path, algo, args.k, args.seed, args.threads, args.cap)
+            row = {
+                "algo": algo,
+                "rows": args.rows,
+                "terms": X.shape[1],
+                "nnz": int(X.nnz),
+                "k": args.k,
+                "seed": args.seed,
+                "threads": args.threads,
+                "ours_s": ours_s,
+                "ours_qe": ours_qe,
+                "ours_iter": steps,
+                "csr_bytes": csr_bytes,
+                "dense_bytes": int(X.shape[0]) * int(X.shape[1]) * 4,
+            }
+            if got is None:
+                row.update(sklearn="cap", cap_s=args.cap)
+                print(f"{algo}: scikit-learn's {THEIRS[algo]} did not end within {args.cap:.0f} s")
+            else:
+                sk_s, sk_steps, sk_qe, sk_peak = got
+                row.update(sklearn_s=sk_s, sklearn_iter=sk_steps, sklearn_qe=sk_qe, sklearn_peak=sk_peak)
+                print(
+                    f"{algo} on CSR, {args.rows:,} x 50,000, k = {args.k}: ours {ours_s:.1f} s ({steps} "
+                    f"iterations); scikit-learn's {THEIRS[algo]} {sk_s:.1f} s ({sk_steps}): {sk_s / ours_s:.2f}x "
+                    f"its speed, QE {100 * (ours_qe / sk_qe - 1):+.2f} %",
+                    flush=True,
+                )
+            if args.workers:
+                model, peaks = worker_memory(X, algo, args.k, args.seed, args.workers)
+                same = bool((model.cluster_centers_ == ours.cluster_centers_).all())
+                row.update(workers=args.workers, worker_peaks=sorted(peaks.values()), same_model=same)
+                share, dense = csr_bytes / args.workers, row["dense_bytes"] / args.workers
+                print(
+                    f"{algo} on {args.workers} workers: peak {max(peaks.values()) / 2**20:,.0f} MiB a worker, each "
+                    f"holding about {share / 2**20:,.0f} MiB of CSR rows ({dense / 2**30:,.1f} GiB dense) and k x D "
+                    f"float64 centres of {args.k * X.shape[1] * 8 / 2**20:,.0f} MiB; same model as in-process: {same}",
+                    flush=True,
+                )
+            emit("sparse", row)
 
 
 if __name__ == "__main__":
