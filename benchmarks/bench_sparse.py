@@ -7,12 +7,13 @@ threads of ``--threads``), then scikit-learn's ``KMeans(k)`` or ``MiniBatchKMean
 CSR matrix in a fresh process, stopped at ``--cap`` seconds: wall time and QE (each model's, over every row,
 by the same CSR kernel). Target: faster at a QE within 1 %. Our time prints as soon as our fit ends.
 
-``--workers N``: our fit again on a LocalCluster of N one-thread workers, with each worker's peak resident
-memory against what it holds of the rows (the CSR bytes of its chunks) and the dense rows it would otherwise
-hold: memory O(nnz of its chunks + k·D).
+``--workers 1,2,4``: our fit again on LocalClusters of that many one-thread workers, each from the CSR matrix and
+from a dask array of its CSR blocks: whether every model is the in-process one, bit for bit, and each worker's
+peak resident memory against what it holds of the rows (the CSR bytes of its chunks) and the dense rows it
+would otherwise hold: memory O(nnz of its chunks + k·D).
 
     python benchmarks/bench_sparse.py [--rows 1000000] [--k 256] [--algos kmeans,minibatch] [--cap 3600]
-        [--workers 0]
+        [--workers 1,2,4]
 """
 
 import argparse
@@ -68,14 +69,24 @@ def theirs(path, algo, k, seed, threads, cap_s):
         proc.join()
 
 
-def worker_memory(X, algo, k, seed, n_workers):
-    """Our fit on n one-thread workers: (the model, each worker's peak resident bytes)."""
-    import resource
+def _peak():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
+
+def on_workers(X, algo, k, seed, n_workers, want):
+    """Our fit on n one-thread workers from the CSR matrix, then from a dask array of its CSR blocks: (whether
+    both models are ``want``'s, bit for bit, each worker's peak resident bytes over both)."""
+    import dask.array as da
+
+    same = True
     with local_cluster(n_workers, 1) as client:
-        model = dask_clust.fit(X, algo, k, random_state=seed, client=client)
-        peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    return model, peaks
+        for rows in (X, da.from_array(X, chunks=(100_000, X.shape[1]), asarray=False)):
+            model = dask_clust.fit(rows, algo, k, random_state=seed, client=client)
+            same &= bool((model.cluster_centers_ == want.cluster_centers_).all())
+        # the high-water mark of the worker's own memory (ru_maxrss would carry this process's across exec)
+        peaks = client.run(_peak)
+    return same, sorted(peaks.values())
 
 
 def main():
@@ -86,8 +97,8 @@ def main():
     p.add_argument("--algos", default="kmeans,minibatch")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--cap", type=float, default=3600.0, help="seconds a scikit-learn fit may take")
-    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--cap", type=float, default=3600.0, help="seconds a scikit-learn fit may take (0: none runs)")
+    p.add_argument("--workers", default="", help="worker counts, e.g. 1,2,4")
     args = p.parse_args()
     from scipy import sparse
 
@@ -112,7 +123,7 @@ def main():
             steps = ours.n_iter_
             ours_qe = qe(ours.cluster_centers_, X)
             print(f"{algo} ours: {ours_s:.1f} s, {steps} iterations, QE {ours_qe:.6g}", flush=True)
-            got = theirs(path, algo, args.k, args.seed, args.threads, args.cap)
+            got = theirs(path, algo, args.k, args.seed, args.threads, args.cap) if args.cap > 0 else None
             row = {
                 "algo": algo,
                 "rows": args.rows,
@@ -139,15 +150,15 @@ def main():
                     f"its speed, QE {100 * (ours_qe / sk_qe - 1):+.2f} %",
                     flush=True,
                 )
-            if args.workers:
-                model, peaks = worker_memory(X, algo, args.k, args.seed, args.workers)
-                same = bool((model.cluster_centers_ == ours.cluster_centers_).all())
-                row.update(workers=args.workers, worker_peaks=sorted(peaks.values()), same_model=same)
-                share, dense = csr_bytes / args.workers, row["dense_bytes"] / args.workers
+            for n in (int(v) for v in args.workers.split(",") if v):
+                same, peaks = on_workers(X, algo, args.k, args.seed, n, ours)
+                row[f"workers_{n}"] = {"same_model": same, "peaks": peaks}
+                share, dense = csr_bytes / n, row["dense_bytes"] / n
                 print(
-                    f"{algo} on {args.workers} workers: peak {max(peaks.values()) / 2**20:,.0f} MiB a worker, each "
-                    f"holding about {share / 2**20:,.0f} MiB of CSR rows ({dense / 2**30:,.1f} GiB dense) and k x D "
-                    f"float64 centres of {args.k * X.shape[1] * 8 / 2**20:,.0f} MiB; same model as in-process: {same}",
+                    f"{algo} on {n} workers: the in-process model from the CSR matrix and from a dask array of CSR "
+                    f"blocks: {same}; peak {max(peaks) / 2**20:,.0f} MiB a worker, each holding about "
+                    f"{share / 2**20:,.0f} MiB of CSR rows ({dense / 2**30:,.1f} GiB dense) and float64 centres of "
+                    f"{args.k * X.shape[1] * 8 / 2**20:,.0f} MiB",
                     flush=True,
                 )
             emit("sparse", row)

@@ -25,7 +25,7 @@ from .engine.data import (
     unit_rows,
 )
 from .errors import InputError, InvalidModelError, install_hint
-from .kernels.assign import Prepared, all_sqdist, nearest
+from .kernels.assign import Prepared, all_sqdist, is_csr, nearest
 from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
 from .progress import line_svg
 
@@ -39,7 +39,7 @@ PROBA_BLOCK_BYTES = 32 << 20
 def _labels(x, centers):
     """The label of each row: its nearest centre (``Prepared``), or its likeliest component (a mixture's
     costs, ``mixture.MixtureCosts``, in row blocks of PROBA_BLOCK_BYTES)."""
-    x = np.ascontiguousarray(x)
+    x = x if is_csr(x) else np.ascontiguousarray(x)
     if isinstance(centers, Prepared):
         return nearest(x, centers)[0]
     rows = max(1, PROBA_BLOCK_BYTES // (8 * len(centers.mu)))
@@ -85,6 +85,9 @@ def _unit_rows(x, block_info=None):
 
 def _transform_block(x, C, block_info=None):
     check_finite_block(x, block_info)
+    if is_csr(x):  # ||x||² − 2 x·c + ||c||², by scipy's sparse product
+        xx = np.asarray(x.multiply(x).sum(axis=1), dtype=np.float64).reshape(-1, 1)
+        return np.sqrt(np.maximum(xx - 2.0 * (x.astype(np.float64) @ C.T) + (C * C).sum(axis=1), 0.0))
     out = np.empty((x.shape[0], C.shape[0]))
     all_sqdist(np.ascontiguousarray(x), C, out)
     return np.sqrt(out)
@@ -92,7 +95,7 @@ def _transform_block(x, C, block_info=None):
 
 def _qe_block(x, centers, block_info=None):
     check_finite_block(x, block_info)
-    _, mind, _ = nearest(np.ascontiguousarray(x), centers)
+    _, mind, _ = nearest(x if is_csr(x) else np.ascontiguousarray(x), centers)
     return mind
 
 
@@ -172,10 +175,12 @@ class ClusteringModel:
         """X as row chunks, L2-normalised (lazily, float64) for a model fitted on the normalised rows (SLK), on
         the unit sphere in their own dtype for a spherical one (a zero row refused, as in its fit)."""
         X = as_dask_rows(X, self.n_features_in_)
+        if is_csr(X._meta):
+            self._takes_sparse()
         if self.extras_.get("row_normalization_") == "l2":
             X = X.map_blocks(_l2_rows, dtype=np.float64, meta=np.empty((0, 0)))
         elif self._cosine:
-            X = X.map_blocks(_unit_rows, dtype=X.dtype, meta=np.empty((0, 0), X.dtype))
+            X = X.map_blocks(_unit_rows, dtype=X.dtype, meta=X._meta)
         return X
 
     def _rows(self, X):
@@ -187,11 +192,14 @@ class ClusteringModel:
         model), or None for any other input. A model of an algorithm that takes no sparse rows refuses it."""
         if not is_sparse_input(X):
             return None
+        self._takes_sparse()
+        return csr_rows(X, self.n_features_in_, unit=self._cosine)
+
+    def _takes_sparse(self):
         from .algorithms import get, sparse
 
         if not get(self.algo).sparse:
             raise InputError(f"a {self.algo} model reads dense rows (the algorithms that take sparse ones: {sparse()})")
-        return csr_rows(X, self.n_features_in_, unit=self._cosine)
 
     def _csr_blocks(self, S, fn):
         """``fn(block)`` over row blocks of CSR rows S (each at most PROBA_BLOCK_BYTES of a k-wide result),
@@ -265,14 +273,7 @@ class ClusteringModel:
         √(2 − 2 cos)): a lazy (n, k) float64 dask array."""
         S = self._csr(X)
         if S is not None:
-            C = self.cluster_centers_
-            cc = (C * C).sum(axis=1)
-
-            def distances(b):
-                xx = np.asarray(b.multiply(b).sum(axis=1), dtype=np.float64).reshape(-1, 1)
-                return np.sqrt(np.maximum(xx - 2.0 * (b.astype(np.float64) @ C.T) + cc, 0.0))
-
-            return da.from_array(self._csr_blocks(S, distances))
+            return da.from_array(self._csr_blocks(S, lambda b: _transform_block(b, self.cluster_centers_)))
         X = self._input(X)
         return map_rows(X, _transform_block, np.float64, self.n_clusters, self.cluster_centers_)
 

@@ -2,6 +2,7 @@
 against the plain-numpy references on the same rows densified, on any worker count; the model reading CSR
 rows; what is refused."""
 
+import dask.array as da
 import numpy as np
 import pytest
 from scipy import sparse
@@ -62,13 +63,39 @@ def test_spherical_kmeans_on_csr_rows_equals_the_oracle(documents):
     np.testing.assert_array_equal(m.predict(X).compute(), labels)
 
 
-def test_csr_rows_are_worker_count_invariant(cluster, documents):
+def _csr_blocks(X, rows, columns=None):
+    """X as a dask array of CSR blocks (uneven ones: the input's own chunking, which the engine's replaces)."""
+    return da.from_array(X, chunks=(rows, columns or X.shape[1]), asarray=False)
+
+
+@pytest.mark.parametrize("algo", ["kmeans", "minibatch"])
+def test_a_dask_array_of_csr_blocks_gives_the_csr_matrix_model(documents, algo):
     X, _ = documents
-    one = dask_clust.fit(X, "kmeans", 12, random_state=5, client="in-process")
-    two = dask_clust.fit(X, "kmeans", 12, random_state=5, client=cluster)
-    assert two.engine_["workers"] == 2
-    np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
-    assert one.objective_ == two.objective_
+    kw = dict(algo=algo, n_clusters=12, random_state=5, client="in-process")
+    want = dask_clust.fit(X, **kw)
+    for dX in (_csr_blocks(X, 700), _csr_blocks(X, 1500, 800)):
+        got = dask_clust.fit(dX, **kw)
+        np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+        assert got.objective_ == want.objective_
+    blocks = _csr_blocks(X, 700)
+    np.testing.assert_array_equal(want.predict(blocks).compute(), want.predict(X).compute())
+    np.testing.assert_array_equal(want.transform(blocks).compute(), want.transform(X).compute())
+    assert want.score(blocks) == pytest.approx(want.score(X), rel=1e-12)  # (summed by other blocks)
+    cosine = dask_clust.fit(X, **{**kw, "metric": "cosine"})
+    np.testing.assert_array_equal(
+        dask_clust.fit(_csr_blocks(X, 700), metric="cosine", **kw).cluster_centers_, cosine.cluster_centers_
+    )
+
+
+@pytest.mark.parametrize("algo", ["kmeans", "minibatch"])
+def test_csr_rows_are_worker_count_invariant(cluster, documents, algo):
+    X, _ = documents
+    one = dask_clust.fit(X, algo, 12, random_state=5, client="in-process")
+    for rows in (X, _csr_blocks(X, 700)):
+        two = dask_clust.fit(rows, algo, 12, random_state=5, client=cluster)
+        assert two.engine_["workers"] == 2
+        np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
+        assert one.objective_ == two.objective_
 
 
 def test_other_sparse_formats_are_converted_and_other_algorithms_refuse(documents):
@@ -161,17 +188,12 @@ def test_minibatch_partial_fit_takes_csr_batches(documents):
     np.testing.assert_array_equal(est.counts_, counts)
 
 
-def test_minibatch_on_csr_rows_is_worker_count_invariant_and_finds_the_topics(cluster, documents):
+def test_minibatch_on_csr_rows_finds_the_topics(documents):
     from dask_clust.metrics import nmi
 
     X, topic = documents
-    kw = dict(algo="minibatch", n_clusters=12, batch_size=256, random_state=5)
-    one = dask_clust.fit(X, client="in-process", **kw)
-    two = dask_clust.fit(X, client=cluster, **kw)
-    assert two.engine_["workers"] == 2
-    np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
-    assert one.objective_ == two.objective_
-    assert nmi(topic, one.predict(X).compute()) > 0.8
+    m = dask_clust.fit(X, "minibatch", 12, batch_size=256, random_state=5, client="in-process")
+    assert nmi(topic, m.predict(X).compute()) > 0.8
 
 
 def test_auto_seeding_is_kmeans_plusplus_on_csr_rows_and_kmeans_parallel_on_dense(documents):

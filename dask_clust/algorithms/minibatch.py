@@ -25,8 +25,13 @@ on a sample, the reassignment and the stopping rule are scikit-learn's (``sklear
 clustering", IJCNN 2005; the mean direction of Dhillon & Modha, Machine Learning 2001); the batch inertia
 and the objective are Σ w (1 − cos).
 
+Sparse rows (a CSR matrix of documents): the batches travel and are assigned as CSR (O(nnz·k) a batch, by
+the centres' columns, ``kernels/sparse.py``), a centre moved by step 4 is its row densified, and the seeding
+sample seeds as CSR rows (``init="auto"``: k-means++ on them).
+
 The driver holds the centres, their counts and one gather of batches: O(k·D + gather·b·D), whatever N (a
-gather is at most 64 MiB of rows), and a window's strata counts (8 bytes per 65,536 rows). Passes over a
+gather is at most 64 MiB of rows; of CSR rows, their stored bytes: O(gather·b·nnz per row), not D), and a
+window's strata counts (8 bytes per 65,536 rows). Passes over a
 streamed input: one per window (⌈steps·b / N⌉; the first carries the engine's first pass), and the final QE.
 """
 

@@ -27,6 +27,7 @@ from ..kernels.assign import (
     is_csr,
     lower_near,
     nearest,
+    stacked,
     update_mind,
 )
 from ..kernels.distance import gemm_tolerance
@@ -430,15 +431,6 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
             seeds, e = plusplus_in_memory(cands, weights, k, stream(entropy, "k-means||", "recluster"))
         result = lloyd(local, seeds, max_iter=recluster_iter, tol=0.0)
     return result.centers, evals + e + result.distance_evals
-
-
-def stacked(rows):
-    """Row blocks the driver holds, end to end: CSR blocks (candidates drawn from CSR rows) as one CSR matrix."""
-    if any(is_csr(r) for r in rows):
-        from scipy.sparse import vstack
-
-        return vstack(rows, format="csr")
-    return np.concatenate(rows)
 
 
 def plusplus_in_memory(X, w, k, rng, n_local_trials=None):

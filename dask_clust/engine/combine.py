@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 
-from ..kernels.assign import is_csr
+from ..kernels.assign import is_csr, stacked
 from ..kernels.stats import N_WORDS, fixed_accumulate, fixed_add, fixed_add_at, from_fixed, merge_keyed, to_fixed
 
 
@@ -138,12 +138,7 @@ class Rows(_Pieces):
         return [(chunk, value if is_csr(value) else np.asarray(value))]
 
     def finish(self, a, top):
-        pieces = [v for _, v in a]
-        if any(is_csr(v) for v in pieces):
-            from scipy.sparse import vstack
-
-            return vstack([v for v in pieces if v.shape[0]], format="csr")
-        return np.concatenate(pieces)
+        return stacked([v for _, v in a])
 
 
 class Min:

@@ -12,7 +12,7 @@ import dask.array as da
 import numpy as np
 
 from ..errors import InputError
-from ..kernels.assign import is_csr
+from ..kernels.assign import is_csr, stacked
 from ..outputs import mapped_npy
 from . import config
 
@@ -124,7 +124,8 @@ class DaskSource(Source):
     dtype, which X's chunks are cut from: a streamed chunk reads them (``loader``), so that each stored block
     is decoded once per pass however the chunks cut it (the chunking follows the data's size, rule 5)."""
 
-    def __init__(self, X, weights, input_chunk_bytes=0, stored=None, decode_copies=1):
+    def __init__(self, X, weights, input_chunk_bytes=0, stored=None, decode_copies=1, row_bytes=None):
+        """row_bytes: an average row's (CSR chunks: ``csr_row_bytes``), by default a dense row's."""
         starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
         super().__init__(X.shape[0], X.shape[1], X.dtype, starts, False)
         self.X = X
@@ -136,6 +137,15 @@ class DaskSource(Source):
         self.decode_copies = int(decode_copies)  # copies of a stored block its decoding holds at once
         self.stored_starts = np.concatenate([[0], np.cumsum(self.stored.chunks[0])]).astype(np.int64)
         self._graphs = {}  # stored block -> its pickled graph, made once
+        self.row_bytes = int(row_bytes or self.n_features * self.dtype.itemsize)
+
+    @property
+    def sparse(self):
+        return is_csr(self.X._meta)
+
+    @property
+    def nbytes(self):
+        return self.n_samples * self.row_bytes
 
     def loader(self, i):
         """Chunk i as a ``ChunkLoader``: its rows' slices of the stored blocks, and its weights' graph."""
@@ -156,7 +166,7 @@ class DaskSource(Source):
         weights = None
         if self.weights is not None:
             weights = graph(self.weights.blocks[i])
-        return ChunkLoader(tuple(parts), weights, self.n_features * self.dtype.itemsize)
+        return ChunkLoader(tuple(parts), weights, self.row_bytes)
 
     def delayed_block(self, i):
         """Chunk i as a Delayed (x, w), its graph culled to that chunk (it travels to workers)."""
@@ -203,7 +213,7 @@ class ChunkLoader:
             pieces.append(block[lo:hi] if not keep or (lo, hi) == (0, n) else block[lo:hi].copy())
         if prefetch:
             cache.read_ahead()
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        return pieces[0] if len(pieces) == 1 else stacked(pieces)
 
     def weights(self, n):
         if self.w_graph is None:
@@ -240,7 +250,7 @@ class FutureSource(Source):
 
 
 def _pair(x, w):
-    x = np.ascontiguousarray(x)
+    x = x if is_csr(x) else np.ascontiguousarray(x)
     return x, (None if w is None else np.ascontiguousarray(w, dtype=np.float64))
 
 
@@ -341,9 +351,11 @@ def csr_bytes(X):
     return int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
 
 
-def csr_row_bytes(X):
-    """The bytes of an average row of a CSR matrix: what its chunking is sized by."""
-    return max(1, -(-csr_bytes(X) // max(1, X.shape[0])))
+def csr_row_bytes(nnz, n, itemsize):
+    """The bytes of an average row of CSR rows: a value and an int32 column per non-zero, an int32 pointer per
+    row. What their chunking is sized by: counted from nnz alone (not the index dtypes one storage chose), so
+    a CSR matrix and a dask array of the same CSR rows chunk alike."""
+    return max(1, -(-(int(nnz) * (int(itemsize) + 4) + 4 * int(n)) // max(1, int(n))))
 
 
 def auto_chunk_rows(n_samples, n_features, itemsize):
@@ -605,18 +617,21 @@ def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None, unit=Fals
     if isinstance(X, da.Array) and np.isnan(n):
         X = X.compute_chunk_sizes()
         n = X.shape[0]
+    row_bytes = d * dtype.itemsize
     if is_csr(X):
-        rows = chunk_rows or auto_chunk_rows(n, csr_row_bytes(X), 1)
-    else:
-        rows = chunk_rows or auto_chunk_rows(n, d, dtype.itemsize)
+        row_bytes = csr_row_bytes(X.nnz, n, dtype.itemsize)
+    elif isinstance(X, da.Array) and is_sparse_input(X._meta):
+        X = X.map_blocks(_csr_block, dtype=X.dtype, meta=_csr_meta(X.dtype))
+        row_bytes = csr_row_bytes(_nnz(X), n, dtype.itemsize)
+    rows = chunk_rows or auto_chunk_rows(n, row_bytes, 1)
     weights = _check_weights(sample_weight, n)
     if isinstance(X, da.Array):
         given = max(X.chunks[0]) * max(X.chunks[1]) * X.dtype.itemsize
         X = X.astype(dtype) if X.dtype != dtype else X
         stored = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
         if unit:
-            stored = stored.map_blocks(_unit_block, dtype=dtype, meta=np.empty((0, 0), dtype))
-        if chunk_rows is not None or config.get("chunking") != "input" or not _chunks_ok(X):
+            stored = stored.map_blocks(_unit_block, dtype=dtype, meta=stored._meta)
+        if chunk_rows is not None or config.get("chunking") != "input" or not _chunks_ok(X, row_bytes):
             X = stored.rechunk({0: rows})
         else:
             X = stored
@@ -626,15 +641,39 @@ def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None, unit=Fals
                 if isinstance(weights, np.ndarray)
                 else weights.rechunk((X.chunks[0],))
             )
-        return DaskSource(X, weights, given, stored, FRAME_COPIES if table else 1)
+        return DaskSource(X, weights, given, stored, FRAME_COPIES if table else 1, row_bytes)
     if isinstance(weights, da.Array):
         weights = weights.compute()
     return ArraySource(X, weights, row_starts(n, rows), path=path, unit=unit)
 
 
-def _chunks_ok(X):
+def _csr_block(x):
+    """A block of a dask array of scipy sparse chunks as canonical CSR (``_csr``, without its warning: the
+    input's own format, converted block by block)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return _csr(x)
+
+
+def _csr_meta(dtype):
+    from scipy.sparse import csr_matrix
+
+    return csr_matrix((0, 0), dtype=dtype)
+
+
+def _nnz(X):
+    """The non-zeros of a dask array of CSR chunks: one pass over its blocks (their count only travels)."""
+    counts = X.map_blocks(
+        lambda b: np.array([[b.nnz]], np.int64),
+        chunks=((1,) * len(X.chunks[0]), (1,) * len(X.chunks[1])),
+        dtype=np.int64,
+        meta=np.empty((0, 0), np.int64),
+    )
+    return int(counts.sum().compute())
+
+
+def _chunks_ok(X, row_bytes):
     """Under ``chunking="input"``: keep a dask input's row chunks when each is within the size bounds."""
-    row_bytes = X.shape[1] * X.dtype.itemsize
     sizes = np.asarray(X.chunks[0]) * row_bytes
     lo, hi = config.get_bytes("min-chunk-bytes"), config.get_bytes("max-chunk-bytes")
     inner = sizes[:-1] if len(sizes) > 1 else sizes
@@ -713,6 +752,8 @@ def as_dask_rows(X, n_features=None):
     dtype = _float_dtype(X.dtype)
     rows = auto_chunk_rows(X.shape[0], X.shape[1], dtype.itemsize)
     if isinstance(X, da.Array):
+        if is_sparse_input(X._meta):  # blocks of scipy sparse rows: each canonical CSR
+            X = X.map_blocks(_csr_block, dtype=X.dtype, meta=_csr_meta(X.dtype))
         X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
         X = X.compute_chunk_sizes() if np.isnan(X.shape[0]) else X  # a dask DataFrame's (``as_array``)
         return X.astype(dtype) if X.dtype != dtype else X
@@ -730,7 +771,9 @@ def map_rows(X, block_fn, dtype, n_cols, *args):
 def check_finite_block(x, block_info=None, where="", start=0):
     """Raise with the global row and the column when a block of a one-shot pass holds NaN or infinity
     (``block_info`` as dask's ``map_blocks`` passes it, else ``start``, the block's first row; ``where``: the
-    block's name, if it has one)."""
+    block's name, if it has one). CSR rows: ``check_finite_csr``."""
+    if is_csr(x):
+        return check_finite_csr(x, block_info[0]["array-location"][0][0] if block_info else start)
     ok = np.isfinite(x).all(axis=1)
     if not ok.all():
         start = block_info[0]["array-location"][0][0] if block_info else start

@@ -12,8 +12,9 @@ import dask
 import numpy as np
 
 from ..errors import InputError
+from ..kernels.assign import is_csr
 from . import config
-from .data import ArraySource, FutureSource, run_graph
+from .data import ArraySource, FutureSource, csr_bytes, run_graph
 from .events import count
 
 logger = logging.getLogger("dask_clust")
@@ -221,16 +222,18 @@ class BlockCache:
 
     def _decode(self, key, graph, fut):
         try:
-            block = np.ascontiguousarray(run_graph(graph))
+            block = run_graph(graph)
+            block = block if is_csr(block) else np.ascontiguousarray(block)
         except BaseException as exc:
             with self._lock:
                 if self._blocks.get(key) is fut:
                     del self._blocks[key]
             fut.set_exception(exc)
             return
+        nbytes = csr_bytes(block) if is_csr(block) else block.nbytes
         with self._lock:
-            self.read += block.nbytes
-        count("read", nbytes=block.nbytes)
+            self.read += nbytes
+        count("read", nbytes=nbytes)
         fut.set_result(block)
 
     def read_ahead(self):

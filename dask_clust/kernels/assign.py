@@ -21,6 +21,15 @@ def densified(X):
     return X.toarray() if is_csr(X) else X
 
 
+def stacked(blocks):
+    """Row blocks end to end: CSR blocks (a chunk's pieces, candidates drawn from CSR rows) as one CSR matrix."""
+    if any(is_csr(b) for b in blocks):
+        from scipy.sparse import vstack
+
+        return vstack([b for b in blocks if b.shape[0]] or blocks[:1], format="csr")
+    return np.concatenate(blocks)
+
+
 @njit(nogil=True, cache=True)
 def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
     """Label every row of X with its nearest centre; returns distance evaluations.
