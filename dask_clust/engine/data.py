@@ -618,15 +618,17 @@ def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None, unit=Fals
         X = X.compute_chunk_sizes()
         n = X.shape[0]
     row_bytes = d * dtype.itemsize
+    blocks_sparse = isinstance(X, da.Array) and is_sparse_input(X._meta)
     if is_csr(X):
         row_bytes = csr_row_bytes(X.nnz, n, dtype.itemsize)
-    elif isinstance(X, da.Array) and is_sparse_input(X._meta):
+    elif blocks_sparse:
         X = X.map_blocks(_csr_block, dtype=X.dtype, meta=_csr_meta(X.dtype))
         row_bytes = csr_row_bytes(_nnz(X), n, dtype.itemsize)
     rows = chunk_rows or auto_chunk_rows(n, row_bytes, 1)
     weights = _check_weights(sample_weight, n)
     if isinstance(X, da.Array):
-        given = max(X.chunks[0]) * max(X.chunks[1]) * X.dtype.itemsize
+        # (a block of CSR rows: their average stored bytes, not the dense block's)
+        given = max(X.chunks[0]) * (row_bytes if blocks_sparse else max(X.chunks[1]) * X.dtype.itemsize)
         X = X.astype(dtype) if X.dtype != dtype else X
         stored = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
         if unit:
