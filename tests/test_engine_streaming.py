@@ -279,7 +279,14 @@ def test_a_streamed_gather_is_sized_by_the_smallest_workers_memory_and_the_drive
     from dask_clust.blocks.batches import steps_per_gather
 
     def engine(streaming, *memory):
-        return SimpleNamespace(n_features=32, streaming=streaming, partitions=lambda: [(1, m << 20) for m in memory])
+        rows = SimpleNamespace(nbytes=1000 * 32 * 4)  # dense float32 rows
+        return SimpleNamespace(
+            n_features=32,
+            n_samples=1000,
+            source=rows,
+            streaming=streaming,
+            partitions=lambda: [(1, m << 20) for m in memory],
+        )
 
     step = 1024 * 32 * 4  # a batch of 1,024 float32 rows of 32 features: 128 KiB
     assert steps_per_gather(engine(True, 900, 700), 1024, 10**6) == int(0.05 * (700 << 20)) // step == 280
