@@ -17,6 +17,7 @@ import os
 import signal
 import statistics
 import sys
+import threading
 import time
 
 EXIT_FAILED = 1
@@ -509,13 +510,25 @@ def _one_line(exc):
     return text if len(text) <= 400 else text[:397] + "..."
 
 
+_INTERRUPTED = threading.Event()
+
+
 def _interrupted(signum, frame):
     """Ctrl-C: one line; the worker processes of a cluster this command started are stopped at once (they
     ignore SIGINT, ``local._local_cluster``, and would log the cancelled work), then the driver unwinds
-    quietly. A second Ctrl-C leaves at once."""
+    quietly. A second Ctrl-C leaves at once.
+
+    Python drops an exception raised while a finaliser runs (a distributed ``Future`` released by the
+    garbage collector, say): the KeyboardInterrupt can be lost, and the fit would recover from its killed
+    workers and end as if nothing happened. So the interruption is also remembered (``main`` then exits
+    130 whatever the command returned) and the process leaves by itself if it has not unwound in 30 s."""
     import psutil
 
+    _INTERRUPTED.set()
     signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))
+    leave = threading.Timer(30.0, os._exit, (EXIT_INTERRUPTED,))
+    leave.daemon = True
+    leave.start()
     sys.stderr.write("dask-clust: interrupted\n")
     sys.stderr.flush()
     logging.disable(logging.CRITICAL)
@@ -555,7 +568,7 @@ def main(argv=None):
             raise
         print(f"dask-clust: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return 0
+    return EXIT_INTERRUPTED if _INTERRUPTED.is_set() else 0
 
 
 if __name__ == "__main__":
