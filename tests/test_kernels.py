@@ -558,17 +558,19 @@ def nested_problem(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(nested_problem())
-def test_nested_round_keeps_exact_labels_sums_and_lower_bounds(problem):
+@given(nested_problem(), st.booleans())
+def test_nested_round_keeps_exact_labels_sums_and_lower_bounds(problem, as_csr):
     """Rows join at centres C0 (the first n_old of a nesting order), the centres move to C1, then a round
-    reuses them through their bounds while the next rows of the order join (by the GEMM): every row in the
-    batch ends at a nearest centre of C1 (joining rows the lowest index; Elkan keeps a label that ties, else
-    the lowest index), the moved sums are Σ w x and Σ w by label, sse is Σ w d², and the bounds stay below
-    the distances. Integer rows and centres: every squared distance is exact, so ties are ties."""
-    from dask_clust.kernels.nested import reuse_rows
+    reuses them through their bounds while the next rows of the order join (by the GEMM; CSR rows by their
+    inner products): every row in the batch ends at a nearest centre of C1 (joining rows the lowest index;
+    Elkan keeps a label that ties, else the lowest index), the moved sums are Σ w x and Σ w by label, sse is
+    Σ w d², and the bounds stay below the distances. Integer rows and centres: every squared distance is
+    exact (the CSR expansion's too), so ties are ties."""
+    from scipy import sparse
 
     X, w, order, n_old, n_new, C0, C1, elkan = problem
     n, k = len(X), len(C0)
+    X = sparse.csr_matrix(X) if as_csr else X
     labels, dist = np.zeros(n, np.int32), np.zeros(n)
     lower = np.zeros((n, k if elkan else 1), np.float32)
     S, v = np.zeros((k, X.shape[1])), np.zeros(k)
@@ -577,8 +579,9 @@ def test_nested_round_keeps_exact_labels_sums_and_lower_bounds(problem):
     before = labels[old].copy()
     p = np.sqrt(((C1 - C0) ** 2).sum(1))
     sse = np.zeros(k)
-    reuse_rows(X, w, old, C1, p, labels, dist, lower, S, v, sse)
+    _reuse(X, w, old, C1, p, labels, dist, lower, S, v, sse)
     _join(X, w, new, C1, labels, dist, lower, S, v, sse)
+    X = X.toarray() if as_csr else X
     rows = np.concatenate([old, new])
     D = np.sqrt(((X[rows].astype(np.float64)[:, None] - C1[None]) ** 2).sum(-1))
     best = D.min(1)
@@ -602,12 +605,32 @@ def test_nested_round_keeps_exact_labels_sums_and_lower_bounds(problem):
         assert np.all(lower[rows, 0] <= second)
 
 
+def _csr_rows(X):
+    """A CSR matrix as the nested kernels read it: (indptr, indices, data, squared norms)."""
+    return X.indptr, X.indices, X.data, np.asarray(X.multiply(X).sum(axis=1), np.float64).ravel()
+
+
 def _join(X, w, rows, C, labels, dist, lower, S, v, sse):
+    from scipy import sparse
+
     from dask_clust.kernels.assign import Prepared
-    from dask_clust.kernels.nested import join_rows
+    from dask_clust.kernels.nested import csr_join_rows, join_rows
 
     P = Prepared(C, X.dtype)
+    if sparse.issparse(X):
+        return csr_join_rows(*_csr_rows(X), w, rows, P.CT, P.cnorm, labels, dist, lower, S, v, sse)
     return join_rows(X, w, rows, P.Cd, P.cnorm, P.C, P.tol, P.block, labels, dist, lower, S, v, sse)
+
+
+def _reuse(X, w, rows, C, p, labels, dist, lower, S, v, sse):
+    from scipy import sparse
+
+    from dask_clust.kernels.nested import reuse_rows
+
+    cnorm = (C * C).sum(1)
+    if sparse.issparse(X):
+        return reuse_rows(_csr_rows(X), w, rows, C, cnorm, np.ascontiguousarray(C.T), p, labels, dist, lower, S, v, sse)
+    return reuse_rows(X, w, rows, C, cnorm, np.empty((0, 0)), p, labels, dist, lower, S, v, sse)
 
 
 @settings(max_examples=100, deadline=None)

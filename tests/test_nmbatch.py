@@ -8,7 +8,7 @@ import pytest
 import dask_clust
 from dask_clust._random import check_random_state, stream
 from dask_clust.blocks.batches import batch_ids, window_at
-from dask_clust.kernels.nested import nested_ranks, reuse_rows
+from dask_clust.kernels.nested import nested_ranks
 from tests.reference import nmbatch as ref
 from tests.reference.make_blobs import blobs
 
@@ -64,7 +64,7 @@ def test_rounds_match_reference(data, rho, mode, bounds):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_bounds_never_exceed_true_distances(dtype):
-    from tests.test_kernels import _join
+    from tests.test_kernels import _join, _reuse
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 6)).astype(dtype)
@@ -81,7 +81,7 @@ def test_bounds_never_exceed_true_distances(dtype):
         old, new = np.sort(order[:b_old]), np.sort(order[b_old:b])
         for lower, lab, dst in ((elkan, labels, dist), (hamerly, lab_h, dist_h)):
             sums = np.zeros((k, 6)), np.zeros(k), np.zeros(k)
-            reuse_rows(X, w, old, C, p, lab, dst, lower, *sums)
+            _reuse(X, w, old, C, p, lab, dst, lower, *sums)
             _join(X, w, new, C, lab, dst, lower, *sums)
         rows = order[:b]
         true = np.sqrt(((X[rows, None, :].astype(np.float64) - C[None]) ** 2).sum(-1))

@@ -1,6 +1,6 @@
-"""Rows as a scipy CSR matrix (documents: TF-IDF rows, most entries zero): k-means and mini-batch k-means
-against the plain-numpy references on the same rows densified, on any worker count; the model reading CSR
-rows; what is refused."""
+"""Rows as a scipy CSR matrix (documents: TF-IDF rows, most entries zero): k-means, mini-batch and nested
+mini-batch k-means against the plain-numpy references on the same rows densified, on any worker count; the
+model reading CSR rows; what is refused."""
 
 import dask.array as da
 import numpy as np
@@ -68,7 +68,7 @@ def _csr_blocks(X, rows, columns=None):
     return da.from_array(X, chunks=(rows, columns or X.shape[1]), asarray=False)
 
 
-@pytest.mark.parametrize("algo", ["kmeans", "minibatch"])
+@pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch"])
 def test_a_dask_array_of_csr_blocks_gives_the_csr_matrix_model(documents, algo):
     X, _ = documents
     kw = dict(algo=algo, n_clusters=12, random_state=5, client="in-process")
@@ -87,7 +87,7 @@ def test_a_dask_array_of_csr_blocks_gives_the_csr_matrix_model(documents, algo):
     )
 
 
-@pytest.mark.parametrize("algo", ["kmeans", "minibatch"])
+@pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch"])
 def test_csr_rows_are_worker_count_invariant(cluster, documents, algo):
     X, _ = documents
     one = dask_clust.fit(X, algo, 12, random_state=5, client="in-process")
@@ -104,8 +104,9 @@ def test_other_sparse_formats_are_converted_and_other_algorithms_refuse(document
     with pytest.warns(UserWarning, match="'coo' matrix: converted to CSR"):
         got = dask_clust.fit(X.tocoo(), "kmeans", 6, random_state=0, client="in-process")
     np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
-    with pytest.raises(InputError, match=r"algo='nmbatch' does not take sparse input yet .*\['kmeans', 'minibatch'\]"):
-        dask_clust.fit(X, "nmbatch", 6)
+    refusal = r"algo='vrkm' does not take sparse input yet .*\['kmeans', 'minibatch', 'nmbatch'\]"
+    with pytest.raises(InputError, match=refusal):
+        dask_clust.fit(X, "vrkm", 6)
     vc = dask_clust.fit(X[:500].toarray(), "vcgmm", 4, random_state=0, client="in-process")
     with pytest.raises(InputError, match="a vcgmm model reads dense rows"):
         vc.predict(X[:10])
@@ -132,7 +133,8 @@ def test_the_estimator_takes_csr_rows(documents):
     assert est.__sklearn_tags__().input_tags.sparse
     np.testing.assert_array_equal(est.predict(X), est.labels_)
     assert est.transform(X[:5]).shape == (5, 8)
-    assert not dask_clust.NestedMiniBatchKMeans().__sklearn_tags__().input_tags.sparse
+    assert dask_clust.NestedMiniBatchKMeans().__sklearn_tags__().input_tags.sparse
+    assert not dask_clust.VRKMeans().__sklearn_tags__().input_tags.sparse
 
 
 def test_kmeans_on_csr_rows_resumes_to_the_uninterrupted_bits(documents, tmp_path):
@@ -206,3 +208,47 @@ def test_auto_seeding_is_kmeans_plusplus_on_csr_rows_and_kmeans_parallel_on_dens
     np.testing.assert_array_equal(
         dask_clust.fit(dense, **kw).cluster_centers_, dask_clust.fit(dense, init="k-means||", **kw).cluster_centers_
     )
+
+
+@pytest.mark.parametrize(("bounds", "metric"), [("elkan", "euclidean"), ("hamerly", "euclidean"), ("elkan", "cosine")])
+def test_nmbatch_on_csr_rows_equals_the_nested_reference(documents, bounds, metric):
+    """Nested batches of CSR rows (distances expanded from their non-zeros, bounds that give up its rounding)
+    against the plain-numpy Alg. 5 on the dense rows: the same doublings and label changes round by round,
+    energies and centres to 1e-9."""
+    from tests.test_nmbatch import _order, _rounds
+
+    X = documents[0][:1200]
+    k, b0, rs, rounds = 10, 100, 6, 25
+    m = dask_clust.fit(
+        X, "nmbatch", k, init="first-k", batch_size=b0, rho=10.0, rho_mode="paper", bounds=bounds, tol=0.0,
+        max_iter=rounds, metric=metric, random_state=rs, client="in-process",
+    )  # fmt: skip
+    unit = metric == "cosine"
+    dense = X.toarray()
+    dense = dense / np.linalg.norm(dense, axis=1)[:, None] if unit else dense
+    order = _order(X.shape[0], rs)
+    want, centers = ref_nmbatch.nmbatch(dense, order, dense[order[:k]], b0, 10.0, rounds, "paper", unit=unit)
+    ours = _rounds(m)
+    assert [r[0] for r in ours] == [r[0] for r in want]
+    assert [r[2] for r in ours] == [r[2] for r in want]
+    np.testing.assert_allclose([r[1] for r in ours], [r[1] for r in want], rtol=1e-9)
+    np.testing.assert_allclose(m.cluster_centers_, centers, rtol=1e-9, atol=1e-12)
+    assert len({r[0] for r in ours}) >= 3 and sum(r[2] for r in ours) > 0
+
+
+def test_nmbatch_on_csr_rows_finds_the_topics_and_resumes_to_the_uninterrupted_bits(documents, tmp_path):
+    from dask_clust.metrics import nmi
+    from tests.test_checkpoint import assert_same_model
+
+    X, topic = documents
+    kw = dict(algo="nmbatch", n_clusters=12, random_state=3, batch_size=300, tol=0.0, max_iter=12)
+    whole = dask_clust.fit(X, client="in-process", **kw)
+    assert nmi(topic, whole.predict(X).compute()) > 0.8
+
+    def stop(record):
+        if record["iteration"] == 5:
+            raise dask_clust.StopFit
+
+    dask_clust.fit(X, checkpoint=tmp_path / "ck", checkpoint_every=2, callback=stop, client="in-process", **kw)
+    resumed = dask_clust.fit(X, checkpoint=tmp_path / "ck", client="in-process", **kw)
+    assert_same_model(resumed, whole, whole.n_iter_)

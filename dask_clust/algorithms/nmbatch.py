@@ -32,6 +32,12 @@ after the renormalisation. The doubling test is adapted: a mean direction moves 
 mean it comes from (R̄ = ||S||/v, the cluster's mean resultant length, 1 when its rows agree, near 0 when
 they spread over the sphere), so its standard error is σ̂/R̄ and the test reads min_j σ̂(j)/(R̄_j p_j) > ρ.
 The objective is Σ w (1 − cos), half the squared distances'.
+
+Sparse rows (a CSR matrix of documents): each chunk keeps its rows in nesting order as CSR, with their
+squared norms; a round's distances are ||x||² − 2 x·c + ||c||² from a row's non-zeros (O(nnz) a reused row's
+centre, O(nnz·k) from the centres' columns for a joining row or a failed Hamerly bound), each bound giving
+up the expansion's rounding so it stays below the true distance; a label change moves the row's non-zeros
+between the sums. ``init="auto"`` seeds by k-means++ on them (``blocks.seeding``).
 """
 
 import logging
@@ -44,22 +50,24 @@ import numpy as np
 from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.lloyd import m_step, to_sphere
-from ..blocks.seeding import ROW_BYTES, SEEDERS, seed, seed_rows
+from ..blocks.seeding import AUTO, ROW_BYTES, SEEDERS, seed, seed_rows
 from ..engine.combine import Rows
-from ..kernels.assign import Prepared
-from ..kernels.nested import join_rows, nested_ranks, reuse_rows
+from ..kernels.assign import Prepared, densified, is_csr
+from ..kernels.nested import csr_join_rows, join_rows, nested_ranks, reuse_rows
+from ..kernels.sparse import csr_row_sqnorms
 from .registry import COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register, spherical
 
 logger = logging.getLogger("dask_clust")
 
 # displacements below this vote for doubling (the reference code's threshold)
 P_FLOOR = 1e-10
+NO_COLUMNS = np.empty((0, 0))
 
 
 @dataclass
 class NMBatchConfig:
     n_clusters: int = 8
-    init: object = "k-means||"
+    init: object = AUTO
     init_size: int | None = None
     batch_size: int = 5000
     rho: float = 30.0
@@ -72,7 +80,7 @@ class NMBatchConfig:
 
     constraints: ClassVar = {
         "n_clusters": [Interval(numbers.Integral, 1, None)],
-        "init": [Options(SEEDERS + ("first-k",)), FiniteArray()],
+        "init": [Options((AUTO,) + SEEDERS + ("first-k",)), FiniteArray()],
         "init_size": [Interval(numbers.Integral, 1, None), NoneOK()],
         "batch_size": [Interval(numbers.Integral, 1, None)],
         "rho": [Interval(numbers.Real, 0, None, "neither")],
@@ -85,8 +93,9 @@ class NMBatchConfig:
     }
 
     docs: ClassVar = {
-        "init": "As k-means' init, run on the first init_size rows of the nesting order, plus 'first-k': the "
-        "first n_clusters rows of that order (the paper's protocol).",
+        "init": "As k-means' init ('auto': 'k-means||', or 'k-means++' on sparse rows), run on the first "
+        "init_size rows of the nesting order, plus 'first-k': the first n_clusters rows of that order (the "
+        "paper's protocol).",
         "init_size": "Rows of the nesting order the seeding runs on (None: max(4 * batch_size, 100 * n_clusters); "
         "at most all rows).",
         "batch_size": "b0, the first nested batch; batches double from it up to all rows.",
@@ -122,10 +131,12 @@ def _nesting(chunk, params):
     ranks = np.empty(n, np.int64)
     nested_ranks(chunk.start, n_total, key, ranks)
     order = np.argsort(ranks)
+    x = chunk.x[order]
     st = chunk.state["nmbatch"] = {
         "order": order,
         "ranks": ranks[order],
-        "x": chunk.x[order],
+        "x": x,
+        "xx": _sqnorms(x),
         "w": chunk.w[order],
         "labels": np.zeros(n, np.int32),
         "dist": np.zeros(n),
@@ -138,25 +149,29 @@ def _nesting(chunk, params):
         _join(st, Prepared(centers, chunk.x.dtype), b, np.zeros((k, d)), np.zeros(k), np.zeros(k))
 
 
+def _sqnorms(x):
+    """CSR rows' squared norms, float64 (what their distances expand from); None for dense rows."""
+    if not is_csr(x):
+        return None
+    out = np.empty(x.shape[0])
+    csr_row_sqnorms(x.indptr, x.data, out)
+    return out
+
+
+def _rows(st):
+    """The chunk's rows as the round's kernels read them: the dense array, or (indptr, indices, data, xx)."""
+    x = st["x"]
+    return (x.indptr, x.indices, x.data, st["xx"]) if is_csr(x) else x
+
+
 def _join(st, centers, b, S, v, sse):
     """The rows of rank in [st["b"], b) join the batch; returns (evaluations, rows that joined)."""
     m, more = np.searchsorted(st["ranks"], [st["b"], b])
-    evals = join_rows(
-        st["x"],
-        st["w"],
-        np.arange(m, more),
-        centers.Cd,
-        centers.cnorm,
-        centers.C,
-        centers.tol,
-        centers.block,
-        st["labels"],
-        st["dist"],
-        st["lower"],
-        S,
-        v,
-        sse,
-    )
+    rows, x, out = np.arange(m, more), st["x"], (st["labels"], st["dist"], st["lower"], S, v, sse)
+    if is_csr(x):
+        evals = csr_join_rows(x.indptr, x.indices, x.data, st["xx"], st["w"], rows, centers.CT, centers.cnorm, *out)
+    else:
+        evals = join_rows(x, st["w"], rows, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, *out)
     st["rows"], st["b"] = np.arange(more), b
     return evals, more - m
 
@@ -180,9 +195,10 @@ def _round_step(chunk, params):
     st = chunk.state["nmbatch"]
     k, d = centers.C.shape
     S, v, sse = np.zeros((k, d)), np.zeros(k), np.zeros(k)
-    evals, changed = reuse_rows(
-        st["x"], st["w"], st["rows"], centers.C, p, st["labels"], st["dist"], st["lower"], S, v, sse
-    )
+    # CSR rows read the centres' columns when a bound fails (dense rows: none)
+    cols = centers.CT if is_csr(st["x"]) else NO_COLUMNS
+    kept = st["labels"], st["dist"], st["lower"]
+    evals, changed = reuse_rows(_rows(st), st["w"], st["rows"], centers.C, centers.cnorm, cols, p, *kept, S, v, sse)
     joined = 0
     if b > st["b"]:
         more, joined = _join(st, centers, b, S, v, sse)
@@ -222,7 +238,7 @@ def initial_centers(engine, cfg, b0, entropy, nesting):
     when small; k-means|| on all rows cost 3 s of a 7 s fit of the image patches for no better QE), the first
     k rows themselves ("first-k"), or a given array. Returns (centres float64, distance evaluations)."""
     if isinstance(cfg.init, str) and cfg.init == "first-k":
-        return first_rows(engine, cfg.n_clusters, nesting)[0].astype(np.float64), 0
+        return np.asarray(densified(first_rows(engine, cfg.n_clusters, nesting)[0]), dtype=np.float64), 0
     if not isinstance(cfg.init, str):
         return seed(engine, cfg.n_clusters, cfg.init, entropy)
     rows, w = first_rows(engine, seeding_rows(cfg, b0, engine.n_samples), nesting)
@@ -374,6 +390,7 @@ register(
             ROW_BYTES, 8 + 8 + 8 + 4 + 8 + 4 * (cfg.n_clusters if cfg.bounds == "elkan" else 1)
         ),
         keeps_rows=True,
+        sparse=True,
         state_files=True,
         resumable=True,
         saved=saved,

@@ -11,7 +11,7 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def _row_products(indptr, indices, data, i, CT, dots):
+def row_products(indptr, indices, data, i, CT, dots):
     """dots[j] = x_i·c_j for every centre, and ||x_i||²."""
     dots[:] = 0.0
     xx = 0.0
@@ -31,10 +31,10 @@ EXPANSION_SLACK = 1e-12
 TRIANGLE_SLACK = 1e-9
 
 
-@njit(nogil=True, cache=True)
-def _search_row(xx, dots, cnorm, cmax, i, labels, mind, mind2):
-    """Row i's nearest centre from its inner products (ties: the lowest index), its squared distance, and a
-    lower bound of the others' (the second nearest less the expansion's rounding) when mind2 is kept."""
+@njit(nogil=True, cache=True, inline="always")
+def two_smallest(xx, dots, cnorm):
+    """From a row's squared norm and inner products: (index, squared distance) of its nearest centre
+    (lowest index on ties) and the second smallest squared distance."""
     best, runner, bj = np.inf, np.inf, 0
     for j in range(dots.shape[0]):
         d = max(0.0, xx - 2.0 * dots[j] + cnorm[j])
@@ -42,6 +42,14 @@ def _search_row(xx, dots, cnorm, cmax, i, labels, mind, mind2):
             best, runner, bj = d, best, j
         elif d < runner:
             runner = d
+    return bj, best, runner
+
+
+@njit(nogil=True, cache=True)
+def _search_row(xx, dots, cnorm, cmax, i, labels, mind, mind2):
+    """Row i's nearest centre from its inner products (ties: the lowest index), its squared distance, and a
+    lower bound of the others' (the second nearest less the expansion's rounding) when mind2 is kept."""
+    bj, best, runner = two_smallest(xx, dots, cnorm)
     labels[i], mind[i] = bj, best
     if mind2.shape[0] > 0:
         mind2[i] = max(0.0, runner - EXPANSION_SLACK * (xx + cmax))
@@ -60,7 +68,7 @@ def csr_assign(indptr, indices, data, CT, cnorm, labels, mind, mind2):
     dots = np.empty(k)
     cmax = cnorm.max() if k else 0.0
     for i in range(n):
-        xx = _row_products(indptr, indices, data, i, CT, dots)
+        xx = row_products(indptr, indices, data, i, CT, dots)
         _search_row(xx, dots, cnorm, cmax, i, labels, mind, mind2)
     return n * k
 
@@ -98,7 +106,7 @@ def csr_assign_moved(indptr, indices, data, CT, cnorm, shift, prev, labels, mind
         if lower > 0.0 and d + EXPANSION_SLACK * (xx + cmax) < lower * lower:
             labels[i], mind[i], mind2[i] = a, d, lower * lower
         else:
-            _row_products(indptr, indices, data, i, CT, dots)
+            row_products(indptr, indices, data, i, CT, dots)
             _search_row(xx, dots, cnorm, cmax, i, labels, mind, mind2)
             evals += k
     return evals
@@ -125,10 +133,21 @@ def csr_potentials(indptr, indices, data, w, mind, CT, cnorm, pot):
     n, m = indptr.shape[0] - 1, CT.shape[1]
     dots = np.empty(m)
     for i in range(n):
-        xx = _row_products(indptr, indices, data, i, CT, dots)
+        xx = row_products(indptr, indices, data, i, CT, dots)
         for j in range(m):
             pot[j] += w[i] * min(mind[i], max(0.0, xx - 2.0 * dots[j] + cnorm[j]))
     return n * m
+
+
+@njit(nogil=True, cache=True)
+def csr_row_sqnorms(indptr, data, out):
+    """out[i] = ||x_i||² in float64, for each row of a CSR chunk."""
+    for i in range(indptr.shape[0] - 1):
+        s = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = np.float64(data[p])
+            s += v * v
+        out[i] = s
 
 
 @njit(nogil=True, cache=True)
