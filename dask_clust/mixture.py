@@ -23,7 +23,8 @@ from ._random import check_random_state
 from .blocks.gaussian import component_costs, covariance, n_parameters
 from .blocks.truncated_em import mixture_m_step, new_sigma2
 from .engine.data import as_dask_rows, check_finite_block, is_frame, is_pandas, map_rows, unit_rows
-from .kernels.assign import all_sqdist
+from .errors import InputError
+from .kernels.assign import is_csr, squared_distances, squared_distances_to
 from .models import PROBA_BLOCK_BYTES, ClusteringModel, checked_frame_rows
 
 # the weights must sum to 1 within this (a model's π are U_c / Σw, rounded once each)
@@ -42,9 +43,18 @@ class MixtureCosts:
             self._hmu = self.h * mu
             self._const = (self._hmu * mu).sum(axis=1) + self.offset
 
+    def _spherical_scales(self, x):
+        """For CSR rows: each component's one h (the metric of a spherical model, whose cost is offset_c +
+        h_c ||x − μ_c||², by the expansion from a row's non-zeros); other models read dense rows."""
+        if self.h.ndim != 2 or not np.all(self.h == self.h[:, :1]):
+            raise InputError("sparse rows are read by the isotropic models only (one variance a component)")
+        return self.h[:, 0]
+
     def costs(self, x):
         """−ℓ of rows x for every component, (n, C) float64: diagonal ones in the GEMM form (as scikit-learn's),
-        a matrix's component by component, O(C·D²) a row (as scikit-learn's)."""
+        a matrix's component by component, O(C·D²) a row (as scikit-learn's); CSR rows' by the expansion."""
+        if is_csr(x):
+            return self.offset + self._spherical_scales(x) * squared_distances(x, self.mu)
         x = np.asarray(x, np.float64)
         if self.h.ndim == 3:
             n, C = len(x), len(self.mu)
@@ -58,7 +68,10 @@ class MixtureCosts:
         return out
 
     def costs_of(self, x, ids):
-        """−ℓ of each row for its components ``ids`` (n, m), directly: no cancellation between the terms."""
+        """−ℓ of each row for its components ``ids`` (n, m), directly: no cancellation between the terms (CSR
+        rows: by the expansion from their non-zeros)."""
+        if is_csr(x):
+            return self.offset[ids] + self._spherical_scales(x)[ids] * squared_distances_to(x, self.mu, ids)
         x = np.asarray(x, np.float64)
         out = np.empty(ids.shape)
         if self.h.ndim == 3:
@@ -76,7 +89,7 @@ def truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
     mixture's costs (``mixture.MixtureCosts``), in sub-blocks whose rows × C float64 distances stay within
     PROBA_BLOCK_BYTES whatever C is."""
     check_finite_block(x, block_info)
-    x = np.ascontiguousarray(x)
+    x = x if is_csr(x) else np.ascontiguousarray(x)
     n, k = x.shape[0], C.shape[0]
     ids = np.empty((n, n_truncated), np.int32)
     rows = max(1, PROBA_BLOCK_BYTES // (8 * k))
@@ -84,7 +97,7 @@ def truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
     for b0 in range(0, n, rows):
         d2 = buf[: min(rows, n - b0)]
         if mixture is None:
-            all_sqdist(x[b0 : b0 + rows], C, d2)
+            squared_distances(x[b0 : b0 + rows], C, d2)
         else:
             d2[:] = mixture.costs(x[b0 : b0 + rows])
         top = (
@@ -100,13 +113,10 @@ def truncated_ids_block(x, C, n_truncated, mixture=None, block_info=None):
 def _truncated_proba_block(x, ids, C, sigma2, mixture=None):
     """softmax over a row's truncated set of −d²/(2σ²) (or of ℓ, given a mixture's costs), in float64 from
     the rows themselves."""
-    x = x.astype(np.float64)
     if mixture is not None:
         a = -mixture.costs_of(x, ids)
     else:
-        a = np.empty(ids.shape)
-        for j in range(ids.shape[1]):
-            a[:, j] = ((x - C[ids[:, j]]) ** 2).sum(axis=1)
+        a = squared_distances_to(x, C, ids)
         a *= -0.5 / sigma2
     e = np.exp(a - a.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
@@ -146,12 +156,12 @@ def _score_block(x, mixture, n_truncated, block_info=None):
     """Per-row log-likelihood: over every component (``n_truncated`` None), in row blocks of
     PROBA_BLOCK_BYTES, or over the row's ``n_truncated`` likeliest (a lower bound)."""
     check_finite_block(x, block_info)
-    x = np.ascontiguousarray(x)
+    x = x if is_csr(x) else np.ascontiguousarray(x)
     if n_truncated is not None:
         ids = truncated_ids_block(x, mixture.mu, n_truncated, mixture)
         return log_likelihood(mixture.costs_of(x, ids))
     rows = max(1, PROBA_BLOCK_BYTES // (8 * len(mixture.mu)))
-    return np.concatenate([log_likelihood(mixture.costs(x[b : b + rows])) for b in range(0, len(x), rows)] or [[]])
+    return np.concatenate([log_likelihood(mixture.costs(x[b : b + rows])) for b in range(0, x.shape[0], rows)] or [[]])
 
 
 class Stepwise(NamedTuple):
@@ -244,6 +254,13 @@ class MixtureModel(ClusteringModel):
     def _own(self):
         """Whether this is vc-GMM's own model (one σ², equal weights)."""
         return "covariance_type_" not in self.extras_
+
+    def _takes_sparse(self):
+        super()._takes_sparse()
+        if not self._own:
+            raise InputError(
+                f"a {self.covariance_type!r} mixture reads dense rows (sparse rows: vc-GMM's isotropic model only)"
+            )
 
     @property
     def covariance_type(self):

@@ -25,7 +25,7 @@ from .engine.data import (
     unit_rows,
 )
 from .errors import InputError, InvalidModelError, install_hint
-from .kernels.assign import Prepared, all_sqdist, is_csr, nearest
+from .kernels.assign import Prepared, is_csr, nearest, squared_distances
 from .outputs import UNREADABLE, check_model_dir, regular_size, replacing, stored_arrays
 from .progress import line_svg
 
@@ -85,12 +85,7 @@ def _unit_rows(x, block_info=None):
 
 def _transform_block(x, C, block_info=None):
     check_finite_block(x, block_info)
-    if is_csr(x):  # ||x||² − 2 x·c + ||c||², by scipy's sparse product
-        xx = np.asarray(x.multiply(x).sum(axis=1), dtype=np.float64).reshape(-1, 1)
-        return np.sqrt(np.maximum(xx - 2.0 * (x.astype(np.float64) @ C.T) + (C * C).sum(axis=1), 0.0))
-    out = np.empty((x.shape[0], C.shape[0]))
-    all_sqdist(np.ascontiguousarray(x), C, out)
-    return np.sqrt(out)
+    return np.sqrt(squared_distances(x, C))
 
 
 def _qe_block(x, centers, block_info=None):

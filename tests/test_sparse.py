@@ -68,7 +68,7 @@ def _csr_blocks(X, rows, columns=None):
     return da.from_array(X, chunks=(rows, columns or X.shape[1]), asarray=False)
 
 
-@pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch"])
+@pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch", "vcgmm"])
 def test_a_dask_array_of_csr_blocks_gives_the_csr_matrix_model(documents, algo):
     X, _ = documents
     kw = dict(algo=algo, n_clusters=12, random_state=5, client="in-process")
@@ -87,7 +87,7 @@ def test_a_dask_array_of_csr_blocks_gives_the_csr_matrix_model(documents, algo):
     )
 
 
-@pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch"])
+@pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch", "vcgmm"])
 def test_csr_rows_are_worker_count_invariant(cluster, documents, algo):
     X, _ = documents
     one = dask_clust.fit(X, algo, 12, random_state=5, client="in-process")
@@ -104,11 +104,11 @@ def test_other_sparse_formats_are_converted_and_other_algorithms_refuse(document
     with pytest.warns(UserWarning, match="'coo' matrix: converted to CSR"):
         got = dask_clust.fit(X.tocoo(), "kmeans", 6, random_state=0, client="in-process")
     np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
-    refusal = r"algo='vrkm' does not take sparse input yet .*\['kmeans', 'minibatch', 'nmbatch'\]"
+    refusal = r"algo='vrkm' does not take sparse input yet .*\['kmeans', 'minibatch', 'nmbatch', 'vargmm', 'vcgmm'\]"
     with pytest.raises(InputError, match=refusal):
         dask_clust.fit(X, "vrkm", 6)
-    vc = dask_clust.fit(X[:500].toarray(), "vcgmm", 4, random_state=0, client="in-process")
-    with pytest.raises(InputError, match="a vcgmm model reads dense rows"):
+    vc = dask_clust.fit(X[:500].toarray(), "vcgmm", 4, covariance_type="diag", weights="learned", client="in-process")
+    with pytest.raises(InputError, match="a 'diag' mixture reads dense rows"):
         vc.predict(X[:10])
 
 
@@ -135,6 +135,25 @@ def test_the_estimator_takes_csr_rows(documents):
     assert est.transform(X[:5]).shape == (5, 8)
     assert dask_clust.NestedMiniBatchKMeans().__sklearn_tags__().input_tags.sparse
     assert not dask_clust.VRKMeans().__sklearn_tags__().input_tags.sparse
+
+
+def test_the_mixture_estimators_take_csr_rows(documents):
+    """What scikit-learn's sparse checks would ask of VCGMM and VarGMM (they cannot: they read predict_proba's
+    shape from a classifier's tags): fit, predict and predict_proba on CSR rows, as on their dense form."""
+    X, _ = documents
+    X = X[:1500]
+    for cls in (dask_clust.VCGMM, dask_clust.VarGMM):
+        est = cls(6, random_state=0).fit(X)
+        assert est.__sklearn_tags__().input_tags.sparse
+        np.testing.assert_array_equal(est.predict(X), est.labels_)
+        np.testing.assert_array_equal(est.predict(X), est.predict(X.toarray()))
+        proba, dense = (
+            np.asarray(p.todense() if sparse.issparse(p) else p)
+            for p in (est.predict_proba(X), est.predict_proba(X.toarray()))
+        )
+        assert proba.shape == (X.shape[0], 6)
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+        np.testing.assert_allclose(proba, dense, rtol=1e-9, atol=1e-12)
 
 
 def test_kmeans_on_csr_rows_resumes_to_the_uninterrupted_bits(documents, tmp_path):
@@ -252,3 +271,66 @@ def test_nmbatch_on_csr_rows_finds_the_topics_and_resumes_to_the_uninterrupted_b
     dask_clust.fit(X, checkpoint=tmp_path / "ck", checkpoint_every=2, callback=stop, client="in-process", **kw)
     resumed = dask_clust.fit(X, checkpoint=tmp_path / "ck", client="in-process", **kw)
     assert_same_model(resumed, whole, whole.n_iter_)
+
+
+@pytest.mark.parametrize(("sets", "block_rows"), [("random", None), ("nearest", None), ("nearest", 64)])
+def test_vcgmm_on_csr_rows_follows_the_reference_on_its_coreset(documents, monkeypatch, sets, block_rows):
+    """The lightweight coreset drawn from CSR rows, then the truncated EM on them (costs expanded from each row's
+    non-zeros, Σ w s x scattered by column) against the plain-numpy vc-GMM on the same coreset densified: the
+    free energy round by round, the means and σ²; ``block_rows``: search blocks of 64 CSR rows."""
+    from dask_clust.blocks import truncated_estep
+    from tests.reference import vcgmm as ref_vcgmm
+    from tests.test_vcgmm import _coreset, _nearest, initial_sets
+
+    if block_rows:
+        monkeypatch.setattr(truncated_estep, "BLOCK_ROWS", block_rows)
+    X = documents[0]
+    C, size, rs = 12, 900, 7
+    init = _init(X, C, 4)
+    m = dask_clust.fit(
+        X, "vcgmm", C, coreset_size=size, init=init, random_state=rs, truncated_init=sets, refit_size=None,
+        client="in-process",
+    )  # fmt: skip
+    Xc, wc = _coreset(X, size, rs)
+    assert sparse.issparse(Xc)
+    Xc = Xc.toarray()
+    first = None
+    if sets == "nearest":
+        first = _nearest(Xc, init)
+        order = np.argsort(first, kind="stable")
+        Xc, wc, first = Xc[order], wc[order], first[order]
+    K0, G0 = initial_sets(check_random_state(rs), size, C, 5, 5, first)
+    mu, sigma2, F = ref_vcgmm.vcgmm(Xc, wc, init, K0, G0)
+    ours = np.array([h["objective"] for h in m.history_])
+    assert len(ours) == len(F) == m.n_iter_ and m.n_iter_ > 3
+    np.testing.assert_allclose(ours, F, rtol=1e-9)
+    np.testing.assert_allclose(m.cluster_centers_, mu, rtol=1e-9, atol=1e-12)
+    assert m.sigma2_ == pytest.approx(sigma2, rel=1e-9)
+
+
+def test_vcgmm_on_csr_rows_is_the_dense_rows_model_chunked_alike(documents):
+    """With the rows in one chunk (CSR and dense rows chunk by their bytes, so otherwise differently, and each
+    chunk draws its share of the coreset), the fit on CSR rows is the fit on the dense rows: every default,
+    the refine on every row and the sphere; var-GMM-S too. Sparse rows take the isotropic model only."""
+    import dask
+
+    X, topic = documents
+    one_chunk = {"dask_clust.min-chunks": 1, "dask_clust.chunk-bytes": "1GiB", "dask_clust.min-chunk-bytes": "1GiB"}
+    with dask.config.set(one_chunk):
+        for algo, kw in [("vcgmm", {}), ("vcgmm", {"refine": True}), ("vcgmm", {"metric": "cosine"}), ("vargmm", {})]:
+            got = dask_clust.fit(X, algo, 12, random_state=1, client="in-process", **kw)
+            # the default seeding of CSR rows (k-means++; dense rows: k-means||)
+            want = dask_clust.fit(X.toarray(), algo, 12, random_state=1, client="in-process", init="k-means++", **kw)
+            assert got.params["init"] == "auto" and got.n_iter_ == want.n_iter_
+            np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=0, atol=1e-12)
+            assert got.objective_ == pytest.approx(want.objective_, rel=1e-12)
+    from dask_clust.metrics import nmi
+
+    assert nmi(topic, got.predict(X).compute()) > 0.8
+    dense = X.toarray()  # the model reads CSR rows as it reads their dense form
+    for a, b in zip(got.predict_proba(X), got.predict_proba(dense)):
+        np.testing.assert_allclose(a.compute(), b.compute(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.score_samples(X).compute(), got.score_samples(dense).compute(), rtol=1e-9)
+    assert got.score(X, exact=True) == pytest.approx(got.score(dense, exact=True), rel=1e-9)
+    with pytest.raises(InputError, match="sparse rows take the isotropic model only .*covariance_type='diag'"):
+        dask_clust.fit(X, "vcgmm", 4, covariance_type="diag", weights="learned", client="in-process")

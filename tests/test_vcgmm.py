@@ -145,8 +145,8 @@ def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
     states = []
     original_search = truncated_estep.truncated_search
 
-    def spy_search(x, w, start, mu, h, offset, K, *rest):  # K: a block's K^(n), updated in place by the search
-        out = original_search(x, w, start, mu, h, offset, K, *rest)
+    def spy_search(x, w, start, mu, mnorm, h, offset, K, *rest):  # K: a block's K^(n), updated in place by the search
+        out = original_search(x, w, start, mu, mnorm, h, offset, K, *rest)
         states.append(K.copy())
         return out
 

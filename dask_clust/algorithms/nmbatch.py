@@ -52,9 +52,8 @@ from .._random import stream
 from ..blocks.lloyd import m_step, to_sphere
 from ..blocks.seeding import AUTO, ROW_BYTES, SEEDERS, seed, seed_rows
 from ..engine.combine import Rows
-from ..kernels.assign import Prepared, densified, is_csr
+from ..kernels.assign import Prepared, densified, is_csr, kernel_rows
 from ..kernels.nested import csr_join_rows, join_rows, nested_ranks, reuse_rows
-from ..kernels.sparse import csr_row_sqnorms
 from .registry import COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register, spherical
 
 logger = logging.getLogger("dask_clust")
@@ -136,7 +135,7 @@ def _nesting(chunk, params):
         "order": order,
         "ranks": ranks[order],
         "x": x,
-        "xx": _sqnorms(x),
+        "xx": kernel_rows(x)[3] if is_csr(x) else None,  # CSR rows' squared norms: their distances expand from them
         "w": chunk.w[order],
         "labels": np.zeros(n, np.int32),
         "dist": np.zeros(n),
@@ -147,21 +146,6 @@ def _nesting(chunk, params):
     if b:
         k, d = centers.shape
         _join(st, Prepared(centers, chunk.x.dtype), b, np.zeros((k, d)), np.zeros(k), np.zeros(k))
-
-
-def _sqnorms(x):
-    """CSR rows' squared norms, float64 (what their distances expand from); None for dense rows."""
-    if not is_csr(x):
-        return None
-    out = np.empty(x.shape[0])
-    csr_row_sqnorms(x.indptr, x.data, out)
-    return out
-
-
-def _rows(st):
-    """The chunk's rows as the round's kernels read them: the dense array, or (indptr, indices, data, xx)."""
-    x = st["x"]
-    return (x.indptr, x.indices, x.data, st["xx"]) if is_csr(x) else x
 
 
 def _join(st, centers, b, S, v, sse):
@@ -198,7 +182,8 @@ def _round_step(chunk, params):
     # CSR rows read the centres' columns when a bound fails (dense rows: none)
     cols = centers.CT if is_csr(st["x"]) else NO_COLUMNS
     kept = st["labels"], st["dist"], st["lower"]
-    evals, changed = reuse_rows(_rows(st), st["w"], st["rows"], centers.C, centers.cnorm, cols, p, *kept, S, v, sse)
+    x = kernel_rows(st["x"], st["xx"])
+    evals, changed = reuse_rows(x, st["w"], st["rows"], centers.C, centers.cnorm, cols, p, *kept, S, v, sse)
     joined = 0
     if b > st["b"]:
         more, joined = _join(st, centers, b, S, v, sse)

@@ -72,7 +72,8 @@ class VarGMMConfig:
         "n_truncated": "C', the clusters each row's truncated posterior covers (None: G).",
         "init": "As k-means' init, or 'auto': 'kmeans' for 'full' and 'tied' (below), else k-means|| (ℓ = C/2) on "
         "the working set while C²·D ≤ 2^32 (its "
-        "recluster runs on the driver in O(C²·D·log C)), else 'afkmc2', the paper's seeding (sublinear in N', but "
+        "recluster runs on the driver in O(C²·D·log C); on sparse rows k-means++, as k-means' 'auto'), else "
+        "'afkmc2', the paper's seeding (sublinear in N', but "
         "like non-greedy k-means++ it can leave well-separated clusters without a mean). Or a whole mixture as "
         "scikit-learn's GaussianMixture starts: 'kmeans' (one M-step from the rows' nearest k-means centres, "
         "k-means|| then Lloyd on the working set) or 'random-responsibilities' (its init_params='random': one "
@@ -118,12 +119,15 @@ AUTO_KMEANS_PARALLEL_MAX = 2**32
 OVERSAMPLING = 0.5
 
 
-def seeding_method(cfg, n_features):
-    """The seeder ``init`` names ("auto" resolved as the config's docs say), or the given array."""
+def seeding_method(cfg, n_features, sparse=False):
+    """The seeder ``init`` names ("auto" resolved as the config's docs say; ``sparse``: the rows are CSR, whose
+    greedy seeding is k-means++, ``blocks.seeding``), or the given array."""
     if isinstance(cfg.init, str) and cfg.init == "auto":
         if covariance(cfg.covariance_type).auto_start is not None:
             return covariance(cfg.covariance_type).auto_start
-        return "k-means||" if cfg.n_clusters**2 * n_features <= AUTO_KMEANS_PARALLEL_MAX else "afkmc2"
+        if cfg.n_clusters**2 * n_features > AUTO_KMEANS_PARALLEL_MAX:
+            return "afkmc2"
+        return "k-means++" if sparse else "k-means||"
     return cfg.init
 
 
@@ -146,7 +150,7 @@ def starting_means(work, cfg, entropy, loop):
     its given one, the seeder). A seeder gives means; scikit-learn's starts (``STARTS``) a whole mixture,
     whose precisions and weights become the config's unless the user gave them; a resumed fit takes the
     checkpoint's means and seeds."""
-    seeder = seeding_method(cfg, work.n_features)
+    seeder = seeding_method(cfg, work.n_features, work.sparse)
     if loop.restored is not None:  # the means come from the checkpoint, the seeds order the rows as before
         mu, seeds, evals = loop.restored["mu"], loop.restored["seeds"], loop.restored["seed_evals"]
     elif isinstance(seeder, str) and seeder in STARTS:
@@ -207,6 +211,12 @@ def check_data(cfg, source):
     """The initial mixture (``weights_init``, ``precisions_init``) against C, D and the model, before an
     engine opens."""
     C, D = cfg.n_clusters, source.n_features
+    if source.sparse and not isotropic(cfg):
+        raise InputError(
+            "sparse rows take the isotropic model only (covariance_type='tied-spherical', weights='equal': "
+            f"squared distances from a row's non-zeros); got covariance_type={cfg.covariance_type!r}, "
+            f"weights={cfg.weights!r}: pass X.toarray() if it fits in memory"
+        )
     if spherical(cfg) and not isotropic(cfg):
         raise InputError(
             "metric='cosine' takes the isotropic model only (covariance_type='tied-spherical', "
@@ -326,6 +336,7 @@ register(
         state_bytes=em_row_bytes,
         thread_bytes=em_thread_bytes,
         probabilistic=True,
+        sparse=True,
         resumable=True,
         saved=saved,
         model_extras=MODEL_EXTRAS,

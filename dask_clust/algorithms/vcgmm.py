@@ -65,6 +65,12 @@ workers by cluster range (ARCHITECTURE.md, rule 1), the E-step's pair and poster
 where each range lives and steps 5-6 run there, so the driver receives O(C·G) per iteration, not O(C·D).
 Both give the same bits.
 
+Sparse rows (a CSR matrix of documents; the isotropic model with equal weights only): the coreset's
+proposal and every cost are squared distances ||x||² − 2 x·μ + ||μ||² from a row's non-zeros (O(nnz) a
+member of S_n, ``kernels/truncated.py``), Σ w s x is scattered by column, the coreset stays CSR on the
+driver or the workers, and ``init="auto"`` seeds by k-means++ (``seeding_method``). The driver receives the
+same C × D statistics as from dense rows (O(C·G) when the means are sharded).
+
 Clamping (documented, not an error): G ← min(G, C) and C' ← min(C', C); with C ≤ G every search space
 holds all clusters, i.e. exact EM.
 """
@@ -368,6 +374,7 @@ register(
         state_bytes=lambda cfg: em_row_bytes(cfg) if cfg.refine else 0,
         thread_bytes=lambda cfg: em_thread_bytes(cfg) if cfg.refine else 0,
         probabilistic=True,
+        sparse=True,
         resumable=True,
         saved=saved_with_start,
         model_extras=MODEL_EXTRAS,

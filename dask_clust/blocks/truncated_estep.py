@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..engine.combine import KeyedSum, Sum
-from ..kernels.assign import Prepared, nearest
+from ..kernels.assign import Prepared, is_csr, kernel_rows, nearest
 from ..kernels.truncated import (
     draw_distinct,
     keep_truncated,
@@ -28,6 +28,8 @@ from .gaussian import component_costs, component_scatter
 BLOCK_ROWS = 1 << 16
 # the search's metric when its cost is the squared distance
 NO_METRIC = (np.empty((0, 0)), np.empty(0))
+# the means' squared norms, which only CSR rows' costs read
+NO_NORMS = np.empty(0)
 
 # ---------------------------------------------------------------- per-chunk steps
 
@@ -115,18 +117,25 @@ def stats_combine(moments):
     return STATS + ((Sum(),) if moments == 2 else ())
 
 
-def _search(x, w, row0, mu, h, offset, K, Kd2, winner, Gc, key, extra_random, mark, space):
+def _block(x, b):
+    """Rows b of a chunk as the kernels read them (``kernel_rows``: CSR rows with their squared norms)."""
+    return kernel_rows(x[b])
+
+
+def _search(x, w, row0, mu, h, offset, K, Kd2, winner, Gc, key, extra_random, mark, space, mnorm=NO_NORMS):
     """Step 4's search of a block (``truncated_search``) under any metric: none (squared distances), diagonal
     (h (C, D)), or a covariance matrix's Cholesky factors (h = L (C, D, D)): one shared (1, D, D) maps the
     rows and means by L, where −ℓ is a diagonal metric's cost of ½ per dimension; one per component has its
     costs computed apart, grouped by component (``component_costs``)."""
     if h.ndim < 3:
-        return truncated_search(x, w, row0, mu, h, offset, K, Kd2, winner, Gc, key, extra_random, mark, *space)
+        return truncated_search(x, w, row0, mu, mnorm, h, offset, K, Kd2, winner, Gc, key, extra_random, mark, *space)
     if len(h) == 1:  # about the means' centre, so the mapped rows keep their digits
         centre = mu.mean(axis=0)
         xl, mul = (x - centre) @ h[0].T, (mu - centre) @ h[0].T
         half = np.full(mu.shape, 0.5)
-        return truncated_search(xl, w, row0, mul, half, offset, K, Kd2, winner, Gc, key, extra_random, mark, *space)
+        return truncated_search(
+            xl, w, row0, mul, NO_NORMS, half, offset, K, Kd2, winner, Gc, key, extra_random, mark, *space
+        )
     pos, ids, costs = space
     m = search_spaces(row0, len(mu), K, Gc, key, extra_random, mark, pos, ids)
     rows = np.repeat(np.arange(len(K)), np.diff(pos[: len(K) + 1]))  # the buffer holds the longest block's
@@ -166,16 +175,18 @@ def truncated_estep(chunk, params):
     space, pairs = _buffers(chunk.scratch, min(n, BLOCK_ROWS), K.shape[1] * Gc.shape[1] + 1)
     stats = None if inv is None else _new_stats(n_clusters, mu.shape[1], moments)
     mark = np.full(n_clusters, -1, np.int64)
+    mnorm = np.einsum("ij,ij->i", mu, mu) if is_csr(chunk.x) else NO_NORMS
     evals, minsum, changed, blocks = 0, 0.0, 0, []
     for b in _row_blocks(n):
+        x = _block(chunk.x, b)
         e, s, ch = _search(
-            chunk.x[b], chunk.w[b], chunk.start + b.start, mu, h, offset, K[b], Kd2[b], winner[b], Gc, key,
-            extra_random, mark, space,
+            x, chunk.w[b], chunk.start + b.start, mu, h, offset, K[b], Kd2[b], winner[b], Gc, key, extra_random,
+            mark, space, mnorm,
         )  # fmt: skip
         k = pair_statistics(winner[b], *space, n_clusters, *grid, *pairs)
         blocks.append(tuple(p[:k].copy() for p in pairs))
         if stats is not None:
-            _posteriors(chunk.x[b], chunk.w[b], K[b], Kd2[b], inv, mu if moments else NO_METRIC[0], stats, offset)
+            _posteriors(x, chunk.w[b], K[b], Kd2[b], inv, mu if moments else NO_METRIC[0], stats, offset)
         evals, minsum, changed = evals + e, minsum + s, changed + ch
     found = (
         np.int64(evals),
@@ -209,7 +220,7 @@ def posterior_step(chunk, params):
     stats = _new_stats(n_clusters, chunk.x.shape[1], moments)
     mu = NO_METRIC[0] if mu is None else mu
     for b in _row_blocks(st["K"].shape[0]):
-        _posteriors(chunk.x[b], chunk.w[b], st["K"][b], st["Kd2"][b], inv, mu, stats)
+        _posteriors(_block(chunk.x, b), chunk.w[b], st["K"][b], st["Kd2"][b], inv, mu, stats)
     return tuple(stats)
 
 

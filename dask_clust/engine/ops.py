@@ -463,9 +463,9 @@ class Engine:
         plan = (key_step, params, keys, chunks, first)
         if self.backend.in_process:
             pos, x, w, ids = self.reduce(routed_rows, plan, (Rows(),) * 4)
-            X, W, I = np.empty_like(x), np.empty_like(w), np.empty_like(ids)
-            X[pos], W[pos], I[pos] = x, w, ids
-            source, client = ArraySource(X, W, self.source.starts, ids=I), IN_PROCESS
+            back = np.empty_like(pos)  # the row each position takes (a gather: CSR rows too)
+            back[pos] = np.arange(len(pos))
+            source, client = ArraySource(x[back], w[back], self.source.starts, ids=ids[back]), IN_PROCESS
         else:
             source, client = self.backend.reordered(plan, counts, first, chunks), self.backend.client
         with _releasing(source), backend_for(source, client, self.entropy) as backend:

@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 
 from .distance import cross_products, gemm_tolerance, nearest_rows, rows_per_block, sqdist
-from .sparse import csr_accumulate, csr_assign, csr_assign_moved, csr_potentials
+from .sparse import csr_accumulate, csr_assign, csr_assign_moved, csr_potentials, csr_row_sqnorms, csr_sqdist_to
 
 
 def is_csr(X):
@@ -19,6 +19,42 @@ def is_csr(X):
 def densified(X):
     """Rows as a dense array: CSR rows (a few of them: a batch's, the seeds') made dense."""
     return X.toarray() if is_csr(X) else X
+
+
+def squared_distances(X, C, out=None):
+    """(n, k) float64 squared distances of rows X to float64 centres C: the direct form for dense rows
+    (``all_sqdist``), ||x||² − 2 x·c + ||c||² by scipy's sparse product for CSR rows (O(nnz·k)), clamped at 0."""
+    out = np.empty((X.shape[0], C.shape[0])) if out is None else out
+    if is_csr(X):
+        xx = kernel_rows(X)[3]
+        np.maximum(xx[:, None] - 2.0 * (X.astype(np.float64) @ C.T) + np.einsum("ij,ij->i", C, C), 0.0, out=out)
+    else:
+        all_sqdist(np.ascontiguousarray(X), C, out)
+    return out
+
+
+def squared_distances_to(X, C, ids):
+    """(n, m) float64 squared distances of each row of X to its centres ``ids`` (n, m) int32: directly for
+    dense rows, by the expansion from a CSR row's non-zeros."""
+    out = np.empty(ids.shape)
+    if is_csr(X):
+        csr_sqdist_to(X.indptr, X.indices, X.data, C, np.einsum("ij,ij->i", C, C), ids, out)
+        return out
+    x = np.asarray(X, np.float64)
+    for j in range(ids.shape[1]):
+        out[:, j] = ((x - C[ids[:, j]]) ** 2).sum(axis=1)
+    return out
+
+
+def kernel_rows(X, xx=None):
+    """Rows as the kernels that take either layout read them: a dense array as it is, CSR rows as (indptr,
+    indices, data, xx) with xx their squared norms in float64 (computed when not given)."""
+    if not is_csr(X):
+        return X
+    if xx is None:
+        xx = np.empty(X.shape[0])
+        csr_row_sqnorms(X.indptr, X.data, xx)
+    return X.indptr, X.indices, X.data, xx
 
 
 def stacked(blocks):

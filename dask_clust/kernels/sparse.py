@@ -151,6 +151,25 @@ def csr_row_sqnorms(indptr, data, out):
 
 
 @njit(nogil=True, cache=True)
+def csr_sqdist_to(indptr, indices, data, C, cnorm, ids, out):
+    """out[i, a] = ||x_i − c_{ids[i, a]}||² by the expansion from row i's non-zeros (O(nnz) a pair, clamped at 0).
+
+    C : IN float64 (k, D);  cnorm : IN float64 (k,) ||c_j||²;  ids : IN int32 (n, m);  out : OUT float64 (n, m)
+    """
+    for i in range(ids.shape[0]):
+        xx = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = np.float64(data[p])
+            xx += v * v
+        for a in range(ids.shape[1]):
+            c = ids[i, a]
+            dot = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                dot += np.float64(data[p]) * C[c, indices[p]]
+            out[i, a] = max(0.0, xx - 2.0 * dot + cnorm[c])
+
+
+@njit(nogil=True, cache=True)
 def csr_summary(indptr, indices, data, sums, sumsq):
     """``stats.chunk_summary`` of a CSR chunk (its implicit zeros add nothing): per-feature Σx and Σx², max |x|
     and its first row, and the first non-finite value as (row, column), (-1, -1) when every value is finite."""

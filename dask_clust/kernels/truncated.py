@@ -6,10 +6,17 @@ squared distance for the isotropic model with equal weights, −log π_c N(x; μ
 K^(n) ← the C' cheapest; the winner c_o = argmin over S_n feeds the neighbourhood statistics, the
 truncated posteriors over K^(n) feed the M-step. Random draws use ``streams``' counter-based generator
 keyed by (seed, global row), so they do not depend on how rows are chunked or which thread runs them.
+
+Rows are a dense (n, D) array or a CSR block given as (indptr, indices, data, xx), xx the rows' squared norms
+(documents): ``truncated_search`` and ``posterior_stats`` read a row through ``_row_costs`` and
+``_add_row``, which numba resolves by the rows' type; a CSR row's squared distance is ||x||² − 2 x·μ + ||μ||²
+from its non-zeros (O(nnz) a member of S_n, not O(D)). CSR rows take the squared-distance costs only (the
+isotropic model with equal weights: vc-GMM's own).
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from .._random import row_state, splitmix
 from .distance import scaled_sqdist_row, sqdist_row
@@ -109,17 +116,97 @@ def _keep_cheapest(i, o, m_, space, space_d2, w, K, Kd2, winner, top, topd):
     return w[i] * topd[0], changed
 
 
+def _row_costs(X, i, xr, mu, mnorm, h, offset, space, space_d2, o, m_):
+    """space_d2[s] = row i's cost of cluster space[s], for s in o..o + m_ (``truncated_search``)."""
+
+
+@overload(_row_costs, inline="always")
+def _row_costs_rows(X, i, xr, mu, mnorm, h, offset, space, space_d2, o, m_):
+    if isinstance(X, types.Array):
+
+        def dense(X, i, xr, mu, mnorm, h, offset, space, space_d2, o, m_):
+            for t in range(X.shape[1]):
+                xr[t] = X[i, t]
+            scaled = h.shape[0] > 0
+            for s in range(o, o + m_):  # apart from the selection: independent loads overlap
+                if scaled:
+                    space_d2[s] = scaled_sqdist_row(xr, mu, h, offset, space[s])
+                else:
+                    space_d2[s] = sqdist_row(xr, mu, space[s])
+
+        return dense
+
+    def csr(X, i, xr, mu, mnorm, h, offset, space, space_d2, o, m_):
+        indptr, indices, data, xx = X
+        for s in range(o, o + m_):
+            c = space[s]
+            dot = 0.0
+            for q in range(indptr[i], indptr[i + 1]):
+                dot += np.float64(data[q]) * mu[c, indices[q]]
+            space_d2[s] = max(0.0, xx[i] - 2.0 * dot + mnorm[c])
+
+    return csr
+
+
+def _add_row(X, i, ws, c, sums):
+    """sums[c] += ws · x_i."""
+
+
+@overload(_add_row, inline="always")
+def _add_row_rows(X, i, ws, c, sums):
+    if isinstance(X, types.Array):
+
+        def dense(X, i, ws, c, sums):
+            for t in range(X.shape[1]):
+                sums[c, t] += ws * np.float64(X[i, t])
+
+        return dense
+
+    def csr(X, i, ws, c, sums):
+        indptr, indices, data, _ = X
+        for q in range(indptr[i], indptr[i + 1]):
+            sums[c, indices[q]] += ws * np.float64(data[q])
+
+    return csr
+
+
+def _add_row_moments(X, i, ws, c, mu, sums, Q):
+    """sums[c] += ws · x_i and Q[c, d] += ws (x_id − μ_cd)² (a diagonal model's M-step)."""
+
+
+@overload(_add_row_moments, inline="always")
+def _add_row_moments_rows(X, i, ws, c, mu, sums, Q):
+    if isinstance(X, types.Array):
+
+        def dense(X, i, ws, c, mu, sums, Q):
+            for t in range(X.shape[1]):
+                x = np.float64(X[i, t])
+                v = x - mu[c, t]
+                sums[c, t] += ws * x
+                Q[c, t] += ws * (v * v)
+
+        return dense
+
+    def csr(X, i, ws, c, mu, sums, Q):
+        raise ValueError("CSR rows take the squared-distance costs only")
+
+    return csr
+
+
 @njit(nogil=True, cache=True)
-def truncated_search(X, w, row0, mu, h, offset, K, Kd2, winner, Gc, seed, extra_random, mark, pos, space, space_d2):
+def truncated_search(
+    X, w, row0, mu, mnorm, h, offset, K, Kd2, winner, Gc, seed, extra_random, mark, pos, space, space_d2
+):
     """E-step search, one pass: for every row S_n = ∪_{c ∈ K^(n)} G_c (+1), K^(n) ← its C' cheapest
     (ascending, stable); S_n and its costs are kept for the neighbourhood statistics. Returns
     (cost evaluations, Σ w min cost, changed winners).
 
-    X      : IN    float32/float64 (n, d) rows;  w : IN float64 (n,) weights
+    X      : IN    float32/float64 (n, d) rows, or a CSR block (indptr, indices, data, xx);  w : IN float64 (n,)
     row0   : IN    int   global index of row 0 (keys the random draws)
     mu     : IN    float64 (C, d) means;   Gc : IN int32 (C, G) neighbourhoods, Gc[c, 0] = c
+    mnorm  : IN    float64 (C,) ||μ_c||² (read for CSR rows only)
     h, offset : IN float64 (C, d), (C,) the cost offset[c] + Σ h[c] (x − μ_c)² (``scaled_sqdist_row``),
-                   or (0, 0), (0,): the squared distance
+                   or (0, 0), (0,): the squared distance (the only cost of CSR rows)
     K      : INOUT int32 (n, C') truncated sets;   Kd2 : OUT float64 (n, C') their costs
     winner : INOUT int32 (n,) K[:, 0] of the previous search (to count changes)
     seed   : IN    int   random stream of this search ("+1" and top-ups up to C')
@@ -130,24 +217,17 @@ def truncated_search(X, w, row0, mu, h, offset, K, Kd2, winner, Gc, seed, extra_
     """
     n, Cp = K.shape
     C = np.uint64(mu.shape[0])
-    scaled = h.shape[0] > 0
     top = np.empty(Cp, np.int32)
     topd = np.empty(Cp)
-    xr = np.empty(X.shape[1])
+    xr = np.empty(mu.shape[1])
     evals = 0
     changed = 0
     minsum = 0.0
     pos[0] = 0
     for i in range(n):
-        for t in range(X.shape[1]):
-            xr[t] = X[i, t]
         o = pos[i]  # packed row after row: a row touches only the cache lines it fills
         m_ = _search_space(i, row0 + i, K, Gc, C, seed, extra_random, mark, o, space)
-        for s in range(o, o + m_):  # apart from the selection: independent loads overlap
-            if scaled:
-                space_d2[s] = scaled_sqdist_row(xr, mu, h, offset, space[s])
-            else:
-                space_d2[s] = sqdist_row(xr, mu, space[s])
+        _row_costs(X, i, xr, mu, mnorm, h, offset, space, space_d2, o, m_)
         pos[i + 1] = pos[i] + m_
         evals += m_
         least, ch = _keep_cheapest(i, o, m_, space, space_d2, w, K, Kd2, winner, top, topd)
@@ -277,7 +357,8 @@ def posterior_stats(X, w, K, Kd2, e, inv, mu, sums, U, Q):
     returns Σ_n w_n logsumexp_{c ∈ K^(n)}(−inv·cost), the data part of F (all of F when the costs are −ℓ and
     inv = 1).
 
-    X : IN (n, d);  w : IN float64 (n,);  K : IN int32 (n, C');  Kd2 : IN float64 (n, C') costs, ascending
+    X : IN (n, d), or a CSR block (``truncated_search``);  w : IN float64 (n,);  K : IN int32 (n, C')
+    Kd2 : IN float64 (n, C') costs, ascending
     e : IN float64 (n, C') exp(−(cost − min cost)·inv)
     mu : IN float64 (C, d) the means the costs used, or (0, 0) when the costs are squared distances
     sums : INOUT float64 (C, d)  Σ w s x;   U : INOUT float64 (C,) Σ w s
@@ -285,7 +366,6 @@ def posterior_stats(X, w, K, Kd2, e, inv, mu, sums, U, Q):
         (C, 1) Σ w s d²
     """
     n, Cp = K.shape
-    d = X.shape[1]
     per_dim = mu.shape[0] > 0
     total = 0.0
     for i in range(n):
@@ -301,15 +381,10 @@ def posterior_stats(X, w, K, Kd2, e, inv, mu, sums, U, Q):
             ws = wz * e[i, a]
             U[c] += ws
             if per_dim:
-                for t in range(d):
-                    x = np.float64(X[i, t])
-                    v = x - mu[c, t]
-                    sums[c, t] += ws * x
-                    Q[c, t] += ws * (v * v)
+                _add_row_moments(X, i, ws, c, mu, sums, Q)
             else:
                 Q[c, 0] += ws * Kd2[i, a]
-                for t in range(d):
-                    sums[c, t] += ws * np.float64(X[i, t])
+                _add_row(X, i, ws, c, sums)
     return total
 
 
