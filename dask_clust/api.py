@@ -178,7 +178,10 @@ def fit(
             checkpoint_seconds,
             spec.saved(cfg, source.n_samples, source.n_features),
         )
-    row_bytes = source.n_features * np.dtype(source.dtype).itemsize + 8  # a row and its weight
+    # a row (CSR rows: their average stored bytes) and its weight
+    itemsize = np.dtype(source.dtype).itemsize
+    stored = -(-source.nbytes // max(1, source.n_samples)) if source.sparse else source.n_features * itemsize
+    row_bytes = int(stored) + 8
     t0 = time.perf_counter()
     with progress_.reporting(progress), contextlib.ExitStack() as stack:
         if saved is not None:

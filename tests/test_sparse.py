@@ -334,3 +334,18 @@ def test_vcgmm_on_csr_rows_is_the_dense_rows_model_chunked_alike(documents):
     assert got.score(X, exact=True) == pytest.approx(got.score(dense, exact=True), rel=1e-9)
     with pytest.raises(InputError, match="sparse rows take the isotropic model only .*covariance_type='diag'"):
         dask_clust.fit(X, "vcgmm", 4, covariance_type="diag", weights="learned", client="in-process")
+
+
+def test_a_csr_fits_state_is_counted_by_the_rows_stored_bytes(documents):
+    """nmbatch keeps a copy of its rows: of CSR rows, their stored bytes (about 500 a document here), not D·8
+    (16,000), so a memory share that 64 MB of dense rows would exceed lets the documents' 2.4 MB fit."""
+    import dask
+    import psutil
+
+    X, _ = documents
+    share = 16e6 / psutil.virtual_memory().available
+    with dask.config.set({"dask_clust.stream-fraction": share}):
+        m = dask_clust.fit(X, "nmbatch", 12, random_state=0, max_iter=3, client="in-process")
+        assert m.n_iter_ == 3
+        with pytest.raises(InputError, match="algo='nmbatch' keeps 160.. B of state per row"):
+            dask_clust.fit(X.toarray(), "nmbatch", 12, random_state=0, max_iter=3, client="in-process")
