@@ -16,7 +16,7 @@ from . import progress as progress_
 from ._params import build_config
 from ._random import check_random_state
 from .engine import as_source, open_engine
-from .engine.data import as_table, feature_names, key_columns, select_columns
+from .engine.data import as_table, feature_names, key_columns, select_columns, stored_row_bytes
 from .errors import ConvergenceWarning, InputError, InvalidParameterError, UnguardedScript
 from .loop import Loop
 from .mixture import MixtureModel
@@ -178,10 +178,7 @@ def fit(
             checkpoint_seconds,
             spec.saved(cfg, source.n_samples, source.n_features),
         )
-    # a row (CSR rows: their average stored bytes) and its weight
-    itemsize = np.dtype(source.dtype).itemsize
-    stored = -(-source.nbytes // max(1, source.n_samples)) if source.sparse else source.n_features * itemsize
-    row_bytes = int(stored) + 8
+    row_bytes = stored_row_bytes(source) + 8  # a row (CSR rows: their stored bytes) and its weight
     t0 = time.perf_counter()
     with progress_.reporting(progress), contextlib.ExitStack() as stack:
         if saved is not None:

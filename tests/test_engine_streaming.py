@@ -279,11 +279,10 @@ def test_a_streamed_gather_is_sized_by_the_smallest_workers_memory_and_the_drive
     from dask_clust.blocks.batches import steps_per_gather
 
     def engine(streaming, *memory):
-        rows = SimpleNamespace(nbytes=1000 * 32 * 4)  # dense float32 rows
         return SimpleNamespace(
             n_features=32,
             n_samples=1000,
-            source=rows,
+            row_bytes=32 * 4,  # dense float32 rows
             streaming=streaming,
             partitions=lambda: [(1, m << 20) for m in memory],
         )

@@ -279,8 +279,7 @@ def test_vcgmm_on_csr_rows_follows_the_reference_on_its_coreset(documents, monke
     non-zeros, Σ w s x scattered by column) against the plain-numpy vc-GMM on the same coreset densified: the
     free energy round by round, the means and σ²; ``block_rows``: search blocks of 64 CSR rows."""
     from dask_clust.blocks import truncated_estep
-    from tests.reference import vcgmm as ref_vcgmm
-    from tests.test_vcgmm import _coreset, _nearest, initial_sets
+    from tests.test_vcgmm import _coreset, assert_follows, reference_fit
 
     if block_rows:
         monkeypatch.setattr(truncated_estep, "BLOCK_ROWS", block_rows)
@@ -293,19 +292,7 @@ def test_vcgmm_on_csr_rows_follows_the_reference_on_its_coreset(documents, monke
     )  # fmt: skip
     Xc, wc = _coreset(X, size, rs)
     assert sparse.issparse(Xc)
-    Xc = Xc.toarray()
-    first = None
-    if sets == "nearest":
-        first = _nearest(Xc, init)
-        order = np.argsort(first, kind="stable")
-        Xc, wc, first = Xc[order], wc[order], first[order]
-    K0, G0 = initial_sets(check_random_state(rs), size, C, 5, 5, first)
-    mu, sigma2, F = ref_vcgmm.vcgmm(Xc, wc, init, K0, G0)
-    ours = np.array([h["objective"] for h in m.history_])
-    assert len(ours) == len(F) == m.n_iter_ and m.n_iter_ > 3
-    np.testing.assert_allclose(ours, F, rtol=1e-9)
-    np.testing.assert_allclose(m.cluster_centers_, mu, rtol=1e-9, atol=1e-12)
-    assert m.sigma2_ == pytest.approx(sigma2, rel=1e-9)
+    assert_follows(m, reference_fit(Xc.toarray(), wc, init, sets, rs, 5, 5), 1e-9, 1e-12)
 
 
 def test_vcgmm_on_csr_rows_is_the_dense_rows_model_chunked_alike(documents):
@@ -349,3 +336,17 @@ def test_a_csr_fits_state_is_counted_by_the_rows_stored_bytes(documents):
         assert m.n_iter_ == 3
         with pytest.raises(InputError, match="algo='nmbatch' keeps 160.. B of state per row"):
             dask_clust.fit(X.toarray(), "nmbatch", 12, random_state=0, max_iter=3, client="in-process")
+
+
+def test_a_csr_coreset_kept_on_the_workers_gives_the_in_process_model(cluster, documents):
+    """A coreset too large for the driver (``in-process-bytes``) is drawn, stacked and sorted by nearest seed on
+    the workers as CSR rows: the model is the one whose coreset came to the driver."""
+    import dask
+
+    X, _ = documents
+    kw = dict(algo="vcgmm", n_clusters=12, coreset_size=1500, random_state=4)
+    want = dask_clust.fit(X, client="in-process", **kw)
+    with dask.config.set({"dask_clust.in-process-bytes": "1KiB"}):
+        got = dask_clust.fit(X, client=cluster, **kw)
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    assert got.objective_ == want.objective_

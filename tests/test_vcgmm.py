@@ -63,20 +63,30 @@ def test_free_energy_trajectory_matches_reference(data, G, n_truncated, sets):
         truncated_init=sets,
         refit_size=None,
     )
-    Xc, wc = _coreset(data, size, rs)
+    assert_follows(m, reference_fit(*_coreset(data, size, rs), init, sets, rs, G, n_truncated or G), 1e-6, 1e-9)
+    assert m.converged_
+
+
+def reference_fit(Xc, wc, init, sets, random_state, G, n_truncated):
+    """The plain-numpy vc-GMM on a coreset (dense rows) from ``init``, with the fit's K^(n) and G_c (``sets``
+    "nearest": the rows first sorted by nearest initial mean, stably, as the fit sorts them): (μ, σ², F)."""
     first = None
     if sets == "nearest":
         first = _nearest(Xc, init)
         order = np.argsort(first, kind="stable")
         Xc, wc, first = Xc[order], wc[order], first[order]
-    K0, G0 = initial_sets(check_random_state(rs), size, C, G, n_truncated or G, first)
-    mu, sigma2, F = ref.vcgmm(Xc, wc, init, K0, G0)
+    K0, G0 = initial_sets(check_random_state(random_state), len(Xc), len(init), G, n_truncated, first)
+    return ref.vcgmm(Xc, wc, init, K0, G0)
+
+
+def assert_follows(m, reference, rtol, atol):
+    """A fit's free energy round by round, its means and σ² are the reference's (``reference_fit``)."""
+    mu, sigma2, F = reference
     ours = np.array([h["objective"] for h in m.history_])
     assert len(ours) == len(F) == m.n_iter_ and m.n_iter_ > 3
-    np.testing.assert_allclose(ours, F, rtol=1e-6)
-    np.testing.assert_allclose(m.cluster_centers_, mu, rtol=1e-6, atol=1e-9)
-    assert m.sigma2_ == pytest.approx(sigma2, rel=1e-6)
-    assert m.converged_
+    np.testing.assert_allclose(ours, F, rtol=rtol)
+    np.testing.assert_allclose(m.cluster_centers_, mu, rtol=rtol, atol=atol)
+    assert m.sigma2_ == pytest.approx(sigma2, rel=rtol)
 
 
 def test_several_blocks_and_chunks_change_nothing(data, monkeypatch):

@@ -58,7 +58,7 @@ def steps_per_gather(engine, rows_per_step, last, streamed=None):
     streams), STREAMED_GATHER_BYTES or STREAMED_GATHER_SHARE of the smallest worker's memory, whichever is
     less; at least 1."""
     # a row as float32, or CSR rows' average stored bytes where that is less (a batch of documents stays CSR)
-    step_bytes = rows_per_step * min(engine.n_features * 4, -(-engine.source.nbytes // max(1, engine.n_samples)))
+    step_bytes = rows_per_step * min(engine.n_features * 4, engine.row_bytes)
     if engine.streaming if streamed is None else streamed:
         memory = min(m for _, m in engine.partitions())
         budget = min(STREAMED_GATHER_BYTES, int(STREAMED_GATHER_SHARE * memory))

@@ -232,12 +232,23 @@ class FutureSource(Source):
     """Rows already on the cluster, one future of (x, w) or (x, w, input ids) per chunk: a working set drawn
     there, or a reordering."""
 
-    def __init__(self, futures, starts, n_features, dtype, remake=None):
+    def __init__(self, futures, starts, n_features, dtype, remake=None, like=None):
         """``remake(ids)``: the chunks' futures made again from the rows they came from (after a lost
-        worker took them and what they were computed from: scattered rows Dask cannot recompute)."""
+        worker took them and what they were computed from: scattered rows Dask cannot recompute); ``like``:
+        the source the rows came from, whose layout (CSR or dense) and bytes a row they keep."""
         super().__init__(starts[-1], n_features, dtype, starts, False)
         self.futures = futures
         self.remake = remake
+        self._sparse = bool(like is not None and like.sparse)
+        self._row_bytes = stored_row_bytes(like) if like is not None else None
+
+    @property
+    def sparse(self):
+        return self._sparse
+
+    @property
+    def nbytes(self):
+        return super().nbytes if self._row_bytes is None else self.n_samples * self._row_bytes
 
     def block(self, i):
         return self.futures[i].result()
@@ -349,6 +360,14 @@ def check_finite_csr(x, start=0):
 def csr_bytes(X):
     """What a CSR matrix holds: its values, their columns and the row pointers."""
     return int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
+
+
+def stored_row_bytes(source):
+    """The bytes of one row as a source's chunks hold it: D·itemsize, or its CSR rows' average stored bytes
+    (what a sample or a copy of its rows costs, not the dense width)."""
+    if source.sparse:
+        return int(-(-source.nbytes // max(1, source.n_samples)))
+    return int(source.n_features * np.dtype(source.dtype).itemsize)
 
 
 def csr_row_bytes(nnz, n, itemsize):

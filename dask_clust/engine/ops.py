@@ -29,7 +29,7 @@ from .calls import Plan, ReduceScatter, Step
 from .chunk import routed_rows
 from .cluster import IN_PROCESS
 from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
-from .data import ArraySource, as_source
+from .data import ArraySource, as_source, stored_row_bytes
 from .halo import HaloPlans
 from .local import backend_for
 from .recovery import LOSSES, Restarted
@@ -443,7 +443,7 @@ class Engine:
     def samples_here(self, rows, row_bytes=None):
         """Whether ``sample`` brings a set of ``rows`` rows (``row_bytes`` each with its state, when more than
         the row) to this process: in-process, or within ``in-process-bytes`` (rule 6)."""
-        nbytes = int(rows) * max(self.n_features * self.dtype.itemsize, int(row_bytes or 0))
+        nbytes = int(rows) * max(self.row_bytes, int(row_bytes or 0))
         return self.backend.in_process or nbytes <= config.get_bytes("in-process-bytes")
 
     @contextlib.contextmanager
@@ -485,6 +485,11 @@ class Engine:
     def sparse(self):
         """Whether the chunks hold their rows as CSR matrices (documents)."""
         return self.source.sparse
+
+    @property
+    def row_bytes(self):
+        """The bytes of a row as the chunks hold it (CSR rows: their average stored bytes, ``stored_row_bytes``)."""
+        return stored_row_bytes(self.source)
 
     @property
     def streaming(self):

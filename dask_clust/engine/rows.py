@@ -3,6 +3,7 @@ rows of ``Engine.reorder`` sent worker to worker; the driver handles counts and 
 
 import numpy as np
 
+from ..kernels.assign import stacked
 from .chunk import Chunk, routed_rows
 from .data import FutureSource, row_starts
 from .events import count
@@ -31,7 +32,7 @@ def rows_at(routed, a, b):
 
 def place(*parts):
     """One new chunk from its routed rows: (x, w, input ids) in position order."""
-    pos, x, w, ids = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    pos, x, w, ids = (stacked([p[i] for p in parts]) for i in range(4))  # (CSR rows stacked as CSR)
     order = np.argsort(pos)
     return x[order], w[order], ids[order]
 
@@ -41,7 +42,7 @@ def rows_of(piece, lo, hi):
 
 
 def stack(*pieces):
-    return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+    return stacked([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
 
 
 class RowMoves:
@@ -98,7 +99,7 @@ class RowMoves:
             return futures
 
         count("drawn", rows=int(ends[-1]))
-        return FutureSource(make(range(n_new)), starts, self.source.n_features, self.source.dtype, make)
+        return FutureSource(make(range(n_new)), starts, self.source.n_features, self.source.dtype, make, self.source)
 
     def _near(self, addr, fn, *args):
         """A one-shot task placed on ``addr`` that Dask may run, or run again after a loss, elsewhere."""
@@ -129,4 +130,4 @@ class RowMoves:
                 futures.append(self._near(addrs[home(j, n_new, len(addrs))], place, *parts))
             return futures
 
-        return FutureSource(make(range(n_new)), starts, self.source.n_features, self.source.dtype, make)
+        return FutureSource(make(range(n_new)), starts, self.source.n_features, self.source.dtype, make, self.source)
