@@ -156,11 +156,12 @@ def test_the_mixture_estimators_take_csr_rows(documents):
         np.testing.assert_allclose(proba, dense, rtol=1e-9, atol=1e-12)
 
 
-def test_kmeans_on_csr_rows_resumes_to_the_uninterrupted_bits(documents, tmp_path):
+@pytest.mark.parametrize("algo", ["kmeans", "vcgmm"])
+def test_a_fit_on_csr_rows_resumes_to_the_uninterrupted_bits(documents, tmp_path, algo):
     from tests.test_checkpoint import assert_same_model
 
     X, _ = documents
-    kw = dict(algo="kmeans", n_clusters=12, random_state=3, tol=0.0, max_iter=20, client="in-process")
+    kw = dict(algo=algo, n_clusters=12, random_state=3, tol=0.0, max_iter=20, client="in-process")
 
     def stop(record):
         if record["iteration"] == 4:
