@@ -18,7 +18,7 @@ from numba.extending import overload
 
 from .._random import permute
 from .distance import UNDERFLOW, nearest_rows, sqdist, sqnorm
-from .sparse import EXPANSION_SLACK, row_products, two_smallest
+from .sparse import EXPANSION_SLACK, row_products, row_sqdist, two_smallest
 
 # float32 rounding is at most 2^-24 relative: shrinking by 2^-22 first keeps a stored bound below its value
 _SHRINK = 1.0 - 2.0**-22
@@ -77,10 +77,7 @@ def _distance_rows(X, i, C, cnorm, j):
 
     def csr(X, i, C, cnorm, j):
         indptr, indices, data, xx = X
-        dot = 0.0
-        for q in range(indptr[i], indptr[i + 1]):
-            dot += np.float64(data[q]) * C[j, indices[q]]
-        return max(0.0, xx[i] - 2.0 * dot + cnorm[j]), EXPANSION_SLACK * (xx[i] + cnorm[j])
+        return row_sqdist(indptr, indices, data, i, xx[i], C, cnorm, j), EXPANSION_SLACK * (xx[i] + cnorm[j])
 
     return csr
 

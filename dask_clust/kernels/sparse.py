@@ -10,6 +10,26 @@ import numpy as np
 from numba import njit
 
 
+@njit(nogil=True, cache=True, inline="always")
+def row_sqnorm(indptr, data, i):
+    """||x_i||² of CSR row i, in float64."""
+    s = 0.0
+    for p in range(indptr[i], indptr[i + 1]):
+        v = np.float64(data[p])
+        s += v * v
+    return s
+
+
+@njit(nogil=True, cache=True, inline="always")
+def row_sqdist(indptr, indices, data, i, xx, C, cnorm, c):
+    """||x_i − c||² of CSR row i (squared norm xx) to centre c of C, by the expansion from its non-zeros, clamped
+    at 0: O(nnz), not O(D)."""
+    dot = 0.0
+    for p in range(indptr[i], indptr[i + 1]):
+        dot += np.float64(data[p]) * C[c, indices[p]]
+    return max(0.0, xx - 2.0 * dot + cnorm[c])
+
+
 @njit(nogil=True, cache=True)
 def row_products(indptr, indices, data, i, CT, dots):
     """dots[j] = x_i·c_j for every centre, and ||x_i||²."""
@@ -143,11 +163,7 @@ def csr_potentials(indptr, indices, data, w, mind, CT, cnorm, pot):
 def csr_row_sqnorms(indptr, data, out):
     """out[i] = ||x_i||² in float64, for each row of a CSR chunk."""
     for i in range(indptr.shape[0] - 1):
-        s = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            v = np.float64(data[p])
-            s += v * v
-        out[i] = s
+        out[i] = row_sqnorm(indptr, data, i)
 
 
 @njit(nogil=True, cache=True)
@@ -157,16 +173,9 @@ def csr_sqdist_to(indptr, indices, data, C, cnorm, ids, out):
     C : IN float64 (k, D);  cnorm : IN float64 (k,) ||c_j||²;  ids : IN int32 (n, m);  out : OUT float64 (n, m)
     """
     for i in range(ids.shape[0]):
-        xx = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            v = np.float64(data[p])
-            xx += v * v
+        xx = row_sqnorm(indptr, data, i)
         for a in range(ids.shape[1]):
-            c = ids[i, a]
-            dot = 0.0
-            for p in range(indptr[i], indptr[i + 1]):
-                dot += np.float64(data[p]) * C[c, indices[p]]
-            out[i, a] = max(0.0, xx - 2.0 * dot + cnorm[c])
+            out[i, a] = row_sqdist(indptr, indices, data, i, xx, C, cnorm, ids[i, a])
 
 
 @njit(nogil=True, cache=True)

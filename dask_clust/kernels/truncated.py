@@ -20,6 +20,7 @@ from numba.extending import overload
 
 from .._random import row_state, splitmix
 from .distance import scaled_sqdist_row, sqdist_row
+from .sparse import row_sqdist
 
 
 def diagonal_metric(var, weights):
@@ -139,11 +140,7 @@ def _row_costs_rows(X, i, xr, mu, mnorm, h, offset, space, space_d2, o, m_):
     def csr(X, i, xr, mu, mnorm, h, offset, space, space_d2, o, m_):
         indptr, indices, data, xx = X
         for s in range(o, o + m_):
-            c = space[s]
-            dot = 0.0
-            for q in range(indptr[i], indptr[i + 1]):
-                dot += np.float64(data[q]) * mu[c, indices[q]]
-            space_d2[s] = max(0.0, xx[i] - 2.0 * dot + mnorm[c])
+            space_d2[s] = row_sqdist(indptr, indices, data, i, xx[i], mu, mnorm, space[s])
 
     return csr
 
