@@ -383,6 +383,36 @@ def test_state_in_files_maps_back_what_was_written(tmp_path):
     assert len([f for f in os.listdir(where) if f.endswith(".npy")]) == 3
 
 
+def test_state_in_files_keeps_csr_rows_as_mapped_arrays(tmp_path):
+    """nmbatch keeps a chunk's CSR rows in nesting order in its state: between calls they live as their three
+    arrays' files, come back as the same matrix over mapped arrays, and are not written again while the state
+    holds the matrix it was given (a pickle of the rows on every call would cost a pass over them a step)."""
+    from scipy import sparse
+
+    from dask_clust.engine.rowfiles import state_from_files, state_to_files
+
+    where = str(tmp_path / "c")
+    rows = sparse.random(40, 30, density=0.2, format="csr", dtype=np.float32, random_state=0)
+    state_to_files({"nmbatch": {"x": rows, "b": 3}}, where, {})
+    files = set(os.listdir(where))
+    state, mapped = state_from_files(where)
+    x = state["nmbatch"]["x"]
+    assert sparse.issparse(x) and x.format == "csr" and x.shape == rows.shape and x.dtype == rows.dtype
+    np.testing.assert_array_equal(x.toarray(), rows.toarray())
+    state["nmbatch"]["b"] = 4
+    state_to_files(state, where, mapped)
+    assert set(os.listdir(where)) == files  # the same three array files: nothing written anew
+    again, mapped = state_from_files(where)
+    assert again["nmbatch"]["b"] == 4
+    np.testing.assert_array_equal(again["nmbatch"]["x"].toarray(), rows.toarray())
+    again["nmbatch"]["x"] = rows[::2]  # replaced: written anew, the old files removed
+    state_to_files(again, where, mapped)
+    del again, mapped
+    last, _ = state_from_files(where)
+    np.testing.assert_array_equal(last["nmbatch"]["x"].toarray(), rows[::2].toarray())
+    assert len(set(os.listdir(where)) & files) == 1  # only the manifest is left of the first files
+
+
 def test_state_directories_of_ended_processes_are_removed(tmp_path):
     """A partition's state directory is named after its process; a new one removes those of processes that
     have ended (a killed worker leaves its own), never a live process's."""
@@ -421,6 +451,29 @@ def test_a_streamed_fit_with_its_state_in_files_gives_the_same_model(store, algo
     with dask.config.set(filing):
         filed = dask_clust.fit(path, **kw)
     assert filed.engine_["state_files"] and filed.engine_["streaming"] and not held.engine_["state_files"]
+    np.testing.assert_array_equal(filed.cluster_centers_, held.cluster_centers_)
+    assert filed.objective_ == held.objective_ and filed.n_iter_ == held.n_iter_
+
+
+@pytest.mark.parametrize("algo", ["kmeans", "nmbatch"])
+def test_streamed_csr_rows_with_their_state_in_files_give_the_same_model(algo):
+    """The same for a dask array of CSR blocks: nmbatch's state holds each chunk's rows in nesting order as a
+    CSR matrix, kept in the files as its arrays (``state_to_files``)."""
+    import dask
+    import dask.array as da
+
+    from dask_clust.datasets import make_documents
+
+    X, _ = make_documents(3000, 600, 12, random_state=1)
+    rows = da.from_array(X, chunks=(500, X.shape[1]), asarray=False)
+    kw = dict(algo=algo, n_clusters=6, random_state=2, client="in-process")
+    with dask.config.set({"dask_clust.chunk-bytes": "16KiB", "dask_clust.stream": False}):
+        held = dask_clust.fit(rows, **kw)
+    filing = {"dask_clust.chunk-bytes": "16KiB", "dask_clust.stream": True, "dask_clust.state-files": True}
+    with dask.config.set(filing):
+        filed = dask_clust.fit(rows, **kw)
+    assert filed.engine_["state_files"] and filed.engine_["streaming"] and not held.engine_["state_files"]
+    assert held.engine_["chunks"] > 1
     np.testing.assert_array_equal(filed.cluster_centers_, held.cluster_centers_)
     assert filed.objective_ == held.objective_ and filed.n_iter_ == held.n_iter_
 

@@ -104,6 +104,18 @@ def test_other_sparse_formats_are_converted_and_other_algorithms_refuse(document
     with pytest.warns(UserWarning, match="'coo' matrix: converted to CSR"):
         got = dask_clust.fit(X.tocoo(), "kmeans", 6, random_state=0, client="in-process")
     np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    # a dask array of CSC blocks carries their meta: converted block by block, without a warning for each
+    csc = da.from_array(X.tocsc(), chunks=(700, X.shape[1]), asarray=False)
+    np.testing.assert_array_equal(
+        dask_clust.fit(csc, "kmeans", 6, random_state=0, client="in-process").cluster_centers_, want.cluster_centers_
+    )
+    # dask keeps no meta for COO blocks: the array looks dense until a block is computed, then is refused
+    coo = da.from_array(X.toarray(), chunks=(700, X.shape[1])).map_blocks(sparse.coo_matrix)
+    with pytest.raises(InputError, match="dask array of scipy.sparse 'coo' blocks whose meta says dense"):
+        dask_clust.fit(coo, "kmeans", 6, client="in-process")
+    m = dask_clust.fit(X[:200].toarray(), "kmeans", 3, random_state=0, client="in-process")
+    with pytest.raises(InputError, match="'coo' blocks whose meta says dense"):
+        m.predict(coo).compute()
     refusal = r"algo='vrkm' does not take sparse input yet .*\['kmeans', 'minibatch', 'nmbatch', 'vargmm', 'vcgmm'\]"
     with pytest.raises(InputError, match=refusal):
         dask_clust.fit(X, "vrkm", 6)

@@ -643,6 +643,8 @@ def as_source(X, sample_weight=None, *, chunk_rows=None, columns=None, unit=Fals
     elif blocks_sparse:
         X = X.map_blocks(_csr_block, dtype=X.dtype, meta=_csr_meta(X.dtype))
         row_bytes = csr_row_bytes(_nnz(X), n, dtype.itemsize)
+    elif isinstance(X, da.Array):
+        X = X.map_blocks(_dense_block, dtype=X.dtype, meta=X._meta)
     rows = chunk_rows or auto_chunk_rows(n, row_bytes, 1)
     weights = _check_weights(sample_weight, n)
     if isinstance(X, da.Array):
@@ -674,6 +676,18 @@ def _csr_block(x):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return _csr(x)
+
+
+def _dense_block(x):
+    """A block of a dask array whose meta says dense rows: refused when it is a scipy sparse matrix after all
+    (dask keeps no meta for COO blocks, so a dask array of them looks dense until a block is computed)."""
+    if is_sparse_input(x):
+        raise InputError(
+            f"X is a dask array of scipy.sparse {getattr(x, 'format', type(x).__name__)!r} blocks whose meta says "
+            "dense: give CSR blocks and their meta, e.g. X.map_blocks(lambda b: b.tocsr(), "
+            "meta=scipy.sparse.csr_matrix((0, 0), dtype=X.dtype))"
+        )
+    return x
 
 
 def _csr_meta(dtype):
@@ -775,6 +789,8 @@ def as_dask_rows(X, n_features=None):
     if isinstance(X, da.Array):
         if is_sparse_input(X._meta):  # blocks of scipy sparse rows: each canonical CSR
             X = X.map_blocks(_csr_block, dtype=X.dtype, meta=_csr_meta(X.dtype))
+        else:
+            X = X.map_blocks(_dense_block, dtype=X.dtype, meta=X._meta)
         X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
         X = X.compute_chunk_sizes() if np.isnan(X.shape[0]) else X  # a dask DataFrame's (``as_array``)
         return X.astype(dtype) if X.dtype != dtype else X

@@ -17,6 +17,7 @@ import uuid
 import numpy as np
 
 from ..errors import InputError
+from ..kernels.assign import is_csr
 from ..outputs import UNREADABLE, file_sha256, mapped_npy, stored_arrays
 
 
@@ -163,8 +164,8 @@ def _alive(pid):
 def state_from_files(directory):
     """A chunk's state as ``state_to_files`` left it in ``directory``: its arrays mapped from their files (a
     step reads only the pages it touches and writes in place through them; nmbatch's batch is a prefix of its
-    rows), the rest unpickled; and {path: (file name, array)} of the mapped ones. Empty when nothing was
-    written yet."""
+    rows), a CSR matrix rebuilt over its three mapped arrays, the rest unpickled; and {path: (file names,
+    value)} of the mapped ones. Empty when nothing was written yet."""
     manifest = os.path.join(directory, "state.pkl")
     if not os.path.exists(manifest):
         return {}, {}
@@ -173,33 +174,53 @@ def state_from_files(directory):
     state, mapped = {}, {}
     for path, (kind, value) in leaves.items():
         if kind == "npy":
-            array = np.asarray(mapped_npy(os.path.join(directory, value), "r+"))
+            array = _mapped(directory, value)
             mapped[path], value = (value, array), array
+        elif kind == "csr":
+            from scipy.sparse import csr_matrix
+
+            names, shape = value
+            data, indices, indptr = (_mapped(directory, name) for name in names)
+            matrix = csr_matrix((data, indices, indptr), shape=shape, copy=False)
+            mapped[path], value = (names, matrix), matrix
         _put(state, path, value)
     return state, mapped
 
 
+def _mapped(directory, name):
+    return np.asarray(mapped_npy(os.path.join(directory, name), "r+"))
+
+
 def state_to_files(state, directory, mapped):
     """Write a chunk's state into ``directory``: each array (of the state, or of a dict in it) to a new
-    ``.npy`` file unless it is the array ``state_from_files`` mapped there (changed in place, if at all),
-    everything else into one pickle; files no longer part of the state are removed. A file is never written
-    over: the state may still map it (Lloyd keeps last call's labels as its spare), and a mapped file cut
-    short would fault; one unlinked stays readable until unmapped."""
+    ``.npy`` file unless it is the array ``state_from_files`` mapped there (changed in place, if at all), a CSR
+    matrix (nmbatch's rows in nesting order) as its three arrays alike, everything else into one pickle; files
+    no longer part of the state are removed. A file is never written over: the state may still map it (Lloyd
+    keeps last call's labels as its spare), and a mapped file cut short would fault; one unlinked stays
+    readable until unmapped."""
     os.makedirs(directory, exist_ok=True)
     leaves, names = {}, set()
     for path, value in _leaves(state):
+        was_names, was = mapped.get(path, (None, None))
         if isinstance(value, np.ndarray) and value.dtype != object:
-            name, was = mapped.get(path, (None, None))
-            if was is not value:
-                name = f"{uuid.uuid4().hex}.npy"
-                np.save(os.path.join(directory, name), value)
+            name = was_names if was is value else _saved(directory, value)
             leaves[path], names = ("npy", name), names | {name}
+        elif is_csr(value):
+            arrays = value.data, value.indices, value.indptr
+            parts = was_names if was is value else tuple(_saved(directory, a) for a in arrays)
+            leaves[path], names = ("csr", (parts, value.shape)), names | set(parts)
         else:
             leaves[path] = ("obj", value)
     with open(os.path.join(directory, "state.pkl"), "wb") as f:
         pickle.dump(leaves, f, protocol=pickle.HIGHEST_PROTOCOL)
     for name in set(os.listdir(directory)) - names - {"state.pkl"}:
         os.remove(os.path.join(directory, name))
+
+
+def _saved(directory, array):
+    name = f"{uuid.uuid4().hex}.npy"
+    np.save(os.path.join(directory, name), array)
+    return name
 
 
 def _leaves(state, prefix=()):
