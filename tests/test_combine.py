@@ -107,6 +107,38 @@ def test_threads_adding_into_one_sum_give_the_bits_of_one_thread(threads):
     np.testing.assert_array_equal(got[1], np.sum([p[1] for p in partials], axis=0))
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_sum_given_by_entries_is_the_exact_sum_of_its_terms(threads):
+    """A float Sum field may come as ``Entries`` (a chunk's CSR rows' terms, repeated keys among them): every
+    term added exactly, so the brute-force sums of all terms, the same bits for any tree and threads (striped
+    past 2^16 positions), plain or scattered; and with distinct keys a chunk's entries are its dense field."""
+    rng = np.random.default_rng(8)
+    shape = (300, 256)
+    entries, dense = [], []
+    for chunk in range(N_CHUNKS):
+        keys = rng.integers(0, shape[0] * shape[1], 4000)
+        values = rng.standard_normal(4000) * 10.0 ** rng.integers(-6, 6, 4000)
+        entries.append((c.Entries(keys, values, shape), c.Entries(keys, values, shape)))
+        distinct = np.unique(keys)
+        x = np.zeros(shape)
+        x.flat[distinct] = values[: distinct.size]
+        dense.append((c.Entries(distinct, values[: distinct.size], shape), x))
+    combine = (c.Sum(), c.Scatter(c.Sum()))
+    got = through_partitions(entries, combine, 3, 2, threads=threads)
+    for n_parts, split_every in ((1, 2), (5, 2), (23, 16)):
+        assert_same(got, through_partitions(entries, combine, n_parts, split_every, threads=1))
+    assert got[0].shape == shape
+    np.testing.assert_array_equal(got[0], got[1])
+    keys = np.concatenate([e[0].keys for e in entries])
+    values = np.concatenate([e[0].values for e in entries])
+    where = rng.choice(keys, 50)
+    exact = [math.fsum(values[keys == k]) for k in where]
+    np.testing.assert_allclose(got[0].flat[where], exact, rtol=1e-15)
+    assert got[0].flat[np.setdiff1d(np.arange(got[0].size), keys)[:100]].tolist() == [0.0] * 100
+    both = through_partitions(dense, combine, 2, 2, threads=threads)
+    np.testing.assert_array_equal(both[0], both[1])
+
+
 @pytest.mark.parametrize("n_parts,split_every", SHAPES)
 @pytest.mark.parametrize("kind", [c.ArgMin, c.ArgMax])
 def test_argmin_argmax_ties_go_to_the_lowest_id(n_parts, split_every, kind):

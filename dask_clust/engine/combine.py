@@ -4,7 +4,8 @@ A step returns a tuple; ``Engine.reduce(step, params, combine)`` names one combi
 combine is associative and gives the same bits for any tree of partitions, so the partitions combine
 with each other on the workers and only the root's finished result reaches the driver:
 
-    Sum()            exact sum: floats as fixed point on the fit's grid (``kernels.stats``), ints as int64
+    Sum()            exact sum: floats as fixed point on the fit's grid (``kernels.stats``), ints as int64;
+                     a float field may come as ``Entries`` (its non-zeros: the sums of a chunk's CSR rows)
     Fold(start)      float64 sum in chunk order, start + p_0 + p_1 + ... (a left fold: the pieces travel
                      to the root, so keep it for small fields or for bits an older sum order fixed)
     Rows()           per-chunk arrays of any length, concatenated along axis 0 in chunk order (CSR pieces
@@ -25,27 +26,56 @@ and ``finish(a, top)`` (the result); a ``Sum`` also ``accumulate(a, value, chunk
 in one pass. Nothing here knows Dask.
 """
 
+import contextlib
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from ..kernels.assign import is_csr, stacked
-from ..kernels.stats import N_WORDS, fixed_accumulate, fixed_add, fixed_add_at, from_fixed, merge_keyed, to_fixed
+from ..kernels.stats import (
+    N_WORDS,
+    fixed_accumulate,
+    fixed_accumulate_entries,
+    fixed_add,
+    fixed_add_at,
+    from_fixed,
+    merge_keyed,
+    to_fixed,
+)
 
 
 def _fixed(flat, top, out):
     """``out`` (n, N_WORDS) ← the float64 values ``flat`` on the fit's fixed-point grid."""
-    if top is None:
-        raise ValueError("a float Sum needs the fit's fixed-point grid, which the first pass sets")
+    _check_grid(top)
     if to_fixed(flat, top, out):
         raise FloatingPointError(f"a partial sum is not finite or exceeds 2^{top}; the data's scale was misjudged")
     return out
+
+
+def _check_grid(top):
+    if top is None:
+        raise ValueError("a float Sum needs the fit's fixed-point grid, which the first pass sets")
+
+
+class Entries(NamedTuple):
+    """A float ``Sum`` field of ``shape`` given by its entries: values[e] adds at the flat position keys[e]
+    (repeated keys add up). A chunk of sparse rows touches few of a k × D statistic's positions: its entries
+    cost O(nnz) to make and lift, where the dense field costs O(k·D) a chunk. Each value is added exactly, so
+    the sum is that of the rows' terms, however they are grouped."""
+
+    keys: np.ndarray  # int64 (m,)
+    values: np.ndarray  # float64 (m,)
+    shape: tuple
 
 
 class Sum:
     """Exact sum: any tree order gives the same bits."""
 
     def lift(self, value, chunk, top):
+        if isinstance(value, Entries):
+            words = np.zeros((int(np.prod(value.shape)), N_WORDS), dtype=np.int64)
+            return self.accumulate(("f", tuple(value.shape), words), value, chunk, top)
         a = np.asarray(value)
         if a.dtype.kind != "f":
             return "i", a.shape, a.astype(np.int64, copy=True)
@@ -66,16 +96,24 @@ class Sum:
         if a[0] == "i":
             a[2][...] += np.asarray(value).reshape(a[2].shape)
             return a
-        flat = np.ascontiguousarray(value, dtype=np.float64).ravel()
-        words, n = a[2], flat.size
-        bad = 0
+        _check_grid(top)
+        words, entries = a[2], isinstance(value, Entries)
+        if entries:
+            keys, flat = value.keys, np.ascontiguousarray(value.values, dtype=np.float64)
+        else:
+            flat = np.ascontiguousarray(value, dtype=np.float64).ravel()
+        n = words.shape[0]
         if stripes is None:
-            bad = fixed_accumulate(words, flat, top)
+            ranges = [(0, n, contextlib.nullcontext())]
         else:
             k = len(stripes)
-            for j in range(first, first + k):
-                lo, hi = (j % k) * n // k, (j % k + 1) * n // k
-                with stripes[j % k]:
+            ranges = [((j % k) * n // k, (j % k + 1) * n // k, stripes[j % k]) for j in range(first, first + k)]
+        bad = 0
+        for lo, hi, lock in ranges:
+            with lock:
+                if entries:
+                    bad += fixed_accumulate_entries(words[lo:hi], keys, flat, top, lo)
+                else:
                     bad += fixed_accumulate(words[lo:hi], flat[lo:hi], top)
         if bad:
             raise FloatingPointError(f"a partial sum is not finite or exceeds 2^{top}; the data's scale was misjudged")
@@ -320,7 +358,7 @@ class Scatter:
             raise TypeError("Scatter combines an elementwise field, Sum(), Min() or Max(), or a KeyedSum(rows)")
 
     def lift(self, value, chunk, top):
-        if not isinstance(self.inner, KeyedSum) and np.ndim(value) == 0:
+        if not isinstance(self.inner, KeyedSum) and not isinstance(value, Entries) and np.ndim(value) == 0:
             raise ValueError("a Scatter field is split by rows: it must be an array, not a scalar")
         return self.inner.lift(value, chunk, top)
 

@@ -147,6 +147,24 @@ def csr_accumulate(indptr, indices, data, w, labels, mind, sums, weights):
 
 
 @njit(nogil=True, cache=True)
+def csr_sum_entries(indptr, indices, data, w, labels, mind, d, keys, values, weights):
+    """Lloyd's Σ w x per centre of labelled CSR rows as entries, one a non-zero: keys[p] = label·d + column,
+    values[p] = w·x (``combine.Entries``; p counted from indptr[0]), and Σ w per centre into ``weights``;
+    returns Σ w·mind."""
+    qe = 0.0
+    first = indptr[0]
+    for i in range(indptr.shape[0] - 1):
+        j = labels[i]
+        wi = w[i]
+        weights[j] += wi
+        qe += wi * mind[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            keys[p - first] = j * d + indices[p]
+            values[p - first] = wi * np.float64(data[p])
+    return qe
+
+
+@njit(nogil=True, cache=True)
 def csr_potentials(indptr, indices, data, w, mind, CT, cnorm, pot):
     """Greedy k-means++ scoring on CSR rows: pot[j] += Σ_i w_i min(mind_i, ||x_i − c_j||²)
     (``assign.candidate_potentials``); returns evaluations."""

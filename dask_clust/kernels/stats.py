@@ -49,30 +49,57 @@ def fixed_accumulate(acc, values, top):
     limit = math.ldexp(1.0, top)
     bad = 0
     for i in range(values.shape[0]):
-        v = values[i]
-        if v == 0.0:
-            continue
-        if not abs(v) < limit:  # also NaN
-            bad += 1
-            continue
-        # v = ±m·2^e exactly; on the grid it is m·2^s, s = e - (top - 186), split into 62-bit words
-        b = bits[i]
-        ex = (b >> 52) & 0x7FF
-        m = b & ((np.int64(1) << 52) - 1)
-        if ex == 0:
-            e = -1074
-        else:
-            m |= np.int64(1) << 52
-            e = ex - 1075
-        s = e - top + GRID_BITS
-        w0, w1, w2 = _split_words(m, s)
-        if b < 0:
-            w0, w1, w2 = -w0, -w1, -w2
-        acc[i, 0] += w0
-        acc[i, 1] += w1
-        acc[i, 2] += w2
-        _carry(acc, i)
+        bad += _add_exact(acc, i, values[i], bits[i], limit, top)
     return bad
+
+
+@njit(nogil=True, cache=True)
+def fixed_accumulate_entries(acc, keys, values, top, lo):
+    """acc[keys[e] - lo] += values[e] for the entries whose key falls in [lo, lo + len(acc)), exactly (repeated
+    keys add up): a partial given by its non-zeros (Lloyd's sums of CSR rows) lifted without its dense form.
+
+    acc    : INOUT int64 (n, 3)
+    keys   : IN    int64 (m,)     flat positions
+    values : IN    float64 (m,), C-contiguous
+    top    : IN    int
+    lo     : IN    int            the position acc's first row stands for (a stripe of a shared sum)
+    Returns the number of values that did not fit (not added).
+    """
+    bits = values.view(np.int64)
+    limit = math.ldexp(1.0, top)
+    n = acc.shape[0]
+    bad = 0
+    for e in range(keys.shape[0]):
+        i = keys[e] - lo
+        if 0 <= i < n:
+            bad += _add_exact(acc, i, values[e], bits[e], limit, top)
+    return bad
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _add_exact(acc, i, v, b, limit, top):
+    """acc[i] += v (its bit pattern b) on the grid 2^(top - 186); 1 when it did not fit (not added), else 0."""
+    if v == 0.0:
+        return 0
+    if not abs(v) < limit:  # also NaN
+        return 1
+    # v = ±m·2^e exactly; on the grid it is m·2^s, s = e - (top - 186), split into 62-bit words
+    ex = (b >> 52) & 0x7FF
+    m = b & ((np.int64(1) << 52) - 1)
+    if ex == 0:
+        e = -1074
+    else:
+        m |= np.int64(1) << 52
+        e = ex - 1075
+    s = e - top + GRID_BITS
+    w0, w1, w2 = _split_words(m, s)
+    if b < 0:
+        w0, w1, w2 = -w0, -w1, -w2
+    acc[i, 0] += w0
+    acc[i, 1] += w1
+    acc[i, 2] += w2
+    _carry(acc, i)
+    return 0
 
 
 @njit(nogil=True, cache=True, inline="always")
