@@ -1,5 +1,6 @@
 """Kernels against brute force (hypothesis)."""
 
+import contextlib
 import math
 
 import numpy as np
@@ -610,6 +611,16 @@ def _csr_rows(X):
     return X.indptr, X.indices, X.data, np.asarray(X.multiply(X).sum(axis=1), np.float64).ravel()
 
 
+@contextlib.contextmanager
+def _terms_into(S, X):
+    """The CSR kernels' moves as terms (keys, values, used), added into the dense S when the kernel returns."""
+    n = 2 * X.nnz
+    terms = np.empty(n, np.int64), np.empty(n), np.array([0, S.shape[1]], np.int64)
+    yield terms
+    keys, values, (used, _) = terms
+    np.add.at(S.reshape(-1), keys[:used], values[:used])
+
+
 def _join(X, w, rows, C, labels, dist, lower, S, v, sse):
     from scipy import sparse
 
@@ -618,7 +629,8 @@ def _join(X, w, rows, C, labels, dist, lower, S, v, sse):
 
     P = Prepared(C, X.dtype)
     if sparse.issparse(X):
-        return csr_join_rows(*_csr_rows(X), w, rows, P.CT, P.cnorm, labels, dist, lower, S, v, sse)
+        with _terms_into(S, X) as terms:
+            return csr_join_rows(*_csr_rows(X), w, rows, P.CT, P.cnorm, labels, dist, lower, terms, v, sse)
     return join_rows(X, w, rows, P.Cd, P.cnorm, P.C, P.tol, P.block, labels, dist, lower, S, v, sse)
 
 
@@ -629,7 +641,9 @@ def _reuse(X, w, rows, C, p, labels, dist, lower, S, v, sse):
 
     cnorm = (C * C).sum(1)
     if sparse.issparse(X):
-        return reuse_rows(_csr_rows(X), w, rows, C, cnorm, np.ascontiguousarray(C.T), p, labels, dist, lower, S, v, sse)
+        CT = np.ascontiguousarray(C.T)
+        with _terms_into(S, X) as terms:
+            return reuse_rows(_csr_rows(X), w, rows, C, cnorm, CT, p, labels, dist, lower, terms, v, sse)
     return reuse_rows(X, w, rows, C, cnorm, np.empty((0, 0)), p, labels, dist, lower, S, v, sse)
 
 

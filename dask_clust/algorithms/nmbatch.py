@@ -51,7 +51,7 @@ from .._params import FiniteArray, Interval, NoneOK, Options
 from .._random import stream
 from ..blocks.lloyd import m_step, to_sphere
 from ..blocks.seeding import AUTO, ROW_BYTES, SEEDERS, seed, seed_rows
-from ..engine.combine import Rows
+from ..engine.combine import Entries, Rows
 from ..kernels.assign import Prepared, densified, is_csr, kernel_rows
 from ..kernels.nested import csr_join_rows, join_rows, nested_ranks, reuse_rows
 from .registry import COUNT, MAYBE, METRIC, METRICS, AlgorithmSpec, centres, finish, register, spherical
@@ -145,7 +145,18 @@ def _nesting(chunk, params):
     }
     if b:
         k, d = centers.shape
-        _join(st, Prepared(centers, chunk.x.dtype), b, np.zeros((k, d)), np.zeros(k), np.zeros(k))
+        _join(st, Prepared(centers, chunk.x.dtype), b, _moves_buffer(st, b, k, d), np.zeros(k), np.zeros(k))
+
+
+def _moves_buffer(st, b, k, d):
+    """Where a round's moves of Σ w x go: a dense k × D delta, or for CSR rows their terms (keys, values,
+    used), room for two a non-zero of the rows of rank < b (a row leaves one centre and joins another): a
+    dense delta a chunk would cost more than its rows."""
+    if not is_csr(st["x"]):
+        return np.zeros((k, d))
+    indptr = st["x"].indptr
+    nnz = 2 * int(indptr[np.searchsorted(st["ranks"], b)] - indptr[0])
+    return np.empty(nnz, np.int64), np.empty(nnz), np.array([0, d], np.int64)
 
 
 def _join(st, centers, b, S, v, sse):
@@ -174,11 +185,12 @@ def _first_rows(chunk, params):
 
 
 def _round_step(chunk, params):
-    """Step 3 on the chunk's rows of rank < b: (ΔS, Δv, sse, changed, evaluations, rows that joined)."""
+    """Step 3 on the chunk's rows of rank < b: (ΔS, Δv, sse, changed, evaluations, rows that joined); of CSR
+    rows ΔS comes as the moved rows' terms (``Entries``, ``_moves_buffer``)."""
     centers, p, b = params
     st = chunk.state["nmbatch"]
     k, d = centers.C.shape
-    S, v, sse = np.zeros((k, d)), np.zeros(k), np.zeros(k)
+    S, v, sse = _moves_buffer(st, b, k, d), np.zeros(k), np.zeros(k)
     # CSR rows read the centres' columns when a bound fails (dense rows: none)
     cols = centers.CT if is_csr(st["x"]) else NO_COLUMNS
     kept = st["labels"], st["dist"], st["lower"]
@@ -188,6 +200,9 @@ def _round_step(chunk, params):
     if b > st["b"]:
         more, joined = _join(st, centers, b, S, v, sse)
         evals += more
+    if isinstance(S, tuple):
+        keys, values, (used, _) = S
+        S = Entries(keys[:used], values[:used], (k, d))
     return S, v, sse, np.int64(changed), np.int64(evals), np.int64(joined)
 
 

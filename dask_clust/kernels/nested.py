@@ -58,9 +58,15 @@ def _move_rows(X, i, wi, a, S, v, sign):
 
     def csr(X, i, wi, a, S, v, sign):
         indptr, indices, data, _ = X
+        keys, values, used = S  # the moves' terms (``combine.Entries``): a k × D delta a chunk would cost more
+        d = used[1]
         v[a] += sign * wi
+        e = used[0]
         for q in range(indptr[i], indptr[i + 1]):
-            S[a, indices[q]] += sign * wi * np.float64(data[q])
+            keys[e] = a * d + indices[q]
+            values[e] = sign * wi * np.float64(data[q])
+            e += 1
+        used[0] = e
 
     return csr
 
@@ -95,8 +101,9 @@ def reuse_rows(X, w, rows, C, cnorm, CT, p, labels, dist, lower, S, v, sse):
     their columns (read for CSR rows only);  p : IN float64 (k,) their displacement at the last update
     labels : INOUT int32 (n,), dist : INOUT float64 (n,) label and exact distance, by row
     lower : INOUT float32 (n, k) bounds by row (Elkan), or (n, 1): bound on the second closest (Hamerly)
-    S : INOUT float64 (k, D) Σ w x moves;  v : INOUT float64 (k,) Σ w moves
-    sse : INOUT float64 (k,) Σ w d² of the rows by their new label
+    S : INOUT float64 (k, D) Σ w x moves; for CSR rows their terms (keys int64, values float64, used int64
+    (2,)): entry e < used[0] adds values[e] at the flat position keys[e] of the k × D sums, used[1] = D
+    v : INOUT float64 (k,) Σ w moves;  sse : INOUT float64 (k,) Σ w d² of the rows by their new label
     """
     k = C.shape[0]
     elkan = lower.shape[1] == k
@@ -241,7 +248,8 @@ def csr_join_rows(indptr, indices, data, xx, w, rows, CT, cnorm, labels, dist, l
 
     indptr, indices, data : IN the CSR chunk;  xx : IN float64 (n,) its rows' squared norms
     CT : IN float64 (D, k) the centres' columns;  cnorm : IN float64 (k,) ||c_j||²
-    w, rows, labels, dist, lower, S, v, sse : as ``join_rows``
+    S : INOUT the joining rows' terms (keys, values, used), as ``reuse_rows`` takes them for CSR rows
+    w, rows, labels, dist, lower, v, sse : as ``join_rows``
     """
     k = CT.shape[1]
     elkan = lower.shape[1] == k
