@@ -98,6 +98,25 @@ def test_csr_rows_are_worker_count_invariant(cluster, documents, algo):
         assert one.objective_ == two.objective_
 
 
+def test_sharded_centres_from_csr_rows_give_the_model_of_the_driver(documents, monkeypatch):
+    """Lloyd's sums of CSR rows come as their terms (``Entries``): reduce-scattered to sharded centres (over
+    model-bytes) they give the bits of the centres on the driver."""
+    import dask
+
+    from dask_clust.blocks import lloyd
+
+    X, _ = documents
+    kw = dict(algo="kmeans", n_clusters=12, random_state=3, client="in-process", max_iter=8)
+    driver = dask_clust.fit(X, **kw)
+    made, init = [], lloyd.ShardedCentres.__init__
+    monkeypatch.setattr(lloyd.ShardedCentres, "__init__", lambda self, *a, **k: made.append(init(self, *a, **k)))
+    with dask.config.set({"dask_clust.model-bytes": "1"}):
+        sharded = dask_clust.fit(X, **kw)
+    assert made
+    np.testing.assert_array_equal(sharded.cluster_centers_, driver.cluster_centers_)
+    assert sharded.objective_ == driver.objective_
+
+
 def test_other_sparse_formats_are_converted_and_other_algorithms_refuse(documents):
     X, _ = documents
     want = dask_clust.fit(X, "kmeans", 6, random_state=0, client="in-process")
