@@ -26,9 +26,15 @@ def _init(X, k, seed=0):
     return X[np.random.default_rng(seed).choice(X.shape[0], k, replace=False)].toarray()
 
 
-def test_kmeans_on_csr_rows_equals_lloyds_oracle_on_the_dense_rows(documents):
+@pytest.mark.parametrize("terms", [False, True])
+def test_kmeans_on_csr_rows_equals_lloyds_oracle_on_the_dense_rows(documents, monkeypatch, terms):
     """From a given init: the oracle's centres (1e-10), labels and QE; the model's predict, transform and score
-    of the CSR rows equal its dense rows'."""
+    of the CSR rows equal its dense rows'. ``terms``: each chunk's sums sent as its rows' terms (``Entries``,
+    chosen where a chunk has few non-zeros for k × d; forced here)."""
+    from dask_clust.blocks import lloyd
+
+    if terms:
+        monkeypatch.setattr(lloyd, "ENTRIES_SHARE", 0)
     X, _ = documents
     init = _init(X, 12)
     m = dask_clust.fit(X, "kmeans", 12, init=init, tol=0, client="in-process")
@@ -98,13 +104,16 @@ def test_csr_rows_are_worker_count_invariant(cluster, documents, algo):
         assert one.objective_ == two.objective_
 
 
-def test_sharded_centres_from_csr_rows_give_the_model_of_the_driver(documents, monkeypatch):
-    """Lloyd's sums of CSR rows come as their terms (``Entries``): reduce-scattered to sharded centres (over
-    model-bytes) they give the bits of the centres on the driver."""
+@pytest.mark.parametrize("terms", [False, True])
+def test_sharded_centres_from_csr_rows_give_the_model_of_the_driver(documents, monkeypatch, terms):
+    """Lloyd's sums of CSR rows, dense or as their terms (``Entries``), reduce-scattered to sharded centres
+    (over model-bytes) give the bits of the centres on the driver."""
     import dask
 
     from dask_clust.blocks import lloyd
 
+    if terms:
+        monkeypatch.setattr(lloyd, "ENTRIES_SHARE", 0)
     X, _ = documents
     kw = dict(algo="kmeans", n_clusters=12, random_state=3, client="in-process", max_iter=8)
     driver = dask_clust.fit(X, **kw)
