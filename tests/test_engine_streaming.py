@@ -436,42 +436,29 @@ def test_state_directories_of_ended_processes_are_removed(tmp_path):
     assert os.path.isdir(mine) and live.exists()
 
 
+@pytest.mark.parametrize("rows", ["store", "csr"])
 @pytest.mark.parametrize("algo", ["kmeans", "nmbatch"])
-def test_a_streamed_fit_with_its_state_in_files_gives_the_same_model(store, algo):
+def test_a_streamed_fit_with_its_state_in_files_gives_the_same_model(store, algo, rows):
     """Rule 4: kmeans and nmbatch, whose state only their steps touch, keep it in local files between calls
     when it would not fit (forced here by ``state-files``) and give the bits of the fit that keeps it in
-    memory."""
-    import dask
-
-    path, _ = store
-    kw = dict(algo=algo, n_clusters=6, random_state=2, client="in-process")
-    with dask.config.set({"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": False}):
-        held = dask_clust.fit(path, **kw)
-    filing = {"dask_clust.chunk-bytes": "26400B", "dask_clust.stream": True, "dask_clust.state-files": True}
-    with dask.config.set(filing):
-        filed = dask_clust.fit(path, **kw)
-    assert filed.engine_["state_files"] and filed.engine_["streaming"] and not held.engine_["state_files"]
-    np.testing.assert_array_equal(filed.cluster_centers_, held.cluster_centers_)
-    assert filed.objective_ == held.objective_ and filed.n_iter_ == held.n_iter_
-
-
-@pytest.mark.parametrize("algo", ["kmeans", "nmbatch"])
-def test_streamed_csr_rows_with_their_state_in_files_give_the_same_model(algo):
-    """The same for a dask array of CSR blocks: nmbatch's state holds each chunk's rows in nesting order as a
-    CSR matrix, kept in the files as its arrays (``state_to_files``)."""
+    memory; from a zarr store, and from a dask array of CSR blocks (nmbatch's state then holds each chunk's
+    rows in nesting order as a CSR matrix, kept in the files as its arrays: ``state_to_files``)."""
     import dask
     import dask.array as da
 
     from dask_clust.datasets import make_documents
 
-    X, _ = make_documents(3000, 600, 12, random_state=1)
-    rows = da.from_array(X, chunks=(500, X.shape[1]), asarray=False)
+    if rows == "store":
+        X, chunk_bytes = store[0], "26400B"
+    else:
+        docs, _ = make_documents(3000, 600, 12, random_state=1)
+        X, chunk_bytes = da.from_array(docs, chunks=(500, docs.shape[1]), asarray=False), "16KiB"
     kw = dict(algo=algo, n_clusters=6, random_state=2, client="in-process")
-    with dask.config.set({"dask_clust.chunk-bytes": "16KiB", "dask_clust.stream": False}):
-        held = dask_clust.fit(rows, **kw)
-    filing = {"dask_clust.chunk-bytes": "16KiB", "dask_clust.stream": True, "dask_clust.state-files": True}
+    with dask.config.set({"dask_clust.chunk-bytes": chunk_bytes, "dask_clust.stream": False}):
+        held = dask_clust.fit(X, **kw)
+    filing = {"dask_clust.chunk-bytes": chunk_bytes, "dask_clust.stream": True, "dask_clust.state-files": True}
     with dask.config.set(filing):
-        filed = dask_clust.fit(rows, **kw)
+        filed = dask_clust.fit(X, **kw)
     assert filed.engine_["state_files"] and filed.engine_["streaming"] and not held.engine_["state_files"]
     assert held.engine_["chunks"] > 1
     np.testing.assert_array_equal(filed.cluster_centers_, held.cluster_centers_)
