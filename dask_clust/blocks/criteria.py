@@ -1,0 +1,174 @@
+"""How good a partition is, without its labels: the criteria of the partition a set of centres makes (each
+row labelled by its nearest centre), from one pass over the rows that sends the driver O(k·D).
+
+One pass (``cluster_sums``) gives per cluster Σ w, Σ w (x − c), Σ w ||x − c||² and Σ w ||x − m|| (m the
+point its spread is measured from), and the rows' Σ w s of the simplified silhouette; then, on the driver:
+
+- **inertia**: Σ w ||x − c||², the quantization error of the centres (k-means' objective);
+- **Calinski–Harabasz** (Calinski & Harabasz 1974): [B / (K − 1)] / [W / (N − K)] with μ_c = c + Σ w (x − c)
+  / Σ w the clusters' means, B = Σ_c n_c ||μ_c − μ||², W = Σ_c (Σ w ||x − c||² − n_c ||μ_c − c||²) (the
+  within-cluster scatter about the means, taken about the centres so that nothing cancels where the
+  centres are the means) and K the clusters that hold rows;
+- **Davies–Bouldin** (Davies & Bouldin 1979): the mean over clusters of max_{j ≠ i} (s_i + s_j) / ||μ_i − μ_j||,
+  s_i the mean distance of a cluster's rows to its mean: a second pass measures it about the means of the
+  first (``davies_bouldin``);
+- **the simplified silhouette** (Hruschka et al. 2006, as Spark's ``ClusteringEvaluator``): the mean over
+  rows of (b − a) / max(a, b) with a, b the distances to the nearest and second-nearest centre;
+- **the silhouette** (Rousseeuw 1987) of a uniform sample of the rows, exact on it (``sample_silhouette``).
+
+Each equals scikit-learn's score (``calinski_harabasz_score``, ``davies_bouldin_score``,
+``silhouette_score``) of the labels the centres give, and a weight w counts a row w times.
+
+What the driver holds: the sums, k·(D + 3) float64 a pass; Davies–Bouldin's pairwise centre distances a
+block of rows at a time (O(k·block)); the silhouette's sample, its rows (size × D) and labels.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import numpy as np
+
+from .._random import stream
+from ..errors import InputError
+from ..kernels.assign import Prepared, nearest
+from ..kernels.criteria import cluster_sums, nearest_two, silhouette_rows
+
+# rows of centres whose pairwise distances Davies–Bouldin holds at once
+PAIR_ROWS = 1024
+# rows of the silhouette's sample one thread scores at a time
+SILHOUETTE_ROWS = 256
+
+
+class ClusterSums(NamedTuple):
+    """One pass's sums per cluster (``cluster_sums``), for the centres that labelled the rows."""
+
+    weights: np.ndarray  # (k,) Σ w
+    offsets: np.ndarray  # (k, d) Σ w (x − c)
+    squares: np.ndarray  # (k,) Σ w ||x − c||²
+    spreads: np.ndarray  # (k,) Σ w ||x − m||
+    silhouette: float  # Σ w (b − a) / max(a, b)
+    evals: int
+
+
+def _sums_step(chunk, params):
+    centers, spread_from = params
+    X = chunk.x
+    k, d = centers.C.shape
+    labels = np.empty(X.shape[0], np.int32)
+    d1, d2 = np.empty(X.shape[0]), np.empty(X.shape[0])
+    evals = nearest_two(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, labels, d1, d2)
+    weights, offsets, squares, spreads = np.zeros(k), np.zeros((k, d)), np.zeros(k), np.zeros(k)
+    s = cluster_sums(X, chunk.w, centers.C, spread_from, labels, d1, d2, weights, offsets, squares, spreads)
+    return weights, offsets, squares, spreads, s, np.int64(evals)
+
+
+def check_centers(engine, centers):
+    """The centres as float64 (k, d), refused in one line where no criterion is defined."""
+    centers = np.asarray(centers, dtype=np.float64)
+    if centers.ndim != 2 or centers.shape[1] != engine.n_features:
+        raise InputError(f"centers must have shape (k, {engine.n_features}); got {centers.shape}")
+    if centers.shape[0] < 2:
+        raise InputError(f"the criteria compare clusters: at least 2 centres are needed; got {centers.shape[0]}")
+    if not np.isfinite(centers).all():
+        raise InputError("centers hold NaN or inf")
+    if engine.sparse:
+        raise InputError("the partition criteria take dense rows; these are CSR (sparse) rows")
+    return centers
+
+
+def partition_sums(engine, centers, spread_from=None):
+    """One pass: the ``ClusterSums`` of the partition ``centers`` make; each cluster's spread measured from
+    ``spread_from`` (k, d), or from its centre."""
+    m = np.empty((0, centers.shape[1])) if spread_from is None else np.ascontiguousarray(spread_from, np.float64)
+    fields = engine.reduce(_sums_step, (Prepared(centers, engine.dtype), m))
+    weights, offsets, squares, spreads, s, evals = fields
+    return ClusterSums(weights, offsets, squares, spreads, float(s), int(evals))
+
+
+def cluster_means(sums, centers):
+    """Each cluster's mean (its centre where it holds no row)."""
+    held = sums.weights > 0
+    means = centers.copy()
+    means[held] += sums.offsets[held] / sums.weights[held, None]
+    return means
+
+
+def inertia(sums):
+    """Σ w ||x − c||² over the rows, c their nearest centre."""
+    return float(sums.squares.sum())
+
+
+def calinski_harabasz(sums, centers):
+    """The Calinski–Harabasz index of the partition (1.0 where every row sits on its cluster's mean, as
+    scikit-learn's)."""
+    held = sums.weights > 0
+    n_k, n = sums.weights[held], sums.weights.sum()
+    means = cluster_means(sums, centers)[held]
+    shift = sums.offsets[held] / n_k[:, None]
+    within = float((sums.squares[held] - n_k * np.einsum("ij,ij->i", shift, shift)).sum())
+    mean = (n_k[:, None] * means).sum(axis=0) / n
+    between = float((n_k * ((means - mean) ** 2).sum(axis=1)).sum())
+    k = int(held.sum())
+    if k < 2:
+        raise InputError(f"the rows fall in {k} cluster: Calinski-Harabasz needs at least 2")
+    return 1.0 if within == 0.0 else between * (n - k) / (within * (k - 1))
+
+
+def davies_bouldin(engine, centers, sums=None):
+    """The Davies–Bouldin index of the partition: a pass for the clusters' means (unless ``sums`` of it are
+    given), a second for each cluster's mean distance to its mean."""
+    sums = partition_sums(engine, centers) if sums is None else sums
+    means = cluster_means(sums, centers)
+    spread = partition_sums(engine, centers, means).spreads
+    held = sums.weights > 0
+    if int(held.sum()) < 2:
+        raise InputError(f"the rows fall in {int(held.sum())} cluster: Davies-Bouldin needs at least 2")
+    s = spread[held] / sums.weights[held]
+    mu = means[held]
+    sq = np.einsum("ij,ij->i", mu, mu)
+    if np.allclose(s, 0):
+        return 0.0
+    worst = np.empty(mu.shape[0])
+    spaced = False
+    for lo in range(0, mu.shape[0], PAIR_ROWS):
+        hi = min(mu.shape[0], lo + PAIR_ROWS)
+        dist = np.sqrt(np.maximum(sq[lo:hi, None] - 2.0 * (mu[lo:hi] @ mu.T) + sq[None, :], 0.0))
+        dist[np.arange(hi - lo), np.arange(lo, hi)] = 0.0  # (the expansion's rounding)
+        spaced = spaced or not np.allclose(dist, 0)
+        dist[dist == 0] = np.inf
+        worst[lo:hi] = ((s[lo:hi, None] + s[None, :]) / dist).max(axis=1)
+    return float(worst.mean()) if spaced else 0.0
+
+
+def simplified_silhouette(sums):
+    """The mean over rows of (b − a) / max(a, b), a and b the distances to the nearest and second-nearest
+    centre."""
+    return sums.silhouette / float(sums.weights.sum())
+
+
+def silhouette(X, labels):
+    """Rousseeuw's mean silhouette of rows X (in memory) under ``labels``, exact (scikit-learn's
+    ``silhouette_score``), on this process's threads."""
+    X = np.ascontiguousarray(X)
+    present, labels = np.unique(np.asarray(labels), return_inverse=True)
+    if not 2 <= present.size <= X.shape[0] - 1:
+        raise InputError(f"the silhouette needs 2 to n - 1 clusters among its {X.shape[0]} rows; got {present.size}")
+    labels = labels.astype(np.int32).ravel()
+    counts = np.bincount(labels).astype(np.int64)
+    out = np.empty(X.shape[0])
+    spans = [(lo, min(X.shape[0], lo + SILHOUETTE_ROWS)) for lo in range(0, X.shape[0], SILHOUETTE_ROWS)]
+    with ThreadPoolExecutor() as pool:
+        list(pool.map(lambda s: silhouette_rows(X, labels, counts, s[0], s[1], out), spans))
+    return float(out.mean())
+
+
+def sample_silhouette(engine, centers, size, entropy):
+    """The exact silhouette of ``size`` rows drawn uniformly without replacement (all rows when fewer),
+    labelled by their nearest centre. The draw depends on ``entropy`` alone, not on the chunking."""
+    if not engine.unweighted:
+        raise InputError("the sampled silhouette counts rows, not weights: it is not defined for weighted rows")
+    n = engine.n_samples
+    ids = np.sort(stream(entropy, "silhouette").choice(n, size, replace=False)) if size < n else np.arange(n)
+    rows = engine.take(ids)
+    labels = nearest(rows, Prepared(centers, rows.dtype))[0]
+    return silhouette(rows, labels)

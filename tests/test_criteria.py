@@ -1,0 +1,147 @@
+"""The partition criteria (``dask_clust.metrics``): scikit-learn's scores of the labels the centres give, a
+plain-numpy oracle for the simplified silhouette, weights as repeated rows, and the same bits on any
+chunking and worker count."""
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn import metrics as skm
+
+from dask_clust import metrics
+from dask_clust.errors import InputError, InvalidParameterError
+from dask_clust.kernels.assign import Prepared, nearest
+
+HERE = {"client": "in-process"}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    rng = np.random.default_rng(0)
+    centres = rng.normal(scale=4, size=(5, 6))
+    X = np.concatenate([c + rng.normal(size=(rng.integers(150, 400), 6)) for c in centres])
+    return X[rng.permutation(len(X))]
+
+
+def _centres(X, k, seed, far=0):
+    """k rows of X as centres, and ``far`` more no row is nearest to (empty clusters)."""
+    rng = np.random.default_rng(seed)
+    C = X[rng.choice(len(X), k, replace=False)].astype(np.float64)
+    return np.concatenate([C, 1e3 + np.arange(far * X.shape[1], dtype=float).reshape(far, X.shape[1])])
+
+
+def _labels(X, C):
+    return ((X[:, None, :].astype(np.float64) - C[None]) ** 2).sum(-1).argmin(1)
+
+
+@pytest.mark.parametrize("seed, far", [(0, 0), (1, 2)], ids=["all-held", "two-empty"])
+def test_the_criteria_are_scikit_learns_scores_of_the_centres_labels(rows, dtype, seed, far):
+    X = rows.astype(dtype)
+    C = _centres(X, 7, seed, far)
+    labels = _labels(X, C)
+    X64 = X.astype(np.float64)
+    assert metrics.calinski_harabasz_score(X, C, **HERE) == pytest.approx(
+        skm.calinski_harabasz_score(X64, labels), rel=1e-10
+    )
+    assert metrics.davies_bouldin_score(X, C, **HERE) == pytest.approx(skm.davies_bouldin_score(X64, labels), rel=1e-10)
+    assert metrics.silhouette_score(X, C, sample_size=len(X), **HERE) == pytest.approx(
+        skm.silhouette_score(X64, labels), rel=1e-10
+    )
+
+
+def test_the_simplified_silhouette_equals_the_plain_numpy_oracle(rows):
+    C = _centres(rows, 6, 2)
+    d = np.sort(np.sqrt(((rows[:, None, :] - C[None]) ** 2).sum(-1)), axis=1)
+    oracle = np.mean((d[:, 1] - d[:, 0]) / np.maximum(d[:, 0], d[:, 1]))
+    assert metrics.simplified_silhouette_score(rows, C, **HERE) == pytest.approx(oracle, rel=1e-12)
+
+
+def test_a_sampled_silhouette_is_scikit_learns_on_the_drawn_rows(rows, monkeypatch):
+    from dask_clust.blocks import criteria
+
+    C = _centres(rows, 5, 3)
+    drawn = []
+    score = criteria.silhouette
+    monkeypatch.setattr(criteria, "silhouette", lambda X, labels: drawn.append(X) or score(X, labels))
+    value = metrics.silhouette_score(rows, C, sample_size=200, random_state=4, **HERE)
+    (sample,) = drawn
+    assert sample.shape == (200, rows.shape[1])
+    assert len(np.unique(sample, axis=0)) == 200  # without replacement
+    assert value == pytest.approx(skm.silhouette_score(sample, _labels(sample, C)), rel=1e-10)
+
+
+def test_integer_weights_count_as_repeated_rows(rows):
+    rng = np.random.default_rng(5)
+    w = rng.integers(0, 4, size=len(rows))
+    repeated = np.repeat(rows, w, axis=0)
+    C = _centres(rows, 6, 6)
+    for score in (metrics.calinski_harabasz_score, metrics.davies_bouldin_score, metrics.simplified_silhouette_score):
+        assert score(rows, C, sample_weight=w.astype(float), **HERE) == pytest.approx(
+            score(repeated, C, **HERE), rel=1e-10
+        )
+
+
+def test_the_labels_are_the_models(rows, dtype):
+    """The pass labels every row as ``predict`` does, near ties included: rows equidistant from two centres."""
+    from dask_clust.kernels.criteria import nearest_two
+
+    X = rows.astype(dtype)
+    C = _centres(X, 4, 7)
+    X = np.concatenate([X, ((C[0] + C[1]) / 2)[None].astype(dtype)])
+    P = Prepared(C, X.dtype)
+    labels, d1, d2 = np.empty(len(X), np.int32), np.empty(len(X)), np.empty(len(X))
+    nearest_two(X, P.Cd, P.cnorm, P.C, P.tol, P.block, labels, d1, d2)
+    want, mind, _ = nearest(X, P)
+    np.testing.assert_array_equal(labels, want)
+    np.testing.assert_array_equal(d1, mind)
+    exact = np.sort(((X[:, None, :].astype(np.float64) - C[None]) ** 2).sum(-1), axis=1)
+    np.testing.assert_allclose(d2, exact[:, 1], rtol=1e-12)
+
+
+def test_the_criteria_do_not_depend_on_the_chunking(rows):
+    C = _centres(rows, 6, 8)
+    scores = [
+        (
+            metrics.calinski_harabasz_score(X, C, **HERE),
+            metrics.davies_bouldin_score(X, C, **HERE),
+            metrics.simplified_silhouette_score(X, C, **HERE),
+            metrics.silhouette_score(X, C, sample_size=300, random_state=1, **HERE),
+        )
+        for X in (rows, da.from_array(rows, chunks=97), da.from_array(rows, chunks=500))
+    ]
+    assert scores[0] == scores[1] == scores[2]
+
+
+def test_the_criteria_are_the_same_bits_on_a_cluster(cluster, rows):
+    C = _centres(rows, 6, 9)
+    X = da.from_array(rows, chunks=200)
+    for score in (metrics.calinski_harabasz_score, metrics.davies_bouldin_score, metrics.simplified_silhouette_score):
+        assert score(X, C, client=cluster) == score(X, C, **HERE)
+
+
+def test_a_fitted_model_gives_its_centres(rows):
+    import dask_clust
+
+    model = dask_clust.fit(rows, "kmeans", 5, random_state=0, client="in-process")
+    assert metrics.calinski_harabasz_score(rows, model, **HERE) == pytest.approx(
+        skm.calinski_harabasz_score(rows, model.predict(rows)), rel=1e-10
+    )
+
+
+def test_bad_centres_and_rows_are_refused_in_one_line(rows):
+    with pytest.raises(InputError, match="at least 2 centres"):
+        metrics.calinski_harabasz_score(rows, rows[:1], **HERE)
+    with pytest.raises(InputError, match=r"shape \(k, 6\)"):
+        metrics.davies_bouldin_score(rows, rows[:3, :4], **HERE)
+    with pytest.raises(InputError, match="CSR"):
+        metrics.simplified_silhouette_score(sp.csr_matrix(rows), rows[:3], **HERE)
+    with pytest.raises(InputError, match="weighted rows"):
+        from dask_clust.blocks import criteria
+        from dask_clust.engine import as_source, open_engine
+
+        with open_engine(as_source(rows, np.ones(len(rows))), "in-process") as engine:
+            criteria.sample_silhouette(engine, rows[:3].astype(float), 10, 0)
+    with pytest.raises(InvalidParameterError, match="sample_size"):
+        metrics.silhouette_score(rows, rows[:3], sample_size=1, **HERE)
+    with pytest.raises(InputError, match="1 cluster"):
+        metrics.calinski_harabasz_score(rows, np.stack([rows.mean(0), rows.mean(0) + 1e6]), **HERE)
