@@ -32,6 +32,8 @@ _LAZY = {
     "NoWorkers": "errors",
     "ConvergenceWarning": "errors",
     "kneighbors_graph": "blocks.knn",
+    "sweep": "sweeps",
+    "SweepResult": "sweeps",
 }
 
 

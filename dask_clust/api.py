@@ -37,7 +37,7 @@ DEFAULT = _Default()
 FEW_ROWS_A_CLUSTER = 2
 
 
-def _check_against_data(spec, cfg, source):
+def check_against_data(spec, cfg, source):
     """What every algorithm needs of the data, then what its spec adds (``AlgorithmSpec.check_data``): all
     before an engine opens, so bad data costs no pass over it."""
     if source.sparse and not spec.sparse:
@@ -94,7 +94,7 @@ def _warn_unconverged(spec, cfg, result, loop):
         f"{algo} ended at {limit}={getattr(cfg, limit)} before its stopping rule (tol={cfg.tol}) held: "
         f"raise {limit} or tol",
         ConvergenceWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
 
 
@@ -146,13 +146,47 @@ def fit(
     the model an uninterrupted one gives, bit for bit; with random_state=None it takes the checkpoint's.
     Algorithms that can resume: ``dask_clust.algorithms.resumable()``.
     """
-    spec = algorithms.get(algo)
-    given = {"n_clusters": n_clusters, "init": init, "max_iter": max_iter, "tol": tol, **params}
-    given = {k: v for k, v in given.items() if v is not DEFAULT}
-    cfg = build_config(spec.config, f"algo={algo!r}", given)
+    spec, cfg = configured(algo, n_clusters, init, max_iter, tol, params)
     _check_checkpointing(spec, checkpoint, resume, checkpoint_every, checkpoint_seconds)
     stored = checkpoint_.stored_entropy(resume if resume is not None else checkpoint)
     entropy = stored if random_state is None and stored is not None else check_random_state(random_state)
+    source, names = sourced(X, columns, sample_weight, cfg)
+    check_against_data(spec, cfg, source)
+    saved = None
+    if checkpoint is not None or resume is not None:
+        saved = checkpoint_.Checkpoint(
+            checkpoint,
+            resume,
+            checkpoint_.identity(algo, fitted_params(cfg, entropy), source),
+            checkpoint_every,
+            checkpoint_seconds,
+            spec.saved(cfg, source.n_samples, source.n_features),
+        )
+    t0 = time.perf_counter()
+    with progress_.reporting(progress), contextlib.ExitStack() as stack:
+        if saved is not None:
+            stack.callback(saved.release)
+        engine = opened(stack, source, client, entropy, algorithms.state_of(spec, cfg, stored_row_bytes(source) + 8))
+        if saved is not None:
+            saved.check_summary(engine.summary)
+            stack.callback(saved.close)
+        result, loop = fitted(engine, spec, cfg, entropy, callback, saved)
+        info = engine.describe()
+    info["wall_s"] = time.perf_counter() - t0
+    return model_of(spec, cfg, entropy, result, loop, info, names)
+
+
+def configured(algo, n_clusters, init, max_iter, tol, params):
+    """The algorithm's spec and its config from the parameters given (``DEFAULT``: the algorithm's own)."""
+    spec = algorithms.get(algo)
+    given = {"n_clusters": n_clusters, "init": init, "max_iter": max_iter, "tol": tol, **params}
+    given = {k: v for k, v in given.items() if v is not DEFAULT}
+    return spec, build_config(spec.config, f"algo={algo!r}", given)
+
+
+def sourced(X, columns, sample_weight, cfg):
+    """The input's ``Source`` and its feature names (a table's), warning of key-like columns fitted as
+    features."""
     table = as_table(select_columns(X, columns))  # (a parquet path opened once, for both)
     names = feature_names(table)
     keys = key_columns(table) if columns is None else []
@@ -162,54 +196,42 @@ def fit(
             f"columns=, every one of the table's {len(names)} columns is one; choose the features with "
             "columns=[...] (--columns on the command line)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    source = as_source(X, sample_weight, columns=columns, unit=algorithms.spherical(cfg))
-    _check_against_data(spec, cfg, source)
-    params_out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
-    params_out["random_state"] = entropy
-    saved = None
-    if checkpoint is not None or resume is not None:
-        saved = checkpoint_.Checkpoint(
-            checkpoint,
-            resume,
-            checkpoint_.identity(algo, params_out, source),
-            checkpoint_every,
-            checkpoint_seconds,
-            spec.saved(cfg, source.n_samples, source.n_features),
-        )
-    row_bytes = stored_row_bytes(source) + 8  # a row (CSR rows: their stored bytes) and its weight
-    t0 = time.perf_counter()
-    with progress_.reporting(progress), contextlib.ExitStack() as stack:
-        if saved is not None:
-            stack.callback(saved.release)
-        with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks, "chunk") as shown:
-            try:
-                engine = stack.enter_context(
-                    open_engine(source, client, entropy, algorithms.state_of(spec, cfg, row_bytes))
-                )
-            except UnguardedScript as exc:  # the explanation, without the cluster's start-up frames
-                raise UnguardedScript(str(exc)) from None
-            shown.update(source.n_chunks - shown.n)
-        logger.info(
-            "fitting %s (k=%s) on %d x %d %s in %d chunks (%s)",
-            algo,
-            getattr(cfg, "n_clusters", "-"),
-            source.n_samples,
-            source.n_features,
-            source.dtype,
-            source.n_chunks,
-            engine.backend.kind,
-        )
-        told = engine.publisher(algo, spec.figure, getattr(cfg, "n_clusters", None))
+    return as_source(X, sample_weight, columns=columns, unit=algorithms.spherical(cfg)), names
+
+
+def opened(stack, source, client, entropy, state):
+    """An engine over ``source`` entered on ``stack``, its loading shown as a progress phase."""
+    with progress_.phase(f"loading {source.n_samples:,} x {source.n_features}", source.n_chunks, "chunk") as shown:
+        try:
+            engine = stack.enter_context(open_engine(source, client, entropy, state))
+        except UnguardedScript as exc:  # the explanation, without the cluster's start-up frames
+            raise UnguardedScript(str(exc)) from None
+        shown.update(source.n_chunks - shown.n)
+    return engine
+
+
+def fitted(engine, spec, cfg, entropy, callback=None, saved=None):
+    """One fit on an open engine, published on the dashboard while it runs: (``FitResult``, its ``Loop``)."""
+    source = engine.source
+    logger.info(
+        "fitting %s (k=%s) on %d x %d %s in %d chunks (%s)",
+        spec.name,
+        getattr(cfg, "n_clusters", "-"),
+        source.n_samples,
+        source.n_features,
+        source.dtype,
+        source.n_chunks,
+        engine.backend.kind,
+    )
+    with contextlib.ExitStack() as shown:
+        told = engine.publisher(spec.name, spec.figure, getattr(cfg, "n_clusters", None))
         if told is not None:
-            stack.enter_context(progress_.publishing(told))
-            stack.callback(told.finish)
-        if saved is not None:
-            saved.check_summary(engine.summary)
-            stack.callback(saved.close)
+            shown.enter_context(progress_.publishing(told))
+            shown.callback(told.finish)
         loop = Loop(
-            algo,
+            spec.name,
             _loop_length(spec, cfg),
             callback=callback,
             progress=True,
@@ -217,21 +239,29 @@ def fit(
             stops_early=bool(getattr(cfg, "tol", 0)),
             figure=spec.figure,
         )
-        result = spec.fit(engine, cfg, entropy, loop)
-        info = engine.describe()
-    info["wall_s"] = time.perf_counter() - t0
+        return spec.fit(engine, cfg, entropy, loop), loop
+
+
+def fitted_params(cfg, entropy):
+    """A model's ``params``: its config's fields and the entropy it was fitted with."""
+    return {**{f.name: getattr(cfg, f.name) for f in fields(cfg)}, "random_state": entropy}
+
+
+def model_of(spec, cfg, entropy, result, loop, info, names):
+    """The fitted model of a ``FitResult`` (a ``MixtureModel`` for a probabilistic algorithm), warning when the
+    loop ran out before its stopping rule held."""
     _warn_unconverged(spec, cfg, result, loop)
     logger.info(
         "%s finished: %d iterations, objective %s, %.2f s",
-        algo,
+        spec.name,
         result.n_iter,
         "not computed" if result.objective is None else f"{result.objective:.6g}",
         info["wall_s"],
     )
     kind = MixtureModel if spec.probabilistic else ClusteringModel
     return kind(
-        algo,
-        params_out,
+        spec.name,
+        fitted_params(cfg, entropy),
         result.centers,
         n_iter_=result.n_iter,
         converged_=result.converged,

@@ -23,7 +23,7 @@ import time
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-COMMANDS = ("fit", "predict", "show", "demo", "compile")
+COMMANDS = ("fit", "sweep", "predict", "show", "demo", "compile")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -206,6 +206,32 @@ def cmd_fit(args):
         if args.labels_out:
             write_rows(model.predict(X if args.columns else args.input), args.labels_out)
     print(json.dumps(_summary(model, wall)))
+
+
+def cmd_sweep(args):
+    from . import sweeps
+
+    params = _params(args)
+    ks = params.pop("n_clusters", None)
+    ks = [ks] if isinstance(ks, int) else ks
+    columns = _columns(args.columns, args.input)
+    with _client(args.scheduler) as client:
+        result = sweeps.sweep(
+            args.input,
+            args.algo,
+            ks,
+            columns=columns,
+            criterion=args.criterion,
+            random_state=args.seed,
+            client=client,
+            silhouette_size=args.silhouette_size or None,
+            progress=_progress(args),
+            **params,
+        )
+    if args.table_out:
+        result.table.to_csv(args.table_out)
+    table = result.table.reset_index().to_dict(orient="records")
+    print(json.dumps({"algo": result.algo, "criterion": result.criterion, "best_k": result.best_k_, "table": table}))
 
 
 def _features(model, path, columns):
@@ -397,7 +423,9 @@ def build_parser(argv=()):
     )
     p = _Parser(prog="dask-clust", description="Clustering for data too large for one machine.", parents=[common])
     p.add_argument("--version", action="version", version=f"dask-clust {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{fit,predict,demo,compile}")
+    sub = p.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="{fit,sweep,predict,demo,compile}"
+    )
 
     def progress_flags(parser):
         parser.add_argument(
@@ -442,6 +470,31 @@ def build_parser(argv=()):
         algorithms = _algorithm_flags(f)
         f.add_argument("--algo", default=algorithms.DEFAULT, choices=sorted(algorithms.REGISTRY), help="the algorithm")
     f.set_defaults(func=cmd_fit)
+
+    sw = sub.add_parser(
+        "sweep",
+        parents=[common],
+        help="fit one algorithm for many k (-k 2,4,8,16) and print each k's criteria and the k they pick, as JSON",
+        formatter_class=_Defaults,
+    )
+    sw.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
+    sw.add_argument("--columns", metavar="A,B,...", help="the feature columns of a parquet input, as fit's")
+    sw.add_argument(
+        "--criterion",
+        help="the criterion that picks k: inertia, calinski_harabasz, davies_bouldin, simplified_silhouette, "
+        "silhouette, bic, aic (default: bic for a mixture, else simplified_silhouette)",
+    )
+    sw.add_argument(
+        "--silhouette-size", type=int, default=10_000, help="rows of the exact silhouette's sample (0: none)"
+    )
+    sw.add_argument("--table-out", metavar="CSV", help="write the table (one row per k) here as CSV")
+    sw.add_argument("--seed", type=int, default=None, help="random_state")
+    sw.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
+    progress_flags(sw)
+    if _command(argv) == "sweep":
+        algorithms = _algorithm_flags(sw)
+        sw.add_argument("--algo", default=algorithms.DEFAULT, choices=sorted(algorithms.REGISTRY), help="the algorithm")
+    sw.set_defaults(func=cmd_sweep)
 
     pr = sub.add_parser("predict", parents=[common], help="label rows with a saved model")
     pr.add_argument("model", help="a directory written by fit --out")

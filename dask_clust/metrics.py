@@ -65,7 +65,7 @@ def silhouette_score(X, centers, *, sample_size=10_000, random_state=None, clien
         raise InvalidParameterError(f"sample_size must be an int >= 2; got {sample_size!r}")
     entropy = check_random_state(random_state)
     with _partition(X, centers, None, client) as (engine, C):
-        return criteria.sample_silhouette(engine, C, int(sample_size), entropy)
+        return criteria.sample_silhouette(criteria.silhouette_sample(engine, int(sample_size), entropy), C)
 
 
 def _contingency(labels_true, labels_pred):

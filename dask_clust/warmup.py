@@ -57,6 +57,8 @@ def compile_part(part):
             nmi(truth, labels), acc(truth, labels), quantization_error(X, model.cluster_centers_)
         if part == 0:
             _compile_sparse(X, truth)
+        else:
+            _compile_criteria(X, model.cluster_centers_)
 
 
 def _compile_sparse(X, truth):
@@ -73,6 +75,14 @@ def _compile_sparse(X, truth):
         for init in ("k-means||", "k-means++"):
             model = api.fit(S, algo, 4, init=init, client="in-process", random_state=0, progress=False)
             np.asarray(model.predict(S))
+
+
+def _compile_criteria(X, centers):
+    """The partition criteria's kernels (``kernels/criteria.py``)."""
+    from .metrics import davies_bouldin_score, silhouette_score
+
+    davies_bouldin_score(X, centers, client="in-process")
+    silhouette_score(X, centers, sample_size=100, random_state=0, client="in-process")
 
 
 def compile_kernels(cwd=None):

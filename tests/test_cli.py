@@ -347,3 +347,19 @@ def test_a_flag_is_only_its_whole_name(capsys):
     assert "unrecognized arguments: --n-init 3" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         build_parser([]).parse_args(["predict", "m", "x.npy", "--ou", "l.npy"])
+
+
+def test_sweep_prints_each_ks_criteria_and_the_k_they_pick(work):
+    done = run(
+        "sweep", "x.npy", "-k", "2,5,8", "--algo", "kmeans", "--seed", "0", "--table-out", "t.csv", "--quiet", cwd=work
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["algo"], out["criterion"]) == ("kmeans", "simplified_silhouette")
+    assert [row["k"] for row in out["table"]] == [2, 5, 8]
+    best = max(out["table"], key=lambda row: row["simplified_silhouette"])
+    assert out["best_k"] == best["k"]
+    table = pd.read_csv(work / "t.csv", index_col="k")
+    np.testing.assert_allclose(table["simplified_silhouette"], [row["simplified_silhouette"] for row in out["table"]])
+    bad = run("sweep", "x.npy", "-k", "2,5", "--criterion", "bic", "--quiet", cwd=work)
+    assert bad.returncode == 2 and "criterion must be one of" in bad.stderr and len(bad.stderr.splitlines()) == 1

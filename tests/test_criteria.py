@@ -140,7 +140,7 @@ def test_bad_centres_and_rows_are_refused_in_one_line(rows):
         from dask_clust.engine import as_source, open_engine
 
         with open_engine(as_source(rows, np.ones(len(rows))), "in-process") as engine:
-            criteria.sample_silhouette(engine, rows[:3].astype(float), 10, 0)
+            criteria.silhouette_sample(engine, 10, 0)
     with pytest.raises(InvalidParameterError, match="sample_size"):
         metrics.silhouette_score(rows, rows[:3], sample_size=1, **HERE)
     with pytest.raises(InputError, match="1 cluster"):

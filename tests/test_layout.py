@@ -19,7 +19,7 @@ LAYERS = (
     ("blocks",),
     ("algorithms",),
     ("models", "metrics", "mixture"),
-    ("api", "estimators"),
+    ("api", "estimators", "sweeps"),
     ("cli", "warmup", "__init__"),
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}

@@ -162,13 +162,17 @@ def silhouette(X, labels):
     return float(out.mean())
 
 
-def sample_silhouette(engine, centers, size, entropy):
-    """The exact silhouette of ``size`` rows drawn uniformly without replacement (all rows when fewer),
-    labelled by their nearest centre. The draw depends on ``entropy`` alone, not on the chunking."""
+def silhouette_sample(engine, size, entropy):
+    """``size`` rows drawn uniformly without replacement (all rows when there are no more), read from the
+    chunks that hold them: the silhouette's sample. The draw depends on ``entropy`` alone, not on the
+    chunking."""
     if not engine.unweighted:
         raise InputError("the sampled silhouette counts rows, not weights: it is not defined for weighted rows")
     n = engine.n_samples
     ids = np.sort(stream(entropy, "silhouette").choice(n, size, replace=False)) if size < n else np.arange(n)
-    rows = engine.take(ids)
-    labels = nearest(rows, Prepared(centers, rows.dtype))[0]
-    return silhouette(rows, labels)
+    return engine.take(ids)
+
+
+def sample_silhouette(rows, centers):
+    """The exact silhouette of rows in memory (a ``silhouette_sample``), each labelled by its nearest centre."""
+    return silhouette(rows, nearest(rows, Prepared(centers, rows.dtype))[0])

@@ -1,0 +1,106 @@
+"""``dask_clust.sweep``: every k's model is ``fit``'s, its criteria scikit-learn's scores of its labels, the
+chosen k the blobs' own, the same sweep on any worker count; and scikit-learn's ``GridSearchCV`` over the
+estimators, the slower way to the same question."""
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn import metrics as skm
+from sklearn.datasets import make_blobs
+
+import dask_clust
+from dask_clust import metrics
+from dask_clust.errors import InputError, InvalidParameterError
+
+HERE = {"client": "in-process"}
+KS = [2, 3, 4, 6]
+
+
+@pytest.fixture(scope="module")
+def four():
+    X, _ = make_blobs(3000, n_features=5, centers=4, cluster_std=1.0, center_box=(-20, 20), random_state=3)
+    return X.astype(np.float32)
+
+
+@pytest.mark.parametrize("algo", ["kmeans", "vcgmm"])
+def test_every_k_is_fits_model_and_its_criteria_scikit_learns(four, algo):
+    result = dask_clust.sweep(four, algo, KS, random_state=1, keep_models=True, silhouette_size=None, **HERE)
+    assert list(result.table.index) == KS
+    for k in KS:
+        model = result.models_[k]
+        alone = dask_clust.fit(four, algo, k, random_state=1, **HERE)
+        np.testing.assert_array_equal(model.cluster_centers_, alone.cluster_centers_)
+        labels = np.asarray(model.predict(four))
+        row = result.table.loc[k]
+        X64 = four.astype(np.float64)
+        assert row["calinski_harabasz"] == pytest.approx(skm.calinski_harabasz_score(X64, labels), rel=1e-10)
+        assert row["davies_bouldin"] == pytest.approx(skm.davies_bouldin_score(X64, labels), rel=1e-10)
+        assert row["inertia"] == pytest.approx(((X64 - model.cluster_centers_[labels]) ** 2).sum(), rel=1e-10)
+        if algo == "vcgmm":
+            assert row["bic"] == pytest.approx(model.bic(four), rel=1e-10)
+            assert row["aic"] == pytest.approx(model.aic(four), rel=1e-10)
+
+
+def test_the_silhouette_sample_is_one_for_every_k(four):
+    result = dask_clust.sweep(four, "kmeans", KS, random_state=2, keep_models=True, silhouette_size=400, **HERE)
+    for k in KS:
+        assert result.table.loc[k, "silhouette"] == metrics.silhouette_score(
+            four, result.models_[k], sample_size=400, random_state=2, **HERE
+        )
+
+
+@pytest.mark.parametrize("algo, criterion", [("kmeans", "simplified_silhouette"), ("vargmm", "bic")])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_default_criterion_picks_the_blobs_number(algo, criterion, seed):
+    X, _ = make_blobs(4000, n_features=6, centers=5, cluster_std=1.0, center_box=(-25, 25), random_state=10 + seed)
+    result = dask_clust.sweep(X, algo, [2, 3, 4, 5, 6, 7, 8], random_state=seed, silhouette_size=None, **HERE)
+    assert result.criterion == criterion
+    assert result.best_k_ == 5
+    assert set(result.models_) == {5}
+    assert result.best_.n_clusters == 5
+
+
+def test_the_sweep_is_the_same_on_a_cluster(cluster, four):
+    X = da.from_array(four, chunks=500)
+    here = dask_clust.sweep(X, "kmeans", KS, random_state=4, keep_models=True, silhouette_size=300, **HERE)
+    there = dask_clust.sweep(X, "kmeans", KS, random_state=4, keep_models=True, silhouette_size=300, client=cluster)
+    columns = [c for c in here.table if c not in ("fit_s", "wall_s")]
+    assert here.table[columns].equals(there.table[columns])
+    for k in KS:
+        np.testing.assert_array_equal(here.models_[k].cluster_centers_, there.models_[k].cluster_centers_)
+
+
+def test_the_plot_draws_each_criterion_against_k(four):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    result = dask_clust.sweep(four, "kmeans", KS, random_state=0, silhouette_size=300, **HERE)
+    axes = result.plot()
+    assert len(axes) == 5
+    np.testing.assert_array_equal(axes[0].lines[0].get_xdata(), KS)
+
+
+def test_bad_sweeps_are_refused_in_one_line(four):
+    with pytest.raises(InvalidParameterError, match="list of ints >= 2"):
+        dask_clust.sweep(four, "kmeans", [1, 2], **HERE)
+    with pytest.raises(InvalidParameterError, match="repeats"):
+        dask_clust.sweep(four, "kmeans", [2, 2], **HERE)
+    with pytest.raises(InvalidParameterError, match="criterion must be one of"):
+        dask_clust.sweep(four, "kmeans", KS, criterion="bic", **HERE)
+    with pytest.raises(InvalidParameterError, match="silhouette_size"):
+        dask_clust.sweep(four, "kmeans", KS, criterion="silhouette", silhouette_size=None, **HERE)
+    with pytest.raises(InputError, match="CSR"):
+        dask_clust.sweep(sp.csr_matrix(four), "kmeans", KS, **HERE)
+    with pytest.raises(InputError, match="n_clusters=4000"):
+        dask_clust.sweep(four, "kmeans", [2, 4000], **HERE)
+
+
+@pytest.mark.parametrize("estimator, param", [("KMeans", "n_clusters"), ("GaussianMixture", "n_components")])
+def test_grid_search_over_the_number_of_clusters(four, estimator, param):
+    from sklearn.model_selection import GridSearchCV
+
+    search = GridSearchCV(getattr(dask_clust, estimator)(random_state=0), {param: [2, 4, 6]}, cv=2)
+    search.fit(four)
+    assert set(search.cv_results_["param_" + param]) == {2, 4, 6}
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
