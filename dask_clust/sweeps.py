@@ -142,11 +142,12 @@ def sweep(
         with progress_.phase(f"sweep over {len(ks)} k", len(ks), "k") as shown:
             for (s, cfg), k in zip(specs, ks, strict=True):
                 t0 = time.perf_counter()
-                result, loop = fitted(engine, s, cfg, entropy)
-                info = {**engine.describe(), "wall_s": time.perf_counter() - t0}
-                model = model_of(s, cfg, entropy, result, loop, info, feature_names)
-                fit_s = time.perf_counter() - t0
-                row = _criteria(engine, s, model, sample, select_columns(X, columns), sample_weight)
+                with progress_.reporting(False):  # one bar over the sweep, not each fit's phases
+                    result, loop = fitted(engine, s, cfg, entropy)
+                    info = {**engine.describe(), "wall_s": time.perf_counter() - t0}
+                    model = model_of(s, cfg, entropy, result, loop, info, feature_names)
+                    fit_s = time.perf_counter() - t0
+                    row = _criteria(engine, s, model, sample, select_columns(X, columns), sample_weight)
                 row.update(k=k, objective=result.objective, n_iter=result.n_iter, fit_s=fit_s)
                 row["wall_s"] = time.perf_counter() - t0
                 rows.append(row)
