@@ -36,7 +36,7 @@ def calinski_harabasz_score(X, centers, *, sample_weight=None, client=None):
     X: any input ``fit`` takes (dense rows); centers: (k, d), or a fitted model (its ``cluster_centers_`` or
     ``means_``); sample_weight: a row of weight w counts w times; client: as ``fit``'s."""
     with _partition(X, centers, sample_weight, client) as (engine, C):
-        return criteria.calinski_harabasz(criteria.partition_sums(engine, C), C)
+        return criteria.calinski_harabasz(criteria.partition_sums(engine, C, spreads=False), C)
 
 
 def davies_bouldin_score(X, centers, *, sample_weight=None, client=None):
@@ -44,7 +44,7 @@ def davies_bouldin_score(X, centers, *, sample_weight=None, client=None):
     ``davies_bouldin_score`` of those labels, from two passes (the clusters' means, then the rows' distances
     to them). Arguments as ``calinski_harabasz_score``'s."""
     with _partition(X, centers, sample_weight, client) as (engine, C):
-        return criteria.davies_bouldin(engine, C)
+        return criteria.davies_bouldin(criteria.partition_sums(engine, C), C)
 
 
 def simplified_silhouette_score(X, centers, *, sample_weight=None, client=None):
@@ -53,7 +53,7 @@ def simplified_silhouette_score(X, centers, *, sample_weight=None, client=None):
     176(13), 2006; Spark's ``ClusteringEvaluator``), from one pass. Arguments as
     ``calinski_harabasz_score``'s."""
     with _partition(X, centers, sample_weight, client) as (engine, C):
-        return criteria.simplified_silhouette(criteria.partition_sums(engine, C))
+        return criteria.simplified_silhouette(criteria.partition_sums(engine, C, spreads=False))
 
 
 def silhouette_score(X, centers, *, sample_size=10_000, random_state=None, client=None):

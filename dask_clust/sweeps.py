@@ -4,7 +4,7 @@ fit by criteria that need no labels (``blocks/criteria.py``; BIC and AIC for the
 What the k share: the data are loaded once (one engine, its chunks and its first pass: the summary, the
 checks, the grid of the exact sums), and the silhouette's sample is drawn and read once. Each k's fit is the
 fit ``dask_clust.fit`` makes with the same ``random_state``, bit for bit (its seeding and passes are its
-own). Each k then costs its criteria's passes: one for the partition's sums, one for Davies–Bouldin's
+own). Each k then costs its criteria's passes: one for the partition's sums (O(N·k·D)), one for Davies–Bouldin's
 spreads about the clusters' means, and for a mixture one for its exact log-likelihood (``bic``).
 
 What the driver holds: one model at a time (the models on request), the criteria's k·(D + 3) sums, and the
@@ -173,7 +173,7 @@ def _criteria(engine, spec, model, sample, X, sample_weight):
     row = {
         "inertia": criteria.inertia(sums),
         "calinski_harabasz": criteria.calinski_harabasz(sums, C) if held >= 2 else math.nan,
-        "davies_bouldin": criteria.davies_bouldin(engine, C, sums) if held >= 2 else math.nan,
+        "davies_bouldin": criteria.davies_bouldin(sums, C) if held >= 2 else math.nan,
         "simplified_silhouette": criteria.simplified_silhouette(sums),
         "silhouette": math.nan,
     }

@@ -145,3 +145,28 @@ def test_bad_centres_and_rows_are_refused_in_one_line(rows):
         metrics.silhouette_score(rows, rows[:3], sample_size=1, **HERE)
     with pytest.raises(InputError, match="1 cluster"):
         metrics.calinski_harabasz_score(rows, np.stack([rows.mean(0), rows.mean(0) + 1e6]), **HERE)
+
+
+def test_a_worker_lost_between_the_two_passes_gives_the_undisturbed_index(three_workers, lost, rows, monkeypatch):
+    """Davies–Bouldin's second pass reads each row's label from its chunk's state: a partition rebuilt
+    before it labels its rows again from the centres, to the same bits."""
+    import os
+    import signal
+
+    from dask_clust.engine import Engine
+    from tests.engine_support import worker_pids
+
+    C = _centres(rows, 6, 10)
+    X = da.from_array(rows, chunks=200)
+    calm = metrics.davies_bouldin_score(X, C, client=three_workers)
+    victim = sorted(worker_pids(three_workers).values())[1]
+    reduce = Engine.reduce
+
+    def killing(self, fn, *args, **kwargs):
+        if getattr(fn, "__name__", "") == "_spreads_step" and not lost:
+            os.kill(victim, signal.SIGKILL)
+        return reduce(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "reduce", killing)
+    assert metrics.davies_bouldin_score(X, C, client=three_workers) == calm
+    assert lost

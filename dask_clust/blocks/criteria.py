@@ -1,8 +1,9 @@
 """How good a partition is, without its labels: the criteria of the partition a set of centres makes (each
 row labelled by its nearest centre), from one pass over the rows that sends the driver O(k·D).
 
-One pass (``cluster_sums``) gives per cluster Σ w, Σ w (x − c), Σ w ||x − c||² and Σ w ||x − m|| (m the
-point its spread is measured from), and the rows' Σ w s of the simplified silhouette; then, on the driver:
+One pass (``cluster_sums``) gives per cluster Σ w, Σ w (x − c) and Σ w ||x − c||², and the rows' Σ w s of
+the simplified silhouette, and leaves each row's label in its chunk's state; a second, O(N·D), gives Σ w
+||x − μ|| per cluster about the clusters' means μ from those labels. Then, on the driver:
 
 - **inertia**: Σ w ||x − c||², the quantization error of the centres (k-means' objective);
 - **Calinski–Harabasz** (Calinski & Harabasz 1974): [B / (K − 1)] / [W / (N − K)] with μ_c = c + Σ w (x − c)
@@ -10,8 +11,7 @@ point its spread is measured from), and the rows' Σ w s of the simplified silho
   within-cluster scatter about the means, taken about the centres so that nothing cancels where the
   centres are the means) and K the clusters that hold rows;
 - **Davies–Bouldin** (Davies & Bouldin 1979): the mean over clusters of max_{j ≠ i} (s_i + s_j) / ||μ_i − μ_j||,
-  s_i the mean distance of a cluster's rows to its mean: a second pass measures it about the means of the
-  first (``davies_bouldin``);
+  s_i the mean distance of a cluster's rows to its mean (the second pass);
 - **the simplified silhouette** (Hruschka et al. 2006, as Spark's ``ClusteringEvaluator``): the mean over
   rows of (b − a) / max(a, b) with a, b the distances to the nearest and second-nearest centre;
 - **the silhouette** (Rousseeuw 1987) of a uniform sample of the rows, exact on it (``sample_silhouette``).
@@ -19,7 +19,7 @@ point its spread is measured from), and the rows' Σ w s of the simplified silho
 Each equals scikit-learn's score (``calinski_harabasz_score``, ``davies_bouldin_score``,
 ``silhouette_score``) of the labels the centres give, and a weight w counts a row w times.
 
-What the driver holds: the sums, k·(D + 3) float64 a pass; Davies–Bouldin's pairwise centre distances a
+What the driver holds: the sums, k·(D + 3) float64; Davies–Bouldin's pairwise centre distances a
 block of rows at a time (O(k·block)); the silhouette's sample, its rows (size × D) and labels.
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 from .._random import stream
 from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
-from ..kernels.criteria import cluster_sums, nearest_two, silhouette_rows
+from ..kernels.criteria import cluster_sums, nearest_two, silhouette_rows, spreads_about
 
 # rows of centres whose pairwise distances Davies–Bouldin holds at once
 PAIR_ROWS = 1024
@@ -39,27 +39,42 @@ PAIR_ROWS = 1024
 SILHOUETTE_ROWS = 256
 
 
+# the chunk state holding each row's label between the two passes (4 bytes a row; rebuilt from the centres)
+LABELS = "criteria_labels"
+
+
 class ClusterSums(NamedTuple):
-    """One pass's sums per cluster (``cluster_sums``), for the centres that labelled the rows."""
+    """The sums per cluster of the partition some centres make (``partition_sums``)."""
 
     weights: np.ndarray  # (k,) Σ w
     offsets: np.ndarray  # (k, d) Σ w (x − c)
     squares: np.ndarray  # (k,) Σ w ||x − c||²
-    spreads: np.ndarray  # (k,) Σ w ||x − m||
     silhouette: float  # Σ w (b − a) / max(a, b)
+    spreads: np.ndarray | None  # (k,) Σ w ||x − μ|| about the clusters' means (None: not measured)
     evals: int
 
 
-def _sums_step(chunk, params):
-    centers, spread_from = params
+def _labelled(chunk, centers):
+    """State: each row's nearest centre (a rebuilt partition's, from the centres)."""
+    chunk.state[LABELS] = nearest(chunk.x, centers)[0]
+
+
+def _sums_step(chunk, centers):
     X = chunk.x
     k, d = centers.C.shape
     labels = np.empty(X.shape[0], np.int32)
     d1, d2 = np.empty(X.shape[0]), np.empty(X.shape[0])
     evals = nearest_two(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, labels, d1, d2)
-    weights, offsets, squares, spreads = np.zeros(k), np.zeros((k, d)), np.zeros(k), np.zeros(k)
-    s = cluster_sums(X, chunk.w, centers.C, spread_from, labels, d1, d2, weights, offsets, squares, spreads)
-    return weights, offsets, squares, spreads, s, np.int64(evals)
+    chunk.state[LABELS] = labels
+    weights, offsets, squares = np.zeros(k), np.zeros((k, d)), np.zeros(k)
+    s = cluster_sums(X, chunk.w, centers.C, labels, d1, d2, weights, offsets, squares)
+    return weights, offsets, squares, s, np.int64(evals)
+
+
+def _spreads_step(chunk, means):
+    spreads = np.zeros(means.shape[0])
+    spreads_about(chunk.x, chunk.w, means, chunk.state[LABELS], spreads)
+    return (spreads,)
 
 
 def check_centers(engine, centers):
@@ -76,13 +91,17 @@ def check_centers(engine, centers):
     return centers
 
 
-def partition_sums(engine, centers, spread_from=None):
-    """One pass: the ``ClusterSums`` of the partition ``centers`` make; each cluster's spread measured from
-    ``spread_from`` (k, d), or from its centre."""
-    m = np.empty((0, centers.shape[1])) if spread_from is None else np.ascontiguousarray(spread_from, np.float64)
-    fields = engine.reduce(_sums_step, (Prepared(centers, engine.dtype), m))
-    weights, offsets, squares, spreads, s, evals = fields
-    return ClusterSums(weights, offsets, squares, spreads, float(s), int(evals))
+def partition_sums(engine, centers, spreads=True):
+    """The ``ClusterSums`` of the partition ``centers`` make: one pass with O(N·k·D) work, and with
+    ``spreads`` one more with O(N·D), each row's label kept between them."""
+    prepared = Prepared(centers, engine.dtype)
+    with engine.state(LABELS, _labelled, lambda: prepared, build=False):
+        weights, offsets, squares, s, evals = engine.reduce(_sums_step, prepared)
+        sums = ClusterSums(weights, offsets, squares, float(s), None, int(evals))
+        if spreads:
+            (spread,) = engine.reduce(_spreads_step, cluster_means(sums, centers))
+            sums = sums._replace(spreads=spread)
+    return sums
 
 
 def cluster_means(sums, centers):
@@ -114,16 +133,13 @@ def calinski_harabasz(sums, centers):
     return 1.0 if within == 0.0 else between * (n - k) / (within * (k - 1))
 
 
-def davies_bouldin(engine, centers, sums=None):
-    """The Davies–Bouldin index of the partition: a pass for the clusters' means (unless ``sums`` of it are
-    given), a second for each cluster's mean distance to its mean."""
-    sums = partition_sums(engine, centers) if sums is None else sums
+def davies_bouldin(sums, centers):
+    """The Davies–Bouldin index of the partition (``sums`` with their spreads)."""
     means = cluster_means(sums, centers)
-    spread = partition_sums(engine, centers, means).spreads
     held = sums.weights > 0
     if int(held.sum()) < 2:
         raise InputError(f"the rows fall in {int(held.sum())} cluster: Davies-Bouldin needs at least 2")
-    s = spread[held] / sums.weights[held]
+    s = sums.spreads[held] / sums.weights[held]
     mu = means[held]
     sq = np.einsum("ij,ij->i", mu, mu)
     if np.allclose(s, 0):

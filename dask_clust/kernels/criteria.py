@@ -75,23 +75,19 @@ def nearest_two(X, Cd, cnorm, C, tol, block, labels, d1, d2):
 
 
 @njit(nogil=True, cache=True)
-def cluster_sums(X, w, C, M, labels, d1, d2, weights, offsets, squares, spreads):
+def cluster_sums(X, w, C, labels, d1, d2, weights, offsets, squares):
     """The per-cluster sums of the partition criteria; returns the rows' weighted simplified silhouette,
     Σ w (b − a) / max(a, b) with a, b the distances to the nearest and second-nearest centre (0 where both
     are 0).
 
     X       : IN    float32/float64 (n, d);  w : IN float64 (n,) sample weights
     C       : IN    float64 (k, d) the centres that label the rows
-    M       : IN    float64 (k, d) the points each cluster's spread is measured from (its rows' means), or
-                    (0, d): from C
     labels  : IN    int32 (n,);  d1, d2 : IN float64 (n,) (``nearest_two``)
     weights : INOUT float64 (k,)     Σ w
     offsets : INOUT float64 (k, d)   Σ w (x − c): the cluster's mean is c + offsets / weights
     squares : INOUT float64 (k,)     Σ w ||x − c||²
-    spreads : INOUT float64 (k,)     Σ w ||x − m||
     """
     silhouette = 0.0
-    same = M.shape[0] == 0
     for i in range(X.shape[0]):
         j = labels[i]
         wi = w[i]
@@ -100,11 +96,23 @@ def cluster_sums(X, w, C, M, labels, d1, d2, weights, offsets, squares, spreads)
         for t in range(X.shape[1]):
             offsets[j, t] += wi * (np.float64(X[i, t]) - C[j, t])
         a = np.sqrt(d1[i])
-        spreads[j] += wi * (a if same else np.sqrt(sqdist(X, i, M, j)))
         b = np.sqrt(d2[i])
         if b > 0.0:
             silhouette += wi * (b - a) / max(a, b)
     return silhouette
+
+
+@njit(nogil=True, cache=True)
+def spreads_about(X, w, M, labels, spreads):
+    """Σ w ||x − m|| per cluster, m its row of M (the clusters' means): Davies–Bouldin's scatter.
+
+    X       : IN    float32/float64 (n, d);  w : IN float64 (n,);  M : IN float64 (k, d)
+    labels  : IN    int32 (n,)
+    spreads : INOUT float64 (k,)
+    """
+    for i in range(X.shape[0]):
+        j = labels[i]
+        spreads[j] += w[i] * np.sqrt(sqdist(X, i, M, j))
 
 
 @njit(nogil=True, cache=True)
