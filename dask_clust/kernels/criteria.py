@@ -1,5 +1,5 @@
 """The partition criteria's kernels: each row's two nearest centres exactly, the per-cluster sums the
-criteria are made of, and the exact silhouette of a sample.
+criteria are made of, and a sample's distance sums for its exact silhouette.
 
 Calinski & Harabasz, "A dendrite method for cluster analysis", Comm. in Statistics 3(1), 1974; Davies &
 Bouldin, "A cluster separation measure", IEEE TPAMI 1(2), 1979; Rousseeuw, "Silhouettes", J. Comput. Appl.
@@ -14,6 +14,20 @@ from numba import njit
 from .distance import cross_products, sqdist
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _measure(X, i, C, j, labels, d1, d2):
+    """Centre j measured directly for row i, kept as its nearest or second-nearest (centres come in ascending
+    order: a tie keeps the lower index). Returns 1, the evaluation."""
+    s = sqdist(X, i, C, j)
+    if s < d1[i]:
+        d2[i] = d1[i]
+        d1[i] = s
+        labels[i] = j
+    elif s < d2[i]:
+        d2[i] = s
+    return 1
+
+
 @njit(nogil=True, cache=True)
 def nearest_two(X, Cd, cnorm, C, tol, block, labels, d1, d2):
     """Each row's nearest centre and the exact squared distances to its nearest and second-nearest centres;
@@ -22,7 +36,9 @@ def nearest_two(X, Cd, cnorm, C, tol, block, labels, d1, d2):
     The GEMM ranks the centres; every centre whose GEMM value lies within two rounding bands of the row's
     second-smallest is measured directly in float64, which covers both true nearest (a centre farther in the
     GEMM by more than that cannot be first or second). Ties go to the lowest index, as in ``assign``, so the
-    labels are the model's.
+    labels are the model's. The scan keeps each row's three smallest values (branch-free, centre by centre
+    along G's contiguous rows, as ``nearest_rows``): where the third lies beyond that reach, the two best
+    are the only candidates, and only the other rows walk their column again.
 
     X      : IN  float32/float64 (n, d)
     Cd     : IN  X's dtype (k, d) contiguous;  cnorm : IN float64 (k,);  C : IN float64 (k, d), k >= 2
@@ -33,44 +49,52 @@ def nearest_two(X, Cd, cnorm, C, tol, block, labels, d1, d2):
     n, k = X.shape[0], C.shape[0]
     block = max(1, min(block, n))
     G = np.empty((k, block), dtype=X.dtype)
+    b1 = np.empty(block, dtype=X.dtype)
+    b2 = np.empty(block, dtype=X.dtype)
+    b3 = np.empty(block, dtype=X.dtype)
+    j1 = np.empty(block, dtype=np.int32)
+    j2 = np.empty(block, dtype=np.int32)
+    two = X.dtype.type(2.0)
     cmax = 0.0
     for j in range(k):
         cmax = max(cmax, cnorm[j])
     evals = 0
-    for b0 in range(0, n, block):
-        b1 = min(n, b0 + block)
-        Gv = cross_products(X, b0, b1, Cd, G)
-        evals += (b1 - b0) * k
-        for r in range(b1 - b0):
-            i = b0 + r
-            first = second = np.inf
-            for j in range(k):
-                v = cnorm[j] - 2.0 * np.float64(Gv[j, r])
-                if v < first:
-                    second = first
-                    first = v
-                elif v < second:
-                    second = v
+    for r0 in range(0, n, block):
+        m = min(n, r0 + block) - r0
+        Gv = cross_products(X, r0, r0 + m, Cd, G)
+        evals += m * k
+        b1[:m] = np.inf
+        b2[:m] = np.inf
+        b3[:m] = np.inf
+        j1[:m] = 0
+        j2[:m] = 0
+        for j in range(k):
+            cj = X.dtype.type(cnorm[j])
+            for r in range(m):
+                v = cj - two * Gv[j, r]
+                first, sec = b1[r], b2[r]
+                lt1, lt2 = v < first, v < sec
+                b3[r] = sec if lt2 else min(v, b3[r])
+                b2[r] = first if lt1 else (v if lt2 else sec)
+                j2[r] = j1[r] if lt1 else (j if lt2 else j2[r])
+                b1[r] = v if lt1 else first
+                j1[r] = j if lt1 else j1[r]
+        for r in range(m):
+            i = r0 + r
             xx = 0.0
             for t in range(X.shape[1]):
                 xv = np.float64(X[i, t])
                 xx += xv * xv
-            reach = second + 2.0 * tol * (xx + cmax)
-            best = best2 = np.inf
-            jbest = -1
-            for j in range(k):
-                if cnorm[j] - 2.0 * np.float64(Gv[j, r]) <= reach:
-                    s = sqdist(X, i, C, j)
-                    evals += 1
-                    if s < best:
-                        best2 = best
-                        best = s
-                        jbest = j
-                    elif s < best2:
-                        best2 = s
-            labels[i] = jbest
-            d1[i] = best
-            d2[i] = best2
+            reach = np.float64(b2[r]) + 2.0 * tol * (xx + cmax)
+            labels[i] = -1
+            d1[i] = d2[i] = np.inf
+            if np.float64(b3[r]) > reach:
+                lo, hi = min(j1[r], j2[r]), max(j1[r], j2[r])
+                evals += _measure(X, i, C, lo, labels, d1, d2) + _measure(X, i, C, hi, labels, d1, d2)
+            else:
+                for j in range(k):
+                    if np.float64(X.dtype.type(cnorm[j]) - two * Gv[j, r]) <= reach:
+                        evals += _measure(X, i, C, j, labels, d1, d2)
     return evals
 
 
@@ -116,34 +140,20 @@ def spreads_about(X, w, M, labels, spreads):
 
 
 @njit(nogil=True, cache=True)
-def silhouette_rows(X, labels, counts, lo, hi, out):
-    """Rousseeuw's silhouette of rows lo..hi of X against all of X: a = the mean distance to the other rows of
-    its cluster, b = the smallest mean distance to another cluster's rows, s = (b − a) / max(a, b), and 0 for a
-    row alone in its cluster (scikit-learn's convention).
+def distance_sums(G, sq, lo, labels, sums):
+    """Each row's sums of Euclidean distances to the rows of every cluster, from their inner products: the
+    silhouette's a and b before their means (the GEMM form ||x||² − 2 x·y + ||y||², clamped at 0, a row's
+    distance to itself 0, as scikit-learn's ``euclidean_distances``).
 
-    X      : IN  float32/float64 (n, d);  labels : IN int32 (n,) in 0..k−1;  counts : IN int64 (k,) rows per label
-    lo, hi : IN  int the rows to score
-    out    : OUT float64 (n,) out[lo:hi] written
+    G      : IN    float64 (m, n) inner products of rows lo..lo+m with all n rows
+    sq     : IN    float64 (n,) squared norms of all rows;  lo : IN int
+    labels : IN    int64 (n,) in 0..k−1
+    sums   : OUT   float64 (m, k)
     """
-    n, d = X.shape
-    k = counts.shape[0]
-    sums = np.empty(k)
-    for i in range(lo, hi):
-        sums[:] = 0.0
-        for m in range(n):
-            s = 0.0
-            for t in range(d):
-                v = np.float64(X[i, t]) - np.float64(X[m, t])
-                s += v * v
-            sums[labels[m]] += np.sqrt(s)
-        own = labels[i]
-        if counts[own] < 2:
-            out[i] = 0.0
-            continue
-        a = sums[own] / (counts[own] - 1)
-        b = np.inf
-        for c in range(k):
-            if c != own and counts[c] > 0:
-                b = min(b, sums[c] / counts[c])
-        out[i] = (b - a) / max(a, b) if max(a, b) > 0.0 else 0.0
-    return (hi - lo) * n
+    m, n = G.shape
+    sums[:] = 0.0
+    for r in range(m):
+        i = lo + r
+        for c in range(n):
+            if c != i:
+                sums[r, labels[c]] += np.sqrt(max(sq[i] + sq[c] - 2.0 * G[r, c], 0.0))
