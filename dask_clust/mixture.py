@@ -146,6 +146,11 @@ def _dense_block(ids, p, n_clusters):
     return out
 
 
+# bytes of the rows × C cost block of the exact log-likelihood: its GEMM and log-sum-exp stay in cache (20,000
+# rows x 2,048 components: 0.24 s in blocks of 4 MB, 0.5 s of 32 MB, 2.2 s in one)
+SCORE_BLOCK_BYTES = 4 << 20
+
+
 def log_likelihood(costs):
     """log Σ_c exp(−cost_c) per row of costs −ℓ: the rows' log-likelihood over those components."""
     low = costs.min(axis=1, keepdims=True)
@@ -154,13 +159,13 @@ def log_likelihood(costs):
 
 def _score_block(x, mixture, n_truncated, block_info=None):
     """Per-row log-likelihood: over every component (``n_truncated`` None), in row blocks of
-    PROBA_BLOCK_BYTES, or over the row's ``n_truncated`` likeliest (a lower bound)."""
+    SCORE_BLOCK_BYTES, or over the row's ``n_truncated`` likeliest (a lower bound)."""
     check_finite_block(x, block_info)
     x = x if is_csr(x) else np.ascontiguousarray(x)
     if n_truncated is not None:
         ids = truncated_ids_block(x, mixture.mu, n_truncated, mixture)
         return log_likelihood(mixture.costs_of(x, ids))
-    rows = max(1, PROBA_BLOCK_BYTES // (8 * len(mixture.mu)))
+    rows = max(1, SCORE_BLOCK_BYTES // (8 * len(mixture.mu)))
     return np.concatenate([log_likelihood(mixture.costs(x[b : b + rows])) for b in range(0, x.shape[0], rows)] or [[]])
 
 
