@@ -9,7 +9,7 @@
    C = 64, 128, ..., 8,192 and k-means over k = 8, 16, ..., 1,024 on blobs of ``--rows`` (1M) x 32 (targets:
    <= 2x and <= 3x), with each k's fit and criteria time.
 
-    python benchmarks/bench_sweep.py [--parts pick,speed] [--seeds 10] [--rows 1000000]
+    python benchmarks/bench_sweep.py [--parts pick,speed] [--seeds 10] [--rows 1000000] [--algos vcgmm,kmeans]
 """
 
 import argparse
@@ -60,9 +60,11 @@ def pick(seeds):
             emit("sweep_pick", {"K": K, "D": D, "algo": algo, "hits": hits, "seeds": seeds})
 
 
-def speed(rows):
+def speed(rows, algos):
     X, _ = blobs(rows, 32, 1000, seed=0)
-    for algo, ks in (("vcgmm", [64 * 2**i for i in range(8)]), ("kmeans", [8 * 2**i for i in range(8)])):
+    grids = {"vcgmm": [64 * 2**i for i in range(8)], "kmeans": [8 * 2**i for i in range(8)]}
+    for algo in algos:
+        ks = grids[algo]
         t = time.perf_counter()
         alone = dask_clust.fit(X, algo, ks[-1], random_state=0, client="in-process")
         single = time.perf_counter() - t
@@ -93,12 +95,13 @@ def main():
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--algos", default="vcgmm,kmeans", help="speed's sweeps")
     a = p.parse_args()
     with threadpool_limits(a.threads):
         if "pick" in a.parts:
             pick(a.seeds)
         if "speed" in a.parts:
-            speed(a.rows)
+            speed(a.rows, a.algos.split(","))
 
 
 if __name__ == "__main__":

@@ -397,15 +397,26 @@ class MixtureModel(ClusteringModel):
         C, D = self.cluster_centers_.shape
         return n_parameters(self.covariance_type, self.params.get("weights"), C, D)
 
-    def bic(self, X):
-        """Bayesian information criterion on X: −2 log L + p log n, log L over every component (exact)."""
+    def bic(self, X, exact=True):
+        """Bayesian information criterion on X: −2 log L + p log n, log L over every component (``exact``, the
+        default) or over each row's C' likeliest (as ``score_samples``)."""
         n = as_dask_rows(X, self.n_features_in_).shape[0]
-        return -2.0 * self.score(X, exact=True) * n + self.n_parameters() * math.log(n)
+        return -2.0 * self.score(X, exact=exact) * n + self.n_parameters() * math.log(n)
 
-    def aic(self, X):
-        """Akaike information criterion on X: −2 log L + 2p, log L over every component (exact)."""
+    def aic(self, X, exact=True):
+        """Akaike information criterion on X: −2 log L + 2p, log L as ``bic``'s."""
         n = as_dask_rows(X, self.n_features_in_).shape[0]
-        return -2.0 * self.score(X, exact=True) * n + 2 * self.n_parameters()
+        return -2.0 * self.score(X, exact=exact) * n + 2 * self.n_parameters()
+
+    def nearest_costs(self):
+        """(h, offset, C') when every component's cost −ℓ_c(x) is offset + h ||x − μ_c||² with one h and one
+        offset (one variance, equal weights: vc-GMM's own model), so that a row's likeliest components are
+        its nearest means; else None."""
+        costs = self._costs()
+        h, offset = costs.h, costs.offset
+        if h.ndim != 2 or not (np.all(h == h.flat[0]) and np.all(offset == offset[0])):
+            return None
+        return float(h.flat[0]), float(offset[0]), int(self.extras_["n_truncated_"])
 
     def sample(self, n_samples=1, random_state=None):
         """``n_samples`` rows drawn from the mixture and their components, (X, y), grouped by component as

@@ -5,7 +5,9 @@ What the k share: the data are loaded once (one engine, its chunks and its first
 checks, the grid of the exact sums), and the silhouette's sample is drawn and read once. Each k's fit is the
 fit ``dask_clust.fit`` makes with the same ``random_state``, bit for bit (its seeding and passes are its
 own). Each k then costs its criteria's passes: one for the partition's sums (O(N·k·D)), one for Davies–Bouldin's
-spreads about the clusters' means, and for a mixture one for its exact log-likelihood (``bic``).
+spreads about the clusters' means (O(N·D)), and for a mixture whose likeliest components are not its nearest
+means (scikit-learn's types) one for its exact log-likelihood (O(N·C·D)); vc-GMM's log-likelihood over each
+row's C' nearest components comes with the first.
 
 What the driver holds: one model at a time (the models on request), the criteria's k·(D + 3) sums, and the
 silhouette's sample (``silhouette_size`` rows).
@@ -166,9 +168,12 @@ def sweep(
 
 def _criteria(engine, spec, model, sample, X, sample_weight):
     """One model's criteria (a dict): the partition's sums (one pass), Davies–Bouldin's spreads (one more), the
-    sample's silhouette, and a mixture's BIC and AIC (its exact log-likelihood: one pass over X)."""
+    sample's silhouette, and a mixture's BIC and AIC: for one whose likeliest components are its nearest
+    means (vc-GMM's), from the first pass, over each row's C' nearest (``bic(X, exact=False)``); for the
+    others from their exact log-likelihood (one more pass, O(N·C·D), over X)."""
     C = criteria.check_centers(engine, model.cluster_centers_)
-    sums = criteria.partition_sums(engine, C)
+    nearest = model.nearest_costs() if spec.probabilistic else None
+    sums = criteria.partition_sums(engine, C, nearest_costs=nearest)
     held = int((sums.weights > 0).sum())
     row = {
         "inertia": criteria.inertia(sums),
@@ -181,10 +186,13 @@ def _criteria(engine, spec, model, sample, X, sample_weight):
         with contextlib.suppress(InputError):  # (the sample's rows in fewer than 2 clusters: none)
             row["silhouette"] = criteria.sample_silhouette(sample, C)
     if spec.probabilistic:
-        if sample_weight is not None:
-            row["bic"] = row["aic"] = math.nan  # (the mixture's log-likelihood of weighted rows: not yet)
+        n, p = float(sums.weights.sum()), model.n_parameters()
+        if nearest is not None:
+            ll = sums.log_likelihood
+        elif sample_weight is None:
+            ll = model.score(X, exact=True) * n
         else:
-            ll, n, p = model.score(X, exact=True), engine.n_samples, model.n_parameters()
-            row["bic"] = -2.0 * ll * n + p * math.log(n)
-            row["aic"] = -2.0 * ll * n + 2 * p
+            ll = math.nan  # (a mixture's exact log-likelihood of weighted rows: not yet)
+        row["bic"] = -2.0 * ll + p * math.log(n)
+        row["aic"] = -2.0 * ll + 2 * p
     return row

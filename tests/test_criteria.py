@@ -81,22 +81,28 @@ def test_integer_weights_count_as_repeated_rows(rows):
         )
 
 
-def test_the_labels_are_the_models(rows, dtype):
-    """The pass labels every row as ``predict`` does, near ties included: rows equidistant from two centres."""
-    from dask_clust.kernels.criteria import nearest_two
+@pytest.mark.parametrize("m", [2, 3, 5])
+def test_the_nearest_centres_are_the_models_and_brute_forces(rows, dtype, m):
+    """The pass labels every row as ``predict`` does and finds its m nearest as brute force does, near ties
+    included: a row equidistant from two centres, three equal centres (every row near them walks its column
+    again)."""
+    from dask_clust.kernels.criteria import nearest_m
 
     X = rows.astype(dtype)
     C = _centres(X, 4, 7)
-    C = np.concatenate([C, C[2:3], C[2:3]])  # three equal centres: every row near them walks its column again
+    C = np.concatenate([C, C[2:3], C[2:3]])
     X = np.concatenate([X, ((C[0] + C[1]) / 2)[None].astype(dtype)])
     P = Prepared(C, X.dtype)
-    labels, d1, d2 = np.empty(len(X), np.int32), np.empty(len(X)), np.empty(len(X))
-    nearest_two(X, P.Cd, P.cnorm, P.C, P.tol, P.block, labels, d1, d2)
+    ids, dists = np.empty((len(X), m), np.int32), np.empty((len(X), m))
+    nearest_m(X, P.Cd, P.cnorm, P.C, P.tol, P.block, ids, dists)
     want, mind, _ = nearest(X, P)
-    np.testing.assert_array_equal(labels, want)
-    np.testing.assert_array_equal(d1, mind)
-    exact = np.sort(((X[:, None, :].astype(np.float64) - C[None]) ** 2).sum(-1), axis=1)
-    np.testing.assert_allclose(d2, exact[:, 1], rtol=1e-12)
+    np.testing.assert_array_equal(ids[:, 0], want)
+    np.testing.assert_array_equal(dists[:, 0], mind)
+    exact = ((X[:, None, :].astype(np.float64) - C[None]) ** 2).sum(-1)
+    order = np.lexsort((np.broadcast_to(np.arange(len(C)), exact.shape), exact), axis=1)[:, :m]
+    np.testing.assert_allclose(dists, np.take_along_axis(exact, order, axis=1), rtol=1e-12)
+    ties = np.isclose(np.take_along_axis(exact, order, axis=1), dists, rtol=0, atol=0)
+    np.testing.assert_array_equal(ids[ties], order[ties])
 
 
 def test_the_criteria_do_not_depend_on_the_chunking(rows):

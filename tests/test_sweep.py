@@ -23,23 +23,26 @@ def four():
     return X.astype(np.float32)
 
 
-@pytest.mark.parametrize("algo", ["kmeans", "vcgmm"])
-def test_every_k_is_fits_model_and_its_criteria_scikit_learns(four, algo):
-    result = dask_clust.sweep(four, algo, KS, random_state=1, keep_models=True, silhouette_size=None, **HERE)
+@pytest.mark.parametrize("algo, params", [("kmeans", {}), ("vcgmm", {}), ("vargmm", {"covariance_type": "diag"})])
+def test_every_k_is_fits_model_and_its_criteria_scikit_learns(four, algo, params):
+    result = dask_clust.sweep(four, algo, KS, random_state=1, keep_models=True, silhouette_size=None, **HERE, **params)
     assert list(result.table.index) == KS
     for k in KS:
         model = result.models_[k]
-        alone = dask_clust.fit(four, algo, k, random_state=1, **HERE)
+        alone = dask_clust.fit(four, algo, k, random_state=1, **HERE, **params)
         np.testing.assert_array_equal(model.cluster_centers_, alone.cluster_centers_)
-        labels = np.asarray(model.predict(four))
+        # the partition the centres make (a diagonal mixture's predict takes the likeliest component instead)
+        labels = ((four[:, None, :].astype(np.float64) - model.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
         row = result.table.loc[k]
         X64 = four.astype(np.float64)
         assert row["calinski_harabasz"] == pytest.approx(skm.calinski_harabasz_score(X64, labels), rel=1e-10)
         assert row["davies_bouldin"] == pytest.approx(skm.davies_bouldin_score(X64, labels), rel=1e-10)
         assert row["inertia"] == pytest.approx(((X64 - model.cluster_centers_[labels]) ** 2).sum(), rel=1e-10)
-        if algo == "vcgmm":
-            assert row["bic"] == pytest.approx(model.bic(four), rel=1e-10)
-            assert row["aic"] == pytest.approx(model.aic(four), rel=1e-10)
+        if algo != "kmeans":  # vc-GMM's over each row's C' nearest components, found in the first pass
+            exact = algo == "vargmm"  # (a diagonal mixture's likeliest components are not its nearest means)
+            assert (model.nearest_costs() is None) == exact
+            assert row["bic"] == pytest.approx(model.bic(four, exact=exact), rel=1e-10)
+            assert row["aic"] == pytest.approx(model.aic(four, exact=exact), rel=1e-10)
 
 
 def test_the_silhouette_sample_is_one_for_every_k(four):

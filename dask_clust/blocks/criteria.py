@@ -31,7 +31,7 @@ import numpy as np
 from .._random import stream
 from ..errors import InputError
 from ..kernels.assign import Prepared, nearest
-from ..kernels.criteria import cluster_sums, distance_sums, nearest_two, spreads_about
+from ..kernels.criteria import cluster_sums, distance_sums, nearest_log_likelihood, nearest_m, spreads_about
 
 # rows of centres whose pairwise distances Davies–Bouldin holds at once
 PAIR_ROWS = 1024
@@ -52,6 +52,7 @@ class ClusterSums(NamedTuple):
     squares: np.ndarray  # (k,) Σ w ||x − c||²
     silhouette: float  # Σ w (b − a) / max(a, b)
     spreads: np.ndarray | None  # (k,) Σ w ||x − μ|| about the clusters' means (None: not measured)
+    log_likelihood: float | None  # an isotropic mixture's, over each row's nearest components (None: not asked)
     evals: int
 
 
@@ -60,16 +61,19 @@ def _labelled(chunk, centers):
     chunk.state[LABELS] = nearest(chunk.x, centers)[0]
 
 
-def _sums_step(chunk, centers):
+def _sums_step(chunk, params):
+    centers, nearest_costs = params
     X = chunk.x
     k, d = centers.C.shape
-    labels = np.empty(X.shape[0], np.int32)
-    d1, d2 = np.empty(X.shape[0]), np.empty(X.shape[0])
-    evals = nearest_two(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, labels, d1, d2)
-    chunk.state[LABELS] = labels
+    n_terms = 0 if nearest_costs is None else min(k, nearest_costs[1])
+    m = max(2, n_terms)
+    ids, dists = np.empty((X.shape[0], m), np.int32), np.empty((X.shape[0], m))
+    evals = nearest_m(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, ids, dists)
+    chunk.state[LABELS] = np.ascontiguousarray(ids[:, 0])
     weights, offsets, squares = np.zeros(k), np.zeros((k, d)), np.zeros(k)
-    s = cluster_sums(X, chunk.w, centers.C, labels, d1, d2, weights, offsets, squares)
-    return weights, offsets, squares, s, np.int64(evals)
+    s = cluster_sums(X, chunk.w, centers.C, ids, dists, weights, offsets, squares)
+    ll = nearest_log_likelihood(chunk.w, dists, nearest_costs[0], n_terms) if n_terms else 0.0
+    return weights, offsets, squares, s, ll, np.int64(evals)
 
 
 def _spreads_step(chunk, means):
@@ -92,13 +96,19 @@ def check_centers(engine, centers):
     return centers
 
 
-def partition_sums(engine, centers, spreads=True):
+def partition_sums(engine, centers, spreads=True, nearest_costs=None):
     """The ``ClusterSums`` of the partition ``centers`` make: one pass with O(N·k·D) work, and with
-    ``spreads`` one more with O(N·D), each row's label kept between them."""
+    ``spreads`` one more with O(N·D), each row's label kept between them. ``nearest_costs`` = (h, offset,
+    n_terms): a mixture whose every component costs offset + h ||x − μ_c||² (one variance, equal weights:
+    its likeliest components are the nearest means), whose log-likelihood over each row's ``n_terms``
+    nearest components the first pass sums too."""
     prepared = Prepared(centers, engine.dtype)
+    costs = None if nearest_costs is None else (float(nearest_costs[0]), int(nearest_costs[2]))
     with engine.state(LABELS, _labelled, lambda: prepared, build=False):
-        weights, offsets, squares, s, evals = engine.reduce(_sums_step, prepared)
-        sums = ClusterSums(weights, offsets, squares, float(s), None, int(evals))
+        weights, offsets, squares, s, ll, evals = engine.reduce(_sums_step, (prepared, costs))
+        if nearest_costs is not None:
+            ll = float(ll) - float(nearest_costs[1]) * float(weights.sum())
+        sums = ClusterSums(weights, offsets, squares, float(s), None, None if costs is None else ll, int(evals))
         if spreads:
             (spread,) = engine.reduce(_spreads_step, cluster_means(sums, centers))
             sums = sums._replace(spreads=spread)

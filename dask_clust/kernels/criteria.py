@@ -1,4 +1,4 @@
-"""The partition criteria's kernels: each row's two nearest centres exactly, the per-cluster sums the
+"""The partition criteria's kernels: each row's m nearest centres exactly, the per-cluster sums the
 criteria are made of, and a sample's distance sums for its exact silhouette.
 
 Calinski & Harabasz, "A dendrite method for cluster analysis", Comm. in Statistics 3(1), 1974; Davies &
@@ -15,112 +15,110 @@ from .distance import cross_products, sqdist
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _measure(X, i, C, j, labels, d1, d2):
-    """Centre j measured directly for row i, kept as its nearest or second-nearest (centres come in ascending
-    order: a tie keeps the lower index). Returns 1, the evaluation."""
-    s = sqdist(X, i, C, j)
-    if s < d1[i]:
-        d2[i] = d1[i]
-        d1[i] = s
-        labels[i] = j
-    elif s < d2[i]:
-        d2[i] = s
-    return 1
+def _keep(ids, dists, i, j, s):
+    """Centre j at squared distance s into row i's list, ascending by (distance, index), if it belongs there."""
+    m = ids.shape[1]
+    if s > dists[i, m - 1] or (s == dists[i, m - 1] and j > ids[i, m - 1] >= 0):
+        return
+    p = m - 1
+    while p > 0 and (s < dists[i, p - 1] or (s == dists[i, p - 1] and j < ids[i, p - 1])):
+        dists[i, p] = dists[i, p - 1]
+        ids[i, p] = ids[i, p - 1]
+        p -= 1
+    dists[i, p] = s
+    ids[i, p] = j
 
 
 @njit(nogil=True, cache=True)
-def nearest_two(X, Cd, cnorm, C, tol, block, labels, d1, d2):
-    """Each row's nearest centre and the exact squared distances to its nearest and second-nearest centres;
-    returns the distance evaluations.
+def nearest_m(X, Cd, cnorm, C, tol, block, ids, dists):
+    """Each row's m nearest centres and their exact squared distances, ascending (m = ids.shape[1], 2 <= m <=
+    k); returns the distance evaluations.
 
-    The GEMM ranks the centres; every centre whose GEMM value lies within two rounding bands of the row's
-    second-smallest is measured directly in float64, which covers both true nearest (a centre farther in the
-    GEMM by more than that cannot be first or second). Ties go to the lowest index, as in ``assign``, so the
-    labels are the model's. The scan keeps each row's three smallest values (branch-free, centre by centre
-    along G's contiguous rows, as ``nearest_rows``): where the third lies beyond that reach, the two best
-    are the only candidates, and only the other rows walk their column again.
+    The GEMM ranks the centres: the scan keeps each row's m + 1 smallest values (centre by centre, along G's
+    contiguous rows, as ``nearest_rows``; a value that does not beat the row's (m+1)-th costs one compare).
+    Every centre whose GEMM value lies within two rounding bands of the row's m-th smallest is measured
+    directly in float64, which covers the true m nearest (a centre farther in the GEMM by more cannot be among
+    them): where the (m+1)-th value lies beyond that reach, the m kept are the only candidates, and only the
+    other rows walk their column again. Ties go to the lowest index, as in ``assign``, so ids[:, 0] are the
+    model's labels.
 
-    X      : IN  float32/float64 (n, d)
-    Cd     : IN  X's dtype (k, d) contiguous;  cnorm : IN float64 (k,);  C : IN float64 (k, d), k >= 2
-    tol    : IN  float (``gemm_tolerance``);   block : IN int (``rows_per_block``)
-    labels : OUT int32 (n,)
-    d1, d2 : OUT float64 (n,) squared distance to the nearest centre, to the second-nearest
+    X     : IN  float32/float64 (n, d)
+    Cd    : IN  X's dtype (k, d) contiguous;  cnorm : IN float64 (k,);  C : IN float64 (k, d)
+    tol   : IN  float (``gemm_tolerance``);   block : IN int (``rows_per_block``)
+    ids   : OUT int32 (n, m);  dists : OUT float64 (n, m)
     """
-    n, k = X.shape[0], C.shape[0]
+    n, k, m = X.shape[0], C.shape[0], ids.shape[1]
     block = max(1, min(block, n))
     G = np.empty((k, block), dtype=X.dtype)
-    b1 = np.empty(block, dtype=X.dtype)
-    b2 = np.empty(block, dtype=X.dtype)
-    b3 = np.empty(block, dtype=X.dtype)
-    j1 = np.empty(block, dtype=np.int32)
-    j2 = np.empty(block, dtype=np.int32)
+    top = np.empty((block, m + 1), dtype=X.dtype)
+    tj = np.empty((block, m + 1), dtype=np.int32)
     two = X.dtype.type(2.0)
     cmax = 0.0
     for j in range(k):
         cmax = max(cmax, cnorm[j])
     evals = 0
     for r0 in range(0, n, block):
-        m = min(n, r0 + block) - r0
-        Gv = cross_products(X, r0, r0 + m, Cd, G)
-        evals += m * k
-        b1[:m] = np.inf
-        b2[:m] = np.inf
-        b3[:m] = np.inf
-        j1[:m] = 0
-        j2[:m] = 0
+        rows = min(n, r0 + block) - r0
+        Gv = cross_products(X, r0, r0 + rows, Cd, G)
+        evals += rows * k
+        top[:rows] = np.inf
+        tj[:rows] = 0
         for j in range(k):
             cj = X.dtype.type(cnorm[j])
-            for r in range(m):
+            for r in range(rows):
                 v = cj - two * Gv[j, r]
-                first, sec = b1[r], b2[r]
-                lt1, lt2 = v < first, v < sec
-                b3[r] = sec if lt2 else min(v, b3[r])
-                b2[r] = first if lt1 else (v if lt2 else sec)
-                j2[r] = j1[r] if lt1 else (j if lt2 else j2[r])
-                b1[r] = v if lt1 else first
-                j1[r] = j if lt1 else j1[r]
-        for r in range(m):
+                if v < top[r, m]:
+                    p = m
+                    while p > 0 and v < top[r, p - 1]:
+                        top[r, p] = top[r, p - 1]
+                        tj[r, p] = tj[r, p - 1]
+                        p -= 1
+                    top[r, p] = v
+                    tj[r, p] = j
+        for r in range(rows):
             i = r0 + r
             xx = 0.0
             for t in range(X.shape[1]):
                 xv = np.float64(X[i, t])
                 xx += xv * xv
-            reach = np.float64(b2[r]) + 2.0 * tol * (xx + cmax)
-            labels[i] = -1
-            d1[i] = d2[i] = np.inf
-            if np.float64(b3[r]) > reach:
-                lo, hi = min(j1[r], j2[r]), max(j1[r], j2[r])
-                evals += _measure(X, i, C, lo, labels, d1, d2) + _measure(X, i, C, hi, labels, d1, d2)
+            reach = np.float64(top[r, m - 1]) + 2.0 * tol * (xx + cmax)
+            ids[i] = -1
+            dists[i] = np.inf
+            if np.float64(top[r, m]) > reach:  # the m kept are the candidates
+                for q in range(m):
+                    _keep(ids, dists, i, tj[r, q], sqdist(X, i, C, tj[r, q]))
+                evals += m
             else:
                 for j in range(k):
                     if np.float64(X.dtype.type(cnorm[j]) - two * Gv[j, r]) <= reach:
-                        evals += _measure(X, i, C, j, labels, d1, d2)
+                        _keep(ids, dists, i, j, sqdist(X, i, C, j))
+                        evals += 1
     return evals
 
 
 @njit(nogil=True, cache=True)
-def cluster_sums(X, w, C, labels, d1, d2, weights, offsets, squares):
+def cluster_sums(X, w, C, ids, dists, weights, offsets, squares):
     """The per-cluster sums of the partition criteria; returns the rows' weighted simplified silhouette,
     Σ w (b − a) / max(a, b) with a, b the distances to the nearest and second-nearest centre (0 where both
     are 0).
 
     X       : IN    float32/float64 (n, d);  w : IN float64 (n,) sample weights
     C       : IN    float64 (k, d) the centres that label the rows
-    labels  : IN    int32 (n,);  d1, d2 : IN float64 (n,) (``nearest_two``)
+    ids     : IN    int32 (n, m);  dists : IN float64 (n, m), m >= 2 (``nearest_m``)
     weights : INOUT float64 (k,)     Σ w
     offsets : INOUT float64 (k, d)   Σ w (x − c): the cluster's mean is c + offsets / weights
     squares : INOUT float64 (k,)     Σ w ||x − c||²
     """
     silhouette = 0.0
     for i in range(X.shape[0]):
-        j = labels[i]
+        j = ids[i, 0]
         wi = w[i]
         weights[j] += wi
-        squares[j] += wi * d1[i]
+        squares[j] += wi * dists[i, 0]
         for t in range(X.shape[1]):
             offsets[j, t] += wi * (np.float64(X[i, t]) - C[j, t])
-        a = np.sqrt(d1[i])
-        b = np.sqrt(d2[i])
+        a = np.sqrt(dists[i, 0])
+        b = np.sqrt(dists[i, 1])
         if b > 0.0:
             silhouette += wi * (b - a) / max(a, b)
     return silhouette
@@ -157,3 +155,21 @@ def distance_sums(G, sq, lo, labels, sums):
         for c in range(n):
             if c != i:
                 sums[r, labels[c]] += np.sqrt(max(sq[i] + sq[c] - 2.0 * G[r, c], 0.0))
+
+
+@njit(nogil=True, cache=True)
+def nearest_log_likelihood(w, dists, h, n_terms):
+    """Σ w log Σ_{c among the row's n_terms nearest} exp(−h d²_c): the log-likelihood of an isotropic mixture
+    of equal weights (each component's cost offset + h ||x − μ_c||², one h and one offset) over each row's
+    likeliest components, less the offset; a lower bound of the whole sum, the truncated EM's free energy.
+
+    w : IN float64 (n,);  dists : IN float64 (n, m) ascending, m >= n_terms;  h : IN float;  n_terms : IN int
+    """
+    total = 0.0
+    for i in range(dists.shape[0]):
+        low = dists[i, 0]
+        s = 0.0
+        for q in range(n_terms):
+            s += np.exp(-h * (dists[i, q] - low))
+        total += w[i] * (np.log(s) - h * low)
+    return total
