@@ -212,8 +212,9 @@ def opened(stack, source, client, entropy, state):
     return engine
 
 
-def fitted(engine, spec, cfg, entropy, callback=None, saved=None):
-    """One fit on an open engine, published on the dashboard while it runs: (``FitResult``, its ``Loop``)."""
+def fitted(engine, spec, cfg, entropy, callback=None, saved=None, final=None):
+    """One fit on an open engine, published on the dashboard while it runs: (``FitResult``, its ``Loop``).
+    ``final``: a ``DeferredFinal`` when the caller measures the centres over every row itself."""
     source = engine.source
     logger.info(
         "fitting %s (k=%s) on %d x %d %s in %d chunks (%s)",
@@ -238,6 +239,7 @@ def fitted(engine, spec, cfg, entropy, callback=None, saved=None):
             checkpoint=saved,
             stops_early=bool(getattr(cfg, "tol", 0)),
             figure=spec.figure,
+            final=final,
         )
         return spec.fit(engine, cfg, entropy, loop), loop
 

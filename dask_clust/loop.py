@@ -41,6 +41,14 @@ class FitResult:
     extras: dict = field(default_factory=dict)
 
 
+class DeferredFinal:
+    """A fit's final pass over every row left to its caller (a sweep, whose criteria pass gives the same QE
+    bits): ``final_pass`` returns (None, 0) and sets ``taken``; the loops of one fit share it."""
+
+    def __init__(self):
+        self.taken = False
+
+
 class IterationRecord(TypedDict):
     """One ``history_`` entry: these keys for every algorithm, plus the extras its module names.
     ``objective`` is the algorithm's own per-iteration figure (its registry entry says which)."""
@@ -63,9 +71,19 @@ class Loop:
     without a total (a bar at 2/300 with its ETA would say the fit has 298 to go)."""
 
     def __init__(
-        self, name, max_iter, *, callback=None, progress=False, checkpoint=None, stops_early=False, figure="objective"
+        self,
+        name,
+        max_iter,
+        *,
+        callback=None,
+        progress=False,
+        checkpoint=None,
+        stops_early=False,
+        figure="objective",
+        final=None,
     ):
         self.name = name
+        self.final = final  # a ``DeferredFinal``: the caller measures the returned centres over every row itself
         self.figure = figure  # what the bar and the log call the record's objective (``AlgorithmSpec.figure``)
         self.max_iter = int(max_iter)
         self.stops_early = stops_early

@@ -4,10 +4,12 @@ fit by criteria that need no labels (``blocks/criteria.py``; BIC and AIC for the
 What the k share: the data are loaded once (one engine, its chunks and its first pass: the summary, the
 checks, the grid of the exact sums), and the silhouette's sample is drawn and read once. Each k's fit is the
 fit ``dask_clust.fit`` makes with the same ``random_state``, bit for bit (its seeding and passes are its
-own). Each k then costs its criteria's passes: one for the partition's sums (O(N·k·D)), one for Davies–Bouldin's
-spreads about the clusters' means (O(N·D)), and for a mixture whose likeliest components are not its nearest
-means (scikit-learn's types) one for its exact log-likelihood (O(N·C·D)); vc-GMM's log-likelihood over each
-row's C' nearest components comes with the first.
+own), but for its final pass over every row (the QE of its centres), which the criteria's first pass makes
+for it, to the same bits (its distance count is that pass's). Each k then costs its criteria's passes: one
+for the partition's sums (O(N·k·D)), one for Davies–Bouldin's spreads about the clusters' means (O(N·D)),
+and for a mixture whose likeliest components are not its nearest means (scikit-learn's types) one for its
+exact log-likelihood (O(N·C·D)); vc-GMM's log-likelihood over each row's C' nearest components comes with the
+first.
 
 What the driver holds: one model at a time (the models on request), the criteria's k·(D + 3) sums, and the
 silhouette's sample (``silhouette_size`` rows).
@@ -27,6 +29,7 @@ from .api import DEFAULT, check_against_data, configured, fitted, model_of, open
 from .blocks import criteria
 from .engine.data import select_columns, stored_row_bytes
 from .errors import InputError, InvalidParameterError
+from .loop import DeferredFinal
 
 # each criterion: whether a larger value is better
 HIGHER_IS_BETTER = {
@@ -145,12 +148,17 @@ def sweep(
             for (s, cfg), k in zip(specs, ks, strict=True):
                 t0 = time.perf_counter()
                 with progress_.reporting(False):  # one bar over the sweep, not each fit's phases
-                    result, loop = fitted(engine, s, cfg, entropy)
+                    final = DeferredFinal()
+                    engine.forget_state()  # (the last k's: Lloyd's labels would count its first changes)
+                    result, loop = fitted(engine, s, cfg, entropy, final=final)
                     info = {**engine.describe(), "wall_s": time.perf_counter() - t0}
                     model = model_of(s, cfg, entropy, result, loop, info, feature_names)
                     fit_s = time.perf_counter() - t0
-                    row = _criteria(engine, s, model, sample, select_columns(X, columns), sample_weight)
-                row.update(k=k, objective=result.objective, n_iter=result.n_iter, fit_s=fit_s)
+                    row, sums = _criteria(engine, s, model, sample, select_columns(X, columns), sample_weight)
+                    if final.taken:  # the fit's final pass is the criteria's first: its QE, the same bits
+                        model.objective_ = sums.qe / 2 if algorithms.spherical(cfg) else sums.qe
+                        model.n_distance_evals_ += sums.evals
+                row.update(k=k, objective=model.objective_, n_iter=result.n_iter, fit_s=fit_s)
                 row["wall_s"] = time.perf_counter() - t0
                 rows.append(row)
                 better = HIGHER_IS_BETTER[criterion]
@@ -195,4 +203,4 @@ def _criteria(engine, spec, model, sample, X, sample_weight):
             ll = math.nan  # (a mixture's exact log-likelihood of weighted rows: not yet)
         row["bic"] = -2.0 * ll + p * math.log(n)
         row["aic"] = -2.0 * ll + 2 * p
-    return row
+    return row, sums

@@ -31,6 +31,9 @@ def test_every_k_is_fits_model_and_its_criteria_scikit_learns(four, algo, params
         model = result.models_[k]
         alone = dask_clust.fit(four, algo, k, random_state=1, **HERE, **params)
         np.testing.assert_array_equal(model.cluster_centers_, alone.cluster_centers_)
+        assert model.objective_ == alone.objective_ == result.table.loc[k, "objective"]  # (the same QE bits)
+        timeless = lambda history: [{k: v for k, v in r.items() if k != "wall_s"} for r in history]  # noqa: E731
+        assert timeless(model.history_) == timeless(alone.history_)
         # the partition the centres make (a diagonal mixture's predict takes the likeliest component instead)
         labels = ((four[:, None, :].astype(np.float64) - model.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
         row = result.table.loc[k]

@@ -88,7 +88,7 @@ def fit(engine, cfg, entropy, loop):
     result.extras = {"seeding_distance_evals": int(seed_evals)}
     if cfg.coreset_size is not None:
         coreset_qe = result.objective
-        result.objective, qe_evals = final_pass(engine, result.centers, unit=unit)
+        result.objective, qe_evals = final_pass(engine, result.centers, unit=unit, loop=loop)
         result.distance_evals += qe_evals
         result.extras.update(coreset_size_=cfg.coreset_size, coreset_objective=coreset_qe)
     return result

@@ -134,11 +134,16 @@ def routes():
 REGISTRY = {}
 
 
-def final_pass(engine, centers, rows="all rows", unit=False):
+def final_pass(engine, centers, rows="all rows", unit=False, loop=None):
     """The exact QE of the returned centres over the engine's rows and its distance evaluations (one pass);
-    ``unit`` (rows and centres on the unit sphere): Σ w (1 − cos), half of it."""
+    ``unit`` (rows and centres on the unit sphere): Σ w (1 − cos), half of it. Over all rows of a ``loop``
+    whose caller measures them itself (``Loop.final``, a ``DeferredFinal``): (None, 0), marked taken."""
     from .. import progress
     from ..blocks.lloyd import quantization_error
+
+    if loop is not None and loop.final is not None and rows == "all rows":
+        loop.final.taken = True
+        return None, 0
 
     with progress.phase(f"final pass ({'1 − cos' if unit else 'QE'} of {rows})", 1, "pass") as shown:
         qe, evals = quantization_error(engine, centers)
@@ -151,7 +156,7 @@ def finish(engine, centers, loop, distance_evals, extras, converged=None, unit=F
     pass; ``unit``: Σ w (1 − cos)), whatever the algorithm optimised on the way."""
     from ..loop import FitResult
 
-    qe, qe_evals = final_pass(engine, centers, unit=unit)
+    qe, qe_evals = final_pass(engine, centers, unit=unit, loop=loop)
     return FitResult(
         centers,
         qe,

@@ -142,7 +142,7 @@ def fit(engine, cfg, entropy, loop):
         loop.record(f, evals, None, centers=x, gamma=gamma, f_all_rows=f_all)
         gamma *= cfg.decay
         loop.save(lambda: {"x": x, "gamma": gamma, "evals": int(evals_total)})
-    qe, e = final_pass(engine, x)
+    qe, e = final_pass(engine, x, loop=loop)
     # the paper runs omaxit outer steps and has no convergence test: converged_ is False
     return FitResult(
         x,

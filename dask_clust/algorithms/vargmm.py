@@ -197,14 +197,16 @@ def em_result(cfg, mu, qe, loop, em, how, evals):
     return FitResult(mu, qe, loop.n_iter, loop.converged, int(sum(evals.values())), loop.history, extras)
 
 
-def final_objective(engine, work, mu, cfg):
+def final_objective(engine, work, mu, cfg, loop):
     """objective_ and its distance evaluations: the exact QE over all rows (Σ w (1 − cos) on the sphere), the
     working set's weighted one, or nothing (``VCGMMConfig.final_objective``)."""
     kind = getattr(cfg, "final_objective", "exact")
     if kind is None:
         return None, 0
     unit = spherical(cfg)
-    return final_pass(engine, mu, unit=unit) if kind == "exact" else final_pass(work, mu, "the coreset", unit)
+    return (
+        final_pass(engine, mu, unit=unit, loop=loop) if kind == "exact" else final_pass(work, mu, "the coreset", unit)
+    )
 
 
 def check_data(cfg, source):
@@ -263,7 +265,7 @@ def fit(engine, cfg, entropy, loop):
         seed_evals += engine.n_samples * cfg.n_clusters
     phases["refit"] = 0.0
     t = time.perf_counter()
-    qe, qe_evals = final_objective(engine, engine, em.mu, cfg)
+    qe, qe_evals = final_objective(engine, engine, em.mu, cfg, loop)
     phases["final_qe"] = time.perf_counter() - t
     evals = dict(seeding=seed_evals, em=em.evals, refit=0, refine=0, final_qe=qe_evals)
     fitted = (em.sigma2, em.f, em.mixture, engine.summary.total_weight)

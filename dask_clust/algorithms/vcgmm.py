@@ -239,7 +239,12 @@ def refine_on_all_rows(engine, cfg, em, entropy, loop, phases):
         mixture = (np.full(mu.shape, em.sigma2), None)
     start = given_mixture(cfg, mu, *mixture)
     rows = Loop(
-        "refine on all rows", loop.n_iter + cfg.max_iter, callback=loop.callback, progress=True, figure=loop.figure
+        "refine on all rows",
+        loop.n_iter + cfg.max_iter,
+        callback=loop.callback,
+        progress=True,
+        figure=loop.figure,
+        final=loop.final,
     )
     rows.history = list(loop.history)
     found = {}
@@ -347,7 +352,7 @@ def fit(engine, cfg, entropy, loop):
         mu, refit_evals = refit_means(engine, em.mu, refit, entropy, drawn, spherical(cfg)) if refit else (em.mu, 0)
         phases["refit"] = time.perf_counter() - t
         t = time.perf_counter()
-        qe, qe_evals = final_objective(engine, work, mu, cfg)
+        qe, qe_evals = final_objective(engine, work, mu, cfg, loop)
         phases["final_qe"] = time.perf_counter() - t
     evals = dict(seeding=seed_evals, em=em_evals, refit=refit_evals, refine=refine_evals, final_qe=qe_evals)
     fitted = (em.sigma2, em.f, em.mixture, rows_of_em.summary.total_weight)

@@ -53,6 +53,7 @@ class ClusterSums(NamedTuple):
     silhouette: float  # Σ w (b − a) / max(a, b)
     spreads: np.ndarray | None  # (k,) Σ w ||x − μ|| about the clusters' means (None: not measured)
     log_likelihood: float | None  # an isotropic mixture's, over each row's nearest components (None: not asked)
+    qe: float  # Σ w min_c ||x − c||², the bits of the fits' final pass (its sum by chunk)
     evals: int
 
 
@@ -73,7 +74,8 @@ def _sums_step(chunk, params):
     weights, offsets, squares = np.zeros(k), np.zeros((k, d)), np.zeros(k)
     s = cluster_sums(X, chunk.w, centers.C, ids, dists, weights, offsets, squares)
     ll = nearest_log_likelihood(chunk.w, dists, nearest_costs[0], n_terms) if n_terms else 0.0
-    return weights, offsets, squares, s, ll, np.int64(evals)
+    qe = float(np.dot(chunk.w, np.ascontiguousarray(dists[:, 0])))  # (as ``lloyd.quantization_error``'s step)
+    return weights, offsets, squares, s, ll, qe, np.int64(evals)
 
 
 def _spreads_step(chunk, means):
@@ -105,10 +107,11 @@ def partition_sums(engine, centers, spreads=True, nearest_costs=None):
     prepared = Prepared(centers, engine.dtype)
     costs = None if nearest_costs is None else (float(nearest_costs[0]), int(nearest_costs[2]))
     with engine.state(LABELS, _labelled, lambda: prepared, build=False):
-        weights, offsets, squares, s, ll, evals = engine.reduce(_sums_step, (prepared, costs))
+        weights, offsets, squares, s, ll, qe, evals = engine.reduce(_sums_step, (prepared, costs))
         if nearest_costs is not None:
             ll = float(ll) - float(nearest_costs[1]) * float(weights.sum())
-        sums = ClusterSums(weights, offsets, squares, float(s), None, None if costs is None else ll, int(evals))
+        ll = None if costs is None else ll
+        sums = ClusterSums(weights, offsets, squares, float(s), None, ll, float(qe), int(evals))
         if spreads:
             (spread,) = engine.reduce(_spreads_step, cluster_means(sums, centers))
             sums = sums._replace(spreads=spread)

@@ -120,6 +120,11 @@ def _empty_step(chunk, params):
     return ()
 
 
+def _forget_step(chunk, params):
+    chunk.state.clear()
+    return ()
+
+
 def _key_counts(chunk, params):
     """The chunk's distinct keys and their counts (for ``reorder``'s destinations)."""
     key_step, key_params = params
@@ -507,6 +512,12 @@ class Engine:
         rows."""
         (read,) = self.reduce(_bytes_read)
         return int(read)
+
+    def forget_state(self):
+        """Drop every chunk's state, declared or not (a step's own keys, Lloyd's labels), on every partition:
+        a fit that follows another on this engine (a sweep's next k) starts from none, as on a fresh engine,
+        and keeps the first pass's summary and grid. One round trip that reads no rows."""
+        self.reduce(_forget_step)
 
     def empty_iteration_ms(self):
         """Wall time of one empty iteration (a reduce of an empty step over every partition), in ms."""
