@@ -56,11 +56,15 @@ def test_the_silhouette_sample_is_one_for_every_k(four):
         )
 
 
-@pytest.mark.parametrize("algo, criterion", [("kmeans", "simplified_silhouette"), ("vargmm", "bic")])
+@pytest.mark.parametrize(
+    "algo, params, criterion",
+    [("kmeans", {}, "simplified_silhouette"), ("vcgmm", {}, "bic"), ("vargmm", {"covariance_type": "diag"}, "bic")],
+)
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_default_criterion_picks_the_blobs_number(algo, criterion, seed):
+def test_the_default_criterion_picks_the_blobs_number(algo, params, criterion, seed):
     X, _ = make_blobs(4000, n_features=6, centers=5, cluster_std=1.0, center_box=(-25, 25), random_state=10 + seed)
-    result = dask_clust.sweep(X, algo, [2, 3, 4, 5, 6, 7, 8], random_state=seed, silhouette_size=None, **HERE)
+    ks = [2, 3, 4, 5, 6, 7, 8]
+    result = dask_clust.sweep(X, algo, ks, random_state=seed, silhouette_size=None, **HERE, **params)
     assert result.criterion == criterion
     assert result.best_k_ == 5
     assert set(result.models_) == {5}
