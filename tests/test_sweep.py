@@ -114,3 +114,34 @@ def test_grid_search_over_the_number_of_clusters(four, estimator, param):
     search.fit(four)
     assert set(search.cv_results_["param_" + param]) == {2, 4, 6}
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+
+
+def test_a_worker_lost_mid_sweep_gives_the_undisturbed_sweep(three_workers, lost, four, monkeypatch):
+    """A worker killed as the second k's criteria pass starts: its partitions are rebuilt, that call repeated,
+    and every later k fitted on the rebuilt engine; the table and the models are the undisturbed ones."""
+    import os
+    import signal
+
+    from dask_clust.engine import Engine
+    from tests.engine_support import worker_pids
+
+    X = da.from_array(four, chunks=250)
+    kw = dict(random_state=5, keep_models=True, silhouette_size=300, client=three_workers)
+    calm = dask_clust.sweep(X, "kmeans", KS, **kw)
+    victim = sorted(worker_pids(three_workers).values())[1]
+    reduce, seen = Engine.reduce, []
+
+    def killing(self, fn, *args, **kwargs):
+        if getattr(fn, "__name__", "") == "_sums_step":
+            seen.append(fn)
+            if len(seen) == 2:
+                os.kill(victim, signal.SIGKILL)
+        return reduce(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "reduce", killing)
+    hit = dask_clust.sweep(X, "kmeans", KS, **kw)
+    assert lost
+    columns = [c for c in calm.table if c not in ("fit_s", "wall_s")]
+    assert hit.table[columns].equals(calm.table[columns])
+    for k in KS:
+        np.testing.assert_array_equal(hit.models_[k].cluster_centers_, calm.models_[k].cluster_centers_)
