@@ -145,3 +145,18 @@ def test_a_worker_lost_mid_sweep_gives_the_undisturbed_sweep(three_workers, lost
     assert hit.table[columns].equals(calm.table[columns])
     for k in KS:
         np.testing.assert_array_equal(hit.models_[k].cluster_centers_, calm.models_[k].cluster_centers_)
+
+
+def test_a_spherical_sweep_scores_the_rows_on_the_sphere(four):
+    """metric="cosine": every k's model is fit's, and the criteria are those of the unit rows."""
+    unit = (four / np.linalg.norm(four, axis=1, keepdims=True)).astype(np.float64)
+    result = dask_clust.sweep(four, "kmeans", KS, metric="cosine", random_state=0, keep_models=True, **HERE)
+    for k in KS:
+        model = result.models_[k]
+        alone = dask_clust.fit(four, "kmeans", k, metric="cosine", random_state=0, **HERE)
+        np.testing.assert_array_equal(model.cluster_centers_, alone.cluster_centers_)
+        assert model.objective_ == alone.objective_
+        labels = ((unit[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
+        assert result.table.loc[k, "calinski_harabasz"] == pytest.approx(  # (the fit's unit rows are float32)
+            skm.calinski_harabasz_score(unit, labels), rel=1e-6
+        )
