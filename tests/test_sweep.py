@@ -160,3 +160,22 @@ def test_a_spherical_sweep_scores_the_rows_on_the_sphere(four):
         assert result.table.loc[k, "calinski_harabasz"] == pytest.approx(  # (the fit's unit rows are float32)
             skm.calinski_harabasz_score(unit, labels), rel=1e-6
         )
+
+
+def test_a_streamed_sweep_is_the_held_one():
+    """Rule 4: a sweep over data read from its source on every pass, each fit's state in memory or in the
+    workers' files between calls (``forget_state`` clears those too), gives the sweep of held data."""
+    import dask
+
+    from dask_clust.datasets import make_blobs
+
+    X, _ = make_blobs(6000, 5, 6, chunks=1000, random_state=4)
+    kw = dict(random_state=0, keep_models=True, silhouette_size=500, **HERE)
+    held = dask_clust.sweep(X, "kmeans", KS, **kw)
+    columns = [c for c in held.table if c not in ("fit_s", "wall_s")]
+    for files in (False, True):
+        with dask.config.set({"dask_clust.stream": True, "dask_clust.state-files": files}):
+            streamed = dask_clust.sweep(X, "kmeans", KS, **kw)
+        assert streamed.models_[KS[0]].engine_["streaming"] and not held.models_[KS[0]].engine_["streaming"]
+        assert streamed.models_[KS[0]].engine_["state_files"] == files
+        assert streamed.table[columns].equals(held.table[columns])
