@@ -263,7 +263,7 @@ class ClusterBackend(Recovery, RowMoves):
     async def _ask_scheduler(self, request):
         """A request to the scheduler, given up once the client has seen the scheduler go: a request sent just
         before a killed scheduler's connection broke retries connecting for comm.timeouts.connect (30 s), and
-        a fit ended only with the client, 30.05 s after the kill (in loaded runs of the suite)."""
+        the fit would wait that long for an answer that cannot come."""
         ask = asyncio.ensure_future(request)
         try:
             while not ask.done():
@@ -381,7 +381,7 @@ class ClusterBackend(Recovery, RowMoves):
         self._part_futures = []
         self.data = []
         # a lost scheduler: nothing to ask, and asking waits 30 s (comm.timeouts.connect); the fit can see the
-        # loss before the client's status changes (a loaded suite run ended 30.04 s after the kill)
+        # loss before the client's status changes
         if self.client.status == "running" and not self.scheduler_lost:
             return_heap(self.client, keys, sorted({a for a, _ in self.placement} - self.lost_workers))
 
