@@ -435,21 +435,33 @@ def build_parser(argv=()):
         )
         parser.add_argument("--quiet", action="store_true", help="no progress display")
 
+    def fitting_flags(parser):
+        """What ``fit`` and ``sweep`` both read: the input, its feature columns, the seed and the scheduler."""
+        parser.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
+        parser.add_argument(
+            "--columns",
+            metavar="A,B,...",
+            help="the feature columns of a parquet input: names, shell patterns (f_*), exclusions "
+            "(--columns=-id,-label: every other column) (default: all)",
+        )
+        parser.add_argument("--seed", type=int, default=None, help="random_state")
+        parser.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
+
+    def algorithm_flags(parser, command):
+        """The progress flags, and when argv's command is ``command`` the registry's (which import it)."""
+        progress_flags(parser)
+        if _command(argv) == command:
+            algorithms = _algorithm_flags(parser)
+            choices = sorted(algorithms.REGISTRY)
+            parser.add_argument("--algo", default=algorithms.DEFAULT, choices=choices, help="the algorithm")
+
     f = sub.add_parser(
         "fit",
         parents=[common],
         help="fit a model to a .npy file, a zarr array/group or a parquet dataset",
         formatter_class=_Defaults,
     )
-    f.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
-    f.add_argument(
-        "--columns",
-        metavar="A,B,...",
-        help="the feature columns of a parquet input: names, shell patterns (f_*), exclusions (--columns=-id,-label: "
-        "every other column) (default: all)",
-    )
-    f.add_argument("--seed", type=int, default=None, help="random_state")
-    f.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
+    fitting_flags(f)
     f.add_argument("--out", help="directory to save the model to (checked before the fit)")
     f.add_argument("--labels-out", help="write the training labels here: .npy, .parquet or .zarr (by suffix)")
     f.add_argument(
@@ -465,10 +477,7 @@ def build_parser(argv=()):
         metavar="N",
         help="iterations between checkpoints (one is also written every 5 minutes and at the end)",
     )
-    progress_flags(f)
-    if _command(argv) == "fit":
-        algorithms = _algorithm_flags(f)
-        f.add_argument("--algo", default=algorithms.DEFAULT, choices=sorted(algorithms.REGISTRY), help="the algorithm")
+    algorithm_flags(f, "fit")
     f.set_defaults(func=cmd_fit)
 
     sw = sub.add_parser(
@@ -477,8 +486,7 @@ def build_parser(argv=()):
         help="fit one algorithm for many k (-k 2,4,8,16) and print each k's criteria and the k they pick, as JSON",
         formatter_class=_Defaults,
     )
-    sw.add_argument("input", help="a .npy file, a zarr array or group, or a parquet dataset (rows are samples)")
-    sw.add_argument("--columns", metavar="A,B,...", help="the feature columns of a parquet input, as fit's")
+    fitting_flags(sw)
     sw.add_argument(
         "--criterion",
         help="the criterion that picks k: inertia, calinski_harabasz, davies_bouldin, simplified_silhouette, "
@@ -488,12 +496,7 @@ def build_parser(argv=()):
         "--silhouette-size", type=int, default=10_000, help="rows of the exact silhouette's sample (0: none)"
     )
     sw.add_argument("--table-out", metavar="CSV", help="write the table (one row per k) here as CSV")
-    sw.add_argument("--seed", type=int, default=None, help="random_state")
-    sw.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster)")
-    progress_flags(sw)
-    if _command(argv) == "sweep":
-        algorithms = _algorithm_flags(sw)
-        sw.add_argument("--algo", default=algorithms.DEFAULT, choices=sorted(algorithms.REGISTRY), help="the algorithm")
+    algorithm_flags(sw, "sweep")
     sw.set_defaults(func=cmd_sweep)
 
     pr = sub.add_parser("predict", parents=[common], help="label rows with a saved model")
