@@ -33,8 +33,8 @@ def calinski_harabasz_score(X, centers, *, sample_weight=None, client=None):
     """The Calinski–Harabasz index (variance ratio) of the partition ``centers`` make on X, each row in its
     nearest centre's cluster: scikit-learn's ``calinski_harabasz_score`` of those labels, from one pass.
 
-    X: any input ``fit`` takes (dense rows); centers: (k, d), or a fitted model (its ``cluster_centers_`` or
-    ``means_``); sample_weight: a row of weight w counts w times; client: as ``fit``'s."""
+    X: any input ``fit`` takes (dense rows, or sparse ones as CSR); centers: (k, d), or a fitted model (its
+    ``cluster_centers_`` or ``means_``); sample_weight: a row of weight w counts w times; client: as ``fit``'s."""
     with _partition(X, centers, sample_weight, client) as (engine, C):
         return criteria.calinski_harabasz(criteria.partition_sums(engine, C, spreads=False), C)
 

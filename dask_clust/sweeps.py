@@ -128,8 +128,6 @@ def sweep(
         raise InvalidParameterError(f"silhouette_size must be an int >= 2 or None; got {silhouette_size!r}")
     entropy = check_random_state(random_state)
     source, feature_names = sourced(X, columns, sample_weight, specs[-1][1])
-    if source.sparse:
-        raise InputError("sweep's criteria take dense rows; these are CSR (sparse) rows")
     for s, cfg in specs:
         check_against_data(s, cfg, source)
     if silhouette_size is not None and source.weights is not None:

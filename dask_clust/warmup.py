@@ -75,10 +75,11 @@ def _compile_sparse(X, truth):
         for init in ("k-means||", "k-means++"):
             model = api.fit(S, algo, 4, init=init, client="in-process", random_state=0, progress=False)
             np.asarray(model.predict(S))
+    _compile_criteria(S, model.cluster_centers_)
 
 
 def _compile_criteria(X, centers):
-    """The partition criteria's kernels (``kernels/criteria.py``)."""
+    """The partition criteria's kernels (``kernels/criteria.py``), for dense or CSR rows."""
     from .metrics import davies_bouldin_score, silhouette_score
 
     davies_bouldin_score(X, centers, client="in-process")

@@ -70,6 +70,29 @@ def test_a_sampled_silhouette_is_scikit_learns_on_the_drawn_rows(rows, monkeypat
     assert value == pytest.approx(skm.silhouette_score(sample, _labels(sample, C)), rel=1e-10)
 
 
+def test_csr_rows_give_the_criteria_of_the_dense_rows(rows):
+    """A CSR matrix (distances by the expansion from its non-zeros) gives scikit-learn's scores of its dense
+    rows' labels, and the sampled silhouette draws the same rows."""
+    rng = np.random.default_rng(11)
+    dense = np.where(rng.random(rows.shape) < 0.4, rows, 0.0)
+    S = sp.csr_matrix(dense)
+    C = _centres(dense, 6, 12)
+    labels = _labels(dense, C)
+    assert metrics.calinski_harabasz_score(S, C, **HERE) == pytest.approx(
+        skm.calinski_harabasz_score(dense, labels), rel=1e-10
+    )
+    assert metrics.davies_bouldin_score(S, C, **HERE) == pytest.approx(
+        skm.davies_bouldin_score(dense, labels), rel=1e-10
+    )
+    assert metrics.simplified_silhouette_score(S, C, **HERE) == pytest.approx(
+        metrics.simplified_silhouette_score(dense, C, **HERE), rel=1e-10
+    )
+    for size in (len(dense), 300):
+        assert metrics.silhouette_score(S, C, sample_size=size, random_state=2, **HERE) == pytest.approx(
+            metrics.silhouette_score(dense, C, sample_size=size, random_state=2, **HERE), rel=1e-10
+        )
+
+
 def test_integer_weights_count_as_repeated_rows(rows):
     rng = np.random.default_rng(5)
     w = rng.integers(0, 4, size=len(rows))
@@ -140,8 +163,6 @@ def test_bad_centres_and_rows_are_refused_in_one_line(rows):
         metrics.calinski_harabasz_score(rows, rows[:1], **HERE)
     with pytest.raises(InputError, match=r"shape \(k, 6\)"):
         metrics.davies_bouldin_score(rows, rows[:3, :4], **HERE)
-    with pytest.raises(InputError, match="CSR"):
-        metrics.simplified_silhouette_score(sp.csr_matrix(rows), rows[:3], **HERE)
     with pytest.raises(InputError, match="weighted rows"):
         from dask_clust.blocks import criteria
         from dask_clust.engine import as_source, open_engine

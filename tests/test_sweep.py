@@ -100,8 +100,6 @@ def test_bad_sweeps_are_refused_in_one_line(four):
         dask_clust.sweep(four, "kmeans", KS, criterion="bic", **HERE)
     with pytest.raises(InvalidParameterError, match="silhouette_size"):
         dask_clust.sweep(four, "kmeans", KS, criterion="silhouette", silhouette_size=None, **HERE)
-    with pytest.raises(InputError, match="CSR"):
-        dask_clust.sweep(sp.csr_matrix(four), "kmeans", KS, **HERE)
     with pytest.raises(InputError, match="n_clusters=4000"):
         dask_clust.sweep(four, "kmeans", [2, 4000], **HERE)
 
@@ -179,3 +177,18 @@ def test_a_streamed_sweep_is_the_held_one():
         assert streamed.models_[KS[0]].engine_["streaming"] and not held.models_[KS[0]].engine_["streaming"]
         assert streamed.models_[KS[0]].engine_["state_files"] == files
         assert streamed.table[columns].equals(held.table[columns])
+
+
+def test_a_sweep_of_csr_rows_scores_each_model_as_the_metrics_do(four):
+    """Documents are CSR rows: every k's model is fit's on them, and its criteria those of the metrics."""
+    S = sp.csr_matrix(np.where(four > 0, four, 0).astype(np.float32))
+    result = dask_clust.sweep(S, "kmeans", KS, random_state=0, keep_models=True, silhouette_size=400, **HERE)
+    for k in KS:
+        model = result.models_[k]
+        np.testing.assert_array_equal(
+            model.cluster_centers_, dask_clust.fit(S, "kmeans", k, random_state=0, **HERE).cluster_centers_
+        )
+        row = result.table.loc[k]
+        assert row["calinski_harabasz"] == metrics.calinski_harabasz_score(S, model, **HERE)
+        assert row["davies_bouldin"] == metrics.davies_bouldin_score(S, model, **HERE)
+        assert row["silhouette"] == metrics.silhouette_score(S, model, sample_size=400, random_state=0, **HERE)

@@ -30,8 +30,17 @@ import numpy as np
 
 from .._random import stream
 from ..errors import InputError
-from ..kernels.assign import Prepared, nearest
-from ..kernels.criteria import cluster_sums, distance_sums, nearest_log_likelihood, nearest_m, spreads_about
+from ..kernels.assign import Prepared, is_csr, nearest
+from ..kernels.criteria import (
+    cluster_sums,
+    csr_cluster_sums,
+    csr_nearest_m,
+    csr_spreads_about,
+    distance_sums,
+    nearest_log_likelihood,
+    nearest_m,
+    spreads_about,
+)
 
 # rows of centres whose pairwise distances Davies–Bouldin holds at once
 PAIR_ROWS = 1024
@@ -69,18 +78,26 @@ def _sums_step(chunk, params):
     n_terms = 0 if nearest_costs is None else min(k, nearest_costs[1])
     m = max(2, n_terms)
     ids, dists = np.empty((X.shape[0], m), np.int32), np.empty((X.shape[0], m))
-    evals = nearest_m(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, ids, dists)
-    chunk.state[LABELS] = np.ascontiguousarray(ids[:, 0])
     weights, offsets, squares = np.zeros(k), np.zeros((k, d)), np.zeros(k)
-    s = cluster_sums(X, chunk.w, centers.C, ids, dists, weights, offsets, squares)
+    if is_csr(X):
+        evals = csr_nearest_m(X.indptr, X.indices, X.data, centers.CT, centers.cnorm, ids, dists)
+        s = csr_cluster_sums(X.indptr, X.indices, X.data, chunk.w, centers.C, ids, dists, weights, offsets, squares)
+    else:
+        evals = nearest_m(X, centers.Cd, centers.cnorm, centers.C, centers.tol, centers.block, ids, dists)
+        s = cluster_sums(X, chunk.w, centers.C, ids, dists, weights, offsets, squares)
+    chunk.state[LABELS] = np.ascontiguousarray(ids[:, 0])
     ll = nearest_log_likelihood(chunk.w, dists, nearest_costs[0], n_terms) if n_terms else 0.0
     qe = float(np.dot(chunk.w, np.ascontiguousarray(dists[:, 0])))  # (as ``lloyd.quantization_error``'s step)
     return weights, offsets, squares, s, ll, qe, np.int64(evals)
 
 
 def _spreads_step(chunk, means):
-    spreads = np.zeros(means.shape[0])
-    spreads_about(chunk.x, chunk.w, means, chunk.state[LABELS], spreads)
+    spreads, X = np.zeros(means.shape[0]), chunk.x
+    if is_csr(X):
+        mnorm = np.einsum("ij,ij->i", means, means)
+        csr_spreads_about(X.indptr, X.indices, X.data, chunk.w, means, mnorm, chunk.state[LABELS], spreads)
+    else:
+        spreads_about(X, chunk.w, means, chunk.state[LABELS], spreads)
     return (spreads,)
 
 
@@ -93,8 +110,6 @@ def check_centers(engine, centers):
         raise InputError(f"the criteria compare clusters: at least 2 centres are needed; got {centers.shape[0]}")
     if not np.isfinite(centers).all():
         raise InputError("centers hold NaN or inf")
-    if engine.sparse:
-        raise InputError("the partition criteria take dense rows; these are CSR (sparse) rows")
     return centers
 
 
@@ -186,15 +201,19 @@ def silhouette(X, labels):
     if not 2 <= present.size <= n - 1:
         raise InputError(f"the silhouette needs 2 to n - 1 clusters among its {n} rows; got {present.size}")
     labels = labels.ravel().astype(np.int64)
-    rows = np.asarray(X, dtype=np.float64)
+    rows = X.astype(np.float64) if is_csr(X) else np.asarray(X, dtype=np.float64)
     counts = np.bincount(labels)
-    sq = np.einsum("ij,ij->i", rows, rows)
+    sq = np.asarray(rows.multiply(rows).sum(axis=1)).ravel() if is_csr(X) else np.einsum("ij,ij->i", rows, rows)
     out = np.empty(n)
+
+    def inner(lo, hi):  # (a CSR product is sparse: its block made dense, 8 bytes × block × n)
+        block = rows[lo:hi] @ rows.T
+        return block.toarray() if is_csr(X) else block
 
     def score(lo):
         hi = min(n, lo + SILHOUETTE_ROWS)
         sums = np.empty((hi - lo, present.size))
-        distance_sums(rows[lo:hi] @ rows.T, sq, lo, labels, sums)
+        distance_sums(np.ascontiguousarray(inner(lo, hi)), sq, lo, labels, sums)
         mine, r = labels[lo:hi], np.arange(hi - lo)
         a = sums[r, mine] / np.maximum(counts[mine] - 1, 1)
         means = sums / counts
@@ -216,7 +235,7 @@ def silhouette_sample(engine, size, entropy):
         raise InputError("the sampled silhouette counts rows, not weights: it is not defined for weighted rows")
     n = engine.n_samples
     ids = np.sort(stream(entropy, "silhouette").choice(n, size, replace=False)) if size < n else np.arange(n)
-    return engine.take(ids)
+    return engine.take(ids, dense=not engine.sparse)
 
 
 def sample_silhouette(rows, centers):

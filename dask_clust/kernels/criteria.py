@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from .distance import cross_products, sqdist
+from .sparse import row_products
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -97,6 +98,26 @@ def nearest_m(X, Cd, cnorm, C, tol, block, ids, dists):
 
 
 @njit(nogil=True, cache=True)
+def csr_nearest_m(indptr, indices, data, CT, cnorm, ids, dists):
+    """``nearest_m`` for CSR rows: every centre's squared distance by the expansion ||x||² − 2 x·c + ||c||² in
+    float64 from the row's non-zeros (O(nnz·k), as ``sparse.csr_assign``, so ids[:, 0] are its labels);
+    returns the distance evaluations.
+
+    indptr, indices, data : IN a CSR chunk (n rows);  CT : IN float64 (d, k) the centres' columns
+    cnorm : IN float64 (k,);  ids : OUT int32 (n, m);  dists : OUT float64 (n, m)
+    """
+    n, k = indptr.shape[0] - 1, CT.shape[1]
+    dots = np.empty(k)
+    for i in range(n):
+        xx = row_products(indptr, indices, data, i, CT, dots)
+        ids[i] = -1
+        dists[i] = np.inf
+        for j in range(k):
+            _keep(ids, dists, i, j, max(0.0, xx - 2.0 * dots[j] + cnorm[j]))
+    return n * k
+
+
+@njit(nogil=True, cache=True)
 def cluster_sums(X, w, C, ids, dists, weights, offsets, squares):
     """The per-cluster sums of the partition criteria; returns the rows' weighted simplified silhouette,
     Σ w (b − a) / max(a, b) with a, b the distances to the nearest and second-nearest centre (0 where both
@@ -122,6 +143,46 @@ def cluster_sums(X, w, C, ids, dists, weights, offsets, squares):
         if b > 0.0:
             silhouette += wi * (b - a) / max(a, b)
     return silhouette
+
+
+@njit(nogil=True, cache=True)
+def csr_cluster_sums(indptr, indices, data, w, C, ids, dists, weights, offsets, squares):
+    """``cluster_sums`` for CSR rows: Σ w (x − c) as Σ w x over the non-zeros less (Σ w) c, once the chunk's
+    rows are in (k × d dense, as Lloyd's partial sums of CSR rows). Arguments as ``cluster_sums``'s, the rows
+    as a CSR chunk's three arrays."""
+    silhouette = 0.0
+    for i in range(indptr.shape[0] - 1):
+        j = ids[i, 0]
+        wi = w[i]
+        weights[j] += wi
+        squares[j] += wi * dists[i, 0]
+        for p in range(indptr[i], indptr[i + 1]):
+            offsets[j, indices[p]] += wi * np.float64(data[p])
+        a = np.sqrt(dists[i, 0])
+        b = np.sqrt(dists[i, 1])
+        if b > 0.0:
+            silhouette += wi * (b - a) / max(a, b)
+    for j in range(C.shape[0]):
+        if weights[j] != 0.0:
+            for t in range(C.shape[1]):
+                offsets[j, t] -= weights[j] * C[j, t]
+    return silhouette
+
+
+@njit(nogil=True, cache=True)
+def csr_spreads_about(indptr, indices, data, w, M, mnorm, labels, spreads):
+    """``spreads_about`` for CSR rows, each distance by the expansion from the row's non-zeros.
+
+    M : IN float64 (k, d);  mnorm : IN float64 (k,) ||m||²;  the rest as ``spreads_about``'s
+    """
+    for i in range(indptr.shape[0] - 1):
+        j = labels[i]
+        xx, dot = 0.0, 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = np.float64(data[p])
+            xx += v * v
+            dot += v * M[j, indices[p]]
+        spreads[j] += w[i] * np.sqrt(max(0.0, xx - 2.0 * dot + mnorm[j]))
 
 
 @njit(nogil=True, cache=True)
