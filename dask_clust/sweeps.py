@@ -142,6 +142,7 @@ def sweep(
         state = algorithms.state_of(spec, specs[-1][1], stored_row_bytes(source) + 8)
         engine = opened(stack, source, client, entropy, state)
         sample = None if silhouette_size is None else criteria.silhouette_sample(engine, silhouette_size, entropy)
+        X_selected = select_columns(X, columns)  # (a mixture's exact BIC reads them; a table opened once)
         with progress_.phase(f"sweep over {len(ks)} k", len(ks), "k") as shown:
             for (s, cfg), k in zip(specs, ks, strict=True):
                 t0 = time.perf_counter()
@@ -152,7 +153,7 @@ def sweep(
                     info = {**engine.describe(), "wall_s": time.perf_counter() - t0}
                     model = model_of(s, cfg, entropy, result, loop, info, feature_names)
                     fit_s = time.perf_counter() - t0
-                    row, sums = _criteria(engine, s, model, sample, select_columns(X, columns), sample_weight)
+                    row, sums = _criteria(engine, s, model, sample, X_selected, sample_weight)
                     if final.taken:  # the fit's final pass is the criteria's first: its QE, the same bits
                         model.objective_ = sums.qe / 2 if algorithms.spherical(cfg) else sums.qe
                         model.n_distance_evals_ += sums.evals

@@ -11,8 +11,8 @@ the clusters' rows): Hruschka, Campello & de Castro, "Evolving clusters in gene-
 import numpy as np
 from numba import njit
 
-from .distance import cross_products, sqdist
-from .sparse import row_products
+from .distance import cross_products, sqdist, sqnorm
+from .sparse import row_products, row_sqdist, row_sqnorm
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -78,11 +78,7 @@ def nearest_m(X, Cd, cnorm, C, tol, block, ids, dists):
                     tj[r, p] = j
         for r in range(rows):
             i = r0 + r
-            xx = 0.0
-            for t in range(X.shape[1]):
-                xv = np.float64(X[i, t])
-                xx += xv * xv
-            reach = np.float64(top[r, m - 1]) + 2.0 * tol * (xx + cmax)
+            reach = np.float64(top[r, m - 1]) + 2.0 * tol * (sqnorm(X, i) + cmax)
             ids[i] = -1
             dists[i] = np.inf
             if np.float64(top[r, m]) > reach:  # the m kept are the candidates
@@ -117,6 +113,17 @@ def csr_nearest_m(indptr, indices, data, CT, cnorm, ids, dists):
     return n * k
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _tally(w, ids, dists, i, weights, squares):
+    """Row i into its cluster's Σ w and Σ w ||x − c||²; returns its weighted simplified silhouette term,
+    w (b − a) / max(a, b) (0 where both distances are 0)."""
+    j = ids[i, 0]
+    weights[j] += w[i]
+    squares[j] += w[i] * dists[i, 0]
+    a, b = np.sqrt(dists[i, 0]), np.sqrt(dists[i, 1])
+    return w[i] * (b - a) / max(a, b) if b > 0.0 else 0.0
+
+
 @njit(nogil=True, cache=True)
 def cluster_sums(X, w, C, ids, dists, weights, offsets, squares):
     """The per-cluster sums of the partition criteria; returns the rows' weighted simplified silhouette,
@@ -132,16 +139,10 @@ def cluster_sums(X, w, C, ids, dists, weights, offsets, squares):
     """
     silhouette = 0.0
     for i in range(X.shape[0]):
+        silhouette += _tally(w, ids, dists, i, weights, squares)
         j = ids[i, 0]
-        wi = w[i]
-        weights[j] += wi
-        squares[j] += wi * dists[i, 0]
         for t in range(X.shape[1]):
-            offsets[j, t] += wi * (np.float64(X[i, t]) - C[j, t])
-        a = np.sqrt(dists[i, 0])
-        b = np.sqrt(dists[i, 1])
-        if b > 0.0:
-            silhouette += wi * (b - a) / max(a, b)
+            offsets[j, t] += w[i] * (np.float64(X[i, t]) - C[j, t])
     return silhouette
 
 
@@ -152,16 +153,10 @@ def csr_cluster_sums(indptr, indices, data, w, C, ids, dists, weights, offsets, 
     as a CSR chunk's three arrays."""
     silhouette = 0.0
     for i in range(indptr.shape[0] - 1):
+        silhouette += _tally(w, ids, dists, i, weights, squares)
         j = ids[i, 0]
-        wi = w[i]
-        weights[j] += wi
-        squares[j] += wi * dists[i, 0]
         for p in range(indptr[i], indptr[i + 1]):
-            offsets[j, indices[p]] += wi * np.float64(data[p])
-        a = np.sqrt(dists[i, 0])
-        b = np.sqrt(dists[i, 1])
-        if b > 0.0:
-            silhouette += wi * (b - a) / max(a, b)
+            offsets[j, indices[p]] += w[i] * np.float64(data[p])
     for j in range(C.shape[0]):
         if weights[j] != 0.0:
             for t in range(C.shape[1]):
@@ -171,18 +166,13 @@ def csr_cluster_sums(indptr, indices, data, w, C, ids, dists, weights, offsets, 
 
 @njit(nogil=True, cache=True)
 def csr_spreads_about(indptr, indices, data, w, M, mnorm, labels, spreads):
-    """``spreads_about`` for CSR rows, each distance by the expansion from the row's non-zeros.
+    """``spreads_about`` for CSR rows, each distance by the expansion from the row's non-zeros (``row_sqdist``).
 
     M : IN float64 (k, d);  mnorm : IN float64 (k,) ||m||²;  the rest as ``spreads_about``'s
     """
     for i in range(indptr.shape[0] - 1):
         j = labels[i]
-        xx, dot = 0.0, 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            v = np.float64(data[p])
-            xx += v * v
-            dot += v * M[j, indices[p]]
-        spreads[j] += w[i] * np.sqrt(max(0.0, xx - 2.0 * dot + mnorm[j]))
+        spreads[j] += w[i] * np.sqrt(row_sqdist(indptr, indices, data, i, row_sqnorm(indptr, data, i), M, mnorm, j))
 
 
 @njit(nogil=True, cache=True)
