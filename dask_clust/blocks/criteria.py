@@ -229,13 +229,14 @@ def silhouette(X, labels):
 
 def silhouette_sample(engine, size, entropy):
     """``size`` rows drawn uniformly without replacement (all rows when there are no more), read from the
-    chunks that hold them: the silhouette's sample. The draw depends on ``entropy`` alone, not on the
+    chunks that hold them (from every chunk, in the engine's first pass, when that has not run yet): the
+    silhouette's sample. The draw depends on ``entropy`` alone, not on the
     chunking."""
     if not engine.unweighted:
         raise InputError("the sampled silhouette counts rows, not weights: it is not defined for weighted rows")
     n = engine.n_samples
     ids = np.sort(stream(entropy, "silhouette").choice(n, size, replace=False)) if size < n else np.arange(n)
-    return engine.take(ids, dense=not engine.sparse)
+    return engine.take(ids, first_pass="with", dense=not engine.sparse)  # (a first pass not yet made comes along)
 
 
 def sample_silhouette(rows, centers):
