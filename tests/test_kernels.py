@@ -23,7 +23,7 @@ from dask_clust.kernels.assign import (
     nearest_after_move,
     update_mind,
 )
-from dask_clust.kernels.distance import gemm_tolerance, rows_per_block
+from dask_clust.kernels.distance import gemm_tolerance, rows_per_block, sqdist_to_labels
 from dask_clust.kernels.sampling import greedy_plusplus, sample_proportional
 from dask_clust.kernels.stats import N_WORDS, chunk_summary, fixed_add, fixed_top_exponent, from_fixed, to_fixed
 from tests.reference.lloyd import sqdist
@@ -72,6 +72,28 @@ def test_nearest_matches_brute_force(xc):
     exact_ties = direct == direct.min(1)[:, None]
     assert all(labels[i] == np.flatnonzero(exact_ties[i])[0] for i in range(len(X)) if exact_ties[i].sum() > 1)
     assert evals >= X.shape[0] * C.shape[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_distances_to_labels_are_the_direct_sums_bits(dtype):
+    """Whichever loop a width takes (``sqdist_to_labels``), each row's distance is the direct form's in
+    float64 summed in four chains (t mod 4) in index order, bit for bit: the value a model's objective keeps
+    on any machine."""
+    rng = np.random.default_rng(7)
+    for d in range(1, 41):
+        X = (rng.normal(size=(50, d)) * rng.uniform(0.1, 1e3, d)).astype(dtype)
+        C = rng.normal(size=(5, d)) * 300
+        labels = rng.integers(0, 5, len(X)).astype(np.int32)
+        got = np.empty(len(X))
+        sqdist_to_labels(X, 0, len(X), C, labels, got)
+        want = []
+        for x, c in zip(X.astype(np.float64).tolist(), C[labels].tolist()):
+            chains = [0.0] * 4
+            for t in range(d):
+                a = x[t] - c[t]
+                chains[t % 4 if t < d - d % 4 else 0] += a * a  # (** 2 is libm's pow: not always a * a)
+            want.append((chains[0] + chains[1]) + (chains[2] + chains[3]))
+        assert got.tolist() == want, d
 
 
 @settings(max_examples=150, deadline=None)
