@@ -7,9 +7,11 @@
    GaussianMixture's fit (vargmm, diagonal covariances) (BIC).
 2. speed: a sweep against the single fit of its largest k on the same data, in the same run: vc-GMM over
    C = 64, 128, ..., 8,192 and k-means over k = 8, 16, ..., 1,024 on blobs of ``--rows`` (1M) x 32 (targets:
-   <= 2x and <= 3x), with each k's fit and criteria time.
+   <= 2x and <= 3x), with each k's fit and criteria time; ``--unshared``: k-means' sweep again with
+   ``shared_seeding=False`` (each k's own k-means|| rounds), for each k's QE against the shared seeding's.
 
     python benchmarks/bench_sweep.py [--parts pick,speed] [--seeds 10] [--rows 1000000] [--algos vcgmm,kmeans]
+        [--unshared]
 """
 
 import argparse
@@ -63,7 +65,7 @@ def pick(seeds):
             emit("sweep_pick", {"K": K, "D": D, "algo": algo, "hits": hits, "seeds": seeds})
 
 
-def speed(rows, algos):
+def speed(rows, algos, unshared=False):
     X, _ = blobs(rows, 32, 1000, seed=0)
     grids = {"vcgmm": [64 * 2**i for i in range(8)], "kmeans": [8 * 2**i for i in range(8)]}
     for algo in algos:
@@ -75,6 +77,11 @@ def speed(rows, algos):
         result = dask_clust.sweep(X, algo, ks, random_state=0, keep_models=True, client="in-process")
         whole = time.perf_counter() - t
         same = bool(np.array_equal(alone.cluster_centers_, result.models_[ks[-1]].cluster_centers_))
+        qe = {}
+        if unshared and algo == "kmeans":  # what sharing k-means||'s rounds does to each k's model
+            own = dask_clust.sweep(X, algo, ks, random_state=0, shared_seeding=False, client="in-process")
+            qe = {"qe_shared_over_own": (result.table["objective"] / own.table["objective"]).tolist()}
+            qe["n_iter_own"] = own.table["n_iter"].tolist()
         emit(
             "sweep_speed",
             {
@@ -88,6 +95,8 @@ def speed(rows, algos):
                 "wall_s": result.table["wall_s"].tolist(),
                 "picked": result.best_k_,
                 "largest_same_bits": same,
+                "n_iter": result.table["n_iter"].tolist(),
+                **qe,
             },
         )
 
@@ -99,12 +108,13 @@ def main():
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--algos", default="vcgmm,kmeans", help="speed's sweeps")
+    p.add_argument("--unshared", action="store_true", help="and k-means' sweep without shared seeding, for QE")
     a = p.parse_args()
     with threadpool_limits(a.threads):
         if "pick" in a.parts:
             pick(a.seeds)
         if "speed" in a.parts:
-            speed(a.rows, a.algos.split(","))
+            speed(a.rows, a.algos.split(","), a.unshared)
 
 
 if __name__ == "__main__":

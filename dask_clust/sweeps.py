@@ -2,17 +2,22 @@
 fit by criteria that need no labels (``blocks/criteria.py``; BIC and AIC for the mixtures).
 
 What the k share: the data are loaded once (one engine, its chunks and its first pass: the summary, the
-checks, the grid of the exact sums), and the silhouette's sample is drawn and read once. Each k's fit is the
-fit ``dask_clust.fit`` makes with the same ``random_state``, bit for bit (its seeding and passes are its
-own), but for its final pass over every row (the QE of its centres), which the criteria's first pass makes
-for it, to the same bits (its distance count is that pass's). Each k then costs its criteria's passes: one
+checks, the grid of the exact sums), the silhouette's sample is drawn and read once, and k-means||'s rounds
+run once, with the largest k's ℓ, their weighted candidates reclustered for each k (``shared_seeding``;
+the rounds are O(N·ℓ·D) passes a k, their recluster is O(ℓ·k·D) on the driver). Each k's fit is otherwise
+the fit ``dask_clust.fit`` makes with the same ``random_state``, bit for bit (with ``shared_seeding=False``,
+or an algorithm not seeded by k-means||, or the largest k, the whole fit is), but for its final pass over
+every row (the QE of its centres), which the criteria's first pass makes for it, to the same bits (its
+distance count is that pass's). Each k then costs its criteria's passes: one
 for the partition's sums (O(N·k·D)), one for Davies–Bouldin's spreads about the clusters' means (O(N·D)),
 and for a mixture whose likeliest components are not its nearest means (scikit-learn's types) one for its
 exact log-likelihood (O(N·C·D)); vc-GMM's log-likelihood over each row's C' nearest components comes with the
 first.
 
-What the driver holds: one model at a time (the models on request), the criteria's k·(D + 3) sums, and the
-silhouette's sample (``silhouette_size`` rows).
+What the driver holds: one model at a time (the models on request, or every k's until the end when the
+silhouette picks), the criteria's k·(D + 3) sums, the silhouette's sample (``silhouette_size`` rows) and each
+k's labels of it, whose silhouettes are computed together at the end (the sample's pairwise distances once
+for every k: 10,000 rows x 32, 8 k: 0.84 s against 2.6 s one k at a time), outside any k's ``wall_s``.
 """
 
 import contextlib
@@ -26,9 +31,9 @@ from . import algorithms
 from . import progress as progress_
 from ._random import check_random_state
 from .api import DEFAULT, check_against_data, configured, fitted, model_of, opened, sourced
-from .blocks import criteria
+from .blocks import criteria, seeding
 from .engine.data import select_columns, stored_row_bytes
-from .errors import InputError, InvalidParameterError
+from .errors import InvalidParameterError
 from .loop import DeferredFinal
 
 # each criterion: whether a larger value is better
@@ -99,6 +104,7 @@ def sweep(
     columns=None,
     silhouette_size=10_000,
     keep_models=False,
+    shared_seeding=True,
     progress=None,
     **params,
 ):
@@ -112,8 +118,11 @@ def sweep(
     Beside them: ``objective`` (the fit's own), ``n_iter`` and ``wall_s`` (the fit's, then its criteria's).
 
     X, algo, random_state, client, sample_weight, columns and ``**params``: as ``fit``'s; every k's model is
-    the one ``fit`` gives with the same arguments. keep_models: keep every k's model (``models_``), not only
-    the best's. progress: as ``fit``'s, with a bar over the whole sweep.
+    the one ``fit`` gives with the same arguments, but where ``shared_seeding``. keep_models: keep every k's
+    model (``models_``), not only the best's. shared_seeding: k-means||'s candidates drawn once, for the
+    largest k, and reclustered for each (Bahmani et al., VLDB 2012: one oversampled set serves any k up to
+    ℓ/factor); a smaller k's seeds then differ from a separate fit's (its rounds draw ℓ = factor·k); False:
+    every k's model is ``fit``'s, bit for bit. progress: as ``fit``'s, with a bar over the whole sweep.
     """
     ks = _check_ks(n_clusters)
     specs = [configured(algo, k, DEFAULT, DEFAULT, DEFAULT, params) for k in ks]
@@ -136,13 +145,17 @@ def sweep(
         raise InvalidParameterError("criterion='silhouette' needs a silhouette_size (and rows without weights)")
     import pandas as pd
 
-    rows, models = [], {}
+    rows, models, labelings = [], {}, []
     picked = None
+    later = criterion == "silhouette"  # (its values come at the end: every model kept until then)
     with progress_.reporting(progress), contextlib.ExitStack() as stack:
         state = algorithms.state_of(spec, specs[-1][1], stored_row_bytes(source) + 8)
         engine = opened(stack, source, client, entropy, state)
         sample = None if silhouette_size is None else criteria.silhouette_sample(engine, silhouette_size, entropy)
         X_selected = select_columns(X, columns)  # (a mixture's exact BIC reads them; a table opened once)
+        factor = getattr(specs[-1][1], "oversampling_factor", None)
+        if shared_seeding and factor is not None:
+            stack.enter_context(seeding.shared_candidates(engine, factor * ks[-1]))
         with progress_.phase(f"sweep over {len(ks)} k", len(ks), "k") as shown:
             for (s, cfg), k in zip(specs, ks, strict=True):
                 t0 = time.perf_counter()
@@ -153,31 +166,41 @@ def sweep(
                     info = {**engine.describe(), "wall_s": time.perf_counter() - t0}
                     model = model_of(s, cfg, entropy, result, loop, info, feature_names)
                     fit_s = time.perf_counter() - t0
-                    row, sums = _criteria(engine, s, model, sample, X_selected, sample_weight)
+                    row, sums, labels = _criteria(engine, s, model, sample, X_selected, sample_weight)
+                    labelings.append(labels)
                     if final.taken:  # the fit's final pass is the criteria's first: its QE, the same bits
                         model.objective_ = sums.qe / 2 if algorithms.spherical(cfg) else sums.qe
                         model.n_distance_evals_ += sums.evals
                 row.update(k=k, objective=model.objective_, n_iter=result.n_iter, fit_s=fit_s)
                 row["wall_s"] = time.perf_counter() - t0
                 rows.append(row)
-                better = HIGHER_IS_BETTER[criterion]
-                value = row[criterion]
-                if keep_models:
+                if keep_models or later:
                     models[k] = model
-                elif picked is None or (value > picked[0] if better else value < picked[0]):
-                    picked = (value, k)
+                elif picked is None or _better(criterion, row[criterion], picked[0]):
+                    picked = (row[criterion], k)
                     models = {k: model}
-                shown.update(1, k=k, **{criterion: value})
+                shown.update(1, k=k, **({} if later else {criterion: row[criterion]}))
+        if sample is not None:  # every k's sample silhouette in one go: their distances computed once
+            for row, value in zip(rows, criteria.silhouettes(sample, labelings), strict=True):
+                row["silhouette"] = value
     table = pd.DataFrame(rows).set_index("k")
+    if later and not keep_models:
+        best = table["silhouette"].idxmax() if table["silhouette"].notna().any() else table.index[0]
+        models = {best: models[best]}
     order = ["objective", *names, "n_iter", "fit_s", "wall_s"]
     return SweepResult(table[[c for c in order if c in table]], criterion, models, spec.name)
 
 
+def _better(criterion, value, than):
+    return value > than if HIGHER_IS_BETTER[criterion] else value < than
+
+
 def _criteria(engine, spec, model, sample, X, sample_weight):
-    """One model's criteria (a dict): the partition's sums (one pass), Davies–Bouldin's spreads (one more), the
-    sample's silhouette, and a mixture's BIC and AIC: for one whose likeliest components are its nearest
-    means (vc-GMM's), from the first pass, over each row's C' nearest (``bic(X, exact=False)``); for the
-    others from their exact log-likelihood (one more pass, O(N·C·D), over X)."""
+    """One model's criteria (a dict), its partition's sums and its labels of the silhouette's sample (None
+    without one): the partition's sums (one pass), Davies–Bouldin's spreads (one more), and a mixture's BIC
+    and AIC: for one whose likeliest components are its nearest means (vc-GMM's), from the first pass, over
+    each row's C' nearest (``bic(X, exact=False)``); for the others from their exact log-likelihood (one more
+    pass, O(N·C·D), over X). The sample's silhouette comes later, every k's at once."""
     C = criteria.check_centers(engine, model.cluster_centers_)
     nearest = model.nearest_costs() if spec.probabilistic else None
     sums = criteria.partition_sums(engine, C, nearest_costs=nearest)
@@ -189,9 +212,7 @@ def _criteria(engine, spec, model, sample, X, sample_weight):
         "simplified_silhouette": criteria.simplified_silhouette(sums),
         "silhouette": math.nan,
     }
-    if sample is not None:
-        with contextlib.suppress(InputError):  # (the sample's rows in fewer than 2 clusters: none)
-            row["silhouette"] = criteria.sample_silhouette(sample, C)
+    labels = None if sample is None else criteria.sample_labels(sample, C)
     if spec.probabilistic:
         n, p = float(sums.weights.sum()), model.n_parameters()
         if nearest is not None:
@@ -202,4 +223,4 @@ def _criteria(engine, spec, model, sample, X, sample_weight):
             ll = math.nan  # (a mixture's exact log-likelihood of weighted rows: not yet)
         row["bic"] = -2.0 * ll + p * math.log(n)
         row["aic"] = -2.0 * ll + 2 * p
-    return row, sums
+    return row, sums, labels

@@ -1,6 +1,6 @@
-"""``dask_clust.sweep``: every k's model is ``fit``'s, its criteria scikit-learn's scores of its labels, the
-chosen k the blobs' own, the same sweep on any worker count; and scikit-learn's ``GridSearchCV`` over the
-estimators, the slower way to the same question."""
+"""``dask_clust.sweep``: every k's model is ``fit``'s (kmeans': with the rounds of k-means|| the sweep shares),
+its criteria scikit-learn's scores of its labels, the chosen k the blobs' own, the same sweep on any worker
+count; and scikit-learn's ``GridSearchCV`` over the estimators, the slower way to the same question."""
 
 import dask.array as da
 import numpy as np
@@ -23,13 +23,24 @@ def four():
     return X.astype(np.float32)
 
 
+def shared_ell(k, factor=2.0):
+    """The fit whose k-means|| draws what a sweep over KS shares: its rounds' ℓ = factor·max(KS) (exact in
+    floats for KS), reclustered to k."""
+    assert factor * max(KS) / k * k == factor * max(KS)
+    return {"oversampling_factor": factor * max(KS) / k}
+
+
 @pytest.mark.parametrize("algo, params", [("kmeans", {}), ("vcgmm", {}), ("vargmm", {"covariance_type": "diag"})])
 def test_every_k_is_fits_model_and_its_criteria_scikit_learns(four, algo, params):
+    """Each k's model is the fit's with the same seeding: k-means||'s candidates (kmeans) drawn once with the
+    largest k's ℓ; the mixtures' seeding is their own."""
     result = dask_clust.sweep(four, algo, KS, random_state=1, keep_models=True, silhouette_size=None, **HERE, **params)
     assert list(result.table.index) == KS
     for k in KS:
         model = result.models_[k]
-        alone = dask_clust.fit(four, algo, k, random_state=1, **HERE, **params)
+        alone = dask_clust.fit(
+            four, algo, k, random_state=1, **HERE, **params, **(shared_ell(k) if algo == "kmeans" else {})
+        )
         np.testing.assert_array_equal(model.cluster_centers_, alone.cluster_centers_)
         assert model.objective_ == alone.objective_ == result.table.loc[k, "objective"]  # (the same QE bits)
         timeless = lambda history: [{k: v for k, v in r.items() if k != "wall_s"} for r in history]  # noqa: E731
@@ -48,12 +59,27 @@ def test_every_k_is_fits_model_and_its_criteria_scikit_learns(four, algo, params
             assert row["aic"] == pytest.approx(model.aic(four, exact=exact), rel=1e-10)
 
 
+def test_unshared_seeding_gives_each_k_its_separate_fit(four):
+    result = dask_clust.sweep(
+        four, "kmeans", KS, random_state=5, keep_models=True, silhouette_size=None, shared_seeding=False, **HERE
+    )
+    for k in KS:
+        alone = dask_clust.fit(four, "kmeans", k, random_state=5, **HERE)
+        np.testing.assert_array_equal(result.models_[k].cluster_centers_, alone.cluster_centers_)
+        assert result.models_[k].n_distance_evals_ == alone.n_distance_evals_
+
+
 def test_the_silhouette_sample_is_one_for_every_k(four):
+    """Every k's silhouette (computed together at the end) is the metric's of its model on the same draw; when
+    it is the criterion, the k it picks is the table's best and only its model is kept."""
     result = dask_clust.sweep(four, "kmeans", KS, random_state=2, keep_models=True, silhouette_size=400, **HERE)
     for k in KS:
         assert result.table.loc[k, "silhouette"] == metrics.silhouette_score(
             four, result.models_[k], sample_size=400, random_state=2, **HERE
         )
+    picked = dask_clust.sweep(four, "kmeans", KS, criterion="silhouette", random_state=2, silhouette_size=400, **HERE)
+    assert picked.best_k_ == result.table["silhouette"].idxmax() and list(picked.models_) == [picked.best_k_]
+    np.testing.assert_array_equal(picked.best_.cluster_centers_, result.models_[picked.best_k_].cluster_centers_)
 
 
 @pytest.mark.parametrize(
@@ -151,7 +177,7 @@ def test_a_spherical_sweep_scores_the_rows_on_the_sphere(four):
     result = dask_clust.sweep(four, "kmeans", KS, metric="cosine", random_state=0, keep_models=True, **HERE)
     for k in KS:
         model = result.models_[k]
-        alone = dask_clust.fit(four, "kmeans", k, metric="cosine", random_state=0, **HERE)
+        alone = dask_clust.fit(four, "kmeans", k, metric="cosine", random_state=0, **HERE, **shared_ell(k))
         np.testing.assert_array_equal(model.cluster_centers_, alone.cluster_centers_)
         assert model.objective_ == alone.objective_
         labels = ((unit[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1).argmin(1)

@@ -39,6 +39,7 @@ from ..kernels.criteria import (
     distance_sums,
     nearest_log_likelihood,
     nearest_m,
+    row_distances,
     spreads_about,
 )
 
@@ -193,18 +194,26 @@ def simplified_silhouette(sums):
 
 def silhouette(X, labels):
     """Rousseeuw's mean silhouette of rows X (in memory) under ``labels``, exact (scikit-learn's
-    ``silhouette_score``): a block of rows at a time, their inner products with every row by BLAS, then their
-    distances' sums over each cluster in one kernel pass (``distance_sums``), the blocks on this process's
-    threads. O(n²·D) work, O(block·(n + k)) memory."""
-    present, labels = np.unique(np.asarray(labels), return_inverse=True)
+    ``silhouette_score``); see ``silhouettes``."""
+    return silhouettes(X, [labels])[0]
+
+
+def silhouettes(X, labelings):
+    """The mean silhouette of rows X (in memory) under each of ``labelings`` (a sweep's, one a k): a block of
+    rows at a time, their inner products with every row by BLAS and their distances (``row_distances``) once
+    for every labeling, then each labeling's sums of them over its clusters (``distance_sums``), the blocks on
+    this process's threads. O(n²·D + n²·labelings) work, O(block·(n + k)) memory a thread. A labeling with
+    fewer than 2 or more than n − 1 clusters scores NaN (``silhouette`` raises)."""
     n = X.shape[0]
-    if not 2 <= present.size <= n - 1:
-        raise InputError(f"the silhouette needs 2 to n - 1 clusters among its {n} rows; got {present.size}")
-    labels = labels.ravel().astype(np.int64)
+    found = [np.unique(np.asarray(labels), return_inverse=True) for labels in labelings]
+    scored = [i for i, (present, _) in enumerate(found) if 2 <= present.size <= n - 1]
+    if len(labelings) == 1 and not scored:
+        raise InputError(f"the silhouette needs 2 to n - 1 clusters among its {n} rows; got {found[0][0].size}")
+    labels = [found[i][1].ravel().astype(np.int64) for i in scored]
+    counts = [np.bincount(lab) for lab in labels]
     rows = X.astype(np.float64) if is_csr(X) else np.asarray(X, dtype=np.float64)
-    counts = np.bincount(labels)
     sq = np.asarray(rows.multiply(rows).sum(axis=1)).ravel() if is_csr(X) else np.einsum("ij,ij->i", rows, rows)
-    out = np.empty(n)
+    out = np.empty((len(scored), n))
 
     def inner(lo, hi):  # (a CSR product is sparse: its block made dense, 8 bytes × block × n)
         block = rows[lo:hi] @ rows.T
@@ -212,19 +221,26 @@ def silhouette(X, labels):
 
     def score(lo):
         hi = min(n, lo + SILHOUETTE_ROWS)
-        sums = np.empty((hi - lo, present.size))
-        distance_sums(np.ascontiguousarray(inner(lo, hi)), sq, lo, labels, sums)
-        mine, r = labels[lo:hi], np.arange(hi - lo)
-        a = sums[r, mine] / np.maximum(counts[mine] - 1, 1)
-        means = sums / counts
-        means[r, mine] = np.inf
-        b = means.min(axis=1)
-        top = np.maximum(a, b)
-        out[lo:hi] = np.where((counts[mine] < 2) | (top == 0), 0.0, (b - a) / np.where(top == 0, 1.0, top))
+        dist = np.ascontiguousarray(inner(lo, hi))
+        row_distances(dist, sq, lo)
+        r = np.arange(hi - lo)
+        for s, (lab, count) in enumerate(zip(labels, counts, strict=True)):
+            sums = np.empty((hi - lo, count.size))
+            distance_sums(dist, lab, sums)
+            mine = lab[lo:hi]
+            a = sums[r, mine] / np.maximum(count[mine] - 1, 1)
+            means = sums / count
+            means[r, mine] = np.inf
+            b = means.min(axis=1)
+            top = np.maximum(a, b)
+            out[s, lo:hi] = np.where((count[mine] < 2) | (top == 0), 0.0, (b - a) / np.where(top == 0, 1.0, top))
 
-    with ThreadPoolExecutor() as pool:
-        list(pool.map(score, range(0, n, SILHOUETTE_ROWS)))
-    return float(out.mean())
+    if scored:
+        with ThreadPoolExecutor() as pool:
+            list(pool.map(score, range(0, n, SILHOUETTE_ROWS)))
+    means = np.full(len(labelings), np.nan)
+    means[scored] = out.mean(axis=1)
+    return [float(m) for m in means]
 
 
 def silhouette_sample(engine, size, entropy):
@@ -239,6 +255,11 @@ def silhouette_sample(engine, size, entropy):
     return engine.take(ids, first_pass="with", dense=not engine.sparse)  # (a first pass not yet made comes along)
 
 
+def sample_labels(rows, centers):
+    """The labels of rows in memory (a ``silhouette_sample``): each row's nearest centre."""
+    return nearest(rows, Prepared(centers, rows.dtype))[0]
+
+
 def sample_silhouette(rows, centers):
     """The exact silhouette of rows in memory (a ``silhouette_sample``), each labelled by its nearest centre."""
-    return silhouette(rows, nearest(rows, Prepared(centers, rows.dtype))[0])
+    return silhouette(rows, sample_labels(rows, centers))

@@ -11,6 +11,8 @@ References
 - AFK-MC2: Bachem, Lucic, Hassani, Krause, NeurIPS 2016 (assumption-free K-MC², chain length m).
 """
 
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -370,9 +372,24 @@ def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
 def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=30, max_rounds=5):
     """k-means||: ⌈ln φ⌉ ≤ 5 rounds of independent sampling with ℓ = factor·k, then the candidates,
     weighted by the mass of rows closest to them (recorded by the rounds themselves), reduced to k by
-    weighted greedy k-means++ (one kernel call) and Lloyd (in-process: the candidate set is small)."""
+    weighted greedy k-means++ (one kernel call) and Lloyd (in-process: the candidate set is small).
 
+    Within ``shared_candidates`` (a sweep over k) the rounds run once, with the ℓ of the largest k, and their
+    weighted candidates serve every k: a smaller k's seeds are then its recluster of that larger set."""
     ell = oversampling_factor * k
+    shared = _SHARED.get()
+    if shared is not None and shared.serves(engine, entropy, ell):
+        cands, weights, evals = shared.candidates(engine, entropy, max_rounds)
+    else:
+        cands, weights, evals = parallel_candidates(engine, ell, entropy, max_rounds)
+    cands, weights, e = _topped_up(engine, cands, weights, k, entropy)
+    centers, e2 = recluster(cands, weights, k, entropy, recluster_iter)
+    return centers, evals + e + e2
+
+
+def parallel_candidates(engine, ell, entropy, max_rounds=5):
+    """k-means||'s rounds (Bahmani et al., Algorithm 2, steps 1-7): the candidates (float64, or CSR rows),
+    the weight of the rows nearest each, and the distance evaluations."""
     cands = []
     with (
         engine.state("k-means||", _init_candidates, lambda: stacked(cands) if cands else None),
@@ -409,18 +426,26 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
         # after a round with φ = 0 its candidates are already in: nothing to add
         last = _round(engine, cands, offset if phi > 0 else n_cands)
         weights, e = engine.reduce(_update_and_weigh, (*last, n_cands))
-        evals += int(e)
-        cands = stacked(cands)
-        if cands.shape[0] < k:  # too few distinct candidates: top up with uniformly random rows
-            extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - cands.shape[0], replace=False)
-            cands = stacked([cands, engine.take(extra, dense=False).astype(np.float64)])
-            weights, e = engine.reduce(_nearest_weights, Prepared(cands, engine.dtype))
-            evals += int(e)
+    return stacked(cands), weights, evals + int(e)
+
+
+def _topped_up(engine, cands, weights, k, entropy):
+    """Too few distinct candidates for k: topped up with uniformly random rows, all weighed again by the rows
+    nearest each (one pass); then those no row chose dropped while k remain. (candidates, weights, evals)."""
+    evals = 0
+    if cands.shape[0] < k:
+        extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - cands.shape[0], replace=False)
+        cands = stacked([cands, engine.take(extra, dense=False).astype(np.float64)])
+        weights, evals = engine.reduce(_nearest_weights, Prepared(cands, engine.dtype))
     keep = weights > 0
     if keep.sum() >= k:
-        cands, weights = cands[keep], weights[keep]
-    else:
-        weights = np.maximum(weights, np.finfo(float).tiny)
+        return cands[keep], weights[keep], int(evals)
+    return cands, np.maximum(weights, np.finfo(float).tiny), int(evals)
+
+
+def recluster(cands, weights, k, entropy, recluster_iter):
+    """k-means||'s step 8: the weighted candidates reduced to k centres by greedy k-means++ and Lloyd, on the
+    driver (the candidate set is small). (centres, evals)."""
     with (
         open_local(cands, weights, entropy) as local,
         progress.reporting(False),
@@ -430,7 +455,42 @@ def kmeans_parallel(engine, k, entropy, oversampling_factor=2.0, recluster_iter=
         else:
             seeds, e = plusplus_in_memory(cands, weights, k, stream(entropy, "k-means||", "recluster"))
         result = lloyd(local, seeds, max_iter=recluster_iter, tol=0.0)
-    return result.centers, evals + e + result.distance_evals
+    return result.centers, e + result.distance_evals
+
+
+class _Shared:
+    """One sweep's k-means|| candidates: drawn on its engine at the first k's seeding with the largest k's ℓ,
+    then kept for every later k (with the same entropy: a sweep's)."""
+
+    def __init__(self, engine, ell):
+        self.engine, self.ell, self.entropy, self.drawn = engine, ell, None, None
+
+    def serves(self, engine, entropy, ell):
+        return engine is self.engine and ell <= self.ell and self.entropy in (None, entropy)
+
+    def candidates(self, engine, entropy, max_rounds):
+        """(candidates, weights, evals): the evaluations are the first k's; later ones spend none here."""
+        if self.drawn is None:
+            self.entropy = entropy
+            self.drawn = parallel_candidates(engine, self.ell, entropy, max_rounds)
+            return self.drawn
+        return (*self.drawn[:2], 0)
+
+
+_SHARED = contextvars.ContextVar("kmeans_parallel_shared", default=None)
+
+
+@contextlib.contextmanager
+def shared_candidates(engine, ell):
+    """k-means||'s candidates drawn once on ``engine``, with ℓ = ``ell`` (the largest k's), for every seeding
+    on it within (a sweep's; a working set's seeding draws its own): each k's seeds are its recluster of them.
+    Seeds of a k below the largest differ from a separate fit's, whose rounds draw ℓ = factor·k; the largest
+    k's are the same."""
+    token = _SHARED.set(_Shared(engine, ell))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def plusplus_in_memory(X, w, k, rng, n_local_trials=None):

@@ -189,23 +189,35 @@ def spreads_about(X, w, M, labels, spreads):
 
 
 @njit(nogil=True, cache=True)
-def distance_sums(G, sq, lo, labels, sums):
-    """Each row's sums of Euclidean distances to the rows of every cluster, from their inner products: the
-    silhouette's a and b before their means (the GEMM form ||x||² − 2 x·y + ||y||², clamped at 0, a row's
-    distance to itself 0, as scikit-learn's ``euclidean_distances``).
+def row_distances(G, sq, lo):
+    """Inner products made Euclidean distances in place, as scikit-learn's ``euclidean_distances``: the GEMM
+    form ||x||² − 2 x·y + ||y||², clamped at 0, a row's distance to itself 0 (the silhouette's, once for
+    every labeling of the rows).
 
-    G      : IN    float64 (m, n) inner products of rows lo..lo+m with all n rows
-    sq     : IN    float64 (n,) squared norms of all rows;  lo : IN int
-    labels : IN    int64 (n,) in 0..k−1
-    sums   : OUT   float64 (m, k)
+    G  : INOUT float64 (m, n) inner products of rows lo..lo+m with all n rows, then their distances
+    sq : IN    float64 (n,) squared norms of all rows;  lo : IN int
     """
     m, n = G.shape
-    sums[:] = 0.0
     for r in range(m):
         i = lo + r
         for c in range(n):
-            if c != i:
-                sums[r, labels[c]] += np.sqrt(max(sq[i] + sq[c] - 2.0 * G[r, c], 0.0))
+            G[r, c] = np.sqrt(max(sq[i] + sq[c] - 2.0 * G[r, c], 0.0))
+        G[r, i] = 0.0
+
+
+@njit(nogil=True, cache=True)
+def distance_sums(dist, labels, sums):
+    """Each row's sums of distances to the rows of every cluster: the silhouette's a and b before their means
+    (a row's own distance, 0, adds nothing).
+
+    dist   : IN  float64 (m, n) distances of m rows to all n rows (``row_distances``)
+    labels : IN  int64 (n,) in 0..k−1;   sums : OUT float64 (m, k)
+    """
+    m, n = dist.shape
+    sums[:] = 0.0
+    for r in range(m):
+        for c in range(n):
+            sums[r, labels[c]] += dist[r, c]
 
 
 @njit(nogil=True, cache=True)
