@@ -225,6 +225,7 @@ def cmd_sweep(args):
             random_state=args.seed,
             client=client,
             silhouette_size=args.silhouette_size or None,
+            shared_seeding=not args.own_seeding,
             progress=_progress(args),
             **params,
         )
@@ -494,6 +495,11 @@ def build_parser(argv=()):
     )
     sw.add_argument(
         "--silhouette-size", type=int, default=10_000, help="rows of the exact silhouette's sample (0: none)"
+    )
+    sw.add_argument(
+        "--own-seeding",
+        action="store_true",
+        help="each k draws its own k-means|| rounds, so its model is fit's (default: drawn once, for the largest k)",
     )
     sw.add_argument("--table-out", metavar="CSV", help="write the table (one row per k) here as CSV")
     algorithm_flags(sw, "sweep")

@@ -363,3 +363,7 @@ def test_sweep_prints_each_ks_criteria_and_the_k_they_pick(work):
     np.testing.assert_allclose(table["simplified_silhouette"], [row["simplified_silhouette"] for row in out["table"]])
     bad = run("sweep", "x.npy", "-k", "2,5", "--criterion", "bic", "--quiet", cwd=work)
     assert bad.returncode == 2 and "criterion must be one of" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    own = run("sweep", "x.npy", "-k", "2,5", "--algo", "kmeans", "--seed", "0", "--own-seeding", "--quiet", cwd=work)
+    alone = run("fit", "x.npy", "-k", "2", "--algo", "kmeans", "--seed", "0", "--quiet", cwd=work)
+    # k = 2's model is fit's own (its k-means|| rounds, not those drawn for k = 5): its QE, bit for bit
+    assert json.loads(own.stdout)["table"][0]["objective"] == json.loads(alone.stdout)["objective"]
