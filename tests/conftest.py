@@ -1,5 +1,4 @@
 import contextlib
-import inspect
 import os
 from pathlib import Path
 
@@ -37,64 +36,6 @@ def pytest_sessionstart(session):
     # a part that fails leaves its kernels to be compiled where the tests need them
     with contextlib.suppress(RuntimeError):
         warmup.compile_kernels(cwd=ROOT)
-
-
-# what a test (or a fixture it uses) does when it starts processes: a cluster's workers, a CLI, a kernel
-PROCESSES = (
-    "LocalCluster(",
-    "local_cluster(",
-    "subprocess",
-    "nbclient",
-    "hpc_cluster(",
-    "Client(",
-    "separate_cluster(",
-)
-# modules whose every test runs on clusters (or, for the benchmark harness, runs its suites on them)
-CLUSTER_MODULES = {
-    "test_engine_invariance",
-    "test_engine_recovery",
-    "test_engine_lifecycle",
-    "test_engine_streaming",
-    "test_bench",
-    "test_notebooks",
-    "test_tls",
-    "test_deploy_hpc",
-}
-
-
-def _starts_processes(fn, seen):
-    """Whether ``fn``, or a function of the test suite it calls (by name, through its module's globals),
-    starts processes."""
-    fn = inspect.unwrap(fn)
-    if fn in seen or not getattr(fn, "__module__", "").startswith("tests"):
-        return False
-    seen.add(fn)
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        return False
-    if any(word in source for word in PROCESSES):
-        return True
-    code = getattr(fn, "__code__", None)
-    names = set(code.co_names) if code else set()
-    for const in code.co_consts if code else ():  # nested functions' names too
-        names |= set(getattr(const, "co_names", ()))
-    called = [fn.__globals__.get(name) for name in names]
-    return any(callable(f) and _starts_processes(f, seen) for f in called)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Mark ``cluster`` every test that starts processes itself or through a fixture (a LocalCluster's workers,
-    the CLI, a notebook kernel): ``pytest -m "not cluster"`` is the fast loop, in-process only."""
-    for item in items:
-        seen = set()
-        fns = [getattr(item, "function", None)] + [
-            d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs
-        ]
-        if item.module.__name__.rpartition(".")[2] in CLUSTER_MODULES or any(
-            fn is not None and _starts_processes(fn, seen) for fn in fns
-        ):
-            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")

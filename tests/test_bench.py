@@ -13,6 +13,9 @@ from harness import report
 from harness.cli import main
 from harness.suites import BASELINE, NOT_QE, QUICK_TABLES
 
+# every test here starts processes (a cluster, its workers, a kernel): not in the fast tier
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):

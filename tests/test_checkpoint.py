@@ -64,6 +64,7 @@ def assert_same_model(a, b, iterations=30):
     assert a.extras_.get("sigma2_") == b.extras_.get("sigma2_")
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("algo", ["kmeans", "vcgmm"])
 def test_a_killed_driver_resumes_to_the_uninterrupted_bits(tmp_path, data, algo):
     """The driver is SIGKILLed in iteration 14 of 30 (checkpoints every 4: the last is after 12); the same call
@@ -89,6 +90,7 @@ def test_every_resumable_algorithm_is_tested():
     assert set(dask_clust.algorithms.resumable()) == set(FITS)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(
     "algo,sharded",
     [
@@ -585,6 +587,7 @@ def test_two_fits_on_one_checkpoint_directory_the_second_is_refused(tmp_path, da
     assert not (tmp_path / "ck" / LOCK).exists()
 
 
+@pytest.mark.cluster
 def test_a_lock_left_by_a_fit_that_is_gone_is_taken_over(tmp_path, data):
     """A fit killed on this host leaves its lock: the next fit takes it over (the pid is gone, or now names
     another process started later); a lock of another host, whose process this host cannot see, is refused,

@@ -119,6 +119,7 @@ def work(tmp_path_factory):
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
+@pytest.mark.cluster
 def test_bad_input_exits_2_with_one_line_before_any_work(work, argv, msg):
     argv = [a.format(port=free_port()) for a in argv]
     before = set(os.listdir(work))
@@ -131,6 +132,7 @@ def test_bad_input_exits_2_with_one_line_before_any_work(work, argv, msg):
     assert set(os.listdir(work)) == before  # nothing written, not even a partial output
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("suffix", [".npy", ".parquet", ".zarr"])
 def test_failed_predict_leaves_nothing_and_keeps_the_old_output(work, suffix):
     out = f"labels{suffix}"
@@ -152,6 +154,7 @@ def columns_written(path):
     return pyarrow.dataset.dataset(path).schema.names
 
 
+@pytest.mark.cluster
 def test_labels_outputs_hold_the_models_labels(work):
     for suffix in (".npy", ".parquet", ".zarr"):
         assert run("predict", "model", "x.npy", "--out", f"all{suffix}", cwd=work).returncode == 0
@@ -166,6 +169,7 @@ def test_labels_outputs_hold_the_models_labels(work):
     np.testing.assert_array_equal(da.from_zarr(str(work / "all.zarr")).compute(), want)
 
 
+@pytest.mark.cluster
 def test_probability_outputs_hold_the_mixtures_posteriors(tmp_path):
     import dask.array as da
 
@@ -216,6 +220,7 @@ def test_probability_outputs_hold_the_mixtures_posteriors(tmp_path):
     np.testing.assert_array_equal(pd.read_parquet(tmp_path / "l.parquet")["label"], model.predict(X).compute())
 
 
+@pytest.mark.cluster
 def test_ctrl_c_exits_130_with_one_line(tmp_path):
     """A terminal's Ctrl-C reaches the whole process group: the command and its LocalCluster's workers."""
     import dask.array as da
@@ -257,6 +262,7 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     assert rest.splitlines() == ["dask-clust: interrupted"], rest
 
 
+@pytest.mark.cluster
 def test_help_and_version_do_not_import_the_engine():
     code = (
         "import sys; from dask_clust.cli import build_parser; build_parser([]).format_help(); "
@@ -268,6 +274,7 @@ def test_help_and_version_do_not_import_the_engine():
     assert version.returncode == 0 and version.stdout.strip() == "dask-clust 0.1.0"
 
 
+@pytest.mark.cluster
 def test_fit_and_predict_do_not_import_scikit_learn(work):
     """scikit-learn is the estimators' base (1.5 s to import): a command that fits or predicts never needs it."""
     code = (
@@ -323,6 +330,7 @@ def test_every_flag_is_lower_case_and_its_help_gives_its_default_once(capsys):
     assert "(default: kmeans)" in text  # a default the help does not say is still given
 
 
+@pytest.mark.cluster
 def test_show_says_what_a_saved_model_holds(work):
     """Issue #54: no command showed what a saved model holds, and model.json did not say which dask_clust
     wrote it."""
@@ -349,6 +357,7 @@ def test_a_flag_is_only_its_whole_name(capsys):
         build_parser([]).parse_args(["predict", "m", "x.npy", "--ou", "l.npy"])
 
 
+@pytest.mark.cluster
 def test_sweep_prints_each_ks_criteria_and_the_k_they_pick(work):
     done = run(
         "sweep", "x.npy", "-k", "2,5,8", "--algo", "kmeans", "--seed", "0", "--table-out", "t.csv", "--quiet", cwd=work

@@ -206,6 +206,7 @@ def test_a_saved_spherical_model_reads_rows_on_the_sphere(directions, tmp_path):
         np.testing.assert_array_equal(model.predict(directions).compute(), m.predict(10 * directions).compute())
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch", "vcgmm"])
 def test_a_spherical_fit_is_worker_count_invariant(cluster, directions, algo):
     """The same bits in-process and on 2 workers (the rows normalised where each chunk loads)."""

@@ -142,6 +142,7 @@ def test_the_criteria_do_not_depend_on_the_chunking(rows):
     assert scores[0] == scores[1] == scores[2]
 
 
+@pytest.mark.cluster
 def test_the_criteria_are_the_same_bits_on_a_cluster(cluster, rows):
     C = _centres(rows, 6, 9)
     X = da.from_array(rows, chunks=200)
@@ -175,6 +176,7 @@ def test_bad_centres_and_rows_are_refused_in_one_line(rows):
         metrics.calinski_harabasz_score(rows, np.stack([rows.mean(0), rows.mean(0) + 1e6]), **HERE)
 
 
+@pytest.mark.cluster
 def test_a_worker_lost_between_the_two_passes_gives_the_undisturbed_index(three_workers, lost, rows, monkeypatch):
     """Davies–Bouldin's second pass reads each row's label from its chunk's state: a partition rebuilt
     before it labels its rows again from the centres, to the same bits."""

@@ -591,6 +591,7 @@ def check_jsonschema(path):
     )
 
 
+@pytest.mark.cluster
 def test_daskcluster_validates_against_the_operator_schema():
     result = check_jsonschema(DEPLOY / "kubernetes/daskcluster.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -624,6 +625,7 @@ def test_the_operator_would_give_workers_a_tcp_address_without_ours():
     )
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(
     "old, new, complaint",
     [
@@ -684,6 +686,7 @@ def run_kernel(cache, built=None, entrypoint=True):
     return tuple(map(int, out.split()))
 
 
+@pytest.mark.cluster
 def test_entrypoint_hands_the_kernels_compiled_at_build_to_a_fresh_pod(tmp_path):
     built, pod = tmp_path / "built", tmp_path / "tmp" / "numba-cache"
     assert run_kernel(built, entrypoint=False) == (0, 1)  # the build compiles it
@@ -692,6 +695,7 @@ def test_entrypoint_hands_the_kernels_compiled_at_build_to_a_fresh_pod(tmp_path)
     assert run_kernel(tmp_path / "elsewhere", entrypoint=False) == (0, 1)  # without the entrypoint: compiled
 
 
+@pytest.mark.cluster
 def test_entrypoint_leaves_a_cache_the_pod_already_has(tmp_path):
     built, pod = tmp_path / "built", tmp_path / "numba-cache"
     run_kernel(built, entrypoint=False)
@@ -711,6 +715,7 @@ def test_dockerfile_compiles_the_kernels_for_the_cpu_it_names_and_starts_through
     assert re.search(rf'^ENTRYPOINT \["{entry}"\]$', text, re.M)
 
 
+@pytest.mark.cluster
 def test_entrypoint_starts_the_command_when_the_copy_fails(tmp_path):
     built = tmp_path / "built"
     built.mkdir()

@@ -20,6 +20,9 @@ from distributed import Client
 import dask_clust
 from dask_clust.deploy import hpc_cluster, job_script
 
+# every test here starts processes (a cluster, its workers, a kernel): not in the fast tier
+pytestmark = pytest.mark.cluster
+
 JOBQUEUE_YAML = Path(__file__).resolve().parents[1] / "deploy" / "jobqueue" / "jobqueue.yaml"
 KINDS = ["slurm", "pbs"]
 PREFIX = {"slurm": "#SBATCH", "pbs": "#PBS"}

@@ -14,6 +14,9 @@ import pytest
 
 import dask_clust
 
+# every test here starts processes (a cluster, its workers, a kernel): not in the fast tier
+pytestmark = pytest.mark.cluster
+
 NAMES = ("s", "w1", "w2")  # the scheduler's host, then the workers'
 
 

@@ -8,6 +8,9 @@ import dask_clust
 from dask_clust.engine import as_source, open_engine
 from tests.reference import lloyd as ref
 
+# every test here starts processes (a cluster, its workers, a kernel): not in the fast tier
+pytestmark = pytest.mark.cluster
+
 
 def test_take_and_first_pass_on_cluster(cluster, small_blobs):
     X, _ = small_blobs

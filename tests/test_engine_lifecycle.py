@@ -15,6 +15,9 @@ import pytest
 import dask_clust
 from tests.engine_support import separate_cluster, worker_pids
 
+# every test here starts processes (a cluster, its workers, a kernel): not in the fast tier
+pytestmark = pytest.mark.cluster
+
 
 def _held(dask_worker):
     """A worker's partitions, keys in memory and resident bytes."""

@@ -26,6 +26,9 @@ from tests.engine_support import (
 )
 from tests.reference.make_blobs import blobs
 
+# every test here starts processes (a cluster, its workers, a kernel): not in the fast tier
+pytestmark = pytest.mark.cluster
+
 # SLK restarts an outer iteration instead of repeating a call: test_slk_worker_killed_mid_fit_gives_the_same_model
 KILL_CASES = sorted(set(dask_clust.REGISTRY) - {"slk"}) + ["kmeans-sharded", "vcgmm-sharded", "vcgmm-diag-sharded"]
 KILL_CASES += ["kmeans-streamed", "nmbatch-streamed"]

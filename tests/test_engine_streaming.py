@@ -10,6 +10,9 @@ import pytest
 import dask_clust
 from dask_clust.engine import as_source
 
+# every test here starts processes (a cluster, its workers, a kernel): not in the fast tier
+pytestmark = pytest.mark.cluster
+
 
 @pytest.mark.parametrize("where", ["in-process", "cluster"])
 def test_streaming_gives_the_same_model(cluster, where):

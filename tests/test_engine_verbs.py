@@ -62,6 +62,7 @@ def test_in_process_threads_setting_keeps_the_model():
     assert one.objective_ == default.objective_
 
 
+@pytest.mark.cluster
 def test_coreset_drawn_on_the_workers_gives_the_in_process_model(cluster):
     """A coreset larger than ``in-process-bytes`` stays on the workers that drew it, rebalanced there into
     chunks of ``working-set-chunk-rows``; the model is the one of the coreset brought in-process."""
@@ -111,6 +112,7 @@ def _jacobi(chunk, params):
     return (z.copy(),)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("where", ["in-process", "cluster"])
 def test_halo_gives_the_hand_computed_jacobi_step(cluster, where):
     from dask_clust.engine.combine import Rows
@@ -145,6 +147,7 @@ def _check_v(chunk, n):
     return (np.int64(np.array_equal(chunk.halo["v"], want)),)
 
 
+@pytest.mark.cluster
 def test_halo_rows_go_partition_to_partition(cluster):
     """A halo of 1 M float64 rows between 2 workers: the driver's sockets carry none of its 8 MB."""
     from harness.scaling import DriverBytes
@@ -175,6 +178,7 @@ def _moments(chunk, params):
     return x.sum(0), (x * x).sum(0), np.int64(len(x))
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("where", ["in-process", "cluster"])
 def test_reorder_sorts_by_key_and_maps_back(cluster, where):
     from dask_clust.engine.combine import Rows
@@ -221,6 +225,7 @@ def _scaled_by_model(chunk, params):
     return (means * len(chunk.x),)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("where", ["in-process", "cluster"])
 def test_reduce_scatter_leaves_the_sums_sharded_on_the_workers(three_workers, where):
     """A reduce-scatter over 3 partitions (k = 7 rows: shards of 2, 2, 3) gives each shard the rows of the
@@ -260,6 +265,7 @@ def _sharded_kmeans_cases():
     return X, [dict(n_clusters=30, init=duplicated), dict(n_clusters=40, init="k-means++", random_state=3)]
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("case", [0, 1])
 def test_sharded_lloyd_gives_the_model_of_the_driver(three_workers, case):
     """Centres over model-bytes live sharded on the workers (sums reduce-scattered by cluster, the M-step
@@ -281,6 +287,7 @@ def test_sharded_lloyd_gives_the_model_of_the_driver(three_workers, case):
     assert sum(h["relocated"] for h in driver.history_) == (20 if case == 0 else 0)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(
     "algo,model",
     [
@@ -319,6 +326,7 @@ def test_sharded_gmm_means_give_the_model_of_the_driver(three_workers, algo, mod
     assert driver.n_iter_ > 2
 
 
+@pytest.mark.cluster
 def test_afkmc2_chains_run_on_the_workers(cluster, monkeypatch):
     """AFK-MC2's proposals stay on the workers that drew them and are scored there, CHAINS_PER_ROUND
     chains per round trip: on 2 workers the driver evaluates only each chain's distances to the centres
@@ -352,6 +360,7 @@ def test_afkmc2_chains_run_on_the_workers(cluster, monkeypatch):
     assert sum(on_driver) == sum(m * b for r in rounds for b in range(r))
 
 
+@pytest.mark.cluster
 def test_a_sharded_model_never_passes_through_the_driver(cluster):
     """One sharded Lloyd iteration at k = 4096, d = 64 (2 MiB of centres and as much of sums) on
     2 workers: the driver's sockets carry Σ w and ||Δc||² per cluster (64 KiB) and the call, not the

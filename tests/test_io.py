@@ -263,6 +263,7 @@ def test_cli_fit_predict_npy(tmp_path, small_blobs, capsys):
         (["fit", "DIR"], r"Cannot read .*dir\.npy: not a \.npy file \(a directory"),
     ],
 )
+@pytest.mark.cluster
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, small_blobs, argv, msg):
     X, _ = small_blobs
     np.save(tmp_path / "x.npy", X)
@@ -280,6 +281,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, small_blobs, argv, msg):
         assert re.search(msg, lines[0])
 
 
+@pytest.mark.cluster
 def test_cli_shows_no_distributed_info_lines_without_v():
     proc = subprocess.run(
         [sys.executable, "-m", "dask_clust.cli", "demo", "--n", "4000", "-k", "3", "--true-clusters", "3", "--quiet"],
@@ -399,6 +401,7 @@ def test_cli_demo_prints_summary_table(capsys):
     assert row[0] == "kmeans" and float(row[cols.index("QE") + 1]) > 0  # "kmeans (k-means||)" is 2 words
 
 
+@pytest.mark.cluster
 def test_every_input_format_gives_the_same_model_and_uses_every_worker(tmp_path, cluster):
     """The same 1M rows as .npy, one parquet file, a zarr store with its own chunks and a one-chunk dask
     array: one chunking (from the data's size), so one model, and work for every worker thread."""
@@ -425,6 +428,7 @@ def _loaded_keys(client):
     return sorted(str(k).split("-")[0] for keys in client.has_what().values() for k in keys)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("seen", [True, False], ids=["workers-read", "driver-sends"])
 def test_npy_chunks_are_read_by_the_workers_that_see_the_file(tmp_path, cluster, monkeypatch, seen):
     """A .npy path is read by each worker for its own chunks, not sent from the driver's memory map; a

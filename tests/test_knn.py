@@ -39,6 +39,7 @@ def test_graph_is_brute_force_with_ties_to_the_lower_id(chunk_rows):
     np.testing.assert_array_equal(d2, want_d2)  # integer data: every distance is exact
 
 
+@pytest.mark.cluster
 def test_graph_bits_do_not_depend_on_chunks_or_workers(cluster):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((2000, 7)).astype(np.float32)
@@ -135,6 +136,7 @@ def test_ivf_probing_every_cell_is_the_exact_graph(chunk_rows):
     assert sigma == graph_of(X, 5, chunk_rows)[2] and recall == 1.0
 
 
+@pytest.mark.cluster
 def test_ivf_graph_on_a_cluster_is_the_in_process_graph(cluster):
     X = load_digits()[0].astype(np.float32)
     here = ivf_graph_of(X, 4, 400, nprobe=4)

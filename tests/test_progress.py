@@ -12,6 +12,8 @@ import sys
 import termios
 import time
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIT = (
     "import numpy as np, dask_clust\n"
@@ -63,11 +65,13 @@ def in_order(text, names):
     return True
 
 
+@pytest.mark.cluster
 def test_no_progress_in_a_log_by_default():
     proc = subprocess.run([sys.executable, "-c", FIT.format(progress="")], capture_output=True, text=True, check=True)
     assert "\r" not in proc.stderr and "iterations" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.cluster
 def test_progress_asked_for_in_a_log_is_one_line_per_phase():
     proc = subprocess.run(
         [sys.executable, "-c", FIT.format(progress=", progress=True")], capture_output=True, text=True, check=True
@@ -82,6 +86,7 @@ def test_progress_asked_for_in_a_log_is_one_line_per_phase():
     assert re.search(rf"^kmeans {its} objective [\d.e+]+$", proc.stderr, re.M), proc.stderr
 
 
+@pytest.mark.cluster
 def test_a_terminal_shows_a_bar_per_phase():
     status, shown = on_a_terminal([sys.executable, "-c", FIT.format(progress="")])
     assert status == 0, shown
@@ -105,6 +110,7 @@ def test_a_jupyter_kernel_gets_widgets_by_default_and_text_bars_without_ipywidge
     assert progress.mode_for(None) in ("off", "bars")  # as the terminal says
 
 
+@pytest.mark.cluster
 def test_the_dashboard_shows_a_running_fit(cluster):
     """Where a Dask user looks: the fit's work in the task stream of /status (whose menu links the fits'
     page), and the page with the running fit's shape, phase, steps and ETA, its objective against time and
@@ -185,6 +191,7 @@ def without_upstream_teardown(shown):
     return shown
 
 
+@pytest.mark.cluster
 def test_a_dask_computation_counts_its_tasks_without_a_client_and_on_the_cluster(cluster):
     import dask.array as da
 
@@ -215,6 +222,7 @@ def test_upstream_teardown_filter_removes_that_record_only():
     assert "Traceback" in without_upstream_teardown("Traceback (most recent call last):\r\n" + record)
 
 
+@pytest.mark.cluster
 def test_readme_quick_start_runs_as_a_script_with_progress(tmp_path):
     (tmp_path / "quickstart.py").write_text(quickstart(20_000))
     status, shown = on_a_terminal([sys.executable, "quickstart.py"], cwd=tmp_path)

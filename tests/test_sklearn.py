@@ -83,6 +83,7 @@ def test_results_follow_the_input_kind():
     np.testing.assert_array_equal(on_dask.labels_.compute(), on_dask.predict(X))
 
 
+@pytest.mark.cluster
 def test_labels_are_computed_when_fit_returns(cluster):
     from distributed import futures_of
 

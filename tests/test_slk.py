@@ -87,6 +87,7 @@ def test_slk_on_the_engine_reproduces_the_authors_program(fixtures, mode):
             np.testing.assert_array_equal(out.mode_ids, fixtures[f"modeidx__digits_pool_BO_l1.3_s{seed}_k5"])
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("mode", ["bo", "ms"])
 def test_slk_does_not_depend_on_chunks_or_workers(fixtures, cluster, mode):
     """Issue #18, line 3 (part): 1, 4 and 16 chunks in-process and 4 chunks on 2 workers give the same
@@ -144,6 +145,7 @@ def test_fit_slk_on_digits_with_our_seeds_is_as_good_as_the_authors(mode, nmi_mi
     assert mean_nmi >= nmi_min and mean_acc >= acc_min and lost <= 2, (mean_nmi, mean_acc, lost)
 
 
+@pytest.mark.cluster
 def test_fit_slk_gives_one_model_in_process_and_on_the_cluster(cluster):
     """The public fit, its normalised rows kept on 2 workers (in-process-bytes 1 KiB) or in this process:
     the same labels, modes and counts; predict is the nearest mode of the normalised rows."""
@@ -323,6 +325,7 @@ def one_update(g, lmbda):
     return out, energy, top_ids
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("layout", ["1 chunk", "3 chunks", "6 chunks", "reversed rows", "2 workers"])
 def test_one_bound_update_is_jacobi_and_ties_go_to_the_lowest_input_id(cluster, layout):
     """Issue #18, line 4: every row's new z is computed from the previous z of its neighbours, across

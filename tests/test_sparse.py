@@ -93,6 +93,7 @@ def test_a_dask_array_of_csr_blocks_gives_the_csr_matrix_model(documents, algo):
     )
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("algo", ["kmeans", "minibatch", "nmbatch", "vcgmm"])
 def test_csr_rows_are_worker_count_invariant(cluster, documents, algo):
     X, _ = documents
@@ -379,6 +380,7 @@ def test_a_csr_fits_state_is_counted_by_the_rows_stored_bytes(documents):
             dask_clust.fit(X.toarray(), "nmbatch", 12, random_state=0, max_iter=3, client="in-process")
 
 
+@pytest.mark.cluster
 def test_a_csr_coreset_kept_on_the_workers_gives_the_in_process_model(cluster, documents):
     """A coreset too large for the driver (``in-process-bytes``) is drawn, stacked and sorted by nearest seed on
     the workers as CSR rows: the model is the one whose coreset came to the driver."""

@@ -97,6 +97,7 @@ def test_the_default_criterion_picks_the_blobs_number(algo, params, criterion, s
     assert result.best_.n_clusters == 5
 
 
+@pytest.mark.cluster
 def test_the_sweep_is_the_same_on_a_cluster(cluster, four):
     X = da.from_array(four, chunks=500)
     here = dask_clust.sweep(X, "kmeans", KS, random_state=4, keep_models=True, silhouette_size=300, **HERE)
@@ -140,6 +141,7 @@ def test_grid_search_over_the_number_of_clusters(four, estimator, param):
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
 
 
+@pytest.mark.cluster
 def test_a_worker_lost_mid_sweep_gives_the_undisturbed_sweep(three_workers, lost, four, monkeypatch):
     """A worker killed as the second k's criteria pass starts: its partitions are rebuilt, that call repeated,
     and every later k fitted on the rebuilt engine; the table and the models are the undisturbed ones."""

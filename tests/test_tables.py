@@ -42,6 +42,7 @@ def _labels_by_id(path):
     return out
 
 
+@pytest.mark.cluster
 def test_projected_parquet_fits_and_labels_go_back_beside_the_key(events, tmp_path, cluster):
     import dask.dataframe as dd
 

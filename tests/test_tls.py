@@ -19,6 +19,9 @@ from dask_clust.cli import main
 from dask_clust.deploy import tls_config
 from tests.reference.make_blobs import blobs
 
+# every test here starts processes (a cluster, its workers, a kernel): not in the fast tier
+pytestmark = pytest.mark.cluster
+
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 
 

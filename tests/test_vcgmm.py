@@ -315,6 +315,7 @@ def test_coreset_of_identical_rows_is_uniform():
     np.testing.assert_allclose(w, 3.0)
 
 
+@pytest.mark.cluster
 def test_coreset_is_worker_count_invariant(cluster, small_blobs):
     X, _ = small_blobs
     one = dask_clust.fit(X, algo="kmeans", n_clusters=6, coreset_size=500, random_state=3, client="in-process")
