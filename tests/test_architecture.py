@@ -2,7 +2,8 @@
 is ``test_layout.LAYERS`` top first, the engine's module table names every module of ``engine/``, the verb
 table every public verb of ``Engine`` (and ``open_local``), and the combine table every combine of
 ``engine/combine.py``. A row added to the code
-and not to the page, or the other way round, fails here."""
+and not to the page, or the other way round, fails here. And every code name or file path a document shows
+in backticks (ARCHITECTURE, CONTRIBUTING, README, BENCHMARKS) still exists."""
 
 import ast
 import pathlib
@@ -120,3 +121,49 @@ def test_a_mismatch_on_the_page_is_caught(edit):
         or page_verbs(broken) != engine_verbs()
         or page_combines(broken) != combine_classes()
     )
+
+
+DOCUMENTS = ("ARCHITECTURE.md", "CONTRIBUTING.md", "README.md", "benchmarks/BENCHMARKS.md")
+# placeholders the documents show in code type that name nothing of the tree
+NOT_NAMES = {"_name"}
+FILE_TYPES = ("py", "md", "toml", "json", "npy", "yaml", "csv", "zarr", "parquet", "txt", "png", "sh")
+
+
+def code_words():
+    """Every identifier of the tree's Python (but this module's, which names dropped ones), and its CI script."""
+    trees = ("dask_clust", "tests", "benchmarks", "deploy", "notebooks")
+    sources = [p for tree in trees for p in (ROOT / tree).rglob("*.py")]
+    texts = [p.read_text() for p in sources if p.resolve() != pathlib.Path(__file__).resolve()]
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(texts + [(ROOT / ".ci/run").read_text()])))
+
+
+def stale_names(text, words):
+    """The code names a page shows in backticks (dotted, with an underscore, or camel-cased: not prose) of
+    which a part is no identifier of the code, and the file paths it shows that no file of the tree has."""
+    files = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if not {".git", ".venv"} & set(p.parts)}
+    stale = set()
+    for token in re.findall(r"`([^`\n]+)`", text):
+        name = token.strip().removesuffix("()")
+        if re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name) and re.search(r"[._]|[a-z][A-Z]", name):
+            parts = name.split(".")
+            if parts[-1] not in FILE_TYPES and name not in NOT_NAMES and not set(parts) <= words:
+                stale.add(name)
+        elif re.fullmatch(r"[\w./-]+\.(py|md|toml|sh|yaml|json)", name):
+            if not any(f == name or f.endswith("/" + name) for f in files):
+                stale.add(name)
+    return stale
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_every_code_name_a_document_shows_exists(document):
+    """Issue #57: ARCHITECTURE.md named an ``Engine._log`` and CONTRIBUTING.md an ``ArrayOf2D`` long after
+    the code had dropped them."""
+    assert stale_names((ROOT / document).read_text(), code_words()) == set()
+
+
+def test_a_name_the_code_dropped_is_caught():
+    words = code_words()
+    assert stale_names("the `ArrayOf2D` constraint, `engine/backlog.py`, `Engine.reduce`", words) == {
+        "ArrayOf2D",
+        "engine/backlog.py",
+    }
