@@ -396,3 +396,43 @@ def test_a_sharded_model_never_passes_through_the_driver(cluster):
     assert io.read + io.written < 2 * 4096 * 8 + 100_000, (io.read, io.written)
     with dask.config.set({"dask_clust.model-bytes": "1MiB"}):
         assert eng.shards_model(C.nbytes) and not eng.shards_model(C[:100].nbytes)
+
+
+def test_every_peer_call_is_a_method_of_its_part_taking_its_fields():
+    """Partition to partition, a call is a typed message (``mailbox.peer_call``), not a method's name: each
+    registered type names a function of the part it reaches, whose parameters are its fields, in order."""
+    import inspect
+
+    from dask_clust.engine.backups import Backups
+    from dask_clust.engine.halo import HaloExchange
+    from dask_clust.engine.mailbox import PEER_CALLS
+    from dask_clust.engine.partition import Partition
+    from dask_clust.engine.sharded import ShardStore
+
+    assert {c.feature for c in PEER_CALLS} == {Partition, HaloExchange, ShardStore, Backups}
+    assert len(PEER_CALLS) == 12
+    for cls in PEER_CALLS:
+        assert getattr(cls.feature, cls.method.__name__) is cls.method, cls
+        assert list(inspect.signature(cls.method).parameters)[1:] == list(cls._fields), cls
+
+
+def test_a_partitions_host_answers_registered_calls_only():
+    import asyncio
+    import concurrent.futures
+    import types
+
+    from dask_clust.engine.backups import BackupGet, Backups
+    from dask_clust.engine.host import PartitionHost
+
+    backups = Backups.__new__(Backups)
+    backups._kept = {("s", 0): [(3, {"f": np.arange(2)})]}
+    part = types.SimpleNamespace(feature={Backups: backups}.__getitem__)
+    host = PartitionHost.__new__(PartitionHost)
+    host.parts, host.worker = {"p": part}, types.SimpleNamespace(address="tcp://here")
+    host._thread = concurrent.futures.ThreadPoolExecutor(1)
+    got = asyncio.run(host.call("p", BackupGet("s", [0], 4)))  # the newest copy before call 4
+    assert got["status"] == "OK" and list(got["result"].data) == [0]
+    for bad in [("backups.get", "s", [0], 4), BackupGet("s", [0], 4)._asdict()]:  # a name, a look-alike
+        refused = asyncio.run(host.call("p", bad))
+        assert refused["status"] == "error" and "is not a partition's call" in str(refused["exception"].data)
+    host._thread.shutdown()

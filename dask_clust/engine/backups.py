@@ -8,13 +8,14 @@ import contextlib
 import copy
 import logging
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 
 from . import config
 from .calls import Build, Step
 from .chunk import pop_state
-from .mailbox import gather_all, keep_newest
+from .mailbox import gather_all, keep_newest, peer_call
 
 logger = logging.getLogger("dask_clust")
 
@@ -56,7 +57,7 @@ class Backups:
     async def copy(self, call, keepers):
         """This call's backed-up state, to the buddies."""
         arrays = self.of(call)
-        await gather_all([self._part.tell(k, "backups.put", call.id, arrays) for k in keepers])
+        await gather_all([self._part.tell(k, BackupPut(call.id, arrays)) for k in keepers])
 
     def put(self, call_id, arrays):
         """Keep another partition's state as ``call_id`` left it (the two newest calls)."""
@@ -77,6 +78,25 @@ class Backups:
     def restore(self, key, arrays):
         for c in self._part.chunks:
             c.state[key] = {f: np.array(a, copy=True) for f, a in arrays[c.index].items()}
+
+
+@peer_call(Backups, Backups.put)
+class BackupPut(NamedTuple):
+    call_id: int
+    arrays: dict
+
+
+@peer_call(Backups, Backups.get)
+class BackupGet(NamedTuple):
+    key: object
+    chunk_ids: list
+    before: int
+
+
+@peer_call(Backups, Backups.restore)
+class BackupRestore(NamedTuple):
+    key: object
+    arrays: dict
 
 
 def _nbytes(params):
@@ -172,10 +192,10 @@ def restore_state(part, order, key, builder, params, fields, steps, call_id):
     them as the last call before ``call_id`` left them; else, where a step has changed them since the build
     (the builder would make another state), its build and every step since replayed; else the builder.
     Returns None, or why the state cannot be made as it was (the fit then ends in one line)."""
-    kept = part.from_buddies("backups.get", key, part.ids, call_id) if fields else None
+    kept = part.from_buddies(BackupGet(key, part.ids, call_id)) if fields else None
     if kept is not None:
         logger.info("restoring state %r of partition %d from its buddy's copy", key, part.pid)
-        part.call("backups.restore", key, kept)
+        part.call(BackupRestore(key, kept))
         return None
     if fields:
         if steps is None:

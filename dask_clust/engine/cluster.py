@@ -24,8 +24,7 @@ from . import config
 from .data import ArraySource, FutureSource, file_stamp
 from .events import count
 from .host import host, return_heap
-from .mailbox import remote_run
-from .partition import Partition, home, partition_meta, tree
+from .partition import Partition, home, partition_meta, remote_run, tree
 from .recovery import GONE, LOSSES, LOST_WORKERS, Recovery, Restarted
 from .rows import RowMoves
 from .streaming import loaders, resident_bytes, should_stream, state_in_files, streaming_memory

@@ -5,11 +5,12 @@ the plan again. ``HaloPlans`` is the driver's side: the plans of the open ``Engi
 
 import contextlib
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 
 from .calls import Build, Plan
-from .mailbox import Answer, gather_all
+from .mailbox import Answer, gather_all, peer_call
 
 
 def pop_halo(chunk, params):
@@ -65,7 +66,7 @@ class HaloExchange:
             if q == part.pid:
                 self.request(call.id, call.key, q, rows)
             else:
-                sends.append(part.tell(peers[q], "halo.request", call.id, call.key, part.pid, rows))
+                sends.append(part.tell(peers[q], HaloRequest(call.id, call.key, part.pid, rows)))
         await gather_all(sends)
 
     # -- a call with a halo
@@ -103,9 +104,7 @@ class HaloExchange:
         part, key = self._part, call.halo.key
         part.mail.advance(call.id)
         sent = self.values(call)
-        pushes = [
-            part.tell(peers[q], "halo.put", call.id, key, part.pid, *rv) for q, rv in sent.items() if q != part.pid
-        ]
+        pushes = [part.tell(peers[q], HaloPut(call.id, key, part.pid, *rv)) for q, rv in sent.items() if q != part.pid]
         if part.pid in sent:
             await self.put(call.id, key, part.pid, *sent[part.pid])
         await gather_all(pushes)
@@ -140,6 +139,23 @@ class HaloExchange:
                 pos = c.state[("halo", key)], len(rows), np.searchsorted(rows, c.state[("halo", key)])
                 c.state[("halo-pos", key)] = pos
             c.halo[field] = (values, pos[2]) if call.halo.indexed else values[pos[2]]
+
+
+@peer_call(HaloExchange, HaloExchange.request)
+class HaloRequest(NamedTuple):
+    plan_id: int
+    key: object
+    requester: int
+    rows: object
+
+
+@peer_call(HaloExchange, HaloExchange.put)
+class HaloPut(NamedTuple):
+    call_id: int
+    key: object
+    sender: int
+    rows: object
+    values: object
 
 
 class HaloPlans:

@@ -10,6 +10,7 @@ import time
 
 import distributed
 
+from .mailbox import PEER_CALLS
 from .partition import Partition
 
 # how long a finished fit waits for its workers to be asked to return their free heap (``_return_heap``)
@@ -40,8 +41,8 @@ class PartitionHost:
     worker for as long as the driver holds its future, and moves it (it is small) when the worker retires.
     Once the worker has forgotten the key (released, or the worker left), the partition is dropped
     (``sweep``). The driver and the partitions reach one through the ``dask_clust_call`` handler, as
-    distributed's own ``actor_execute`` reaches an actor: coroutine methods on the event loop, the others on
-    one thread of their own so that they never block it."""
+    distributed's own ``actor_execute`` reaches an actor, with a typed message (``mailbox.peer_call``):
+    coroutine methods on the event loop, the others on one thread of their own so that they never block it."""
 
     NAME = "dask_clust"
     SWEEP_S = 1.0
@@ -61,25 +62,23 @@ class PartitionHost:
                 worker.extensions[cls.NAME] = cls(worker)
             return worker.extensions[cls.NAME]
 
-    async def call(self, key=None, method=None, args=()):
+    async def call(self, key=None, message=None):
         from distributed.protocol import to_serialize
 
         part = self.parts.get(key)
         try:
-            if part is None or any(name.startswith("_") for name in method.split(".")):
+            if part is None or type(message) not in PEER_CALLS:
                 raise LookupError(
                     f"partition {key} is not on worker {self.worker.address}: lost with an earlier "
                     f"process at this address, or released"
                     if part is None
-                    else f"{method!r} is not a partition's call"
+                    else f"{type(message).__name__} is not a partition's call"
                 )
-            fn = part
-            for name in method.split("."):  # "halo.put": a method of one of the partition's parts
-                fn = getattr(fn, name)
+            fn = message.method.__get__(part.feature(message.feature))
             if asyncio.iscoroutinefunction(fn):
-                result = await fn(*args)
+                result = await fn(*message)
             else:
-                result = await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+                result = await asyncio.get_running_loop().run_in_executor(self._thread, fn, *message)
             return {"status": "OK", "result": to_serialize(result)}
         except Exception as exc:
             return {"status": "error", "exception": to_serialize(exc)}

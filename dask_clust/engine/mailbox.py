@@ -1,24 +1,36 @@
 """Partition to partition: the calls one partition makes on another (straight to its worker over
-distributed's comms, no scheduler hop), the box a partition collects a call's messages in, and the memory
-of its last answer, by which a call repeated after a lost worker changes no state twice."""
+distributed's comms, no scheduler hop), typed (``peer_call``); the box a partition collects a call's
+messages in, and the memory of its last answer, by which a call repeated after a lost worker changes no
+state twice."""
 
 import asyncio
 
+# the message types a partition answers: NamedTuples registered by ``peer_call``
+PEER_CALLS = set()
 
-async def remote_call(rpc, key, method, *args):
-    """``method(*args)`` of the partition ``key`` behind ``rpc`` (a dotted name reaches one of its parts:
-    ``"halo.put"``); ``host.PartitionHost.call`` answers."""
+
+def peer_call(feature, method):
+    """Class decorator of a NamedTuple: a call on the receiving partition's part of class ``feature`` (the
+    ``Partition`` itself, or one of its features: ``Partition.feature``) answered by ``method``, a function of
+    that class, with the message's fields as its arguments. The receiver (``host.PartitionHost.call``)
+    answers registered types only; what travels is the message, not a method's name."""
+
+    def register(cls):
+        cls.feature, cls.method = feature, method
+        PEER_CALLS.add(cls)
+        return cls
+
+    return register
+
+
+async def remote_call(rpc, key, message):
+    """``message`` (a ``peer_call`` type) on the partition ``key`` behind ``rpc``: its answer."""
     from distributed.protocol import to_serialize
 
-    msg = await rpc.dask_clust_call(key=key, method=method, args=[to_serialize(a) for a in args])
+    msg = await rpc.dask_clust_call(key=key, message=to_serialize(message))
     if msg["status"] != "OK":
         raise msg["exception"]
     return msg["result"]
-
-
-async def remote_run(rpc, key, call, children, root=False, peers=None):
-    """``Partition.run`` on the partition ``key`` behind ``rpc``."""
-    return await remote_call(rpc, key, "run", call, children, root, peers)
 
 
 async def gather_all(awaitables):

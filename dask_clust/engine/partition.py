@@ -22,6 +22,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from threadpoolctl import threadpool_limits
 
@@ -33,7 +34,7 @@ from .dashboard import worked
 from .data import ChunkLoader
 from .events import count
 from .halo import HaloExchange
-from .mailbox import Answer, Mailbox, drive, remote_call, remote_run
+from .mailbox import Answer, Mailbox, drive, peer_call, remote_call
 from .rowfiles import remove_dead_states, state_directory
 from .sharded import ShardStore
 from .streaming import BlockCache
@@ -90,6 +91,7 @@ class Partition:
         self.halo = HaloExchange(self)
         self.shards = ShardStore(self)
         self.backups = Backups(self)
+        self._features = {Partition: self, HaloExchange: self.halo, ShardStore: self.shards, Backups: self.backups}
         count("partition", partition=self)
 
     def each(self, step, params):
@@ -100,9 +102,14 @@ class Partition:
             return [c.run(step, params) for c in self.chunks]
         return list(self._pool.map(lambda c: c.run(step, params), self.chunks))
 
-    def tell(self, peer, method, *args):
-        """``method(*args)`` of the partition ``peer`` = (address, key, chunk ids), straight to its worker."""
-        return remote_call(self.worker.rpc(peer[0]), peer[1], method, *args)
+    def tell(self, peer, message):
+        """``message`` (a ``mailbox.peer_call`` type) to the partition ``peer`` = (address, key, chunk ids),
+        straight to its worker: its answer."""
+        return remote_call(self.worker.rpc(peer[0]), peer[1], message)
+
+    def feature(self, cls):
+        """The part of this partition a peer call of ``cls`` reaches: itself, its halo, shards or backups."""
+        return self._features[cls]
 
     async def offload(self, fn, *args):
         """``fn(*args)`` on this partition's runner thread, so the worker's event loop keeps serving calls;
@@ -243,3 +250,16 @@ def tree(nodes, split_every):
         return [(j, below(j)) for j in range(i * s + 1, min(len(nodes), i * s + s + 1))]
 
     return below(0)
+
+
+@peer_call(Partition, Partition.run)
+class Run(NamedTuple):
+    call: object
+    children: list
+    root: bool = False
+    peers: list | None = None
+
+
+async def remote_run(rpc, key, call, children, root=False, peers=None):
+    """``Partition.run`` on the partition ``key`` behind ``rpc``."""
+    return await remote_call(rpc, key, Run(call, children, root, peers))

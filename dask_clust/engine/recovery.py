@@ -20,7 +20,8 @@ from ..errors import ClusterLost
 from . import config
 from .backups import BACKUP_COPIES, buddies, restore_state
 from .events import count
-from .mailbox import remote_call, remote_run
+from .mailbox import remote_call
+from .partition import remote_run
 from .sharded import restore_shards
 
 _COMM_ERRORS = (
@@ -324,17 +325,17 @@ class Rebuilding:
         self._peers = [(a, k, ids) for (a, ids), k in zip(backend.placement, keys)]
         self._peers[pid] = (addr, part_key, self.ids)
 
-    def from_buddies(self, method, *args):
-        """``method(*args)`` of the first of the partition's buddies (``backups.buddies``) that answers
-        something other than None; None when none does. A buddy whose worker has left is not asked: asking
-        would retry connecting to it for comm.timeouts.connect (30 s)."""
+    def from_buddies(self, message):
+        """The answer to ``message`` (a ``mailbox.peer_call`` type) of the first of the partition's buddies
+        (``backups.buddies``) that answers something other than None; None when none does. A buddy whose
+        worker has left is not asked: asking would retry connecting to it for comm.timeouts.connect (30 s)."""
         backend = self._backend
         live = backend._live_workers()
         for addr, part_key, _ in buddies(self._peers, self.pid):
             if addr not in live or addr in backend.lost_workers:
                 continue
             try:
-                kept = backend.client.sync(remote_call, backend.client.rpc(addr), part_key, method, *args)
+                kept = backend.client.sync(remote_call, backend.client.rpc(addr), part_key, message)
             except Exception as exc:
                 if _worker_gone(exc):
                     continue
@@ -343,16 +344,18 @@ class Rebuilding:
                 return kept
         return None
 
-    def call(self, method, *args):
-        return self._backend.client.sync(remote_call, self._rpc, self._key, method, *args)
+    def call(self, message):
+        """``message`` (a ``mailbox.peer_call`` type) on this partition: its answer."""
+        return self._backend.client.sync(remote_call, self._rpc, self._key, message)
 
     def run(self, call):
         """``call`` on this partition alone (a builder, a replay)."""
         self._backend.client.sync(remote_run, self._rpc, self._key, call, [], True)
 
-    def tell_keepers(self, method):
-        """``method(peers)`` on this partition and the ``BACKUP_COPIES`` before it (whose copies it kept),
-        ``peers`` as they are now: a partition lost and not rebuilt yet is None, and gets its copies when it is."""
+    def tell_keepers(self, message):
+        """``message(peers)`` (a ``mailbox.peer_call`` type) on this partition and the ``BACKUP_COPIES`` before
+        it (whose copies it kept), ``peers`` as they are now: a partition lost and not rebuilt yet is None, and
+        gets its copies when it is."""
         backend = self._backend
         live = backend._live_workers()
         peers = [
@@ -364,6 +367,6 @@ class Rebuilding:
             if before is None:
                 continue
             try:
-                backend.client.sync(remote_call, backend.client.rpc(before[0]), before[1], method, peers)
+                backend.client.sync(remote_call, backend.client.rpc(before[0]), before[1], message(peers))
             except _COMM_ERRORS:  # that one is lost too: it is rebuilt next, and its next write copies again
                 pass

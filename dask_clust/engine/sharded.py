@@ -8,13 +8,14 @@ and runs ``at_shard`` where each shard lives. ``ShardedModels`` and ``ShardedMod
 import contextlib
 import logging
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 
 from . import combine as combines
 from .backups import BACKUP_COPIES, buddies
 from .calls import Gather, ShardApply, ShardDrop, ShardKeep, ShardRef, resolved_params
-from .mailbox import Answer, gather_all, keep_newest
+from .mailbox import Answer, gather_all, keep_newest, peer_call
 
 logger = logging.getLogger("dask_clust")
 
@@ -90,7 +91,7 @@ class ShardStore:
         """The version this call wrote, to the buddies."""
         part, (key, _) = self._part, self.wrote
         newest = self._shards[key][-1:]
-        await gather_all([part.tell(k, "shards.backup_put", key, part.pid, newest) for k in keepers])
+        await gather_all([part.tell(k, ShardBackupPut(key, part.pid, newest)) for k in keepers])
 
     async def rebackup(self, peers):
         """Copy every shard to the buddies again (one was rebuilt and lost its copies); a buddy given as None
@@ -98,7 +99,7 @@ class ShardStore:
         part = self._part
         keepers = [b for b in buddies(peers, part.pid) if b is not None]
         for key, versions in self._shards.items():
-            await gather_all([part.tell(k, "shards.backup_put", key, part.pid, versions) for k in keepers])
+            await gather_all([part.tell(k, ShardBackupPut(key, part.pid, versions)) for k in keepers])
 
     # -- the whole fields a step reads
 
@@ -135,7 +136,7 @@ class ShardStore:
         fetched = {}
         for ref in refs:
             others = [q for q in range(len(peers)) if q != part.pid]
-            got = await gather_all([part.tell(peers[q], "shards.get", ref.key, ref.version, ref.field) for q in others])
+            got = await gather_all([part.tell(peers[q], ShardGet(ref.key, ref.version, ref.field)) for q in others])
             fetched[ref] = dict(zip(others, got))
         return self.resolved(call, fetched)
 
@@ -181,7 +182,7 @@ class ShardStore:
         part.mail.advance(call.id)
         parts, lo = self.scatter_parts(call, mine)
         sends = [
-            part.tell(peers[q], "shards.scatter_put", call.id, part.pid, parts[q])
+            part.tell(peers[q], ShardScatterPut(call.id, part.pid, parts[q]))
             for q in range(part.n_parts)
             if q != part.pid
         ]
@@ -190,6 +191,44 @@ class ShardStore:
         box = await part.mail.collect((call.id, "scatter"), range(part.n_parts))
         small = await part.offload(self.step, call, box, lo)
         return tuple(f for i, f in enumerate(mine) if i not in call.scattered) + tuple(small)
+
+
+@peer_call(ShardStore, ShardStore.get)
+class ShardGet(NamedTuple):
+    key: object
+    version: int
+    field: int
+
+
+@peer_call(ShardStore, ShardStore.backup_put)
+class ShardBackupPut(NamedTuple):
+    key: object
+    pid: int
+    versions: list
+
+
+@peer_call(ShardStore, ShardStore.backup_get)
+class ShardBackupGet(NamedTuple):
+    key: object
+    pid: int
+
+
+@peer_call(ShardStore, ShardStore.restore)
+class ShardRestore(NamedTuple):
+    key: object
+    versions: list
+
+
+@peer_call(ShardStore, ShardStore.rebackup)
+class ShardRebackup(NamedTuple):
+    peers: list
+
+
+@peer_call(ShardStore, ShardStore.scatter_put)
+class ShardScatterPut(NamedTuple):
+    call_id: int
+    sender: int
+    piece: object
 
 
 class ShardedModels:
@@ -251,13 +290,13 @@ def restore_shards(part, models):
     if not models:
         return None
     for key in models:
-        kept = part.from_buddies("shards.backup_get", key, part.pid)
+        kept = part.from_buddies(ShardBackupGet(key, part.pid))
         if kept is None:
             return (
                 f"its shard of the sharded model {key!r} and every copy of it were lost (its worker and those "
                 f"of the {BACKUP_COPIES} partitions after it)"
             )
         logger.info("restoring partition %d's shard of %r from its buddy's copy", part.pid, key)
-        part.call("shards.restore", key, kept)
-    part.tell_keepers("shards.rebackup")
+        part.call(ShardRestore(key, kept))
+    part.tell_keepers(ShardRebackup)
     return None
