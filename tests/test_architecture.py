@@ -69,7 +69,7 @@ def engine_verbs():
 
 
 def combine_classes():
-    """Classes of combine.py with the combine protocol (lift, add, finish), public."""
+    """Classes of combine.py with the combine protocol (lift, add, finish), public, not the protocols."""
     tree = ast.parse((ROOT / "dask_clust/engine/combine.py").read_text())
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
 
@@ -80,8 +80,13 @@ def combine_classes():
                 own |= methods(classes[base.id])
         return own
 
+    def protocol(cls):
+        return any(isinstance(b, ast.Name) and b.id == "Protocol" for b in cls.bases)
+
     return {
-        name for name, cls in classes.items() if not name.startswith("_") and {"lift", "add", "finish"} <= methods(cls)
+        name
+        for name, cls in classes.items()
+        if not name.startswith("_") and not protocol(cls) and {"lift", "add", "finish"} <= methods(cls)
     }
 
 

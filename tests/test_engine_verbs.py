@@ -436,3 +436,56 @@ def test_a_partitions_host_answers_registered_calls_only():
         refused = asyncio.run(host.call("p", bad))
         assert refused["status"] == "error" and "is not a partition's call" in str(refused["exception"].data)
     host._thread.shutdown()
+
+
+def _members(protocol):
+    """A protocol's names: its annotated attributes and its methods."""
+    return set(protocol.__annotations__) | {
+        n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")
+    }
+
+
+def test_features_and_recovery_hooks_use_only_what_their_protocols_name():
+    """A partition's features reach it through ``PartitionView``, a recovery hook the partition it rebuilds
+    through ``RebuiltPartition``: nothing else of theirs is used, and the partition (``Partition``, the
+    driver's ``Rebuilding``) has all of it."""
+    import inspect
+    import re
+
+    from dask_clust.engine import backups, halo, sharded
+    from dask_clust.engine.mailbox import PartitionView, RebuiltPartition
+    from dask_clust.engine.partition import Partition
+    from dask_clust.engine.recovery import Rebuilding
+
+    view, rebuilt = _members(PartitionView), _members(RebuiltPartition)
+    for feature in (backups.Backups, halo.HaloExchange, sharded.ShardStore):
+        used = set(re.findall(r"(?:self\._part|\bpart)\.(\w+)", inspect.getsource(feature)))
+        assert used and used <= view, (feature, used - view)
+    for hook in (backups.restore_state, sharded.restore_shards):
+        used = set(re.findall(r"\bpart\.(\w+)", inspect.getsource(hook)))
+        assert used and used <= rebuilt, (hook, used - rebuilt)
+    for cls, members in ((Partition, view), (Rebuilding, rebuilt)):
+        assigned = set(re.findall(r"self\.(\w+) =", inspect.getsource(cls.__init__)))
+        assert all(hasattr(cls, m) or m in assigned for m in members), cls
+
+
+def test_every_combine_has_the_combine_protocol():
+    import inspect
+
+    from dask_clust.engine import combine
+
+    made = {
+        combine.Scatter: combine.Scatter(),
+        combine.Top: combine.Top(2),
+        combine.RowTop: combine.RowTop(2),
+        combine.Fold: combine.Fold(0.0),
+    }
+    classes = [
+        c
+        for _, c in inspect.getmembers(combine, inspect.isclass)
+        if c.__module__ == combine.__name__ and hasattr(c, "lift") and c not in (combine.Combine, combine.Accumulates)
+    ]
+    instances = {c: made.get(c) or c() for c in classes if not c.__name__.startswith("_")}
+    assert len(instances) >= 11 and all(isinstance(i, combine.Combine) for i in instances.values())
+    accumulating = {c for c, i in instances.items() if isinstance(i, combine.Accumulates)}
+    assert accumulating == {combine.Sum, combine.Scatter}

@@ -15,7 +15,7 @@ import numpy as np
 from . import config
 from .calls import Build, Step
 from .chunk import pop_state
-from .mailbox import gather_all, keep_newest, peer_call
+from .mailbox import PartitionView, RebuiltPartition, gather_all, keep_newest, peer_call
 
 logger = logging.getLogger("dask_clust")
 
@@ -42,7 +42,9 @@ class Backups:
     """The copies a partition keeps of its buddies' states."""
 
     def __init__(self, part):
-        self._part = weakref.proxy(part)  # no cycle: the partition's rows go as soon as its host drops it
+        self._part: PartitionView = weakref.proxy(
+            part
+        )  # no cycle: the partition's rows go as soon as its host drops it
         self._kept = {}  # (state key, chunk index) -> [(call id, {field: array})], the two newest
 
     def of(self, call):
@@ -186,7 +188,7 @@ class DeclaredStates:
                 )
 
 
-def restore_state(part, order, key, builder, params, fields, steps, call_id):
+def restore_state(part: RebuiltPartition, order, key, builder, params, fields, steps, call_id):
     """The recovery hook of a declared state (``DeclaredStates.builders`` gives the rest): on the rebuilt
     partition ``part`` (``recovery.Rebuilding``), its backed-up ``fields`` from the first buddy that kept
     them as the last call before ``call_id`` left them; else, where a step has changed them since the build

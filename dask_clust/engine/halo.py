@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .calls import Build, Plan
-from .mailbox import Answer, gather_all, peer_call
+from .mailbox import Answer, PartitionView, gather_all, peer_call
 
 
 def pop_halo(chunk, params):
@@ -26,7 +26,9 @@ class HaloExchange:
     """The plans a partition's chunks read by, and what it sends the others under each."""
 
     def __init__(self, part):
-        self._part = weakref.proxy(part)  # no cycle: the partition's rows go as soon as its host drops it
+        self._part: PartitionView = weakref.proxy(
+            part
+        )  # no cycle: the partition's rows go as soon as its host drops it
         self._sources = {}  # plan key -> the partitions holding rows this partition's chunks read
         self._sends = {}  # plan key -> (plan call id, {partition: the rows it reads from here})
         self._sent = Answer()  # the values sent for the newest call: the same when it is repeated

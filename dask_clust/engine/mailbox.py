@@ -4,6 +4,7 @@ messages in, and the memory of its last answer, by which a call repeated after a
 state twice."""
 
 import asyncio
+from typing import Protocol
 
 # the message types a partition answers: NamedTuples registered by ``peer_call``
 PEER_CALLS = set()
@@ -21,6 +22,47 @@ def peer_call(feature, method):
         return cls
 
     return register
+
+
+class PartitionView(Protocol):
+    """What a partition's features (its halo, shards and backups: ``Partition.feature``) may use of it."""
+
+    pid: int  # its number among the fit's partitions
+    n_parts: int
+    chunks: list  # its ``Chunk``s, in row order
+    mail: "Mailbox"  # the other partitions' messages to it
+
+    def each(self, step, params):
+        """``step(chunk, params)`` on every chunk; the results in chunk order."""
+
+    def tell(self, peer, message):
+        """``message`` (a ``peer_call`` type) to the partition ``peer``: an awaitable of its answer."""
+
+    async def offload(self, fn, *args):
+        """``fn(*args)`` off the worker's event loop."""
+
+    def answered(self, call):
+        """Whether this partition has answered ``call`` already (a repetition after a lost worker)."""
+
+
+class RebuiltPartition(Protocol):
+    """What a recovery hook (``DeclaredStates``' ``restore_state``, ``sharded.restore_shards``) may use of the
+    partition it rebuilds, from the driver (``recovery.Rebuilding``)."""
+
+    pid: int
+    ids: list  # its chunk indices
+
+    def from_buddies(self, message):
+        """The first non-None answer of its buddies to ``message``, or None."""
+
+    def call(self, message):
+        """``message`` on the rebuilt partition: its answer."""
+
+    def run(self, call):
+        """A driver call (a build, a replay) on the rebuilt partition alone."""
+
+    def tell_keepers(self, message):
+        """``message(peers)`` on it and the partitions whose copies it keeps."""
 
 
 async def remote_call(rpc, key, message):

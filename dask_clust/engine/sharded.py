@@ -15,7 +15,7 @@ import numpy as np
 from . import combine as combines
 from .backups import BACKUP_COPIES, buddies
 from .calls import Gather, ShardApply, ShardDrop, ShardKeep, ShardRef, resolved_params
-from .mailbox import Answer, gather_all, keep_newest, peer_call
+from .mailbox import Answer, PartitionView, RebuiltPartition, gather_all, keep_newest, peer_call
 
 logger = logging.getLogger("dask_clust")
 
@@ -25,7 +25,9 @@ class ShardStore:
     fields it assembled for its steps."""
 
     def __init__(self, part):
-        self._part = weakref.proxy(part)  # no cycle: the partition's rows go as soon as its host drops it
+        self._part: PartitionView = weakref.proxy(
+            part
+        )  # no cycle: the partition's rows go as soon as its host drops it
         self._shards = {}  # model key -> [(version, lo, arrays)], the two newest of this partition's rows
         self._backups = {}  # (model key, partition) -> its copies [(version, lo, arrays)] kept here
         self._gathered = {}  # (model key, field) -> (version, the whole field) assembled for steps
@@ -282,7 +284,7 @@ class ShardedModel:
         return self._send(Gather, ref=self.ref(field))
 
 
-def restore_shards(part, models):
+def restore_shards(part: RebuiltPartition, models):
     """The recovery hook of the sharded ``models`` (their keys): the rebuilt partition ``part``
     (``recovery.Rebuilding``) takes its shard of each from the first of its buddies that kept a copy, then
     sends its copies to its buddies again, and the partitions whose copies the lost one kept send theirs.
