@@ -72,8 +72,15 @@ def _labelled(chunk, centers):
     chunk.state[LABELS] = nearest(chunk.x, centers)[0]
 
 
-def _sums_step(chunk, params):
-    centers, nearest_costs = params
+class SumsOf(NamedTuple):
+    """``_sums_step``'s parameters: the centres (a ``Prepared``), and a mixture's nearest costs or None."""
+
+    centers: Prepared
+    nearest_costs: tuple | None
+
+
+def _sums_step(chunk, params: SumsOf):
+    centers, nearest_costs = params.centers, params.nearest_costs
     X = chunk.x
     k, d = centers.C.shape
     n_terms = 0 if nearest_costs is None else min(k, nearest_costs[1])
@@ -123,7 +130,7 @@ def partition_sums(engine, centers, spreads=True, nearest_costs=None):
     prepared = Prepared(centers, engine.dtype)
     costs = None if nearest_costs is None else (float(nearest_costs[0]), int(nearest_costs[2]))
     with engine.state(LABELS, _labelled, lambda: prepared, build=False):
-        weights, offsets, squares, s, ll, qe, evals = engine.reduce(_sums_step, (prepared, costs))
+        weights, offsets, squares, s, ll, qe, evals = engine.reduce(_sums_step, SumsOf(prepared, costs))
         if nearest_costs is not None:
             ll = float(ll) - float(nearest_costs[1]) * float(weights.sum())
         ll = None if costs is None else ll

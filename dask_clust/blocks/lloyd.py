@@ -249,13 +249,19 @@ def sharded_m_step(fields, shard, params, lo, unit=False):
     return (new, sums, weights, old), (weights, shifts(new, old))
 
 
-def sharded_relocation(shard, params, lo):
-    """The relocation's moves (``params``: (moves, unit)) on one shard, then its M-step again."""
-    moves, unit = params
+class Relocation(NamedTuple):
+    """``sharded_relocation``'s parameters: the relocation's moves, and whether the M-step is spherical."""
+
+    moves: tuple
+    unit: bool
+
+
+def sharded_relocation(shard, params: Relocation, lo):
+    """The relocation's moves on one shard, then its M-step again."""
     _, sums, weights, old = shard
     sums, weights = sums.copy(), weights.copy()
-    apply_moves(sums, weights, moves, lo)
-    new = m_step(sums, weights, old, unit)
+    apply_moves(sums, weights, params.moves, lo)
+    new = m_step(sums, weights, old, params.unit)
     return (new, sums, weights, old), (shifts(new, old),)
 
 
@@ -324,7 +330,7 @@ class ShardedCentres(Steps):
         return out
 
     def relocate(self, moves):
-        (self.moves,) = self.model.apply(sharded_relocation, (moves, self.unit), (Rows(),))
+        (self.moves,) = self.model.apply(sharded_relocation, Relocation(moves, self.unit), (Rows(),))
         return self.moves
 
     def local(self):

@@ -9,6 +9,8 @@ The sums are taken about a point known before the pass (the k-means centre, the 
 variances come from Q − U (μ − point)² without cancellation, as the EM's own M-step takes them.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..kernels.assign import Prepared, accumulate, nearest
@@ -43,9 +45,16 @@ def _add_stats(x, w, resp, about, sums, U, Q):
         Q[c] += (v * wr[:, c, None]).T @ v if Q.ndim == 3 else wr[:, c] @ v**2
 
 
-def _hard_stats(chunk, params):
+class HardStart(NamedTuple):
+    """``_hard_stats``' parameters: the centres (a ``Prepared``) and the moments the covariance type needs."""
+
+    centers: Prepared
+    moments: int
+
+
+def _hard_stats(chunk, params: HardStart):
     """Each row wholly its nearest centre's: the sums about the centres, and the evaluations."""
-    centers, moments = params
+    centers, moments = params.centers, params.moments
     labels, mind, evals = nearest(chunk.x, centers)
     sums, U, Q = _moments(*centers.C.shape, moments)
     accumulate(chunk.x, chunk.w, labels, mind, sums, U)  # Lloyd's Σ w x and Σ w per centre
@@ -57,10 +66,18 @@ def _hard_stats(chunk, params):
     return sums, U, Q, np.int64(evals)
 
 
-def _random_stats(chunk, params):
+class RandomStart(NamedTuple):
+    """``_random_stats``' parameters: the components, the data's mean and the moments the type needs."""
+
+    n_clusters: int
+    mean: np.ndarray
+    moments: int
+
+
+def _random_stats(chunk, params: RandomStart):
     """Responsibilities uniform random per row (the chunk's own stream), normalised: the sums about the
     data's mean, in blocks of RESPONSIBILITY_ROWS rows."""
-    n_clusters, mean, moments = params
+    n_clusters, mean, moments = params.n_clusters, params.mean, params.moments
     D = len(mean)
     sums, U, Q = _moments(n_clusters, D, moments)
     about = np.broadcast_to(mean, (n_clusters, D))
@@ -86,11 +103,11 @@ def mixture_start(engine, how, n_clusters, family, entropy):
         seeds, evals = seed(engine, C, "k-means||", entropy)
         result = lloyd(engine, seeds, max_iter=KMEANS_MAX_ITER, tol=KMEANS_TOL * float(np.mean(s.var)))
         about = result.centers
-        sums, U, Q, e = engine.reduce(_hard_stats, (Prepared(about, engine.dtype), family.cov.moments))
+        sums, U, Q, e = engine.reduce(_hard_stats, HardStart(Prepared(about, engine.dtype), family.cov.moments))
         evals += result.distance_evals + int(e)
     else:
         about = np.tile(s.mean, (C, 1))
-        sums, U, Q = engine.reduce(_random_stats, (C, s.mean, family.cov.moments))
+        sums, U, Q = engine.reduce(_random_stats, RandomStart(C, s.mean, family.cov.moments))
     var = family.cov.isotropic_var(1.0, C, D) * np.maximum(s.var, family.floor)
     mu, var, weights, resid = mixture_m_step(family, about, var, np.full(C, 1.0 / C), sums, U, Q, total)
     if covariance(family.covariance_type).tied:  # one σ² from every component's residual

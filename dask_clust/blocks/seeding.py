@@ -14,6 +14,7 @@ References
 import contextlib
 import contextvars
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,22 +68,31 @@ def _init_mind(chunk, centers):
     chunk.state["mind"] = mind
 
 
-def _propose(chunk, params):
+class Proposal(NamedTuple):
+    """``_propose``'s parameters: the centre chosen last (None: none yet), rows to propose, the draw's
+    stream tag, and whether ∝ w alone."""
+
+    new_center: np.ndarray | None
+    trials: int
+    step: tuple
+    uniform: bool
+
+
+def _propose(chunk, params: Proposal):
     """Commit the last chosen centre, then propose ``trials`` rows ∝ w·mind (∝ w when ``uniform``, which
     needs no state): (the chunk's mass, evaluations, its proposals' rows; none when its mass is 0)."""
-    new_center, trials, step, uniform = params
     evals = 0
-    if uniform:
+    if params.uniform:
         p = chunk.w
     else:
         mind = chunk.state["mind"]
-        if new_center is not None:
-            evals = update_mind(chunk.x, new_center[None, :], mind)
+        if params.new_center is not None:
+            evals = update_mind(chunk.x, params.new_center[None, :], mind)
         p = chunk.w * mind
     mass = float(p.sum())
     if mass <= 0:
         return np.zeros(1), np.int64(evals), chunk.rows(slice(0, 0))
-    idx = draw_proportional(p, chunk.rng("propose", step), trials)
+    idx = draw_proportional(p, chunk.rng("propose", params.step), params.trials)
     return np.array([mass]), np.int64(evals), chunk.rows(idx)
 
 
@@ -94,12 +104,20 @@ def _chunk_mass(chunk, _):
     return (np.array([chunk.w.sum()]),)
 
 
-def _propose_in(chunk, params):
-    """``_propose``'s uniform proposal of one row, from chunk ``c`` alone (no other chunk is read)."""
-    c, step, d, dtype = params
-    if chunk.index != c:
-        return (np.empty((0, d), dtype),)
-    return (_propose(chunk, (None, 1, step, True))[2],)
+class OneRow(NamedTuple):
+    """``_propose_in``'s parameters: the chunk drawn from, the draw's stream tag, the rows' width and dtype."""
+
+    chunk: int
+    step: tuple
+    n_features: int
+    dtype: np.dtype
+
+
+def _propose_in(chunk, params: OneRow):
+    """``_propose``'s uniform proposal of one row, from chunk ``params.chunk`` alone (no other chunk is read)."""
+    if chunk.index != params.chunk:
+        return (np.empty((0, params.n_features), params.dtype),)
+    return (_propose(chunk, Proposal(None, 1, params.step, True))[2],)
 
 
 _propose_in.prefetch = False
@@ -121,11 +139,20 @@ def _init_candidates(chunk, cands):
     chunk.state["k-means||"] = st
 
 
-def _update_potential(chunk, params):
+class Round(NamedTuple):
+    """A k-means|| round's update (``_round``): its candidates numbered from ``offset``, and the known ones
+    before them, or None."""
+
+    new: np.ndarray
+    offset: int
+    known: np.ndarray | None
+
+
+def _update_potential(chunk, params: Round):
     """Add a round's candidates ``new`` (numbered from ``offset``) to mind and near; return Σ w·mind (φ).
     With ``known``, the candidates numbered below ``offset`` (sent where the table costs little: ``_round``),
     the triangle inequality spares most rows most of the round's candidates (``lower_near``)."""
-    new, offset, known = params[:3]
+    new, offset, known = params.new, params.offset, params.known
     st = chunk.state["k-means||"]
     evals = 0
     if known is None or len(known) * TABLE_SHARE > chunk.n or is_csr(chunk.x):  # (CSR rows: no table yet)
@@ -153,18 +180,35 @@ def _round(engine, cands, offset):
     known = stacked(cands)
     rows = int(np.diff(engine.source.starts).max())
     table = 0 < offset * TABLE_SHARE <= rows and not is_csr(known)
-    return known[offset:], offset, known[:offset] if table else None
+    return Round(known[offset:], offset, known[:offset] if table else None)
 
 
-def _oversample(chunk, params):
+class Draw(NamedTuple):
+    """A k-means|| round's draw: ℓ, φ (the potential it draws against: before its update where the draw
+    rides on the update's pass, ``RoundDraw``) and the round's number."""
+
+    ell: float
+    phi: float
+    rnd: int
+
+
+def _oversample(chunk, params: Draw):
     """k-means|| round: keep each row independently with probability min(1, ℓ w mind / φ)."""
-    ell, phi, rnd = params
-    prob = np.minimum(1.0, ell * chunk.w * chunk.state["k-means||"]["mind"] / phi)
-    keep = np.flatnonzero(chunk.rng("k-means||", rnd).random(chunk.n) < prob)
+    prob = np.minimum(1.0, params.ell * chunk.w * chunk.state["k-means||"]["mind"] / params.phi)
+    keep = np.flatnonzero(chunk.rng("k-means||", params.rnd).random(chunk.n) < prob)
     return keep + chunk.start, chunk.x[keep]
 
 
-def _update_and_draw(chunk, params):
+class RoundDraw(NamedTuple):
+    """``_update_and_draw``'s parameters: the last round's update, then this round's draw (φ the one before the
+    update) and the rows' total weight."""
+
+    update: Round
+    draw: Draw
+    weight: float
+
+
+def _update_and_draw(chunk, params: RoundDraw):
     """``_update_potential``, then round ``rnd``'s draw in the same read of the rows, before φ (the sum of
     every chunk's) is known: a row is kept when u < ℓ w mind / φ, i.e. when its key ℓ w mind / u exceeds φ,
     so the chunk returns its rows of the largest keys (``budget``, about 3ℓ times its expected share of φ)
@@ -172,10 +216,10 @@ def _update_and_draw(chunk, params):
     keeps, and the driver keeps those with ``_oversample``'s own test (the same rows, the same bits); when
     not, the driver draws with a pass of its own. (φ, evaluations, global ids, rows, w, mind, u, largest key
     left out)."""
-    *update, ell, rnd, phi_before, weight = params
+    ell, phi_before, rnd = params.draw.ell, params.draw.phi, params.draw.rnd
     st = chunk.state["k-means||"]
-    share = st["phi"] / phi_before if "phi" in st and phi_before > 0 else chunk.w.sum() / weight
-    phi, evals = _update_potential(chunk, update)
+    share = st["phi"] / phi_before if "phi" in st and phi_before > 0 else chunk.w.sum() / params.weight
+    phi, evals = _update_potential(chunk, params.update)
     u = chunk.rng("k-means||", rnd).random(chunk.n)
     a = ell * chunk.w * st["mind"]
     live = np.flatnonzero(a > 0)  # a row of a = 0 is never kept
@@ -215,11 +259,17 @@ def _kept(ell, phi, fused):
     return ids[keep], rows[keep]
 
 
-def _update_and_weigh(chunk, params):
+class LastRound(NamedTuple):
+    """``_update_and_weigh``'s parameters: the last round's update and the number of candidates."""
+
+    update: Round
+    n_cands: int
+
+
+def _update_and_weigh(chunk, params: LastRound):
     """The last round's ``_update_potential`` and ``_candidate_weights`` in one read of the rows."""
-    *update, n_cands = params
-    _, evals = _update_potential(chunk, update)
-    return _candidate_weights(chunk, n_cands)[0], np.int64(evals)
+    _, evals = _update_potential(chunk, params.update)
+    return _candidate_weights(chunk, params.n_cands)[0], np.int64(evals)
 
 
 def _candidate_weights(chunk, n_cands):
@@ -272,12 +322,22 @@ def _afk_draw(chunk, plan):
     return (np.int64(m),)
 
 
-def _afk_chains(chunk, params):
+class Chains(NamedTuple):
+    """``_afk_chains``' parameters: the first chain's centre j, the centres chosen since the last round, the
+    round's chains and their length."""
+
+    j: int
+    new_centers: list
+    n_chains: int
+    chain_length: int
+
+
+def _afk_chains(chunk, params: Chains):
     """A round from centre j on: commit the centres chosen since the last round (applied to every proposal
     still ahead in blocks of ``AFK_BLOCK`` centres: one read of the proposals per block), then return this
     chunk's proposals of chains j .. j + n_chains − 1 with their min d² to centres 1..j−1: (position from
     chain j's first slot, min d², row, w, q, evaluations)."""
-    j, new_centers, n_chains, chain_length = params
+    j, new_centers, n_chains, chain_length = params.j, params.new_centers, params.n_chains, params.chain_length
     st = chunk.state["afkmc2"]
     evals = 0
     st["pending"].extend(new_centers)
@@ -331,7 +391,7 @@ def first_center(engine, rng_tag, entropy):
     c = int(stream(entropy, rng_tag, "driver", 0).choice(len(masses), size=1, p=masses / total)[0])
     (row,) = engine.reduce(
         _propose_in,
-        (c, (rng_tag, 0), engine.n_features, engine.dtype),
+        OneRow(c, (rng_tag, 0), engine.n_features, engine.dtype),
         (Rows(),),
         first_pass="after" if engine.unweighted else "before",
     )
@@ -353,7 +413,7 @@ def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
         evals = 0
         new = centers[0]
         for j in range(1, k):
-            masses, e, rows = engine.reduce(_propose, (new, trials, ("k-means++", j), False), PROPOSALS)
+            masses, e, rows = engine.reduce(_propose, Proposal(new, trials, ("k-means++", j), False), PROPOSALS)
             evals += int(e)
             cands = _pick_proposals(masses, rows, trials, stream(entropy, "k-means++", "driver", j))
             if cands is None:  # every row already coincides with a centre: duplicates are all that is left
@@ -405,7 +465,7 @@ def parallel_candidates(engine, ell, entropy, max_rounds=5):
             # first round's on the engine's first pass too, when that has not run
             fused = engine.reduce(
                 _update_and_draw,
-                (*_round(engine, cands, offset), ell, r, phi, weight),
+                RoundDraw(_round(engine, cands, offset), Draw(ell, phi, r), weight),
                 FIRST_DRAW if r == 0 else FUSED_DRAW,
                 first_pass="with",
             )
@@ -416,7 +476,7 @@ def parallel_candidates(engine, ell, entropy, max_rounds=5):
                 break
             drawn = _kept(ell, phi, fused)
             if drawn is None:  # a chunk left out a row the draw could keep: the round's draw alone
-                drawn = engine.reduce(_oversample, (ell, phi, r), (Rows(), Rows()))
+                drawn = engine.reduce(_oversample, Draw(ell, phi, r), (Rows(), Rows()))
             offset = sum(c.shape[0] for c in cands)
             new = drawn[1].astype(np.float64)
             if new.shape[0]:
@@ -425,7 +485,7 @@ def parallel_candidates(engine, ell, entropy, max_rounds=5):
         n_cands = sum(c.shape[0] for c in cands)
         # after a round with φ = 0 its candidates are already in: nothing to add
         last = _round(engine, cands, offset if phi > 0 else n_cands)
-        weights, e = engine.reduce(_update_and_weigh, (*last, n_cands))
+        weights, e = engine.reduce(_update_and_weigh, LastRound(last, n_cands))
     return stacked(cands), weights, evals + int(e)
 
 
@@ -538,7 +598,7 @@ def afkmc2(engine, k, entropy, chain_length=20):
             for j in range(1, k, CHAINS_PER_ROUND):
                 n = min(CHAINS_PER_ROUND, k - j)
                 new = centers[max(1, j - CHAINS_PER_ROUND) : j] if j > 1 else centers[:0]
-                t, d2, rows, w, q, e = engine.reduce(_afk_chains, (j, list(new), n, chain_length), CHAINS)
+                t, d2, rows, w, q, e = engine.reduce(_afk_chains, Chains(j, list(new), n, chain_length), CHAINS)
                 order = np.argsort(t)
                 d2, rows, w, q = d2[order], rows[order], w[order], q[order]
                 evals += int(e)
