@@ -101,10 +101,18 @@ def batch_ids(window, first, last):
     return out.reshape(last - first, window.b)
 
 
-def hold_draws(chunk, params):
+class Held(NamedTuple):
+    """What a chunk holds: the draws of ``window``'s steps [first, last)."""
+
+    window: object
+    first: int
+    last: int
+
+
+def hold_draws(chunk, params: Held):
     """Builder of the held draws: the chunk's draws of the window's steps [first, last), by label (ascending),
     with their rows and weights."""
-    window, first, last = params
+    window, first, last = params.window, params.first, params.last
     cum = window.cum
     g0, g1 = chunk.start // STRATUM_ROWS, (chunk.stop - 1) // STRATUM_ROWS + 1
     rows = np.empty(cum[g1] - cum[g0], np.int64)
@@ -118,18 +126,31 @@ def hold_draws(chunk, params):
     chunk.state[HELD] = {"labels": labels[order], "x": chunk.x[rows], "w": chunk.w[rows]}
 
 
-def _hold_and_take(chunk, params):
+class HoldAndTake(NamedTuple):
+    """``_hold_and_take``'s parameters: the draws to hold, and the row ids (sorted) to take."""
+
+    held: Held
+    ids: np.ndarray
+
+
+def _hold_and_take(chunk, params: HoldAndTake):
     """The first call of a window: the chunk's draws held, and the rows of ``ids`` (sorted) it holds."""
-    held, ids = params
-    hold_draws(chunk, held)
-    lo, hi = np.searchsorted(ids, [chunk.start, chunk.stop])
-    rows = ids[lo:hi] - chunk.start
+    hold_draws(chunk, params.held)
+    lo, hi = np.searchsorted(params.ids, [chunk.start, chunk.stop])
+    rows = params.ids[lo:hi] - chunk.start
     return chunk.x[rows], chunk.w[rows]
 
 
-def _held_rows(chunk, params):
+class Labels(NamedTuple):
+    """``_held_rows``' parameters: the labels [lo, hi) to read."""
+
+    lo: int
+    hi: int
+
+
+def _held_rows(chunk, params: Labels):
     """The chunk's held draws with labels in [lo, hi): (label - lo, rows, weights)."""
-    lo, hi = params
+    lo, hi = params.lo, params.hi
     held = chunk.state[HELD]
     a, z = np.searchsorted(held["labels"], [lo, hi])
     x = held["x"][a:z]
@@ -162,7 +183,7 @@ class Batches:
         if self.held:
             self._move_to(step)
             params = self._open(step, build=False)
-            rows, w = self.engine.reduce(_hold_and_take, (params, uniq), (Rows(), Rows()), first_pass="with")
+            rows, w = self.engine.reduce(_hold_and_take, HoldAndTake(params, uniq), (Rows(), Rows()), first_pass="with")
             return self._form(rows[inverse]), w[inverse]
         return self._take(step, uniq, inverse)
 
@@ -206,7 +227,7 @@ class Batches:
     def _open(self, step, build):
         """The held draws of the current window, from ``step`` to the window's end or ``last``."""
         self._state.close()
-        params = (self.window, step, min(self.window.first + self.window.steps, self.last))
+        params = Held(self.window, step, min(self.window.first + self.window.steps, self.last))
         self._state.enter_context(self.engine.state(HELD, hold_draws, lambda: params, build=build))
         return params
 
@@ -216,7 +237,7 @@ class Batches:
         end = self._end(step)
         lo = (step - self.window.first) * self.b
         hi = (end - self.window.first) * self.b
-        at, rows, w = self.engine.reduce(_held_rows, (lo, hi), (Rows(), Rows(), Rows()))
+        at, rows, w = self.engine.reduce(_held_rows, Labels(lo, hi), (Rows(), Rows(), Rows()))
         if len(at) != hi - lo:
             raise RuntimeError(f"held draws of steps {step}-{end}: {len(at)} rows of {hi - lo}")
         order = np.argsort(at)  # each label once: the draws in step order

@@ -23,6 +23,7 @@ means on such a sample (``algorithms/vcgmm.py: refit_means``).
 
 import contextlib
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -70,19 +71,31 @@ def _masses(chunk, u):
     return chunk_masses(float(np.dot(chunk.w, _d2(chunk, u))), float(chunk.w.sum()))
 
 
-def _sample(chunk, params):
+class Draw(NamedTuple):
+    """``_sample``'s parameters: the proposal's centre u (1 × D; None: ∝ w), each chunk's count, Σ w d² (S)
+    and Σ w (W), the draw's size and stream tag, and the chunks' shares of q when not exact (or None)."""
+
+    u: np.ndarray | None
+    counts: np.ndarray
+    S: float
+    W: float
+    size: int
+    tag: str
+    shares: np.ndarray | None
+
+
+def _sample(chunk, params: Draw):
     """Draw this chunk's count of rows ∝ q (S = 0: ∝ w); return (rows, their weights). Needs no state (d² is
     computed again), so it also runs as a one-shot task where the chunk's rows live. ``shares``: the chunks'
     shares of q the counts were drawn with, when not the chunks' exact Σ q: a row then weighs
     w/(size · share · q/Σ_chunk q), the probability it was drawn with."""
-    u, counts, S, W, size, tag, shares = params
-    m = int(counts[chunk.index])
+    m = int(params.counts[chunk.index])
     if m == 0:
         return chunk.x[:0], np.empty(0)
-    q = proposal(chunk.w, _d2(chunk, u) if S > 0 else None, S, W)
-    idx = np.sort(draw_proportional(q, chunk.rng(tag), m))
-    p = q[idx] if shares is None else shares[chunk.index] * q[idx] / q.sum()
-    return chunk.x[idx], chunk.w[idx] / (size * p)
+    q = proposal(chunk.w, _d2(chunk, params.u) if params.S > 0 else None, params.S, params.W)
+    idx = np.sort(draw_proportional(q, chunk.rng(params.tag), m))
+    p = q[idx] if params.shares is None else params.shares[chunk.index] * q[idx] / q.sum()
+    return chunk.x[idx], chunk.w[idx] / (params.size * p)
 
 
 def _mean(engine):
@@ -128,17 +141,23 @@ def coreset_draw(engine, size, entropy):
     masses = proposal_masses(s, w, S, W)
     shares = masses / masses.sum()
     counts = stream(entropy, "coreset", "counts").multinomial(size, shares)
-    return (u[None, :], counts, S, W, size, "coreset", None if shared is None else shares), counts
+    return Draw(u[None, :], counts, S, W, size, "coreset", None if shared is None else shares), counts
 
 
 def _chunk_weight(chunk, _):
     return (np.array([float(chunk.w.sum())]),)
 
 
-def _sample_both(chunk, params):
+class TwoDraws(NamedTuple):
+    """``_sample_both``'s parameters: the coreset's draw and the uniform sample's."""
+
+    coreset: Draw
+    aside: Draw
+
+
+def _sample_both(chunk, params: TwoDraws):
     """``_sample`` of two draws (the coreset, and a uniform sample set aside) from one read of the chunk."""
-    first, second = params
-    return (*_sample(chunk, first), *_sample(chunk, second))
+    return (*_sample(chunk, params.coreset), *_sample(chunk, params.aside))
 
 
 def uniform_draw(engine, size, entropy):
@@ -147,7 +166,7 @@ def uniform_draw(engine, size, entropy):
     (w,) = engine.reduce(_chunk_weight, None, (Rows(),))
     counts = stream(entropy, "uniform", "counts").multinomial(size, w / w.sum())
     sub_entropy = int(stream(entropy, "uniform", "engine").integers(2**63))
-    return (None, counts, 0.0, float(w.sum()), size, "uniform", None), counts, sub_entropy
+    return Draw(None, counts, 0.0, float(w.sum()), size, "uniform", None), counts, sub_entropy
 
 
 @contextlib.contextmanager
@@ -208,7 +227,7 @@ def coreset_and_sample(engine, size, aside, entropy, n_clusters, phases=None):
             sub_entropy = int(stream(entropy, "coreset", "engine").integers(2**63))
             if aside and engine.samples_here(size) and engine.samples_here(aside):
                 other, _, other_entropy = uniform_draw(engine, aside, entropy)
-                X, w, U, u = engine.reduce(_sample_both, (params, other), (Rows(),) * 4)
+                X, w, U, u = engine.reduce(_sample_both, TwoDraws(params, other), (Rows(),) * 4)
                 work, drawn = stack.enter_context(engine.working_set(X, w, sub_entropy)), (U, u, other_entropy)
             else:
                 work = stack.enter_context(engine.sample(_sample, params, counts, sub_entropy))
