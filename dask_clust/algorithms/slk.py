@@ -50,6 +50,7 @@ from ..blocks.knn import (
     INPUT_IDS,
     METHODS,
     ROWS,
+    Centres,
     gemm_sqdist,
     groups_in,
     keep_halo_ids,
@@ -295,7 +296,7 @@ def first_modes(engine, seeds, sigma, mode, normalize):
     (sizes,) = engine.reduce(_first_labels, seeds, (Sum(),))
     if mode == "ms":
         return None, mean_shift(engine, seeds, sigma, sizes)
-    with engine.reorder(nearest_centre, (seeds, normalize)) as by_seed:
+    with engine.reorder(nearest_centre, Centres(seeds, normalize)) as by_seed:
         keys, totals = by_seed.key_totals
         counts = np.zeros(len(seeds), np.int64)
         counts[keys] = totals

@@ -87,7 +87,7 @@ from .. import progress
 from .._params import Boolean, Interval, NoneOK, Options
 from ..blocks.coreset import coreset_and_sample, default_size, uniform_sample
 from ..blocks.gaussian import covariance
-from ..blocks.knn import nearest_centre
+from ..blocks.knn import Centres, nearest_centre
 from ..blocks.lloyd import lloyd_update
 from ..blocks.split_merge import split_merge
 from ..blocks.truncated_em import isotropic, truncated_em
@@ -190,7 +190,7 @@ def by_nearest_seed(work, seeds, sets, phases):
         yield work, None
         return
     t = time.perf_counter()
-    with work.reorder(nearest_centre, (seeds, False)) as rows:
+    with work.reorder(nearest_centre, Centres(seeds, False)) as rows:
         keys, totals = rows.key_totals
         phases["reorder"] = time.perf_counter() - t
         yield rows, (np.concatenate([[0], np.cumsum(totals)]).astype(np.int64), keys.astype(np.int32))

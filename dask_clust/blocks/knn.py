@@ -28,6 +28,7 @@ It holds nlist centroids and nlist × nprobe probe lists.
 
 import contextlib
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -160,18 +161,33 @@ def locality_order(C):
     return split(np.arange(len(C)))
 
 
-def nearest_centre(chunk, params):
+class Centres(NamedTuple):
+    """``nearest_centre``'s parameters: the centres (float64), and whether the rows are L2-normalised first."""
+
+    centres: np.ndarray
+    normalize: bool
+
+
+def nearest_centre(chunk, params: Centres):
     """The nearest of ``centres`` of each of the chunk's rows, L2-normalised when asked (a ``reorder`` key:
     IVF's cells, SLK's nearest-seed clusters)."""
-    centres, normalize = params
-    x = l2_rows(chunk.x) if normalize else chunk.x
-    return nearest(x, Prepared(centres, x.dtype))[0]
+    x = l2_rows(chunk.x) if params.normalize else chunk.x
+    return nearest(x, Prepared(params.centres, x.dtype))[0]
 
 
-def _probe_pairs(chunk, params):
+class Probes(NamedTuple):
+    """``_probe_pairs``' parameters: the non-empty cells' centroids and numbers, the cells' row starts, nprobe."""
+
+    live_centroids: np.ndarray
+    live: np.ndarray
+    starts: np.ndarray
+    nprobe: int
+
+
+def _probe_pairs(chunk, params: Probes):
     """(cell, probed cell) pairs of the chunk's rows: each row's nprobe nearest non-empty cells (exact; its
     own cell first), as KeyedSum keys cell · nlist + probed cell."""
-    live_centroids, live, starts, nprobe = params
+    live_centroids, live, starts, nprobe = params.live_centroids, params.live, params.starts, params.nprobe
     nlist = len(starts) - 1
     probes = np.empty((chunk.stop - chunk.start, min(nprobe, len(live))), np.int64)
     nearest_centres(chunk.state[ROWS], live_centroids, probes)
@@ -188,7 +204,7 @@ def probe_lists(engine, centroids, starts, nprobe, r):
     nlist = len(centroids)
     sizes = np.diff(starts)
     live = np.flatnonzero(sizes)
-    ((pairs, _),) = engine.reduce(_probe_pairs, (centroids[live], live, starts, int(nprobe)), (KeyedSum(),))
+    ((pairs, _),) = engine.reduce(_probe_pairs, Probes(centroids[live], live, starts, int(nprobe)), (KeyedSum(),))
     by_rows = np.split(pairs % nlist, np.searchsorted(pairs // nlist, np.arange(1, nlist)))
     C = centroids[live]
     cc = squared_norms(C)
@@ -231,12 +247,19 @@ def _probed(chunk, starts, ptr, cells):
     return mine, need, np.concatenate([[0], np.cumsum(sizes)])
 
 
-def _probed_rows(chunk, params):
+class Plan(NamedTuple):
+    """IVF's plan: each cell's first row (in cell order), and its probe lists as CSR (ptr, cells)."""
+
+    starts: np.ndarray
+    ptr: np.ndarray
+    cells: np.ndarray
+
+
+def _probed_rows(chunk, params: Plan):
     """The halo plan: the rows of every cell the chunk's cells probe, cell by cell."""
     if not unsearched(chunk):
         return np.empty(0, np.int64)
-    starts, ptr, cells = params
-    return rows_of(starts, _probed(chunk, starts, ptr, cells)[1])
+    return rows_of(params.starts, _probed(chunk, params.starts, params.ptr, params.cells)[1])
 
 
 def keep_halo_ids(chunk, key):
@@ -246,13 +269,20 @@ def keep_halo_ids(chunk, key):
     return ()
 
 
-def search_ivf(chunk, params):
+class Search(NamedTuple):
+    """``search_ivf``'s parameters: the neighbours wanted, and IVF's plan."""
+
+    r: int
+    plan: Plan
+
+
+def search_ivf(chunk, params: Search):
     """State ``knn`` (as ``search_exact``'s, neighbours as rows of the engine in cell order): each of the
     chunk's cells' rows' r nearest among the rows of the cells it probes."""
     H_in = chunk.state.pop("knn-cand-in")
     if not unsearched(chunk):
         return ()
-    r, starts, ptr, cells = params
+    r, starts, ptr, cells = params.r, params.plan.starts, params.plan.ptr, params.plan.cells
     H, read_at = chunk.halo[ROWS]
     own = chunk.state[ROWS]
     q_in = chunk.input_ids()
@@ -279,8 +309,16 @@ def _queries(chunk, picks):
     return chunk.state[ROWS][at], chunk.input_ids()[at], chunk.state[GRAPH][2][at]
 
 
-def _brute(chunk, params):
-    Q, q_in, r = params
+class Queries(NamedTuple):
+    """``_brute``'s parameters: the query rows, their input ids, and the neighbours wanted."""
+
+    rows: np.ndarray
+    input_ids: np.ndarray
+    r: int
+
+
+def _brute(chunk, params: Queries):
+    Q, q_in, r = params.rows, params.input_ids, params.r
     j, d2 = nearest_among(Q, q_in, chunk.state[ROWS], chunk.input_ids(), r)
     return ((d2, np.where(j >= 0, chunk.input_ids()[np.maximum(j, 0)], np.iinfo(np.int64).max)),)
 
@@ -291,7 +329,7 @@ def measure_recall(engine, r, entropy, n_queries=RECALL_QUERIES):
     n = engine.n_samples
     picks = np.sort(stream(entropy, GRAPH, "recall").choice(n, min(n, n_queries), replace=False))
     Q, q_in, found = engine.reduce(_queries, picks, (Rows(), Rows(), Rows()))
-    ((_, truth),) = engine.reduce(_brute, (Q, q_in, r), (RowTop(r),))
+    ((_, truth),) = engine.reduce(_brute, Queries(Q, q_in, r), (RowTop(r),))
     hits = sum(len(np.intersect1d(a, b)) for a, b in zip(found, truth))
     return hits / truth.size
 
@@ -343,7 +381,7 @@ class NeighbourGraph:
 
     def __init__(self, engine, n_neighbors, method, plan=None, nlist=None):
         self.engine, self.n_neighbors, self.method, self.nlist = engine, n_neighbors, method, nlist
-        self._plan = plan  # IVF: (cell starts, probe lists ptr, cells)
+        self._plan = plan  # IVF's Plan
         self.sum_d2, self.recall = None, 1.0
 
     def complete(self):
@@ -356,7 +394,7 @@ class NeighbourGraph:
             return
         with e.halo("knn-probed", _probed_rows, self._plan):  # its rows go before the graph is used
             e.reduce(keep_halo_ids, "knn-cand-in", halo=Halo("knn-probed", INPUT_IDS))
-            e.reduce(search_ivf, (r,) + self._plan, halo=Halo("knn-probed", ROWS, indexed=True))
+            e.reduce(search_ivf, Search(r, self._plan), halo=Halo("knn-probed", ROWS, indexed=True))
 
     def _measure(self, entropy):
         """The search, then Σ d2 and recall@r (a phase of ``rerun``: after a lost worker, the rebuilt
@@ -401,7 +439,7 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
         return
     nlist = default_nlist(n) if nlist is None else int(nlist)
     centroids = coarse_cells(engine, nlist, entropy, normalize)
-    with engine.reorder(nearest_centre, (centroids, normalize)) as cells:
+    with engine.reorder(nearest_centre, Centres(centroids, normalize)) as cells:
         keys, totals = cells.key_totals
         sizes = np.zeros(nlist, np.int64)
         sizes[keys] = totals
@@ -412,7 +450,7 @@ def neighbour_graph(engine, n_neighbors, *, normalize=False, method="exact", nli
             cells.state(GRAPH, _unsearched_state, build=False),
         ):
             graph = NeighbourGraph(
-                cells, r, method, (starts,) + probe_lists(cells, centroids, starts, int(nprobe), r), nlist
+                cells, r, method, Plan(starts, *probe_lists(cells, centroids, starts, int(nprobe), r)), nlist
             )
             cells.rerun(lambda restarted: graph._measure(entropy))
             yield graph
