@@ -116,11 +116,11 @@ def test_the_first_rows_are_copied_out_of_the_state_they_build():
     streamed worker writes it to its files when the chunk is done)."""
     from types import SimpleNamespace
 
-    from dask_clust.algorithms.nmbatch import _first_rows
+    from dask_clust.algorithms.nmbatch import FirstRows, Nesting, _first_rows
 
     x = np.random.default_rng(0).normal(size=(500, 3)).astype(np.float32)
     chunk = SimpleNamespace(n=500, start=1000, x=x, w=np.ones(500), state={})
-    ranks, rows, w = _first_rows(chunk, (40, (7, 5000, 1, None, 0)))
+    ranks, rows, w = _first_rows(chunk, FirstRows(40, Nesting(7, 5000, 1, None, 0)))
     st = chunk.state["nmbatch"]
     want = np.empty(500, np.int64)
     nested_ranks(1000, 5000, 7, want)

@@ -43,7 +43,7 @@ between the sums. ``init="auto"`` seeds by k-means++ on them (``blocks.seeding``
 import logging
 import numbers
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -117,7 +117,18 @@ class NMBatchConfig:
 # ---------------------------------------------------------------- per-chunk steps
 
 
-def _nesting(chunk, params):
+class Nesting(NamedTuple):
+    """``_nesting``'s parameters: the fit's nesting key, N, the bounds' width (k for Elkan's, 1 for
+    Hamerly's), and the centres and batch size of the round that last assigned the rows (None, 0: none)."""
+
+    key: int
+    n_total: int
+    width: int
+    centers: np.ndarray | None
+    b: int
+
+
+def _nesting(chunk, params: Nesting):
     """State, kept in the chunk's nesting order so that every batch is a prefix of it: "order" the row of each
     position, "ranks" theirs (ascending), "x" and "w" the rows and weights in that order (a copy: the
     reference code shuffles its data once for the same reason; a batch of a fortieth of the image patches'
@@ -125,7 +136,7 @@ def _nesting(chunk, params):
     positions in the batch and its size "b". Rebuilt from the model (a lost worker), the rows of rank < b
     are assigned afresh to the centres of the round that last assigned them: the labels and distances the
     lost partition held (its bounds are fresh, tighter)."""
-    key, n_total, width, centers, b = params
+    key, n_total, width, centers, b = params.key, params.n_total, params.width, params.centers, params.b
     n = chunk.n
     ranks = np.empty(n, np.int64)
     nested_ranks(chunk.start, n_total, key, ranks)
@@ -171,23 +182,37 @@ def _join(st, centers, b, S, v, sse):
     return evals, more - m
 
 
-def _first_rows(chunk, params):
+class FirstRows(NamedTuple):
+    """``_first_rows``' parameters: the rank below which rows are read, and the state's ``Nesting``."""
+
+    m: int
+    nesting: Nesting
+
+
+def _first_rows(chunk, params: FirstRows):
     """The chunk's rows of rank < m: (ranks, rows, weights); the fit's first call, which builds the state
     (``_nesting`` with ``nesting``) in the same read of the rows."""
-    m, nesting = params
     if "nmbatch" not in chunk.state:
-        _nesting(chunk, nesting)
+        _nesting(chunk, params.nesting)
     st = chunk.state["nmbatch"]
-    head = np.searchsorted(st["ranks"], m)
+    head = np.searchsorted(st["ranks"], params.m)
     # copies: a view would keep the chunk's whole state in memory until the call ends, and the state just
     # built here is not yet in the files it goes to (at 10x the memory of 700 MiB workers, past their limit)
     return st["ranks"][:head].copy(), st["x"][:head].copy(), st["w"][:head].copy()
 
 
-def _round_step(chunk, params):
+class Round(NamedTuple):
+    """A round's parameters: the centres (a ``Prepared``), each centre's largest move p, and the batch size b."""
+
+    centers: Prepared
+    p: np.ndarray
+    b: int
+
+
+def _round_step(chunk, params: Round):
     """Step 3 on the chunk's rows of rank < b: (ΔS, Δv, sse, changed, evaluations, rows that joined); of CSR
     rows ΔS comes as the moved rows' terms (``Entries``, ``_moves_buffer``)."""
-    centers, p, b = params
+    centers, p, b = params.centers, params.p, params.b
     st = chunk.state["nmbatch"]
     k, d = centers.C.shape
     S, v, sse = _moves_buffer(st, b, k, d), np.zeros(k), np.zeros(k)
@@ -228,7 +253,7 @@ def bounds_kind(engine, cfg):
 def first_rows(engine, m, nesting):
     """The rows of rank < m, in rank order: (rows, weights); the call builds the state (``nesting``: its
     builder's parameters) and carries the engine's first pass, in one read of the rows."""
-    ranks, rows, w = engine.reduce(_first_rows, (m, nesting), (Rows(),) * 3, first_pass="with")
+    ranks, rows, w = engine.reduce(_first_rows, FirstRows(m, nesting), (Rows(),) * 3, first_pass="with")
     order = np.argsort(ranks)
     return rows[order], w[order]
 
@@ -295,7 +320,7 @@ def fit(engine, cfg, entropy, loop):
     restored = loop.restored
     if restored is not None:  # the state is built with the batch the checkpoint's last round held
         model.update(centers=restored["model_centers"], b=restored["b_old"])
-    nesting = lambda: (key, N, width, model["centers"], model["b"])  # noqa: E731
+    nesting = lambda: Nesting(key, N, width, model["centers"], model["b"])  # noqa: E731
     # the state is built by the first call (``first_rows``), which carries the engine's first pass: one read
     built_first = restored is None and isinstance(cfg.init, str)
     with engine.state("nmbatch", _nesting, nesting, build=not built_first):
@@ -315,7 +340,9 @@ def fit(engine, cfg, entropy, loop):
             engine.load_rows(loop.restored_rows, "nmbatch", row_fields(k, width), order="order")
         loop.keep(seed_evals=int(seed_evals), bounds=kind)
         for _ in loop:
-            dS, dv, sse, changed, evals, joined = engine.reduce(_round_step, (Prepared(centers, engine.dtype), p, b))
+            dS, dv, sse, changed, evals, joined = engine.reduce(
+                _round_step, Round(Prepared(centers, engine.dtype), p, b)
+            )
             model.update(centers=centers, b=b)
             S += dS
             v += dv
