@@ -39,7 +39,7 @@ import contextlib
 import numbers
 import warnings
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -184,10 +184,17 @@ def _members(chunk, starts):
     return rows_of(starts, groups_in(chunk, starts))
 
 
-def _densest_members(chunk, params):
+class Clusters(NamedTuple):
+    """``_densest_members``' parameters: the kernel's σ and the clusters' first rows (rows sorted by cluster)."""
+
+    sigma: float
+    starts: np.ndarray
+
+
+def _densest_members(chunk, params: Clusters):
     """BO's first modes: each row's in-cluster kernel density Σ_q k(x, x_q) over its cluster's members
     (summed in input-id order), the densest row per cluster (ties to the lowest input id), with its row."""
-    sigma, starts = params
+    sigma, starts = params.sigma, params.starts
     x, everyone, member_in = chunk.state[ROWS], chunk.halo[ROWS], chunk.state.pop("slk-member-in")
     in_ids = chunk.input_ids()
     k = len(starts) - 1
@@ -213,9 +220,17 @@ def _densest_members(chunk, params):
     return ((best, ids, rows),)
 
 
-def _ms_sums(chunk, params):
+class Modes(NamedTuple):
+    """The modes and the kernel's σ (a mean-shift step's; with ``store``, an inner loop's start)."""
+
+    modes: np.ndarray
+    sigma: float
+    store: bool = False
+
+
+def _ms_sums(chunk, params: Modes):
     """One mean-shift step's partial sums per cluster over its hard members: Σ g x and Σ g."""
-    modes, sigma = params
+    modes, sigma = params.modes, params.sigma
     x, labels = chunk.state[ROWS], chunk.state["slk-labels"]
     k = len(modes)
     sums, weights = np.zeros((k, x.shape[1])), np.zeros(k)
@@ -227,11 +242,11 @@ def _ms_sums(chunk, params):
     return sums, weights
 
 
-def _start_inner(chunk, params):
+def _start_inner(chunk, params: Modes):
     """a from the modes and z = softmax(a); returns −Σ a·z of the z the last inner loop kept (still in the
     halo: BO's energy takes it with the new a). a is kept as state ``slk-a`` when ``store``, else each
     update recomputes it (an empty ``slk-a``)."""
-    modes, sigma, store = params
+    modes, sigma, store = params.modes, params.sigma, params.store
     x = chunk.state[ROWS]
     a = chunk.state.get("slk-a")
     if a is None or a.shape != (x.shape[0], len(modes)):
@@ -314,7 +329,7 @@ def first_modes(engine, seeds, sigma, mode, normalize):
 
 def densest_members(by_seed, sigma, starts):
     by_seed.reduce(keep_halo_ids, "slk-member-in", halo=Halo("slk-members", INPUT_IDS))
-    return by_seed.reduce(_densest_members, (sigma, starts), (ArgMax(),), halo=Halo("slk-members", ROWS))
+    return by_seed.reduce(_densest_members, Clusters(sigma, starts), (ArgMax(),), halo=Halo("slk-members", ROWS))
 
 
 def mean_shift(engine, modes, sigma, sizes, tol=1e-5, max_iter=1000):
@@ -325,7 +340,7 @@ def mean_shift(engine, modes, sigma, sizes, tol=1e-5, max_iter=1000):
     for _ in range(max_iter):
         if not active.any():
             break
-        sums, weights = engine.reduce(_ms_sums, (modes, sigma), (Sum(), Sum()))
+        sums, weights = engine.reduce(_ms_sums, Modes(modes, sigma), (Sum(), Sum()))
         new = sums[active] / weights[active, None]
         moved = np.linalg.norm(new - modes[active], axis=1)
         modes[active] = new
@@ -402,7 +417,7 @@ class BoundLoops:
 
     def start(self, modes):
         """a from the modes, z = softmax(a); returns −Σ a·z of the z the last inner loop kept."""
-        (last,) = self.g.reduce(_start_inner, (modes, self.sigma, self.store), (Sum(),))
+        (last,) = self.g.reduce(_start_inner, Modes(modes, self.sigma, self.store), (Sum(),))
         return last
 
     def settle(self, modes, fresh):

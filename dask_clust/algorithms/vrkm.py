@@ -27,7 +27,7 @@ import contextlib
 import numbers
 import warnings
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -95,10 +95,22 @@ def _gradient_pass(chunk, A):
     return (out,)
 
 
-def _steps(chunk, params):
+class Epoch(NamedTuple):
+    """``_steps``' parameters: the anchor's centres C̃ and A, the step size η, each chunk's
+    share of the T steps, the epoch (its draws' stream), and VRKM's batch gradient (None for VRKM++)."""
+
+    anchor: object
+    A: np.ndarray
+    eta: float
+    shares: np.ndarray
+    epoch: int
+    grad: np.ndarray | None
+
+
+def _steps(chunk, params: Epoch):
     """Step 3 on the chunk's share of the T steps: (C_T − C0, steps off the anchor label, evaluations)."""
-    Ct, A, eta, shares, epoch, grad = params
-    T = int(shares[chunk.index])
+    Ct, A, eta, epoch, grad = params.anchor, params.A, params.eta, params.epoch, params.grad
+    T = int(params.shares[chunk.index])
     C = A.copy()
     if T == 0:
         return C - A, np.int64(0), np.int64(0)
@@ -180,7 +192,7 @@ def fit(engine, cfg, entropy, loop):
                 grad = np.where(counts[:, None] > 0, g / np.maximum(counts, 1)[:, None], 0.0)
             C, moved = A.copy(), 0
             if T:  # C = A + the chunks' C_T − C0, added in chunk order
-                params = (C_anchor, A, eta, shares, epoch, grad)
+                params = Epoch(C_anchor, A, eta, shares, epoch, grad)
                 C, moved, e = engine.reduce(_steps, params, (Fold(A), Sum(), Sum()))
                 evals += e
             evals_total += int(evals)
