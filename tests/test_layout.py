@@ -114,3 +114,31 @@ def test_no_import_cycle_between_modules():
 def test_the_benchmark_harness_is_not_in_the_package():
     assert not (ROOT / "bench").exists()
     assert (ROOT.parent / "benchmarks" / "harness" / "suites.py").is_file()
+
+
+def positional_params(source):
+    """Lines of ``source`` that unpack a step's ``params`` (or a part of it) by position: ``a, b = params``,
+    ``*a, b = params[1:]``, ``a, b = params.draw``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], (ast.Tuple, ast.List)):
+            value = node.value
+            while isinstance(value, (ast.Subscript, ast.Attribute)):
+                value = value.value
+            if isinstance(value, ast.Name) and value.id == "params":
+                lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("layer", ["algorithms", "blocks"])
+def test_steps_read_their_parameters_by_name(layer):
+    """Issue #57: a step's parameters are a NamedTuple read by name, not a tuple unpacked in an order only its
+    caller knows."""
+    found = {p.name: positional_params(p.read_text()) for p in sorted((ROOT / layer).glob("*.py"))}
+    assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def test_positional_parameters_are_found():
+    source = "def step(chunk, params):\n    a, b = params\n    *c, d = params[1:]\n    e, f = params.draw\n"
+    assert positional_params(source) == [2, 3, 4]
+    assert positional_params("def step(chunk, params):\n    a, b = params.a, params.b\n") == []

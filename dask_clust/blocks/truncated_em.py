@@ -21,6 +21,7 @@ from .truncated_estep import (
     ESTEP,
     NO_METRIC,
     SearchParams,
+    TruncatedInit,
     init_neighbourhoods,
     init_truncated_sets,
     neighbourhoods_at_root,
@@ -302,7 +303,7 @@ class ShardedMeans:
         return MStepResult(float(data_f), small[0], int(small[1]))
 
     def set_tied(self, sigma2):
-        self.grid = pair_grid(self.engine, self.model.apply(_shard_set_tied, (sigma2, self.family), RANGE))
+        self.grid = pair_grid(self.engine, self.model.apply(_shard_set_tied, TiedSet(sigma2, self.family), RANGE))
 
     def means(self):
         return None
@@ -349,13 +350,19 @@ def _shard_update(fields, shard, params, lo):
     return shard, (Gc,) + small
 
 
-def _shard_set_tied(shard, params, lo):
+class TiedSet(NamedTuple):
+    """``_shard_set_tied``'s parameters: the shared σ² and the family."""
+
+    sigma2: float
+    family: object
+
+
+def _shard_set_tied(shard, params: TiedSet, lo):
     """The shared σ² where clusters lo.. live, and their metric."""
-    sigma2, family = params
     mu, var, weights = shard[:3]
-    var = np.full(mu.shape, sigma2)
-    h, offset = family.cov.metric(var, weights)
-    return (mu, var, weights, h, offset), metric_range(family, h, offset)
+    var = np.full(mu.shape, params.sigma2)
+    h, offset = params.family.cov.metric(var, weights)
+    return (mu, var, weights, h, offset), metric_range(params.family, h, offset)
 
 
 @contextlib.contextmanager
@@ -429,7 +436,7 @@ def truncated_em(engine, mu, cfg, entropy, loop, phases, sets="random", cells=No
             return None
         return mu if means.means() is None else means.means()
 
-    builder, model = init_truncated_sets, lambda: (Cp, C, key_K, nearest_to(), cells)
+    builder, model = init_truncated_sets, lambda: TruncatedInit(Cp, C, key_K, nearest_to(), cells)
     if restored is not None:
         fields = row_fields(C, Cp, signed=not family.isotropic)
         builder, model = restored_rows, lambda: (loop.restored_rows, "vcgmm", fields)

@@ -34,11 +34,28 @@ NO_NORMS = np.empty(0)
 # ---------------------------------------------------------------- per-chunk steps
 
 
-def init_truncated_sets(chunk, params):
+class TruncatedInit(NamedTuple):
+    """``init_truncated_sets``' parameters: C', C, the stream key of the random clusters, the means a row's
+    first cluster is the nearest of (or None), and the working set's cells (or None)."""
+
+    n_truncated: int
+    n_clusters: int
+    key: int
+    means: np.ndarray | None
+    cells: tuple | None
+
+
+def init_truncated_sets(chunk, params: TruncatedInit):
     """State: K^(n) = C' distinct random clusters per row (the paper's init), or its first entry fixed: each
     row's seed from the working set's order (``cells``: rows sorted by nearest seed, so a row's cell follows
     from its position), or, for var-GMM-S's rows, the nearest of ``means`` (one assignment pass)."""
-    n_truncated, n_clusters, key, means, cells = params
+    n_truncated, n_clusters, key, means, cells = (
+        params.n_truncated,
+        params.n_clusters,
+        params.key,
+        params.means,
+        params.cells,
+    )
     n = chunk.n
     first = np.full(n, -1, np.int32)
     if cells is not None:
@@ -163,12 +180,13 @@ class SearchParams(NamedTuple):
     m_step: object = None
 
 
-def truncated_estep(chunk, params):
+def truncated_estep(chunk, params: SearchParams):
     """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
     in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
     (evaluations, Σ w min d², changed winners, the blocks' pair statistics keyed by c_o·C + c~, then the
     posterior statistics when σ² is known), combined by ESTEP (+ ``stats_combine``)."""
-    mu, Gc, key, extra_random, inv, grid, h, offset, moments, _ = params
+    mu, Gc, key, extra_random, inv = params.mu, params.Gc, params.key, params.extra_random, params.inv
+    grid, h, offset, moments = params.grid, params.h, params.offset, params.moments
     st = chunk.state["vcgmm"]
     K, Kd2, winner = st["K"], st["Kd2"], st["winner"]
     n, n_clusters = K.shape[0], mu.shape[0]
@@ -215,7 +233,7 @@ def neighbourhoods_at_root(found, params):
 def posterior_step(chunk, params):
     """The posteriors' statistics of the first search (σ² was not known when it ran: its costs are squared
     distances), block by block; ``mu``: the means it searched, for Q about them, or None."""
-    inv, n_clusters, mu, _, moments = params
+    inv, n_clusters, mu, moments = params.inv, params.n_clusters, params.mu, params.moments
     st = chunk.state["vcgmm"]
     stats = _new_stats(n_clusters, chunk.x.shape[1], moments)
     mu = NO_METRIC[0] if mu is None else mu
