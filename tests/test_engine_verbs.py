@@ -430,10 +430,10 @@ def test_a_partitions_host_answers_registered_calls_only():
     host = PartitionHost.__new__(PartitionHost)
     host.parts, host.worker = {"p": part}, types.SimpleNamespace(address="tcp://here")
     host._thread = concurrent.futures.ThreadPoolExecutor(1)
-    got = asyncio.run(host.call("p", BackupGet("s", [0], 4)))  # the newest copy before call 4
+    got = asyncio.run(host.call("p", BackupGet, ("s", [0], 4)))  # the newest copy before call 4
     assert got["status"] == "OK" and list(got["result"].data) == [0]
-    for bad in [("backups.get", "s", [0], 4), BackupGet("s", [0], 4)._asdict()]:  # a name, a look-alike
-        refused = asyncio.run(host.call("p", bad))
+    for bad in ["backups.get", tuple, Backups]:  # a method's name, a type that is no peer call
+        refused = asyncio.run(host.call("p", bad, ("s", [0], 4)))
         assert refused["status"] == "error" and "is not a partition's call" in str(refused["exception"].data)
     host._thread.shutdown()
 

@@ -62,18 +62,19 @@ class PartitionHost:
                 worker.extensions[cls.NAME] = cls(worker)
             return worker.extensions[cls.NAME]
 
-    async def call(self, key=None, message=None):
+    async def call(self, key=None, kind=None, fields=()):
         from distributed.protocol import to_serialize
 
         part = self.parts.get(key)
         try:
-            if part is None or type(message) not in PEER_CALLS:
+            if part is None or kind not in PEER_CALLS:
                 raise LookupError(
                     f"partition {key} is not on worker {self.worker.address}: lost with an earlier "
                     f"process at this address, or released"
                     if part is None
-                    else f"{type(message).__name__} is not a partition's call"
+                    else f"{getattr(kind, '__name__', kind)!r} is not a partition's call"
                 )
+            message = kind(*fields)
             fn = message.method.__get__(part.feature(message.feature))
             if asyncio.iscoroutinefunction(fn):
                 result = await fn(*message)

@@ -66,10 +66,14 @@ class RebuiltPartition(Protocol):
 
 
 async def remote_call(rpc, key, message):
-    """``message`` (a ``peer_call`` type) on the partition ``key`` behind ``rpc``: its answer."""
+    """``message`` (a ``peer_call`` type) on the partition ``key`` behind ``rpc``: its answer. Its type goes
+    by reference and each field on its own, as distributed serialises a call's arguments (an array in frames
+    of its own, not inside one pickle of the message)."""
     from distributed.protocol import to_serialize
 
-    msg = await rpc.dask_clust_call(key=key, message=to_serialize(message))
+    msg = await rpc.dask_clust_call(
+        key=key, kind=to_serialize(type(message)), fields=[to_serialize(f) for f in message]
+    )
     if msg["status"] != "OK":
         raise msg["exception"]
     return msg["result"]
