@@ -37,6 +37,7 @@ import numpy as np
 from ..engine import ReduceScatter
 from ..engine.combine import Entries, Rows, Scatter, Sum, Top
 from ..kernels.assign import Prepared, accumulate, is_csr, nearest, nearest_after_move
+from ..kernels.distance import rows_per_block
 from ..kernels.sparse import csr_sum_entries
 from ..loop import FitResult, Loop
 
@@ -98,7 +99,8 @@ def lloyd_step(chunk, centers):
     else:  # in slabs that stay in cache from the search to the sums: one read of the rows from memory, not two
         k, d = moved.centers.C.shape
         sums, weights, qe, evals = np.zeros((k, d)), np.zeros(k), 0.0, 0
-        step = max(1, SLAB_BYTES // max(1, chunk.x.itemsize * d))
+        # (never below a GEMM block: wide rows would otherwise go to the GEMM a few at a time)
+        step = max(rows_per_block(k), SLAB_BYTES // max(1, chunk.x.itemsize * d))
         for a in range(0, chunk.n, step):
             b = min(chunk.n, a + step)
             evals += search(a, b)
