@@ -91,8 +91,8 @@ class Partition:
         self.halo = HaloExchange(self)
         self.shards = ShardStore(self)
         self.backups = Backups(self)
-        # (not itself: a partition holding itself would outlive its host's drop until a garbage collection,
-        # its rows with it: the workers' heaps 30 % larger after 18 fits)
+        # (not itself: a partition holding itself would outlive its host's drop, its rows with it, until a
+        # garbage collection ran on the worker)
         self._features = {HaloExchange: self.halo, ShardStore: self.shards, Backups: self.backups}
         count("partition", partition=self)
 

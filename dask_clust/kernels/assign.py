@@ -93,9 +93,9 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
 
 
 def accumulate(X, w, labels, mind, sums, weights, qe=0.0):
-    """Lloyd's partial sufficient statistics for labelled rows (dense or CSR); returns ``qe`` + Σ w·mind,
-    added row by row (so that rows taken in slabs, each slab's sum starting from the last, give the bits of
-    the rows taken at once)."""
+    """Lloyd's partial sufficient statistics for labelled rows (dense or CSR); returns ``qe`` + Σ w·mind. Dense
+    rows add to ``qe`` row by row, so that rows taken in slabs, each slab's sum starting from the last, give
+    the bits of the rows taken at once; CSR rows add their own sum to it (a chunk of them is one slab)."""
     if is_csr(X):
         return qe + csr_accumulate(X.indptr, X.indices, X.data, w, labels, mind, sums, weights)
     return _accumulate(X, w, labels, mind, sums, weights, qe)
