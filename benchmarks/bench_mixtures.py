@@ -24,13 +24,17 @@ measured in one run on this machine, every library on the same 2 threads:
 
     python benchmarks/bench_mixtures.py [--parts quality,speed,parity,reference] [--seeds 5] [--budget 900]
         [--grid 16x16,64x32,256x32] [--types diag,full,tied] [--rows 300000] [--first-seed 0]
+        [--saves DIR]
 """
 
 import argparse
+import pathlib
+import pickle
 import time
 import warnings
 
 import numpy as np
+from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
 import dask_clust
@@ -56,6 +60,41 @@ def sklearn_fit(X, c, seed, covariance_type="diag", **kw):
         t = time.perf_counter()
         gm = GaussianMixture(c, covariance_type=covariance_type, random_state=seed, **kw).fit(X)
         return gm, time.perf_counter() - t
+
+
+def sklearn_fit_saved(X, c, seed, covariance_type, path):
+    """scikit-learn's default fit with its EM loop run here, saved to `path` after every iteration, so that a fit
+    of hours (full, C = 1,024) survives a restart of the machine: the steps of `GaussianMixture.fit_predict` at
+    n_init = 1 (validation, initialisation, E/M-steps until the lower bound moves less than tol, a last E-step),
+    so the same model. The time is the sum of the steps' own times, over every run that took part."""
+    from sklearn.mixture import GaussianMixture
+    from sklearn.utils._array_api import get_namespace
+    from sklearn.utils.validation import validate_data
+
+    xp, _ = get_namespace(X)
+    with threadpool_limits(THREADS):
+        if path.exists():
+            gm, n_iter, bound, converged, spent = pickle.loads(path.read_bytes())
+        else:
+            t = time.perf_counter()
+            gm = GaussianMixture(c, covariance_type=covariance_type, random_state=seed)
+            X = validate_data(gm, X, dtype=[xp.float64, xp.float32], ensure_min_samples=2)
+            gm._check_parameters(X, xp=xp)
+            gm._initialize_parameters(X, check_random_state(seed), xp=xp)
+            n_iter, bound, converged, spent = 0, -np.inf, False, time.perf_counter() - t
+        while n_iter < gm.max_iter and not converged:
+            t = time.perf_counter()
+            log_prob_norm, log_resp = gm._e_step(X, xp=xp)
+            gm._m_step(X, log_resp, xp=xp)
+            prev, bound = bound, gm._compute_lower_bound(log_resp, log_prob_norm)
+            n_iter, converged = n_iter + 1, abs(bound - prev) < gm.tol
+            spent += time.perf_counter() - t
+            path.write_bytes(pickle.dumps((gm, n_iter, bound, converged, spent)))
+            print(f"  scikit-learn iteration {n_iter}: lower bound {bound:.6f}, {spent:.0f} s so far", flush=True)
+        t = time.perf_counter()
+        gm._e_step(X, xp=xp)
+        gm.converged_, gm.n_iter_, gm.lower_bound_ = converged, n_iter, bound
+        return gm, spent + time.perf_counter() - t
 
 
 def ours(X, c, seed, **kw):
@@ -155,19 +194,22 @@ def speed(budget):
     ]
 
 
-def parity(grid, seeds, types=("diag",), n_rows=250_000):
+def parity(grid, seeds, types=("diag",), n_rows=250_000, saves=None):
     out = []
     for kind in types:
         for c, d in grid:
-            out.append(parity_line(kind, c, d, seeds, n_rows))
+            out.append(parity_line(kind, c, d, seeds, n_rows, saves))
     return out
 
 
-def parity_line(kind, c, d, seeds, n_rows):
+def parity_line(kind, c, d, seeds, n_rows, saves=None):
     rows = []
     for s in seeds:
         X, held = split(n_rows, 50_000, d, c, s)
-        sk, sk_s = sklearn_fit(X, c, s, covariance_type=kind)
+        if saves is None:
+            sk, sk_s = sklearn_fit(X, c, s, covariance_type=kind)
+        else:
+            sk, sk_s = sklearn_fit_saved(X, c, s, kind, saves / f"sklearn-{kind}-{c}x{d}-{n_rows}-{s}.pickle")
         row = {"C": c, "D": d, "type": kind, "rows": n_rows, "seed": s, "sklearn": sk.score(held), "sklearn_s": sk_s}
         for name, kw in (("default", {}), ("coreset_only", {"coreset_only": True})):
             gm, wall = ours(X, c, s, covariance_type=kind, **kw)
@@ -212,6 +254,9 @@ def main():
     p.add_argument("--grid", default="16x16,64x32,256x32", help="parity's C x D pairs")
     p.add_argument("--types", default="diag", help="parity's covariance types")
     p.add_argument("--rows", type=int, default=300_000, help="parity's rows to fit")
+    p.add_argument(
+        "--saves", type=pathlib.Path, help="parity: run scikit-learn's EM here, saved in this folder each iteration"
+    )
     args = p.parse_args()
     out = []
     parts = args.parts.split(",")
@@ -221,7 +266,8 @@ def main():
         out += speed(args.budget)
     if "parity" in parts:
         grid = [tuple(int(v) for v in cd.split("x")) for cd in args.grid.split(",")]
-        out += parity(grid, range(args.first_seed, args.first_seed + args.seeds), args.types.split(","), args.rows)
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        out += parity(grid, seeds, args.types.split(","), args.rows, args.saves)
     if "reference" in parts:
         out += reference()
     print("\n".join(out))
