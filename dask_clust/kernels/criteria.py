@@ -53,6 +53,14 @@ def nearest_m(X, Cd, cnorm, C, tol, block, ids, dists):
     G = np.empty((k, block), dtype=X.dtype)
     top = np.empty((block, m + 1), dtype=X.dtype)
     tj = np.empty((block, m + 1), dtype=np.int32)
+    three = (
+        np.empty(block, X.dtype),
+        np.empty(block, X.dtype),
+        np.empty(block, X.dtype),
+        np.empty(block, np.int32),
+        np.empty(block, np.int32),
+        np.empty(block, np.int32),
+    )
     two = X.dtype.type(2.0)
     cmax = 0.0
     for j in range(k):
@@ -62,20 +70,10 @@ def nearest_m(X, Cd, cnorm, C, tol, block, ids, dists):
         rows = min(n, r0 + block) - r0
         Gv = cross_products(X, r0, r0 + rows, Cd, G)
         evals += rows * k
-        top[:rows] = np.inf
-        tj[:rows] = 0
-        for j in range(k):
-            cj = X.dtype.type(cnorm[j])
-            for r in range(rows):
-                v = cj - two * Gv[j, r]
-                if v < top[r, m]:
-                    p = m
-                    while p > 0 and v < top[r, p - 1]:
-                        top[r, p] = top[r, p - 1]
-                        tj[r, p] = tj[r, p - 1]
-                        p -= 1
-                    top[r, p] = v
-                    tj[r, p] = j
+        if m == 2:
+            _three_smallest(Gv, cnorm, rows, top, tj, *three)
+        else:
+            _smallest(Gv, cnorm, rows, top, tj)
         for r in range(rows):
             i = r0 + r
             reach = np.float64(top[r, m - 1]) + 2.0 * tol * (sqnorm(X, i) + cmax)
@@ -91,6 +89,56 @@ def nearest_m(X, Cd, cnorm, C, tol, block, ids, dists):
                         _keep(ids, dists, i, j, sqdist(X, i, C, j))
                         evals += 1
     return evals
+
+
+@njit(nogil=True, cache=True)
+def _smallest(Gv, cnorm, rows, top, tj):
+    """Each row's m + 1 smallest GEMM values ||c||² − 2 x·c and their centres (m + 1 = top.shape[1]),
+    ascending, the earlier centre first on ties: an insertion along G's contiguous rows."""
+    m = top.shape[1] - 1
+    two = Gv.dtype.type(2.0)
+    top[:rows] = np.inf
+    tj[:rows] = 0
+    for j in range(Gv.shape[0]):
+        cj = Gv.dtype.type(cnorm[j])
+        for r in range(rows):
+            v = cj - two * Gv[j, r]
+            if v < top[r, m]:
+                p = m
+                while p > 0 and v < top[r, p - 1]:
+                    top[r, p] = top[r, p - 1]
+                    tj[r, p] = tj[r, p - 1]
+                    p -= 1
+                top[r, p] = v
+                tj[r, p] = j
+
+
+@njit(nogil=True, cache=True)
+def _three_smallest(Gv, cnorm, rows, top, tj, v1, v2, v3, j1, j2, j3):
+    """``_smallest`` for m = 2 (the silhouette's), the same values and centres: branch-free selects on six
+    arrays of their own, which vectorise across rows (the insertion does not: 2.2× its time at k = 1,024)."""
+    two = Gv.dtype.type(2.0)
+    v1[:rows] = np.inf
+    v2[:rows] = np.inf
+    v3[:rows] = np.inf
+    j1[:rows] = 0
+    j2[:rows] = 0
+    j3[:rows] = 0
+    for j in range(Gv.shape[0]):
+        cj = Gv.dtype.type(cnorm[j])
+        for r in range(rows):
+            v = cj - two * Gv[j, r]
+            a, b, c = v1[r], v2[r], v3[r]
+            lt1, lt2, lt3 = v < a, v < b, v < c
+            v3[r] = b if lt2 else (v if lt3 else c)
+            j3[r] = j2[r] if lt2 else (j if lt3 else j3[r])
+            v2[r] = a if lt1 else (v if lt2 else b)
+            j2[r] = j1[r] if lt1 else (j if lt2 else j2[r])
+            v1[r] = v if lt1 else a
+            j1[r] = j if lt1 else j1[r]
+    for r in range(rows):
+        top[r, 0], top[r, 1], top[r, 2] = v1[r], v2[r], v3[r]
+        tj[r, 0], tj[r, 1], tj[r, 2] = j1[r], j2[r], j3[r]
 
 
 @njit(nogil=True, cache=True)
