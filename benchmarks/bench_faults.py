@@ -478,10 +478,11 @@ class Churn:
 
 @contextlib.contextmanager
 def killing_the_first_rebuild_target(client):
-    """``ClusterBackend._spawn`` SIGKILLs the worker of the first partition rebuilt, right after submitting it."""
-    from dask_clust.engine.cluster import ClusterBackend
+    """``Placement.spawn`` SIGKILLs the worker of the first partition rebuilt, right after submitting it."""
+    from dask_clust.engine.placement import Placement
+    from dask_clust.engine.recovery import Recovery
 
-    spawn, recover, state = ClusterBackend._spawn, ClusterBackend._recover, {"recovering": False, "killed": False}
+    spawn, recover, state = Placement.spawn, Recovery.recover, {"recovering": False, "killed": False}
 
     def spawned(self, pid, ids, addr, futs, threads):
         made = spawn(self, pid, ids, addr, futs, threads)
@@ -495,11 +496,11 @@ def killing_the_first_rebuild_target(client):
         state["recovering"] = True
         return recover(self, *a, **k)
 
-    ClusterBackend._spawn, ClusterBackend._recover = spawned, recovering
+    Placement.spawn, Recovery.recover = spawned, recovering
     try:
         yield
     finally:
-        ClusterBackend._spawn, ClusterBackend._recover = spawn, recover
+        Placement.spawn, Recovery.recover = spawn, recover
 
 
 PACE_S = 1.0

@@ -177,21 +177,23 @@ def test_a_rebuilt_partition_is_placed_apart_from_its_copies():
     that one later loss took a state and its copy. It now goes to a worker holding none of the partitions
     that keep its copies or whose copies it keeps, while there is one; else to the least loaded."""
     from dask_clust.engine.backups import BACKUP_COPIES
-    from dask_clust.engine.cluster import ClusterBackend
+    from dask_clust.engine.placement import Placement
+    from dask_clust.engine.recovery import Recovery
 
     assert BACKUP_COPIES == 2
-    backend = object.__new__(ClusterBackend)
-    backend.placement = [(f"w{i}", [i]) for i in range(6)]  # partition 0's worker w0 is lost
+    placement = Placement(None, None, 0)
+    recovery = Recovery(None, placement)
+    placement.where = [(f"w{i}", [i]) for i in range(6)]  # partition 0's worker w0 is lost
     live = {f"w{i}": 1 for i in range(1, 7)}
     # partitions 1, 2 keep partition 0's copies and 4, 5 give theirs to it: w3 and the new w6 are apart,
     # and w6 holds nothing
-    assert backend._target(0, live) == "w6"
-    backend.placement[3] = ("w6", [3])  # now w3 holds nothing
-    assert backend._target(0, live) == "w3"
-    backend.placement = [("w0", [0]), ("w1", [1]), ("w2", [2])]
-    assert backend._target(0, {"w1": 1, "w2": 1}) == "w1"  # every worker is near: the least loaded, first
-    backend.placement = [("w0", [0]), ("w1", [1]), ("w1", [2])]
-    assert backend._target(0, {"w1": 1, "w2": 1}) == "w2"
+    assert recovery.target(0, live) == "w6"
+    placement.where[3] = ("w6", [3])  # now w3 holds nothing
+    assert recovery.target(0, live) == "w3"
+    placement.where = [("w0", [0]), ("w1", [1]), ("w2", [2])]
+    assert recovery.target(0, {"w1": 1, "w2": 1}) == "w1"  # every worker is near: the least loaded, first
+    placement.where = [("w0", [0]), ("w1", [1]), ("w1", [2])]
+    assert recovery.target(0, {"w1": 1, "w2": 1}) == "w2"
 
 
 def test_a_worker_frozen_for_good_is_restarted_and_its_partition_rebuilt(three_workers, lost):
@@ -350,7 +352,7 @@ SEEDING_KILLS = {  # phase: (fit parameters, the step before whose nth call the 
     "vc-GMM coreset": (dict(algo="vcgmm", coreset_size=20_000), "seeding._chunk_mass", 1),
     # the coreset's own engine opening (its first pass): before, a partition pinned to the lost worker waited
     # for it forever, and coreset rows drawn from scattered numpy rows could not be recomputed
-    "vc-GMM coreset engine": (dict(algo="vcgmm", coreset_size=20_000), "ops._summary_step", 2),
+    "vc-GMM coreset engine": (dict(algo="vcgmm", coreset_size=20_000), "first_pass.summary_step", 2),
     # GaussianMixture's refine on every row after the coreset's 5 searches: its third search
     "mixture refine": (
         dict(algo="vcgmm", covariance_type="diag", weights="learned", refine=True, coreset_size=20_000),
@@ -672,22 +674,24 @@ def test_a_call_waiting_on_a_lost_worker_is_abandoned_at_once(cluster):
 
     from distributed.comm.core import CommClosedError
 
-    from dask_clust.engine.cluster import ClusterBackend
-    from dask_clust.engine.recovery import WATCH_S
+    from dask_clust.engine.placement import Placement
+    from dask_clust.engine.recovery import WATCH_S, Recovery
+    from dask_clust.engine.workers import Scheduler
 
     async def answer(seconds):
         await asyncio.sleep(seconds)
         return 42
 
-    backend = object.__new__(ClusterBackend)
-    backend.client = cluster
+    scheduler = Scheduler(cluster)
+    placement = Placement(scheduler, None, 0)
+    recovery = Recovery(scheduler, placement)
     live = sorted(cluster.scheduler_info()["workers"])
-    backend.placement = [(addr, [i]) for i, addr in enumerate(live)]
-    assert cluster.sync(backend._watched, answer(4 * WATCH_S)) == 42
-    backend.placement.append(("tcp://127.0.0.1:9", [2]))  # a worker the scheduler no longer has
+    placement.where = [(addr, [i]) for i, addr in enumerate(live)]
+    assert cluster.sync(recovery.watched, answer(4 * WATCH_S)) == 42
+    placement.where.append(("tcp://127.0.0.1:9", [2]))  # a worker the scheduler no longer has
     t = time.perf_counter()
     with pytest.raises(CommClosedError, match=r"tcp://127\.0\.0\.1:9.* left the cluster during a call"):
-        cluster.sync(backend._watched, answer(60))
+        cluster.sync(recovery.watched, answer(60))
     assert time.perf_counter() - t < 4 * WATCH_S
 
 
@@ -696,15 +700,18 @@ def test_a_worker_closing_under_a_call_counts_as_lost(cluster):
     connection pool closed, and that came back to the driver before its client saw the scheduler go (2 of 6
     scheduler kills under load ended in that RuntimeError, not ``ClusterLost``). Such a failure counts as a
     lost worker, confirmed with the scheduler; a step's own error is raised at once, whatever the cluster."""
-    from dask_clust.engine.cluster import ClusterBackend
+    from dask_clust.engine.placement import Placement
+    from dask_clust.engine.recovery import Recovery
+    from dask_clust.engine.workers import Scheduler
 
-    backend = object.__new__(ClusterBackend)
-    backend.client = cluster
+    scheduler = Scheduler(cluster)
+    placement = Placement(scheduler, None, 0)
+    recovery = Recovery(scheduler, placement)
     live = sorted(cluster.scheduler_info()["workers"])
-    backend.placement = [(addr, [i]) for i, addr in enumerate(live)] + [("tcp://127.0.0.1:9", [2])]
-    assert backend._lost(RuntimeError("ConnectionPool is closed")) == [2]
+    placement.where = [(addr, [i]) for i, addr in enumerate(live)] + [("tcp://127.0.0.1:9", [2])]
+    assert recovery.lost(RuntimeError("ConnectionPool is closed")) == [2]
     t = time.perf_counter()
-    assert backend._lost(RuntimeError("a step's own error")) == []
+    assert recovery.lost(RuntimeError("a step's own error")) == []
     assert time.perf_counter() - t < 0.1
 
 
@@ -715,10 +722,10 @@ def test_a_question_to_a_lost_scheduler_is_given_up_once_the_client_sees_it_go()
     import asyncio
     import threading
 
-    from dask_clust.engine.cluster import ClusterBackend
+    from dask_clust.engine.workers import Scheduler
     from dask_clust.errors import ClusterLost
 
-    class Scheduler:  # a scheduler that no longer answers
+    class Silent:  # a scheduler that no longer answers
         address = "tcp://127.0.0.1:9"
 
         async def identity(self, **kwargs):
@@ -726,17 +733,16 @@ def test_a_question_to_a_lost_scheduler_is_given_up_once_the_client_sees_it_go()
 
     class Client:
         status = "running"
-        scheduler = Scheduler()
+        scheduler = Silent()
 
         def sync(self, fn):
             return asyncio.run(fn())
 
-    backend = object.__new__(ClusterBackend)
-    backend.client = Client()
-    threading.Timer(0.3, setattr, (backend.client, "status", "connecting")).start()
+    scheduler = Scheduler(Client())
+    threading.Timer(0.3, setattr, (scheduler.client, "status", "connecting")).start()
     t = time.perf_counter()
     with pytest.raises(ClusterLost, match="lost the Dask scheduler at tcp://127.0.0.1:9 .*'connecting'"):
-        backend._worker_info()
+        scheduler.worker_info()
     assert 0.3 < time.perf_counter() - t < 1
 
 
@@ -789,12 +795,12 @@ def test_every_worker_killed_during_placement_gives_the_same_model(three_workers
     fit gives the undisturbed bits. Before, the engine summed its threads over the worker list taken before
     placement and ended in a raw KeyError naming a restarted worker's address."""
     from dask_clust.datasets import make_blobs
-    from dask_clust.engine.cluster import ClusterBackend
+    from dask_clust.engine.recovery import Recovery
 
     X, _ = make_blobs(30_000, 6, 8, chunks=3000, random_state=2)
     kw = dict(algo="kmeans", n_clusters=8, random_state=0, max_iter=4, tol=0, client=three_workers)
     calm = dask_clust.fit(X, **kw)
-    placing = ClusterBackend._await_placement
+    placing = Recovery.await_placement
     killed = []
 
     def killing_all(self):
@@ -804,7 +810,7 @@ def test_every_worker_killed_during_placement_gives_the_same_model(three_workers
                 os.kill(pid, signal.SIGKILL)
         return placing(self)
 
-    monkeypatch.setattr(ClusterBackend, "_await_placement", killing_all)
+    monkeypatch.setattr(Recovery, "await_placement", killing_all)
     hit = dask_clust.fit(X, **kw)
     assert len(killed) == 3 and len(set(lost)) >= 1
     assert hit.engine_["threads"] == calm.engine_["threads"] == 3

@@ -142,3 +142,46 @@ def test_positional_parameters_are_found():
     source = "def step(chunk, params):\n    a, b = params\n    *c, d = params[1:]\n    e, f = params.draw\n"
     assert positional_params(source) == [2, 3, 4]
     assert positional_params("def step(chunk, params):\n    a, b = params.a, params.b\n") == []
+
+
+# what an engine module may read of another object's underscored names: a NamedTuple's API and a dask
+# array's meta (both public in all but name)
+PUBLIC_UNDERSCORED = {"_make", "_replace", "_fields", "_asdict", "_meta"}
+
+
+def reached_privates(source):
+    """``obj._name`` reads in ``source`` where obj is not ``self`` or ``cls``: one part reaching into another."""
+    return [
+        ast.unparse(n)
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Attribute)
+        and n.attr.startswith("_")
+        and not n.attr.startswith("__")
+        and n.attr not in PUBLIC_UNDERSCORED
+        and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))
+    ]
+
+
+def engine_classes():
+    for path in sorted((ROOT / "engine").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                yield path.name, node
+
+
+def test_the_engine_is_composed_of_parts():
+    """Issue #57: the cluster side was one object spread over three files as mixins reading each other's
+    state. Now no engine class has more than one base besides ``Protocol`` (no mixins), none is over 300 lines,
+    and no engine module reads another object's private names."""
+    for name, node in engine_classes():
+        bases = [ast.unparse(b) for b in node.bases if ast.unparse(b) != "Protocol"]
+        assert len(bases) <= 1, (name, node.name, bases)
+        assert node.end_lineno - node.lineno < 300, (name, node.name, node.end_lineno - node.lineno + 1)
+    for path in sorted((ROOT / "engine").glob("*.py")):
+        assert not reached_privates(path.read_text()), (path.name, reached_privates(path.read_text()))
+
+
+def test_reached_privates_are_found():
+    assert reached_privates("backend._part_futures[0]\nself._x\nparams._replace(a=1)\nX._meta") == [
+        "backend._part_futures"
+    ]

@@ -11,25 +11,20 @@ whatever the number of chunks or workers (a ``Rows`` field excepted: its size is
 import contextlib
 import itertools
 import logging
-import math
 import os
 import statistics
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..kernels.assign import is_csr
-from ..kernels.sparse import csr_summary, csr_weighted_moments
-from ..kernels.stats import chunk_summary, fixed_top_exponent, weighted_moments
 from . import config
 from .backups import DeclaredStates
 from .calls import Plan, ReduceScatter, Step
 from .chunk import routed_rows
 from .cluster import IN_PROCESS
-from .combine import ArgMax, Fold, Min, Rows, Scatter, Sum
+from .combine import Rows, Scatter
 from .data import ArraySource, as_source, stored_row_bytes
+from .first_pass import SUMMARY, FirstPass, carrying, summary_step
 from .halo import HaloPlans
 from .local import backend_for
 from .recovery import LOSSES, Restarted
@@ -37,65 +32,6 @@ from .rowfiles import dump_chunk_rows, load_chunk_rows, rows_file
 from .sharded import ShardedModels
 
 logger = logging.getLogger("dask_clust")
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What the first pass learns about the data (float64)."""
-
-    n_samples: int
-    total_weight: float
-    mean: np.ndarray
-    var: np.ndarray
-    max_abs: float
-
-
-NO_ROW = np.iinfo(np.int64).max
-# log2 of the largest sum a fit may form: float64's range (2^1023) less the fixed-point grid's headroom
-MAX_EXPONENT = 960
-# the first pass: rows, Σx, Σx², Σw in chunk order (the bits every later tolerance is scaled by), max |x|
-# with its first row, the first non-finite value and the first chunk with a bad weight; per chunk, Σ w, Σ w x
-# and Σ w ||x||² (``Engine.chunk_moments``)
-SUMMARY = (Sum(), Fold(), Fold(), Fold(), ArgMax(), Min(), Min(), Rows(), Rows(), Rows())
-
-
-def _moments(x, w, w_ok, sums, sumsq, wx):
-    """``chunk_summary`` and ``weighted_moments`` (when the weights are ``w_ok``) of dense or CSR rows: (max |x|,
-    its row, the first non-finite value's row and column, or -1s, Σ w ||x||²)."""
-    if is_csr(x):
-        max_abs, at, bad, column = csr_summary(x.indptr, x.indices, x.data, sums, sumsq)
-        wxx = csr_weighted_moments(x.indptr, x.indices, x.data, w, wx) if bad < 0 and w_ok else 0.0
-        return max_abs, at, bad, column, wxx
-    max_abs, at, bad = chunk_summary(x, sums, sumsq)
-    column = int(np.argmin(np.isfinite(x[bad]))) if bad >= 0 else -1
-    return max_abs, at, bad, column, weighted_moments(x, w, wx) if bad < 0 and w_ok else 0.0
-
-
-def _summary_step(chunk, params):
-    d = chunk.x.shape[1]
-    sums, sumsq, wx = np.empty(d), np.empty(d), np.zeros(d)
-    w = chunk.w
-    w_ok = bool(np.all(np.isfinite(w)) and np.all(w >= 0))
-    max_abs, at, bad, column, wxx = _moments(chunk.x, w, w_ok, sums, sumsq, wx)
-    return (
-        np.int64(chunk.x.shape[0]),
-        sums,
-        sumsq,
-        float(w.sum()) if w_ok else 0.0,
-        (np.array([max_abs]), np.array([chunk.start + at], np.int64)),
-        # the first non-finite value as row·D + column: the least is the first row's first such column
-        np.int64(NO_ROW if bad < 0 else (chunk.start + bad) * d + column),
-        np.int64(NO_ROW if w_ok else chunk.index),
-        np.array([w.sum()]),
-        wx[None, :],
-        np.array([wxx]),
-    )
-
-
-def _carrying(chunk, params):
-    """The first pass's fields, then ``step``'s, from one read of the chunk (``reduce(..., first_pass="with")``)."""
-    step, step_params = params
-    return _summary_step(chunk, None) + tuple(step(chunk, step_params))
 
 
 def _take_step(chunk, params):
@@ -151,23 +87,22 @@ class Engine:
         self._states = DeclaredStates(keeps_replays=not backend.in_process)
         self._halos = HaloPlans(source.starts)
         self._models = ShardedModels()
-        self._restarting = 0  # within ``rerun``: a lost worker raises Restarted, the call is not repeated
-        self._ids = itertools.count()
-        self.round_trips = 0  # calls to the partitions: with overhead_ms(), the fit's engine overhead
-        self._rebuilds_below = 0  # those of the engines opened from this one (working sets, samples, reorders)
-        # the first pass runs when first needed (``reduce``'s ``first_pass``); an engine given a summary (a
-        # reorder's) makes none and has no chunk moments
-        self._summary, self._top, self._moments = summary, top, None
+        self._sender = Sender(backend, self._states, self._halos, self._models)
+        self._send = self._sender.send
+        self._opened = SubEngines(self, self._grid)  # the engines opened from this one
+        self._figures = Figures(self)
+        # the first pass runs when first needed (``reduce``'s ``first_pass``)
+        self._first = FirstPass(source, summary, top)
 
     @property
     def summary(self):
         """What the first pass learnt about the data (``Summary``), that pass made now if it has not run."""
         self._first_pass()
-        return self._summary
+        return self._first.summary
 
     def _first_pass(self):
-        if self._summary is None:
-            self.reduce(_summary_step, combine=SUMMARY)
+        if not self._first.done:
+            self.reduce(summary_step, combine=SUMMARY)
 
     @property
     def unweighted(self):
@@ -178,41 +113,23 @@ class Engine:
     def _grid(self):
         """The exponent of the fixed-point grid every exact float ``Sum`` is made on (from the first pass)."""
         self._first_pass()
-        return self._top
+        return self._first.top
 
     @property
     def chunk_moments(self):
         """Per chunk (Σ w, Σ w x, Σ w ||x||²) from the first pass, for a draw that needs the chunks' shares of
         a proposal about a centre (the lightweight coreset's); None for an engine given a summary."""
         self._first_pass()
-        return self._moments
+        return self._first.moments
+
+    @property
+    def round_trips(self):
+        """Calls to the partitions so far: with ``overhead_ms()``, the fit's engine overhead."""
+        return self._sender.round_trips
 
     @property
     def n_workers(self):
         return self.backend.n_workers
-
-    def _send(self, kind, **fields):
-        """One round trip: a call of class ``kind`` with these fields and the next id, to every partition
-        (after the gather plan a step's halo needs, when it has not been sent yet)."""
-        self.round_trips += 1
-        plan = self._halos.unsent(fields.get("halo"))
-        if plan is not None:
-            self._send(Plan, **plan)
-        call = kind(next(self._ids), **fields)
-        try:
-            out = self.backend.call(
-                call,
-                self._states.builders,
-                lambda: self._halos.sent(self._ids),
-                self._models.keys,
-                repeat=not self._restarting,
-            )
-        except Restarted:
-            self._halos.restarted()
-            raise
-        self._states.ran(call)
-        self._models.written(call)
-        return out
 
     def _step(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None):
         return self._send(
@@ -220,45 +137,12 @@ class Engine:
             step=step,
             params=params,
             combine=combine,
-            top=self._top,
+            top=self._first.top,
             at_root=at_root,
             halo=halo,
             backup=self._states.backup(),
             scatter=scatter,
         )
-
-    def _learn(self, fields):
-        """The first pass's fields: the summary, the chunks' moments and the grid, after the checks every fit
-        makes of its input (nothing else is trusted until they pass)."""
-        n, sums, sumsq, total_w, (max_abs, at), bad, bad_w, *moments = fields
-        max_abs, at = float(max_abs[0]), int(at[0])
-        if bad != NO_ROW:
-            row, column = divmod(int(bad), self.n_features)
-            raise InputError(f"Input contains NaN or infinity at {self._where(row)}, column {column} (from 0)")
-        if bad_w != NO_ROW:
-            raise InputError(
-                f"sample_weight has a negative, NaN or infinite value in chunk {bad_w} "
-                f"(rows {self.source.starts[bad_w]}..{self.source.starts[bad_w + 1] - 1})"
-            )
-        if not total_w > 0:
-            raise InputError("sample_weight must have a positive sum; got weights that are all zero")
-        # every exact sum is bounded by W·D·(2 max|x| + 1)² (``fixed_top_exponent``): it must be a float64
-        if math.log2(max(total_w, 1.0)) + math.log2(self.n_features) + 2 * math.log2(2 * max_abs + 1) > MAX_EXPONENT:
-            raise InputError(
-                f"Input values reach {max_abs:.3g} in magnitude (at {self._where(at)}): sums of "
-                "squared distances over these rows would overflow float64; rescale the data (e.g. "
-                "scikit-learn's StandardScaler)"
-            )
-        mean = sums / n
-        var = np.maximum(sumsq / n - mean * mean, 0.0)
-        self._moments = tuple(moments)
-        self._top = fixed_top_exponent(total_w, self.n_features, max_abs)
-        self._summary = Summary(n, total_w, mean, var, max_abs)
-
-    def _where(self, row):
-        """A global row as the user finds it: its index, its chunk and its row within the chunk."""
-        i = int(np.searchsorted(self.source.starts, row, side="right")) - 1
-        return f"row {row:,} (chunk {i}, row {row - int(self.source.starts[i]):,} of the chunk)"
 
     # -- verbs
     def reduce(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None, first_pass="before"):
@@ -288,18 +172,18 @@ class Engine:
         combine and a row-wise ``at_shard`` give the same bits for any number of partitions."""
         if first_pass not in ("before", "with", "after"):
             raise ValueError(f"first_pass must be 'before', 'with' or 'after'; got {first_pass!r}")
-        if self._summary is None and step is not _summary_step:
+        if not self._first.done and step is not summary_step:
             if first_pass == "with":
                 if at_root is not None or halo is not None or scatter is not None:
                     raise ValueError("a call that carries the first pass takes no at_root, halo or scatter")
-                fields = self._step(_carrying, (step, params), SUMMARY + tuple(combine))
-                self._learn(fields[: len(SUMMARY)])
+                fields = self._step(carrying, (step, params), SUMMARY + tuple(combine))
+                self._first.learn(fields[: len(SUMMARY)])
                 return fields[len(SUMMARY) :]
             if first_pass == "before":
                 self._first_pass()
-        elif step is _summary_step:
-            fields = self._step(_summary_step, None, SUMMARY)
-            self._learn(fields)
+        elif step is summary_step:
+            fields = self._step(summary_step, None, SUMMARY)
+            self._first.learn(fields)
             return fields
         if scatter is not None:
             if not any(isinstance(c, Scatter) for c in combine or ()):
@@ -360,7 +244,7 @@ class Engine:
         one), the phase starts from what can be rebuilt (SLK's modes), so the result is the undisturbed one.
         Returns what the phase returns; a phase restarted ``recovery.LOSSES`` times ends in ``Restarted``."""
         for attempt in range(LOSSES + 1):
-            self._restarting += 1
+            self._sender.restarting += 1
             try:
                 if attempt and repair is not None:
                     repair()
@@ -369,7 +253,7 @@ class Engine:
                 if attempt == LOSSES:
                     raise
             finally:
-                self._restarting -= 1
+                self._sender.restarting -= 1
         raise AssertionError("unreachable")
 
     def dump_rows(self, directory, key, fields=None, order=None):
@@ -401,49 +285,18 @@ class Engine:
         rows, w = self.reduce(_take_step, params, (Rows(), Rows()), first_pass=first_pass)
         return (rows[inverse], w[inverse]) if weights else rows[inverse]
 
-    @contextlib.contextmanager
     def working_set(self, X, weights, entropy):
-        """An Engine over a weighted set (X, weights) this process already holds (a sample): in this
-        process when it fits ``in-process-bytes`` (rule 6: no cluster round trips), else on this engine's
-        cluster; in chunks of ``working_set_rows`` either way, so the model does not depend on it."""
-        source = as_source(X, weights, chunk_rows=working_set_rows(X.shape[0]))
-        small = source.nbytes <= config.get_bytes("in-process-bytes")
-        client = IN_PROCESS if small else getattr(self.backend, "client", IN_PROCESS)
-        with open_engine(source, client, entropy) as engine, self._below(engine):
-            yield engine
-
-    @contextlib.contextmanager
-    def _below(self, engine):
-        """While ``engine``, opened from this one, is open; then its rebuilds count as this engine's."""
-        try:
-            yield
-        finally:
-            self._rebuilds_below += engine.rebuilds
+        """A context: an Engine over a weighted set this process already holds (``SubEngines.working_set``)."""
+        return self._opened.working_set(X, weights, entropy)
 
     @property
     def rebuilds(self):
         """Partitions rebuilt after their worker was lost, on this engine and on those opened from it."""
-        return self.backend.n_rebuilds + self._rebuilds_below
+        return self.backend.n_rebuilds + self._opened.rebuilds
 
-    @contextlib.contextmanager
     def sample(self, step, params, counts, entropy, row_bytes=None):
-        """An Engine over the rows ``step(chunk, params)`` draws from every chunk: (rows, weights), chunk c
-        drawing ``counts[c]`` rows, in chunk order (a coreset). The step must need no state: on a cluster
-        it runs as a one-shot task where the chunk's rows live. A set that fits ``in-process-bytes`` comes
-        to this process (rule 6); a larger one stays on the workers that drew it, rebalanced there into the
-        new engine's chunks (the driver handles counts and futures, never rows). Chunks of
-        ``working_set_rows`` on every path, so the model does not depend on the path. ``row_bytes``:
-        what the new engine will hold per row, its state included, when that is more than the row (the size
-        that decides whether it comes to this process)."""
-        counts = np.asarray(counts, dtype=np.int64)
-        rows = working_set_rows(int(counts.sum()))
-        if self.samples_here(int(counts.sum()), row_bytes):
-            X, w = self.reduce(step, params, (Rows(), Rows()))
-            source, client = as_source(X, w, chunk_rows=rows), IN_PROCESS
-        else:
-            source, client = self.backend.drawn(step, params, counts, rows), self.backend.client
-        with _releasing(source), open_engine(source, client, entropy) as engine, self._below(engine):
-            yield engine
+        """A context: an Engine over the rows ``step`` draws from every chunk (``SubEngines.sample``)."""
+        return self._opened.sample(step, params, counts, entropy, row_bytes)
 
     def samples_here(self, rows, row_bytes=None):
         """Whether ``sample`` brings a set of ``rows`` rows (``row_bytes`` each with its state, when more than
@@ -451,33 +304,9 @@ class Engine:
         nbytes = int(rows) * max(self.row_bytes, int(row_bytes or 0))
         return self.backend.in_process or nbytes <= config.get_bytes("in-process-bytes")
 
-    @contextlib.contextmanager
     def reorder(self, key_step, params=None):
-        """An Engine over the same rows sorted by the int key ``key_step(chunk, params)`` gives each row
-        (ties in input order), rebalanced into chunks of this engine's sizes; every row keeps its input id
-        (``chunk.input_ids()``; ``to_input_order`` maps per-row results back). ``key_step`` must need no
-        state: on a cluster it runs as a one-shot task where each chunk's rows live, and the rows move
-        worker to worker. The driver holds the keys' counts per chunk, never rows. The new engine keeps this
-        one's summary and fixed-point grid, so an exact ``Sum`` gives the same bits on both."""
-        keys, counts, chunks = self.reduce(_key_counts, (key_step, params), (Rows(), Rows(), Rows()))
-        distinct, where = np.unique(keys, return_inverse=True)
-        totals = np.bincount(where, counts, len(distinct)).astype(np.int64)
-        order = np.lexsort((chunks, keys))
-        first = np.empty(len(keys), np.int64)
-        first[order] = np.cumsum(counts[order]) - counts[order]
-        plan = (key_step, params, keys, chunks, first)
-        if self.backend.in_process:
-            pos, x, w, ids = self.reduce(routed_rows, plan, (Rows(),) * 4)
-            back = np.empty_like(pos)  # the row each position takes (a gather: CSR rows too)
-            back[pos] = np.arange(len(pos))
-            source, client = ArraySource(x[back], w[back], self.source.starts, ids=ids[back]), IN_PROCESS
-        else:
-            source, client = self.backend.reordered(plan, counts, first, chunks), self.backend.client
-        with _releasing(source), backend_for(source, client, self.entropy) as backend:
-            engine = Engine(backend, source, self.entropy, self.summary, self._grid())
-            engine.key_totals = distinct, totals
-            with self._below(engine):
-                yield engine
+        """A context: an Engine over the same rows sorted by a key (``SubEngines.reorder``)."""
+        return self._opened.reorder(key_step, params)
 
     def to_input_order(self, values):
         """Per-row ``values`` in this engine's row order, put back in the input's row order."""
@@ -507,11 +336,8 @@ class Engine:
         return getattr(self.backend, "state_files", False)
 
     def bytes_read(self):
-        """The stored bytes the partitions have decoded from a streamed source so far (0 when the rows are
-        held in memory): the passes a fit made are this ÷ ``source.nbytes``. One round trip that reads no
-        rows."""
-        (read,) = self.reduce(_bytes_read)
-        return int(read)
+        """The stored bytes the partitions have decoded from a streamed source so far (``Figures``)."""
+        return self._figures.bytes_read()
 
     def forget_state(self):
         """Drop every chunk's state, declared or not (a step's own keys, Lloyd's labels), on every partition:
@@ -520,19 +346,20 @@ class Engine:
         self.reduce(_forget_step)
 
     def empty_iteration_ms(self):
-        """Wall time of one empty iteration (a reduce of an empty step over every partition), in ms."""
-        t = time.perf_counter()
-        self.reduce(_empty_step)
-        return 1000.0 * (time.perf_counter() - t)
+        """Wall time of one empty iteration, in ms (``Figures``)."""
+        return self._figures.empty_iteration_ms()
 
     def overhead_ms(self, repeats=20):
-        """Median of ``repeats`` empty iterations after two warm-up ones, in milliseconds."""
-        times = [self.empty_iteration_ms() for _ in range(repeats + 2)]
-        return statistics.median(times[2:])
+        """Median of ``repeats`` empty iterations after two warm-up ones, in ms (``Figures``)."""
+        return self._figures.overhead_ms(repeats)
 
     def partitions(self):
         """Per partition: (rows, memory of the worker that holds it, bytes): what per-row state may cost."""
         return self.backend.partitions(self.source)
+
+    def describe(self):
+        """What ran the fit, for ``engine_`` (``Figures``)."""
+        return self._figures.describe()
 
     def publisher(self, algo, figure, k=None):
         """A listener for ``progress.publishing`` that shows the fit where its cluster is watched, or None
@@ -540,20 +367,159 @@ class Engine:
         shape = {"N": self.source.n_samples, "D": self.source.n_features, "k": k}
         return self.backend.publisher(algo, shape, figure)
 
+
+class Sender:
+    """An engine's round trips: each call numbered and sent with what recovery needs (the declared states'
+    builders, the halo plans sent so far, the sharded models' keys), and each feature told it ran. Within
+    ``Engine.rerun`` (``restarting``) a lost worker raises ``Restarted`` instead of repeating the call."""
+
+    def __init__(self, backend, states, halos, models):
+        self.backend, self._states, self._halos, self._models = backend, states, halos, models
+        self._ids = itertools.count()
+        self.round_trips = 0
+        self.restarting = 0
+
+    def send(self, kind, **fields):
+        """One round trip: a call of class ``kind`` with these fields and the next id, to every partition
+        (after the gather plan a step's halo needs, when it has not been sent yet)."""
+        self.round_trips += 1
+        plan = self._halos.unsent(fields.get("halo"))
+        if plan is not None:
+            self.send(Plan, **plan)
+        call = kind(next(self._ids), **fields)
+        try:
+            out = self.backend.call(
+                call,
+                self._states.builders,
+                lambda: self._halos.sent(self._ids),
+                self._models.keys,
+                repeat=not self.restarting,
+            )
+        except Restarted:
+            self._halos.restarted()
+            raise
+        self._states.ran(call)
+        self._models.written(call)
+        return out
+
+
+class Figures:
+    """What an engine reports of itself: the bytes a streamed fit decoded, the cost of an empty iteration, and
+    the description a fitted model keeps as ``engine_``."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def bytes_read(self):
+        """The stored bytes the partitions have decoded from a streamed source so far (0 when the rows are
+        held in memory): the passes a fit made are this ÷ ``source.nbytes``. One round trip that reads no
+        rows."""
+        (read,) = self.engine.reduce(_bytes_read)
+        return int(read)
+
+    def empty_iteration_ms(self):
+        """Wall time of one empty iteration (a reduce of an empty step over every partition), in ms."""
+        t = time.perf_counter()
+        self.engine.reduce(_empty_step)
+        return 1000.0 * (time.perf_counter() - t)
+
+    def overhead_ms(self, repeats=20):
+        """Median of ``repeats`` empty iterations after two warm-up ones, in milliseconds."""
+        times = [self.empty_iteration_ms() for _ in range(repeats + 2)]
+        return statistics.median(times[2:])
+
     def describe(self):
         return {
-            "backend": self.backend.kind,
-            "workers": self.n_workers,
-            "threads": self.backend.threads,
-            "chunks": self.n_chunks,
-            "streaming": self.streaming,
-            "state_files": self.state_in_files,
-            "stream_estimate_bytes": getattr(self.backend, "stream_estimate", None),
+            "backend": self.engine.backend.kind,
+            "workers": self.engine.n_workers,
+            "threads": self.engine.backend.threads,
+            "chunks": self.engine.n_chunks,
+            "streaming": self.engine.streaming,
+            "state_files": self.engine.state_in_files,
+            "stream_estimate_bytes": getattr(self.engine.backend, "stream_estimate", None),
             # the passes a streamed fit made over its source (the stored bytes decoded ÷ the data's size)
-            "passes": self.bytes_read() / self.source.nbytes if self.streaming else None,
-            "rebuilds": self.rebuilds,
-            "round_trips": self.round_trips,
+            "passes": self.bytes_read() / self.engine.source.nbytes if self.engine.streaming else None,
+            "rebuilds": self.engine.rebuilds,
+            "round_trips": self.engine.round_trips,
         }
+
+
+class SubEngines:
+    """The engines an ``Engine`` opens over other rows (a working set it holds, a sample it draws, its rows
+    reordered), each on the backend that suits it; ``rebuilds``: their partitions rebuilt after a lost
+    worker, counted as the opening engine's."""
+
+    def __init__(self, origin, grid):
+        self.origin = origin
+        self.grid = grid  # the origin's fixed-point grid (its first pass made first), which a reorder keeps
+        self.rebuilds = 0
+
+    @contextlib.contextmanager
+    def working_set(self, X, weights, entropy):
+        """An Engine over a weighted set (X, weights) this process already holds (a sample): in this
+        process when it fits ``in-process-bytes`` (rule 6: no cluster round trips), else on this engine's
+        cluster; in chunks of ``working_set_rows`` either way, so the model does not depend on it."""
+        source = as_source(X, weights, chunk_rows=working_set_rows(X.shape[0]))
+        small = source.nbytes <= config.get_bytes("in-process-bytes")
+        client = IN_PROCESS if small else getattr(self.origin.backend, "client", IN_PROCESS)
+        with open_engine(source, client, entropy) as engine, self._below(engine):
+            yield engine
+
+    @contextlib.contextmanager
+    def _below(self, engine):
+        """While ``engine``, opened from this one, is open; then its rebuilds count as this one's."""
+        try:
+            yield
+        finally:
+            self.rebuilds += engine.rebuilds
+
+    @contextlib.contextmanager
+    def sample(self, step, params, counts, entropy, row_bytes=None):
+        """An Engine over the rows ``step(chunk, params)`` draws from every chunk: (rows, weights), chunk c
+        drawing ``counts[c]`` rows, in chunk order (a coreset). The step must need no state: on a cluster
+        it runs as a one-shot task where the chunk's rows live. A set that fits ``in-process-bytes`` comes
+        to this process (rule 6); a larger one stays on the workers that drew it, rebalanced there into the
+        new engine's chunks (the driver handles counts and futures, never rows). Chunks of
+        ``working_set_rows`` on every path, so the model does not depend on the path. ``row_bytes``:
+        what the new engine will hold per row, its state included, when that is more than the row (the size
+        that decides whether it comes to this process)."""
+        counts = np.asarray(counts, dtype=np.int64)
+        rows = working_set_rows(int(counts.sum()))
+        if self.origin.samples_here(int(counts.sum()), row_bytes):
+            X, w = self.origin.reduce(step, params, (Rows(), Rows()))
+            source, client = as_source(X, w, chunk_rows=rows), IN_PROCESS
+        else:
+            source, client = self.origin.backend.rows.drawn(step, params, counts, rows), self.origin.backend.client
+        with _releasing(source), open_engine(source, client, entropy) as engine, self._below(engine):
+            yield engine
+
+    @contextlib.contextmanager
+    def reorder(self, key_step, params=None):
+        """An Engine over the same rows sorted by the int key ``key_step(chunk, params)`` gives each row
+        (ties in input order), rebalanced into chunks of this engine's sizes; every row keeps its input id
+        (``chunk.input_ids()``; ``to_input_order`` maps per-row results back). ``key_step`` must need no
+        state: on a cluster it runs as a one-shot task where each chunk's rows live, and the rows move
+        worker to worker. The driver holds the keys' counts per chunk, never rows. The new engine keeps this
+        one's summary and fixed-point grid, so an exact ``Sum`` gives the same bits on both."""
+        keys, counts, chunks = self.origin.reduce(_key_counts, (key_step, params), (Rows(), Rows(), Rows()))
+        distinct, where = np.unique(keys, return_inverse=True)
+        totals = np.bincount(where, counts, len(distinct)).astype(np.int64)
+        order = np.lexsort((chunks, keys))
+        first = np.empty(len(keys), np.int64)
+        first[order] = np.cumsum(counts[order]) - counts[order]
+        plan = (key_step, params, keys, chunks, first)
+        if self.origin.backend.in_process:
+            pos, x, w, ids = self.origin.reduce(routed_rows, plan, (Rows(),) * 4)
+            back = np.empty_like(pos)  # the row each position takes (a gather: CSR rows too)
+            back[pos] = np.arange(len(pos))
+            source, client = ArraySource(x[back], w[back], self.origin.source.starts, ids=ids[back]), IN_PROCESS
+        else:
+            source, client = self.origin.backend.rows.reordered(plan, counts, first, chunks), self.origin.backend.client
+        with _releasing(source), backend_for(source, client, self.origin.entropy) as backend:
+            engine = Engine(backend, source, self.origin.entropy, self.origin.summary, self.grid())
+            engine.key_totals = distinct, totals
+            with self._below(engine):
+                yield engine
 
 
 @contextlib.contextmanager

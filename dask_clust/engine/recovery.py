@@ -5,7 +5,6 @@ buddy's copy or replayed, sharded models' shards are restored from their copies,
 (or, within ``Engine.rerun``, ``Restarted`` is raised)."""
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -22,6 +21,7 @@ from .backups import BACKUP_COPIES, buddies, restore_state
 from .events import count
 from .mailbox import remote_call
 from .partition import remote_run
+from .placement import GONE
 from .sharded import restore_shards
 
 _COMM_ERRORS = (
@@ -73,14 +73,6 @@ class Restarted(RuntimeError):
         self.partition_ids = partition_ids
 
 
-# the worker addresses this process has seen lost, per scheduler id (a restarted worker comes back at a new
-# address; a new cluster's worker may be given a lost one's port, and must not be taken for it)
-LOST_WORKERS = collections.defaultdict(set)
-
-
-# a future whose value is gone: its worker was lost and Dask cannot compute it again (scattered rows, or a
-# task whose inputs were)
-GONE = ("cancelled", "lost", "error")
 # a worker that does not answer is busy, not frozen, when its process used at least BUSY_CPU of a core over
 # BUSY_PROBE_S seconds: one compiling its kernels or starved on an overloaded node holds its event loop but
 # runs (at a load of 16 on 2 cores, an eighth of a core); a stopped or cut-off one uses none
@@ -96,14 +88,56 @@ def _process_cpu(dask_worker):
 
 
 class Recovery:
-    """ClusterBackend's recovery: the watch on a running call and the rebuild of lost partitions."""
+    """The watch on a running call and the rebuild of lost partitions, of the partitions ``placement`` holds
+    on the workers of ``scheduler`` (a ``workers.Scheduler``). ``slowest_call``: the longest call so far, in
+    seconds (the caller's to set), since a call is not suspected of a frozen worker before 10 times it."""
 
-    async def _watched(self, running):
+    def __init__(self, scheduler, placement):
+        self.scheduler = scheduler
+        self.placement = placement
+        self.slowest_call = 0.0
+        self.n_rebuilds = 0
+
+    @property
+    def client(self):
+        return self.scheduler.client
+
+    def await_placement(self):
+        """Wait until every partition runs. A partition's task is pinned to its worker: when that worker is lost
+        before the partition starts, its task would wait for it forever (a kill during placement, or just before a
+        coreset's engine opened), so the partition is placed again on a live worker, as after a loss
+        in a call; so is one whose drawn rows a lost worker took (their futures cancelled: they are drawn again,
+        ``Placement.load``), and one whose worker does not answer (``unresponsive``) once placement has taken
+        ``unresponsive-worker-timeout``."""
+        placement = self.placement
+        check = time.monotonic() + 0.5
+        limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
+        probe_at = time.monotonic() + limit
+        while not all(f.status == "finished" for f in placement.futures):
+            if time.monotonic() < check and not any(f.status in GONE for f in placement.futures):
+                time.sleep(0.005)
+                continue
+            live = self.scheduler.live_workers()
+            if time.monotonic() > probe_at:  # a worker that stopped answering never starts its partition
+                waiting = {placement.where[pid][0] for pid, f in enumerate(placement.futures) if f.status != "finished"}
+                live = {a: t for a, t in live.items() if a not in self.client.sync(self.unresponsive, waiting, limit)}
+                probe_at = time.monotonic() + limit
+            for pid, f in enumerate(placement.futures):
+                if f.status == "finished":
+                    continue
+                if placement.where[pid][0] not in live or (f.status == "cancelled" and placement.remakes()):
+                    f.cancel()
+                    self.recover(pid, [], -1)
+                elif f.status in GONE:
+                    f.result()
+            check = time.monotonic() + 0.5
+
+    async def watched(self, running):
         """Await a call while ``_watch`` asks the scheduler whether a worker of the fit has gone. A partition
         that sends to a killed worker retries connecting to it for comm.timeouts.connect (30 s) before it fails;
         the scheduler knows at once, so the call is abandoned as lost and the caller rebuilds and repeats it."""
         task = asyncio.ensure_future(running)
-        watch = asyncio.ensure_future(self._watch({addr for addr, _ in self.placement}))
+        watch = asyncio.ensure_future(self._watch({addr for addr, _ in self.placement.where}))
         try:
             await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
             return task.result() if task.done() else watch.result()
@@ -128,11 +162,11 @@ class Recovery:
                 # a lost scheduler raises ClusterLost here: a call on workers relaying to a closing peer can
                 # outlast it by comm.timeouts.connect (30 s)
                 with contextlib.suppress(OSError, CommClosedError, asyncio.TimeoutError):
-                    gone = placed - set(await self._ask_scheduler(self.client.scheduler.ncores()))
+                    gone = placed - set(await self.scheduler.ask(self.client.scheduler.ncores()))
                 if gone:
                     raise CommClosedError(f"worker(s) {sorted(gone)} of the fit left the cluster during a call")
                 if probe is None and time.monotonic() > probe_at:
-                    probe = asyncio.ensure_future(self._unresponsive(placed, limit))
+                    probe = asyncio.ensure_future(self.unresponsive(placed, limit))
                 if probe is not None and probe.done():
                     if probe.result():
                         raise CommClosedError(
@@ -144,7 +178,7 @@ class Recovery:
             if probe is not None:
                 probe.cancel()
 
-    async def _unresponsive(self, addrs, limit):
+    async def unresponsive(self, addrs, limit):
         """The workers of ``addrs`` that do not answer an identity request within ``limit`` seconds, restarted
         (``_watch``); a worker already gone counts as answering (the scheduler reports it)."""
 
@@ -166,7 +200,7 @@ class Recovery:
                 silent,
                 limit,
             )
-            self.lost_workers.update(silent)
+            self.scheduler.lost_workers.update(silent)
             with contextlib.suppress(Exception):  # (a nanny SIGKILLs a worker that does not stop within 4 s)
                 await self.client.scheduler.restart_workers(
                     workers=silent,
@@ -212,50 +246,46 @@ class Recovery:
             )
         return busy
 
-    def _await_worker(self):
-        """Live workers once one is back (a nanny restarting the workers it killed), waiting up to
-        ``lost-worker-timeout``; {} when none comes."""
-        try:
-            self.client.wait_for_workers(1, timeout=parse_timedelta(config.get("lost-worker-timeout")))
-        except (TimeoutError, asyncio.TimeoutError):
-            return {}
-        return self._live_workers()
-
-    def _lost(self, exc):
+    def lost(self, exc):
         """The partitions whose worker the scheduler has dropped, after a communication error (waits up
         to ``lost-worker-timeout`` for the scheduler to confirm)."""
         if not _worker_gone(exc):
             return []
         deadline = time.monotonic() + parse_timedelta(config.get("lost-worker-timeout"))
         while True:
-            live = self._live_workers()
-            lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr not in live]
+            live = self.scheduler.live_workers()
+            where = self.placement.where
+            lost = [pid for pid, (addr, _) in enumerate(where) if addr not in live]
             if not lost and time.monotonic() > deadline:  # found unresponsive, and still listed
-                lost = [pid for pid, (addr, _) in enumerate(self.placement) if addr in self.lost_workers]
+                lost = [pid for pid, (addr, _) in enumerate(where) if addr in self.scheduler.lost_workers]
             if lost or time.monotonic() > deadline:
                 return lost
             time.sleep(0.1)
 
-    def _recover(self, pid, builders, call_id, shards=()):
-        self.lost_workers.add(self.placement[pid][0])
+    def recover(self, pid, builders, call_id, shards=()):
+        """Partition ``pid``, whose worker was lost, placed again on a live worker: its rows loaded there, then
+        every declared state rebuilt (``builders``, ``backups.restore_state``) and the shards of every sharded
+        model in ``shards`` restored (``sharded.restore_shards``); ``call_id``: the call it was lost in."""
+        placement, scheduler = self.placement, self.scheduler
+        scheduler.lost_workers.add(placement.where[pid][0])
         count("lost", pid=pid)
         for attempt in range(LOSSES + 1):
-            ids = self.placement[pid][1]
-            workers = self._live_workers() or self._await_worker()
+            ids = placement.where[pid][1]
+            workers = scheduler.live_workers() or scheduler.await_worker()
             if not workers:
                 raise WorkerLost(
                     [pid],
-                    f"the cluster has no worker left (it had {len(set(a for a, _ in self.placement))}; "
+                    f"the cluster has no worker left (it had {len(set(a for a, _ in placement.where))}; "
                     f"none came back within lost-worker-timeout)",
                 )
             # (a worker found unresponsive may still be listed while its nanny kills it)
-            addr = self._target(pid, {a: t for a, t in workers.items() if a not in self.lost_workers} or workers)
+            addr = self.target(pid, {a: t for a, t in workers.items() if a not in scheduler.lost_workers} or workers)
             logger.warning("worker of partition %d lost; rebuilding its %d chunks on %s", pid, len(ids), addr)
             try:
-                futs = self._load(ids, addr)
-                part_future = self._spawn(pid, ids, addr, futs, workers[addr])
+                futs = placement.load(ids, addr)
+                part_future = placement.spawn(pid, ids, addr, futs, workers[addr])
                 self._started(part_future, addr)
-                part = Rebuilding(self, pid, addr, part_future.key)
+                part = Rebuilding(placement, pid, addr, part_future.key)
                 for order, declared in enumerate(builders):
                     why = restore_state(part, order, *declared, call_id)
                     if why is not None:
@@ -266,25 +296,24 @@ class Recovery:
             except Exception as exc:
                 # KeyError: the scheduler dropped the chosen worker while rows were sent to it (all were lost)
                 if attempt < LOSSES and isinstance(exc, (*_COMM_ERRORS, KeyError)):
-                    continue  # (a cancelled future of drawn rows is made again by the next _load)
+                    continue  # (a cancelled future of drawn rows is made again by the next load)
                 raise
-            self.placement[pid] = (addr, ids)
-            self.lost_workers.discard(addr)  # live again: a new worker may reuse a lost one's port
-            self.data[pid] = futs
-            self._part_futures[pid] = part_future
+            placement.moved(pid, addr, futs, part_future)
+            scheduler.lost_workers.discard(addr)  # live again: a new worker may reuse a lost one's port
             self.n_rebuilds += 1
             count("rebuilt", pid=pid, addr=addr)
             return
         raise WorkerLost([pid])
 
-    def _target(self, pid, workers):
+    def target(self, pid, workers):
         """Where partition ``pid`` is rebuilt: the least-loaded live worker that holds none of the partitions
         keeping its backups or whose backups it keeps (one loss would otherwise take a state and its copy),
         unless every worker does."""
-        n = len(self.placement)
-        near = {self.placement[(pid + j) % n][0] for j in range(-BACKUP_COPIES, BACKUP_COPIES + 1) if j}
+        where = self.placement.where
+        n = len(where)
+        near = {where[(pid + j) % n][0] for j in range(-BACKUP_COPIES, BACKUP_COPIES + 1) if j}
         load = {a: 0 for a in workers}
-        for a, _ in self.placement:
+        for a, _ in where:
             if a in load:
                 load[a] += 1
         apart = [a for a in sorted(load) if a not in near] or sorted(load)
@@ -293,7 +322,7 @@ class Recovery:
     def _started(self, part_future, addr):
         """Wait for a rebuilt partition to run. Its task is pinned to ``addr``: once that worker has left (or
         stopped answering, ``_unresponsive``) its task would wait for it forever, so that raises a comm error
-        and ``_recover`` places the partition again."""
+        and ``recover`` places the partition again."""
         limit = parse_timedelta(config.get("unresponsive-worker-timeout"))
         deadline = time.monotonic() + limit
         while True:
@@ -301,9 +330,9 @@ class Recovery:
                 return part_future.result(timeout=WATCH_S)
             except TimeoutError:
                 pass
-            gone = addr not in self._live_workers()
+            gone = addr not in self.scheduler.live_workers()
             if not gone and time.monotonic() > deadline:
-                gone = bool(self.client.sync(self._unresponsive, {addr}, limit))
+                gone = bool(self.client.sync(self.unresponsive, {addr}, limit))
                 deadline = time.monotonic() + limit
             if gone:
                 part_future.cancel()
@@ -315,27 +344,30 @@ class Rebuilding:
     (``backups.restore_state``, ``sharded.restore_shards``): its buddies asked, itself called, and the
     partitions around it told to send their copies again."""
 
-    def __init__(self, backend, pid, addr, part_key):
+    def __init__(self, placement, pid, addr, part_key):
         self.pid = pid
-        self.ids = backend.placement[pid][1]
-        self._backend = backend
-        self._rpc = backend.client.rpc(addr)
+        self.ids = placement.where[pid][1]
+        self._scheduler = placement.scheduler
+        self._client = placement.client
+        self._rpc = self._client.rpc(addr)
         self._key = part_key
-        keys = [f.key for f in backend._part_futures]
-        self._peers = [(a, k, ids) for (a, ids), k in zip(backend.placement, keys)]
+        self._peers = placement.peers()
         self._peers[pid] = (addr, part_key, self.ids)
+
+    def _reachable(self):
+        """The workers a peer may be asked on: one that has left would be retried for comm.timeouts.connect
+        (30 s)."""
+        return set(self._scheduler.live_workers()) - self._scheduler.lost_workers
 
     def from_buddies(self, message):
         """The answer to ``message`` (a ``mailbox.peer_call`` type) of the first of the partition's buddies
-        (``backups.buddies``) that answers something other than None; None when none does. A buddy whose
-        worker has left is not asked: asking would retry connecting to it for comm.timeouts.connect (30 s)."""
-        backend = self._backend
-        live = backend._live_workers()
+        (``backups.buddies``) that answers something other than None; None when none does."""
+        reachable = self._reachable()
         for addr, part_key, _ in buddies(self._peers, self.pid):
-            if addr not in live or addr in backend.lost_workers:
+            if addr not in reachable:
                 continue
             try:
-                kept = backend.client.sync(remote_call, backend.client.rpc(addr), part_key, message)
+                kept = self._client.sync(remote_call, self._client.rpc(addr), part_key, message)
             except Exception as exc:
                 if _worker_gone(exc):
                     continue
@@ -346,27 +378,23 @@ class Rebuilding:
 
     def call(self, message):
         """``message`` (a ``mailbox.peer_call`` type) on this partition: its answer."""
-        return self._backend.client.sync(remote_call, self._rpc, self._key, message)
+        return self._client.sync(remote_call, self._rpc, self._key, message)
 
     def run(self, call):
         """``call`` on this partition alone (a builder, a replay)."""
-        self._backend.client.sync(remote_run, self._rpc, self._key, call, [], True)
+        self._client.sync(remote_run, self._rpc, self._key, call, [], True)
 
     def tell_keepers(self, message):
         """``message(peers)`` (a ``mailbox.peer_call`` type) on this partition and the ``BACKUP_COPIES`` before
         it (whose copies it kept), ``peers`` as they are now: a partition lost and not rebuilt yet is None, and
         gets its copies when it is."""
-        backend = self._backend
-        live = backend._live_workers()
-        peers = [
-            p if j == self.pid or (p[0] in live and p[0] not in backend.lost_workers) else None
-            for j, p in enumerate(self._peers)
-        ]
+        reachable = self._reachable()
+        peers = [p if j == self.pid or p[0] in reachable else None for j, p in enumerate(self._peers)]
         for j in range(min(BACKUP_COPIES, len(peers) - 1) + 1):  # itself (its buddies may be new too), then
             before = peers[(self.pid - j) % len(peers)]  # those whose copies it kept
             if before is None:
                 continue
             try:
-                backend.client.sync(remote_call, backend.client.rpc(before[0]), before[1], message(peers))
+                self._client.sync(remote_call, self._client.rpc(before[0]), before[1], message(peers))
             except _COMM_ERRORS:  # that one is lost too: it is rebuilt next, and its next write copies again
                 pass

@@ -8,7 +8,8 @@ from .chunk import Chunk, routed_rows
 from .data import FutureSource, row_starts
 from .events import count
 from .partition import home
-from .recovery import GONE, WorkerLost
+from .placement import GONE
+from .recovery import WorkerLost
 
 
 def draw_chunk(data, meta, step, params):
@@ -46,26 +47,33 @@ def stack(*pieces):
 
 
 class RowMoves:
-    """ClusterBackend's row moves: drawn samples and reordered rows, worker to worker."""
+    """Rows drawn or reordered where the partitions of ``placement`` (a ``placement.Placement``) hold them,
+    moved worker to worker: the driver handles counts and futures."""
+
+    def __init__(self, placement):
+        self.placement = placement
+        self.source, self.client = placement.source, placement.client
 
     def _one_shot(self, c, fn, *args):
         """(worker, future of ``draw_chunk`` running ``fn`` on chunk c) where c's rows live: rows a lost
         worker took (scattered, so Dask cannot recompute them) are loaded again first."""
-        for pid, (addr, ids) in enumerate(self.placement):
+        placement = self.placement
+        for pid, (addr, ids) in enumerate(placement.where):
             if c in ids:
                 break
-        if not self.streaming and any(getattr(f, "status", None) in GONE for f in self.data[pid]):
+        if not placement.streaming and any(getattr(f, "status", None) in GONE for f in placement.data[pid]):
             live = self._homes([pid])
             addr = addr if addr in live else live[0]
-            self.data[pid] = self._load(ids, addr)  # the partition itself is rebuilt by its next call
-        meta = (c, int(self.source.starts[c]), int(self.source.starts[c + 1]), self.entropy)
-        return addr, self._near(addr, draw_chunk, self.data[pid][ids.index(c)], meta, fn, *args)
+            placement.data[pid] = placement.load(ids, addr)  # the partition itself is rebuilt by its next call
+        meta = (c, int(self.source.starts[c]), int(self.source.starts[c + 1]), placement.entropy)
+        return addr, self._near(addr, draw_chunk, placement.data[pid][ids.index(c)], meta, fn, *args)
 
     def _homes(self, pids):
         """The sorted live addresses rows are moved to: every worker can be lost between a partition's rebuild
         choosing a worker and its rows being drawn again, so this waits for one to come back, as the rebuild
         does."""
-        live = sorted(self._live_workers() or self._await_worker())
+        scheduler = self.placement.scheduler
+        live = sorted(scheduler.live_workers() or scheduler.await_worker())
         if not live:
             raise WorkerLost(pids, "the cluster has no worker left to move rows to")
         return live
@@ -82,7 +90,7 @@ class RowMoves:
 
         def make(new_ids):
             pieces, futures = {}, []
-            addrs = self._homes(range(len(self.placement)))
+            addrs = self._homes(range(len(self.placement.where)))
             for j in new_ids:
                 a, b = starts[j], starts[j + 1]
                 parts = []
@@ -120,7 +128,7 @@ class RowMoves:
 
         def make(new_ids):
             routed, futures = {}, []
-            addrs = self._homes(range(len(self.placement)))
+            addrs = self._homes(range(len(self.placement.where)))
             for j in new_ids:
                 for c in feeds[j] - set(routed):
                     routed[c] = self._one_shot(c, sorted_routed, plan)
