@@ -67,7 +67,7 @@ def stacked(blocks):
 
 
 @njit(nogil=True, cache=True)
-def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
+def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2, known):
     """Label every row of X with its nearest centre; returns distance evaluations.
 
     X      : IN  float32/float64 (n, d)
@@ -75,6 +75,8 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
     tol    : IN  float  (``gemm_tolerance``);   block : IN int (``rows_per_block``)
     labels : OUT int32 (n,);  mind : OUT float64 (n,) exact squared distance to the label's centre
     mind2  : OUT float64 (n,) lower bound of the squared distance to every other centre, or (0,): skipped
+    known  : IN  int32 (n,) the centre each row's ``mind`` is already exact for, or (0,): none
+             (``distance.nearest_rows``; such a row counts one evaluation all the same)
     """
     n = X.shape[0]
     block = max(1, min(block, n))  # a chunk may hold no row of a sample
@@ -87,7 +89,7 @@ def assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2):
     evals = 0
     for b0 in range(0, n, block):
         evals += nearest_rows(
-            X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, top, band, labels, mind, mind2
+            X, b0, min(n, b0 + block), Cd, cnorm, C, tol, G, best, second, jb, top, band, labels, mind, mind2, known
         )
     return evals
 
@@ -254,10 +256,12 @@ def nearest(X, centers, labels=None, mind=None, mind2=None):
         labels,
         mind,
         _NONE if mind2 is None else mind2,
+        _NO_LABELS,
     )
     return labels, mind, evals
 
 
+_NO_LABELS = np.empty(0, np.int32)  # ``assign``'s ``known``: no row's distance measured before
 _NONE = np.empty(0)
 
 
@@ -324,7 +328,7 @@ def lower_near(X, Cd, cnorm, C, tol, block, order, gaps, most, offset, mind, nea
     """
     n = X.shape[0]
     width = gaps.shape[1]
-    rows, Xg, labels, d2, _ = _gather_buffers(X)
+    rows, Xg, labels, d2, _, _ = _gather_buffers(X)
     skip = np.empty(0)  # no second-nearest bound wanted
     evals = 0
     g = 0
@@ -351,7 +355,7 @@ def lower_near(X, Cd, cnorm, C, tol, block, order, gaps, most, offset, mind, nea
                 mind[i] = best
                 near[i] = offset + bj
         if g == GATHER_ROWS or (g > 0 and i == n - 1):
-            evals += assign(Xg[:g], Cd, cnorm, C, tol, block, labels, d2, skip)
+            evals += assign(Xg[:g], Cd, cnorm, C, tol, block, labels, d2, skip, labels[:0])
             for r in range(g):
                 if d2[r] < mind[rows[r]]:
                     mind[rows[r]] = d2[r]
@@ -362,11 +366,12 @@ def lower_near(X, Cd, cnorm, C, tol, block, order, gaps, most, offset, mind, nea
 
 @njit(nogil=True, cache=True)
 def _gather_buffers(X):
-    """Room for GATHER_ROWS rows sent to the GEMM: (their indices, the rows, and their labels, min d² and
-    second-nearest bound as ``assign`` writes them)."""
+    """Room for GATHER_ROWS rows sent to the GEMM: (their indices, the rows, their labels, min d² and
+    second-nearest bound as ``assign`` writes them, and the labels their d² was measured to before)."""
     rows = np.empty(GATHER_ROWS, np.int64)
     Xg = np.empty((GATHER_ROWS, X.shape[1]), X.dtype)
-    return rows, Xg, np.empty(GATHER_ROWS, np.int32), np.empty(GATHER_ROWS), np.empty(GATHER_ROWS)
+    labels = np.empty(GATHER_ROWS, np.int32)
+    return rows, Xg, labels, np.empty(GATHER_ROWS), np.empty(GATHER_ROWS), np.empty(GATHER_ROWS, np.int32)
 
 
 @njit(nogil=True, cache=True)
@@ -411,7 +416,7 @@ def assign_moved(X, Cd, cnorm, C, tol, block, shift, prev, labels, mind, mind2):
             second = shift[j]
     n = X.shape[0]
     if _most_fail(shift, far, second, arg, prev, mind, mind2):
-        return assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2)
+        return assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2, prev[:0])
     sqdist_to_labels(X, 0, n, C, prev, mind)  # in a loop of its own (see ``nearest_rows``)
     kept = np.empty(n, np.bool_)
     n_kept = 0
@@ -422,9 +427,9 @@ def assign_moved(X, Cd, cnorm, C, tol, block, shift, prev, labels, mind, mind2):
         labels[i] = prev[i]  # a row that fails is searched again below
         mind2[i] = lower * lower if keep else mind2[i]
         n_kept += keep
-    if n - n_kept > FULL_SEARCH_SHARE * n:
-        return n + assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2)
-    rows, Xg, glabels, gmind, gmind2 = _gather_buffers(X)
+    if n - n_kept > FULL_SEARCH_SHARE * n:  # (``mind`` is exact for ``prev``: kept labels are not measured again)
+        return n + assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2, prev)
+    rows, Xg, glabels, gmind, gmind2, gknown = _gather_buffers(X)
     evals = n
     g = 0
     for i in range(n):
@@ -432,9 +437,10 @@ def assign_moved(X, Cd, cnorm, C, tol, block, shift, prev, labels, mind, mind2):
             rows[g] = i
             for t in range(X.shape[1]):  # not Xg[g] = X[i]: a row view costs two atomic reference counts
                 Xg[g, t] = X[i, t]
+            gknown[g], gmind[g] = prev[i], mind[i]
             g += 1
         if g == GATHER_ROWS or (g > 0 and i == n - 1):
-            evals += assign(Xg[:g], Cd, cnorm, C, tol, block, glabels, gmind, gmind2)
+            evals += assign(Xg[:g], Cd, cnorm, C, tol, block, glabels, gmind, gmind2, gknown[:g])
             for r in range(g):
                 labels[rows[r]], mind[rows[r]], mind2[rows[r]] = glabels[r], gmind[r], gmind2[r]
             g = 0

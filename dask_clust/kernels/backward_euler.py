@@ -21,7 +21,7 @@ def batch_gradient(B, y, tol, block, labels, mind, g):
     cnorm = np.empty(k)
     for j in range(k):
         cnorm[j] = sqnorm(y, j)
-    assign(B, y.astype(B.dtype), cnorm, y, tol, block, labels, mind, np.empty(0))
+    assign(B, y.astype(B.dtype), cnorm, y, tol, block, labels, mind, np.empty(0), labels[:0])
     cnt = np.zeros(k)
     g[:] = 0.0
     qe = 0.0

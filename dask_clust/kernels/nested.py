@@ -185,7 +185,7 @@ def join_rows(X, w, rows, Cd, cnorm, C, tol, block, labels, dist, lower, S, v, s
         for r in range(m):
             xb[r] = X[rows[s + r]]
         Gb = G if m == block else np.empty((k, m), X.dtype)  # the GEMM writes into G only at its width
-        evals += nearest_rows(xb, 0, m, Cd, cnorm, C, tol, Gb, best, second, jb, top, band, lab, mind, mind2)
+        evals += nearest_rows(xb, 0, m, Cd, cnorm, C, tol, Gb, best, second, jb, top, band, lab, mind, mind2, lab[:0])
         for r in range(m):
             i = rows[s + r]
             a = lab[r]
