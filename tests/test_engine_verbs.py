@@ -3,6 +3,7 @@ state written and read back by row, reduce-scatter and sharded models (Lloyd, vc
 on the workers."""
 
 import os
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -489,3 +490,29 @@ def test_every_combine_has_the_combine_protocol():
     assert len(instances) >= 11 and all(isinstance(i, combine.Combine) for i in instances.values())
     accumulating = {c for c, i in instances.items() if isinstance(i, combine.Accumulates)}
     assert accumulating == {combine.Sum, combine.Scatter}
+
+
+class _Moments(NamedTuple):
+    sums: np.ndarray
+    weight: float
+
+
+def _named_moments(chunk, params) -> _Moments:
+    return _Moments(chunk.w @ chunk.x.astype(np.float64), float(chunk.w.sum()))
+
+
+def _plain_moments(chunk, params):
+    return chunk.w @ chunk.x.astype(np.float64), float(chunk.w.sum())
+
+
+def test_a_steps_fields_come_back_as_its_declared_type():
+    """Issue #57: ``reduce`` gives a step's combined fields as the NamedTuple its return annotation names (the
+    same values as the plain tuple of an unannotated step); ``at_root`` gives its own result."""
+    X = np.arange(60, dtype=np.float64).reshape(20, 3)
+    with open_engine(as_source(X, None, chunk_rows=6), "in-process", 0) as engine:
+        named = engine.reduce(_named_moments)
+        plain = engine.reduce(_plain_moments)
+        rooted = engine.reduce(_named_moments, at_root=lambda fields, params: fields[1])
+    assert type(named) is _Moments and type(plain) is tuple
+    np.testing.assert_array_equal(named.sums, X.sum(axis=0))
+    assert named.weight == 20.0 and np.array_equal(plain[0], named.sums) and rooted == 20.0

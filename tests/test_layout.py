@@ -144,6 +144,41 @@ def test_positional_parameters_are_found():
     assert positional_params("def step(chunk, params):\n    a, b = params.a, params.b\n") == []
 
 
+# the calls whose result is a step's fields: an engine call (``reduce``), a Lloyd model's step and last pass
+STEP_RESULTS = {"reduce", "step", "assigned_qe"}
+
+
+def positional_results(source):
+    """Lines of ``source`` that unpack a step's combined fields by position: ``a, b = engine.reduce(...)``,
+    ``(x,) = engine.reduce(...)``, ``a, b = model.step()``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], (ast.Tuple, ast.List)):
+            value = node.value
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in STEP_RESULTS
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("layer", ["algorithms", "blocks"])
+def test_step_results_are_read_by_name(layer):
+    """Issue #57: a step's combined fields come back as the NamedTuple its return annotation names
+    (``Engine.reduce``) and are read by name, not unpacked in an order only the step knows."""
+    found = {p.name: positional_results(p.read_text()) for p in sorted((ROOT / layer).glob("*.py"))}
+    assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def test_positional_results_are_found():
+    source = (
+        "a, b = engine.reduce(step)\n(c,) = self.engine.reduce(s, p)\nd, e = model.step()\nf = engine.reduce(s).x\n"
+    )
+    assert positional_results(source) == [1, 2, 3]
+
+
 # what an engine module may read of another object's underscored names: a NamedTuple's API and a dask
 # array's meta (both public in all but name)
 PUBLIC_UNDERSCORED = {"_make", "_replace", "_fields", "_asdict", "_meta"}

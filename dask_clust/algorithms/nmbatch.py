@@ -189,7 +189,27 @@ class FirstRows(NamedTuple):
     nesting: Nesting
 
 
-def _first_rows(chunk, params: FirstRows):
+class Ranked(NamedTuple):
+    """Rows with their nesting ranks and weights."""
+
+    ranks: np.ndarray
+    rows: object
+    w: np.ndarray
+
+
+class RoundPartial(NamedTuple):
+    """A chunk's part of a round: the changes of Σ x and of the counts per centre, the SSE per centre, changed
+    labels, evaluations and rows that joined the batch."""
+
+    sums: object
+    counts: np.ndarray
+    sse: np.ndarray
+    changed: np.int64
+    evals: np.int64
+    joined: np.int64
+
+
+def _first_rows(chunk, params: FirstRows) -> Ranked:
     """The chunk's rows of rank < m: (ranks, rows, weights); the fit's first call, which builds the state
     (``_nesting`` with ``nesting``) in the same read of the rows."""
     if "nmbatch" not in chunk.state:
@@ -198,7 +218,7 @@ def _first_rows(chunk, params: FirstRows):
     head = np.searchsorted(st["ranks"], params.m)
     # copies: a view would keep the chunk's whole state in memory until the call ends, and the state just
     # built here is not yet in the files it goes to (at 10x the memory of 700 MiB workers, past their limit)
-    return st["ranks"][:head].copy(), st["x"][:head].copy(), st["w"][:head].copy()
+    return Ranked(st["ranks"][:head].copy(), st["x"][:head].copy(), st["w"][:head].copy())
 
 
 class Round(NamedTuple):
@@ -209,7 +229,7 @@ class Round(NamedTuple):
     b: int
 
 
-def _round_step(chunk, params: Round):
+def _round_step(chunk, params: Round) -> RoundPartial:
     """Step 3 on the chunk's rows of rank < b: (ΔS, Δv, sse, changed, evaluations, rows that joined); of CSR
     rows ΔS comes as the moved rows' terms (``Entries``, ``_moves_buffer``)."""
     centers, p, b = params.centers, params.p, params.b
@@ -228,7 +248,7 @@ def _round_step(chunk, params: Round):
     if isinstance(S, tuple):
         keys, values, (used, _) = S
         S = Entries(keys[:used], values[:used], (k, d))
-    return S, v, sse, np.int64(changed), np.int64(evals), np.int64(joined)
+    return RoundPartial(S, v, sse, np.int64(changed), np.int64(evals), np.int64(joined))
 
 
 # ---------------------------------------------------------------- driver
@@ -253,9 +273,9 @@ def bounds_kind(engine, cfg):
 def first_rows(engine, m, nesting):
     """The rows of rank < m, in rank order: (rows, weights); the call builds the state (``nesting``: its
     builder's parameters) and carries the engine's first pass, in one read of the rows."""
-    ranks, rows, w = engine.reduce(_first_rows, FirstRows(m, nesting), (Rows(),) * 3, first_pass="with")
-    order = np.argsort(ranks)
-    return rows[order], w[order]
+    first = engine.reduce(_first_rows, FirstRows(m, nesting), (Rows(),) * 3, first_pass="with")
+    order = np.argsort(first.ranks)
+    return first.rows[order], first.w[order]
 
 
 def initial_centers(engine, cfg, b0, entropy, nesting):
@@ -340,8 +360,14 @@ def fit(engine, cfg, entropy, loop):
             engine.load_rows(loop.restored_rows, "nmbatch", row_fields(k, width), order="order")
         loop.keep(seed_evals=int(seed_evals), bounds=kind)
         for _ in loop:
-            dS, dv, sse, changed, evals, joined = engine.reduce(
-                _round_step, Round(Prepared(centers, engine.dtype), p, b)
+            part = engine.reduce(_round_step, Round(Prepared(centers, engine.dtype), p, b))
+            dS, dv, sse, changed, evals, joined = (
+                part.sums,
+                part.counts,
+                part.sse,
+                part.changed,
+                part.evals,
+                part.joined,
             )
             model.update(centers=centers, b=b)
             S += dS

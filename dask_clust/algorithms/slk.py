@@ -174,9 +174,34 @@ def _reads(chunk, params):
     return chunk.state["slk-nb"][0] if "slk-nb" in chunk.state else np.empty(0, np.int64)
 
 
-def _first_labels(chunk, seeds):
+class Sizes(NamedTuple):
+    """Rows per cluster."""
+
+    sizes: np.ndarray
+
+
+class ShiftSums(NamedTuple):
+    """A mean-shift step's Σ g x and Σ g per cluster."""
+
+    sums: np.ndarray
+    weights: np.ndarray
+
+
+class Energy(NamedTuple):
+    """A chunk's term of an energy (the relaxed energy of a bound update, or −Σ a·z)."""
+
+    energy: float
+
+
+class Labels(NamedTuple):
+    """The rows' labels."""
+
+    labels: np.ndarray
+
+
+def _first_labels(chunk, seeds) -> Sizes:
     chunk.state["slk-labels"] = nearest(chunk.state[ROWS], Prepared(seeds, np.float64))[0].astype(np.int64)
-    return (np.bincount(chunk.state["slk-labels"], minlength=len(seeds)),)
+    return Sizes(np.bincount(chunk.state["slk-labels"], minlength=len(seeds)))
 
 
 def _members(chunk, starts):
@@ -228,7 +253,7 @@ class Modes(NamedTuple):
     store: bool = False
 
 
-def _ms_sums(chunk, params: Modes):
+def _ms_sums(chunk, params: Modes) -> ShiftSums:
     """One mean-shift step's partial sums per cluster over its hard members: Σ g x and Σ g."""
     modes, sigma = params.modes, params.sigma
     x, labels = chunk.state[ROWS], chunk.state["slk-labels"]
@@ -239,10 +264,10 @@ def _ms_sums(chunk, params: Modes):
         g = np.exp(-((members - modes[l]) ** 2).sum(1) / (2 * sigma**2))
         sums[l] = (g[:, None] * members).sum(0)
         weights[l] = g.sum()
-    return sums, weights
+    return ShiftSums(sums, weights)
 
 
-def _start_inner(chunk, params: Modes):
+def _start_inner(chunk, params: Modes) -> Energy:
     """a from the modes and z = softmax(a); returns −Σ a·z of the z the last inner loop kept (still in the
     halo: BO's energy takes it with the new a). a is kept as state ``slk-a`` when ``store``, else each
     update recomputes it (an empty ``slk-a``)."""
@@ -259,10 +284,10 @@ def _start_inner(chunk, params: Modes):
         H, at = chunk.halo["slk-z"]
         last = -(a * H[at[chunk.state["slk-nb"][2]]]).sum()
     chunk.state["slk-z"] = softmax(a)
-    return (last,)
+    return Energy(last)
 
 
-def _update(chunk, lmbda):
+def _update(chunk, lmbda) -> Energy:
     """One bound update from the previous z (halo): z_new = softmax(a + λ W z); returns the relaxed energy
     of the previous z (its W z is this update's) and keeps its labels, column maxima and energy terms."""
     z, a = chunk.state["slk-z"], chunk.state["slk-a"]
@@ -286,7 +311,7 @@ def _update(chunk, lmbda):
         col_arg,
     )
     chunk.state["slk-kept"] = labels, col_max, col_arg, az, bz
-    return (zlogz - az - lmbda * bz,)
+    return Energy(zlogz - az - lmbda * bz)
 
 
 def _settle(chunk, lmbda):
@@ -298,8 +323,8 @@ def _settle(chunk, lmbda):
     return np.bincount(labels, minlength=len(col_max)), top, -az, -lmbda * bz
 
 
-def _labels(chunk, key):
-    return (chunk.state[key],)
+def _labels(chunk, key) -> Labels:
+    return Labels(chunk.state[key])
 
 
 # ---------------------------------------------------------------- the driver
@@ -308,7 +333,7 @@ def _labels(chunk, key):
 def first_modes(engine, seeds, sigma, mode, normalize):
     """BO: the densest member of each nearest-seed cluster (input ids, rows; a seed without members stays
     itself, id −1); MS: mean-shift from the seeds. Leaves the nearest-seed labels (state ``slk-labels``)."""
-    (sizes,) = engine.reduce(_first_labels, seeds, (Sum(),))
+    sizes = engine.reduce(_first_labels, seeds, (Sum(),)).sizes
     if mode == "ms":
         return None, mean_shift(engine, seeds, sigma, sizes)
     with engine.reorder(nearest_centre, Centres(seeds, normalize)) as by_seed:
@@ -340,8 +365,8 @@ def mean_shift(engine, modes, sigma, sizes, tol=1e-5, max_iter=1000):
     for _ in range(max_iter):
         if not active.any():
             break
-        sums, weights = engine.reduce(_ms_sums, Modes(modes, sigma), (Sum(), Sum()))
-        new = sums[active] / weights[active, None]
+        shifted = engine.reduce(_ms_sums, Modes(modes, sigma), (Sum(), Sum()))
+        new = shifted.sums[active] / shifted.weights[active, None]
         moved = np.linalg.norm(new - modes[active], axis=1)
         modes[active] = new
         active[np.flatnonzero(active)[moved < tol]] = False
@@ -353,7 +378,7 @@ def inner_loop(engine, lmbda, tol, max_iter):
     update whose z is kept)."""
     energies = []
     for p in range(1, max_iter + 2):
-        (e,) = engine.reduce(_update, lmbda, (Sum(),), halo=Halo("slk-nb", "slk-z", indexed=True))
+        e = engine.reduce(_update, lmbda, (Sum(),), halo=Halo("slk-nb", "slk-z", indexed=True)).energy
         energies.append(e)  # energy of z_{p-1}
         if p >= 3 and abs(energies[-1] - energies[-2]) <= tol * abs(energies[-2]):
             return p - 1
@@ -417,8 +442,7 @@ class BoundLoops:
 
     def start(self, modes):
         """a from the modes, z = softmax(a); returns −Σ a·z of the z the last inner loop kept."""
-        (last,) = self.g.reduce(_start_inner, Modes(modes, self.sigma, self.store), (Sum(),))
-        return last
+        return self.g.reduce(_start_inner, Modes(modes, self.sigma, self.store), (Sum(),)).energy
 
     def settle(self, modes, fresh):
         """The inner loop from the modes (from z = softmax(a) set by the last ``start`` unless ``fresh``), then
@@ -586,5 +610,4 @@ register(
 
 def labels_of(engine, key):
     """The rows' labels (state ``key``), to the driver once, at the end."""
-    (labels,) = engine.reduce(_labels, key, (Rows(),))
-    return labels
+    return engine.reduce(_labels, key, (Rows(),)).labels

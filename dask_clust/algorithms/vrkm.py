@@ -73,7 +73,31 @@ class VRKMConfig:
 # ---------------------------------------------------------------- per-chunk steps
 
 
-def _anchor_pass(chunk, centers):
+class Anchor(NamedTuple):
+    """A chunk's part of the anchor pass: Σ x and the count per anchor label, the QE, evaluations."""
+
+    sums: np.ndarray
+    counts: np.ndarray
+    qe: float
+    evals: np.int64
+
+
+class Gradient(NamedTuple):
+    """VRKM's batch gradient before its mean: Σ (A_a − x) per anchor label."""
+
+    sums: np.ndarray
+
+
+class EpochSteps(NamedTuple):
+    """A chunk's share of the epoch's steps: C_T − C0 (folded onto A by the call's combine: the new centres),
+    steps off the anchor label, evaluations."""
+
+    centres: np.ndarray
+    moved: np.int64
+    evals: np.int64
+
+
+def _anchor_pass(chunk, centers) -> Anchor:
     """Step 1: keep the rows' labels as the epoch's anchor partition, with a bound on their distance to
     every other centre (it spares most steps a search); (Σ x, count, QE, evaluations). Also the state's
     builder: a rebuilt partition recomputes the epoch's anchor from its centres."""
@@ -84,15 +108,15 @@ def _anchor_pass(chunk, centers):
     sums, counts = np.zeros((k, d)), np.zeros(k)
     qe = accumulate(chunk.x, chunk.w, labels, mind, sums, counts)
     chunk.state["vrkm"] = (labels, lower2)
-    return sums, counts, qe, np.int64(evals)
+    return Anchor(sums, counts, qe, np.int64(evals))
 
 
-def _gradient_pass(chunk, A):
+def _gradient_pass(chunk, A) -> Gradient:
     """Step 2 of "vrkm": Σ (A_a − x) over the chunk's rows, by anchor label."""
     labels = chunk.state["vrkm"][0]
     out = np.zeros_like(A)
     np.add.at(out, labels, A[labels] - chunk.x)
-    return (out,)
+    return Gradient(out)
 
 
 class Epoch(NamedTuple):
@@ -107,19 +131,19 @@ class Epoch(NamedTuple):
     grad: np.ndarray | None
 
 
-def _steps(chunk, params: Epoch):
+def _steps(chunk, params: Epoch) -> EpochSteps:
     """Step 3 on the chunk's share of the T steps: (C_T − C0, steps off the anchor label, evaluations)."""
     Ct, A, eta, epoch, grad = params.anchor, params.A, params.eta, params.epoch, params.grad
     T = int(params.shares[chunk.index])
     C = A.copy()
     if T == 0:
-        return C - A, np.int64(0), np.int64(0)
+        return EpochSteps(C - A, np.int64(0), np.int64(0))
     idx = chunk.rng("vrkm", epoch).integers(0, chunk.n, T)
     labels, lower2 = chunk.state["vrkm"]
     moved, evals = variance_reduced_steps(chunk.x, idx, labels, lower2, Ct, A, C, eta)
     if grad is not None:  # the batch gradient enters every step; it does not depend on C, so it sums up
         C -= T * eta * grad
-    return C - A, moved, evals
+    return EpochSteps(C - A, moved, evals)
 
 
 # ---------------------------------------------------------------- driver
@@ -184,17 +208,19 @@ def fit(engine, cfg, entropy, loop):
     ):
         for epoch in loop:
             C_anchor = anchor[0] = C
-            sums, counts, qe, evals = engine.reduce(_anchor_pass, Prepared(C, engine.dtype))
-            A = position_correction(sums, counts, C)
+            anchored = engine.reduce(_anchor_pass, Prepared(C, engine.dtype))
+            qe, evals, counts = anchored.qe, anchored.evals, anchored.counts
+            A = position_correction(anchored.sums, counts, C)
             grad = None
             if cfg.variant == "vrkm":
-                (g,) = engine.reduce(_gradient_pass, A)
+                g = engine.reduce(_gradient_pass, A).sums
                 grad = np.where(counts[:, None] > 0, g / np.maximum(counts, 1)[:, None], 0.0)
             C, moved = A.copy(), 0
             if T:  # C = A + the chunks' C_T − C0, added in chunk order
                 params = Epoch(C_anchor, A, eta, shares, epoch, grad)
-                C, moved, e = engine.reduce(_steps, params, (Fold(A), Sum(), Sum()))
-                evals += e
+                stepped = engine.reduce(_steps, params, (Fold(A), Sum(), Sum()))
+                C, moved = stepped.centres, stepped.moved
+                evals += stepped.evals
             evals_total += int(evals)
             loop.record(qe, evals, moved, centers=C, epoch_size=T, learning_rate=eta)
             # the paper's rule (the epoch QE changed by less than tol) while the QE falls; an epoch above the

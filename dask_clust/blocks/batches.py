@@ -133,12 +133,27 @@ class HoldAndTake(NamedTuple):
     ids: np.ndarray
 
 
-def _hold_and_take(chunk, params: HoldAndTake):
+class Taken(NamedTuple):
+    """Rows and their weights."""
+
+    rows: object
+    w: np.ndarray
+
+
+class HeldRows(NamedTuple):
+    """Held draws: each one's place among the steps' draws (its label less the first), its row and weight."""
+
+    at: np.ndarray
+    rows: object
+    w: np.ndarray
+
+
+def _hold_and_take(chunk, params: HoldAndTake) -> Taken:
     """The first call of a window: the chunk's draws held, and the rows of ``ids`` (sorted) it holds."""
     hold_draws(chunk, params.held)
     lo, hi = np.searchsorted(params.ids, [chunk.start, chunk.stop])
     rows = params.ids[lo:hi] - chunk.start
-    return chunk.x[rows], chunk.w[rows]
+    return Taken(chunk.x[rows], chunk.w[rows])
 
 
 class Labels(NamedTuple):
@@ -148,13 +163,13 @@ class Labels(NamedTuple):
     hi: int
 
 
-def _held_rows(chunk, params: Labels):
+def _held_rows(chunk, params: Labels) -> HeldRows:
     """The chunk's held draws with labels in [lo, hi): (label - lo, rows, weights)."""
     lo, hi = params.lo, params.hi
     held = chunk.state[HELD]
     a, z = np.searchsorted(held["labels"], [lo, hi])
     x = held["x"][a:z]
-    return held["labels"][a:z] - lo, x if is_csr(x) else np.array(x), np.array(held["w"][a:z])
+    return HeldRows(held["labels"][a:z] - lo, x if is_csr(x) else np.array(x), np.array(held["w"][a:z]))
 
 
 class Batches:
@@ -183,8 +198,8 @@ class Batches:
         if self.held:
             self._move_to(step)
             params = self._open(step, build=False)
-            rows, w = self.engine.reduce(_hold_and_take, HoldAndTake(params, uniq), (Rows(), Rows()), first_pass="with")
-            return self._form(rows[inverse]), w[inverse]
+            taken = self.engine.reduce(_hold_and_take, HoldAndTake(params, uniq), (Rows(), Rows()), first_pass="with")
+            return self._form(taken.rows[inverse]), taken.w[inverse]
         return self._take(step, uniq, inverse)
 
     def get(self, step):
@@ -237,8 +252,8 @@ class Batches:
         end = self._end(step)
         lo = (step - self.window.first) * self.b
         hi = (end - self.window.first) * self.b
-        at, rows, w = self.engine.reduce(_held_rows, Labels(lo, hi), (Rows(), Rows(), Rows()))
-        if len(at) != hi - lo:
-            raise RuntimeError(f"held draws of steps {step}-{end}: {len(at)} rows of {hi - lo}")
-        order = np.argsort(at)  # each label once: the draws in step order
-        self.block = (step, self._form(rows[order]), w[order])
+        held = self.engine.reduce(_held_rows, Labels(lo, hi), (Rows(), Rows(), Rows()))
+        if len(held.at) != hi - lo:
+            raise RuntimeError(f"held draws of steps {step}-{end}: {len(held.at)} rows of {hi - lo}")
+        order = np.argsort(held.at)  # each label once: the draws in step order
+        self.block = (step, self._form(held.rows[order]), held.w[order])

@@ -35,8 +35,46 @@ from ..kernels.assign import update_mind
 from ..kernels.sampling import draw_proportional
 
 
-def _weighted_sums(chunk, params):
-    return chunk.w @ chunk.x.astype(np.float64), float(chunk.w.sum())
+class WeightedSums(NamedTuple):
+    """Σ w x and Σ w."""
+
+    sums: np.ndarray
+    weight: float
+
+
+class Masses(NamedTuple):
+    """Σ w d² and Σ w per chunk (in chunk order), and their totals (``MASSES``)."""
+
+    chunk_d2: np.ndarray
+    chunk_w: np.ndarray
+    d2: float
+    w: float
+
+
+class Sampled(NamedTuple):
+    """Rows drawn and their weights (the inverse of the probability each was drawn with, times w)."""
+
+    rows: object
+    weights: np.ndarray
+
+
+class TwoSamples(NamedTuple):
+    """A coreset's rows and weights, and those of a uniform sample drawn beside it."""
+
+    rows: object
+    weights: np.ndarray
+    aside_rows: object
+    aside_weights: np.ndarray
+
+
+class ChunkWeights(NamedTuple):
+    """Σ w per chunk, in chunk order."""
+
+    weights: np.ndarray
+
+
+def _weighted_sums(chunk, params) -> WeightedSums:
+    return WeightedSums(chunk.w @ chunk.x.astype(np.float64), float(chunk.w.sum()))
 
 
 def _d2(chunk, u):
@@ -47,16 +85,16 @@ def _d2(chunk, u):
 
 def chunk_masses(s, w):
     """A chunk's Σ w d² and Σ w, per chunk (for the per-chunk counts) and summed in chunk order (MASSES)."""
-    return np.array([s]), np.array([w]), s, w
+    return Masses(np.array([s]), np.array([w]), s, w)
 
 
 MASSES = (Rows(), Rows(), Fold(), Fold())
 
 
-def proposal_masses(s, w, S, W):
+def proposal_masses(m: Masses):
     """Each chunk's share of q = ½ w d²/Σ w d² + ½ w/Σ w (all of it ∝ w when Σ w d² = 0), from the
-    chunks' Σ w d² (s), Σ w (w) and their totals: the proposal of the coreset and of AFK-MC2."""
-    return 0.5 * s / S + 0.5 * w / W if S > 0 else w / W
+    chunks' Σ w d², Σ w and their totals: the proposal of the coreset and of AFK-MC2."""
+    return 0.5 * m.chunk_d2 / m.d2 + 0.5 * m.chunk_w / m.w if m.d2 > 0 else m.chunk_w / m.w
 
 
 def proposal(w, d2, S, W):
@@ -66,7 +104,7 @@ def proposal(w, d2, S, W):
     return 0.5 * w * d2 / S + 0.5 * w / W if S > 0 else w / W
 
 
-def _masses(chunk, u):
+def _masses(chunk, u) -> Masses:
     """Pass 2: this chunk's Σ w d² and Σ w (MASSES)."""
     return chunk_masses(float(np.dot(chunk.w, _d2(chunk, u))), float(chunk.w.sum()))
 
@@ -84,18 +122,18 @@ class Draw(NamedTuple):
     shares: np.ndarray | None
 
 
-def _sample(chunk, params: Draw):
+def _sample(chunk, params: Draw) -> Sampled:
     """Draw this chunk's count of rows ∝ q (S = 0: ∝ w); return (rows, their weights). Needs no state (d² is
     computed again), so it also runs as a one-shot task where the chunk's rows live. ``shares``: the chunks'
     shares of q the counts were drawn with, when not the chunks' exact Σ q: a row then weighs
     w/(size · share · q/Σ_chunk q), the probability it was drawn with."""
     m = int(params.counts[chunk.index])
     if m == 0:
-        return chunk.x[:0], np.empty(0)
+        return Sampled(chunk.x[:0], np.empty(0))
     q = proposal(chunk.w, _d2(chunk, params.u) if params.S > 0 else None, params.S, params.W)
     idx = np.sort(draw_proportional(q, chunk.rng(params.tag), m))
     p = q[idx] if params.shares is None else params.shares[chunk.index] * q[idx] / q.sum()
-    return chunk.x[idx], chunk.w[idx] / (params.size * p)
+    return Sampled(chunk.x[idx], chunk.w[idx] / (params.size * p))
 
 
 def _mean(engine):
@@ -106,8 +144,8 @@ def _mean(engine):
     if engine.chunk_moments is not None:
         w, wx, _ = engine.chunk_moments
         return wx.sum(axis=0) / w.sum()
-    sx, sw = engine.reduce(_weighted_sums)
-    return sx / sw
+    out = engine.reduce(_weighted_sums)
+    return out.sums / out.weight
 
 
 # the digits step 2's sum may lose to cancellation before the shares come from a pass of their own: its
@@ -125,7 +163,7 @@ def chunk_shares(engine, u):
     S, W = float(s.sum()), float(w.sum())
     if not S > CANCELLATION * float(wxx.sum()):
         return None
-    return s, w, S, W
+    return Masses(s, w, S, W)
 
 
 def coreset_draw(engine, size, entropy):
@@ -134,18 +172,15 @@ def coreset_draw(engine, size, entropy):
     a pass of their own."""
     u = _mean(engine)
     shared = chunk_shares(engine, u)
-    if shared is None:
-        s, w, S, W = engine.reduce(_masses, u[None, :], MASSES)
-    else:
-        s, w, S, W = shared
-    masses = proposal_masses(s, w, S, W)
+    m = engine.reduce(_masses, u[None, :], MASSES) if shared is None else shared
+    masses = proposal_masses(m)
     shares = masses / masses.sum()
     counts = stream(entropy, "coreset", "counts").multinomial(size, shares)
-    return Draw(u[None, :], counts, S, W, size, "coreset", None if shared is None else shares), counts
+    return Draw(u[None, :], counts, m.d2, m.w, size, "coreset", None if shared is None else shares), counts
 
 
-def _chunk_weight(chunk, _):
-    return (np.array([float(chunk.w.sum())]),)
+def _chunk_weight(chunk, _) -> ChunkWeights:
+    return ChunkWeights(np.array([float(chunk.w.sum())]))
 
 
 class TwoDraws(NamedTuple):
@@ -155,15 +190,16 @@ class TwoDraws(NamedTuple):
     aside: Draw
 
 
-def _sample_both(chunk, params: TwoDraws):
+def _sample_both(chunk, params: TwoDraws) -> TwoSamples:
     """``_sample`` of two draws (the coreset, and a uniform sample set aside) from one read of the chunk."""
-    return (*_sample(chunk, params.coreset), *_sample(chunk, params.aside))
+    coreset, aside = _sample(chunk, params.coreset), _sample(chunk, params.aside)
+    return TwoSamples(coreset.rows, coreset.weights, aside.rows, aside.weights)
 
 
 def uniform_draw(engine, size, entropy):
     """How many of ``size`` rows drawn ∝ w each chunk draws (from the chunks' Σ w, read without the rows),
     the parameters of ``_sample`` that draws them, and the entropy of the engine over them."""
-    (w,) = engine.reduce(_chunk_weight, None, (Rows(),))
+    w = engine.reduce(_chunk_weight, None, (Rows(),)).weights
     counts = stream(entropy, "uniform", "counts").multinomial(size, w / w.sum())
     sub_entropy = int(stream(entropy, "uniform", "engine").integers(2**63))
     return Draw(None, counts, 0.0, float(w.sum()), size, "uniform", None), counts, sub_entropy
@@ -227,8 +263,9 @@ def coreset_and_sample(engine, size, aside, entropy, n_clusters, phases=None):
             sub_entropy = int(stream(entropy, "coreset", "engine").integers(2**63))
             if aside and engine.samples_here(size) and engine.samples_here(aside):
                 other, _, other_entropy = uniform_draw(engine, aside, entropy)
-                X, w, U, u = engine.reduce(_sample_both, TwoDraws(params, other), (Rows(),) * 4)
-                work, drawn = stack.enter_context(engine.working_set(X, w, sub_entropy)), (U, u, other_entropy)
+                both = engine.reduce(_sample_both, TwoDraws(params, other), (Rows(),) * 4)
+                work = stack.enter_context(engine.working_set(both.rows, both.weights, sub_entropy))
+                drawn = (both.aside_rows, both.aside_weights, other_entropy)
             else:
                 work = stack.enter_context(engine.sample(_sample, params, counts, sub_entropy))
             shown.update()

@@ -79,7 +79,25 @@ class SumsOf(NamedTuple):
     nearest_costs: tuple | None
 
 
-def _sums_step(chunk, params: SumsOf):
+class SumsPartial(NamedTuple):
+    """A chunk's part of ``ClusterSums`` (the silhouette's Σ w s, a mixture's log-likelihood terms)."""
+
+    weights: np.ndarray
+    offsets: np.ndarray
+    squares: np.ndarray
+    silhouette: float
+    log_likelihood: float
+    qe: float
+    evals: np.int64
+
+
+class Spreads(NamedTuple):
+    """Σ w ||x − μ|| per cluster about the clusters' means."""
+
+    spreads: np.ndarray
+
+
+def _sums_step(chunk, params: SumsOf) -> SumsPartial:
     centers, nearest_costs = params.centers, params.nearest_costs
     X = chunk.x
     k, d = centers.C.shape
@@ -96,17 +114,17 @@ def _sums_step(chunk, params: SumsOf):
     chunk.state[LABELS] = np.ascontiguousarray(ids[:, 0])
     ll = nearest_log_likelihood(chunk.w, dists, nearest_costs[0], n_terms) if n_terms else 0.0
     qe = float(np.dot(chunk.w, np.ascontiguousarray(dists[:, 0])))  # (as ``lloyd.quantization_error``'s step)
-    return weights, offsets, squares, s, ll, qe, np.int64(evals)
+    return SumsPartial(weights, offsets, squares, s, ll, qe, np.int64(evals))
 
 
-def _spreads_step(chunk, means):
+def _spreads_step(chunk, means) -> Spreads:
     spreads, X = np.zeros(means.shape[0]), chunk.x
     if is_csr(X):
         mnorm = np.einsum("ij,ij->i", means, means)
         csr_spreads_about(X.indptr, X.indices, X.data, chunk.w, means, mnorm, chunk.state[LABELS], spreads)
     else:
         spreads_about(X, chunk.w, means, chunk.state[LABELS], spreads)
-    return (spreads,)
+    return Spreads(spreads)
 
 
 def check_centers(engine, centers):
@@ -130,14 +148,16 @@ def partition_sums(engine, centers, spreads=True, nearest_costs=None):
     prepared = Prepared(centers, engine.dtype)
     costs = None if nearest_costs is None else (float(nearest_costs[0]), int(nearest_costs[2]))
     with engine.state(LABELS, _labelled, lambda: prepared, build=False):
-        weights, offsets, squares, s, ll, qe, evals = engine.reduce(_sums_step, SumsOf(prepared, costs))
+        part = engine.reduce(_sums_step, SumsOf(prepared, costs))
+        ll = part.log_likelihood
         if nearest_costs is not None:
-            ll = float(ll) - float(nearest_costs[1]) * float(weights.sum())
+            ll = float(ll) - float(nearest_costs[1]) * float(part.weights.sum())
         ll = None if costs is None else ll
-        sums = ClusterSums(weights, offsets, squares, float(s), None, ll, float(qe), int(evals))
+        sums = ClusterSums(
+            part.weights, part.offsets, part.squares, float(part.silhouette), None, ll, float(part.qe), int(part.evals)
+        )
         if spreads:
-            (spread,) = engine.reduce(_spreads_step, cluster_means(sums, centers))
-            sums = sums._replace(spreads=spread)
+            sums = sums._replace(spreads=engine.reduce(_spreads_step, cluster_means(sums, centers)).spreads)
     return sums
 
 

@@ -105,10 +105,30 @@ def _unsearched_state(chunk, params):
     """State ``knn`` of a partition rebuilt after a lost worker: none, until ``NeighbourGraph.complete``."""
 
 
-def _sum_d2(chunk, params):
+class Keyed(NamedTuple):
+    """One ``KeyedSum`` field: (keys, their sums)."""
+
+    pairs: tuple
+
+
+class Picked(NamedTuple):
+    """The recall's query rows, their input ids and the neighbours the graph holds for them."""
+
+    rows: np.ndarray
+    input_ids: np.ndarray
+    found: np.ndarray
+
+
+class Nearest(NamedTuple):
+    """One ``RowTop`` field: per query (d², input ids) of its r nearest."""
+
+    top: tuple
+
+
+def _sum_d2(chunk, params) -> Keyed:
     """The exact Σ d2 (a KeyedSum on one key: the same bits for any layout)."""
     d2 = chunk.state[GRAPH][1]
-    return ((np.zeros(d2.size, np.int64), d2.ravel()),)
+    return Keyed((np.zeros(d2.size, np.int64), d2.ravel()))
 
 
 # ---------------------------------------------------------------- exact
@@ -184,7 +204,7 @@ class Probes(NamedTuple):
     nprobe: int
 
 
-def _probe_pairs(chunk, params: Probes):
+def _probe_pairs(chunk, params: Probes) -> Keyed:
     """(cell, probed cell) pairs of the chunk's rows: each row's nprobe nearest non-empty cells (exact; its
     own cell first), as KeyedSum keys cell · nlist + probed cell."""
     live_centroids, live, starts, nprobe = params.live_centroids, params.live, params.starts, params.nprobe
@@ -193,7 +213,7 @@ def _probe_pairs(chunk, params: Probes):
     nearest_centres(chunk.state[ROWS], live_centroids, probes)
     cell = np.searchsorted(starts, np.arange(chunk.start, chunk.stop), side="right") - 1
     keys = np.unique(cell[:, None] * nlist + live[probes])
-    return ((keys, np.ones(len(keys), np.int64)),)
+    return Keyed((keys, np.ones(len(keys), np.int64)))
 
 
 def probe_lists(engine, centroids, starts, nprobe, r):
@@ -204,7 +224,7 @@ def probe_lists(engine, centroids, starts, nprobe, r):
     nlist = len(centroids)
     sizes = np.diff(starts)
     live = np.flatnonzero(sizes)
-    ((pairs, _),) = engine.reduce(_probe_pairs, Probes(centroids[live], live, starts, int(nprobe)), (KeyedSum(),))
+    pairs, _ = engine.reduce(_probe_pairs, Probes(centroids[live], live, starts, int(nprobe)), (KeyedSum(),)).pairs
     by_rows = np.split(pairs % nlist, np.searchsorted(pairs // nlist, np.arange(1, nlist)))
     C = centroids[live]
     cc = squared_norms(C)
@@ -303,10 +323,10 @@ def search_ivf(chunk, params: Search):
 # ---------------------------------------------------------------- recall
 
 
-def _queries(chunk, picks):
+def _queries(chunk, picks) -> Picked:
     lo, hi = np.searchsorted(picks, [chunk.start, chunk.stop])
     at = picks[lo:hi] - chunk.start
-    return chunk.state[ROWS][at], chunk.input_ids()[at], chunk.state[GRAPH][2][at]
+    return Picked(chunk.state[ROWS][at], chunk.input_ids()[at], chunk.state[GRAPH][2][at])
 
 
 class Queries(NamedTuple):
@@ -317,10 +337,10 @@ class Queries(NamedTuple):
     r: int
 
 
-def _brute(chunk, params: Queries):
+def _brute(chunk, params: Queries) -> Nearest:
     Q, q_in, r = params.rows, params.input_ids, params.r
     j, d2 = nearest_among(Q, q_in, chunk.state[ROWS], chunk.input_ids(), r)
-    return ((d2, np.where(j >= 0, chunk.input_ids()[np.maximum(j, 0)], np.iinfo(np.int64).max)),)
+    return Nearest((d2, np.where(j >= 0, chunk.input_ids()[np.maximum(j, 0)], np.iinfo(np.int64).max)))
 
 
 def measure_recall(engine, r, entropy, n_queries=RECALL_QUERIES):
@@ -328,9 +348,9 @@ def measure_recall(engine, r, entropy, n_queries=RECALL_QUERIES):
     over all rows, on the workers) that the graph holds."""
     n = engine.n_samples
     picks = np.sort(stream(entropy, GRAPH, "recall").choice(n, min(n, n_queries), replace=False))
-    Q, q_in, found = engine.reduce(_queries, picks, (Rows(), Rows(), Rows()))
-    ((_, truth),) = engine.reduce(_brute, Queries(Q, q_in, r), (RowTop(r),))
-    hits = sum(len(np.intersect1d(a, b)) for a, b in zip(found, truth))
+    picked = engine.reduce(_queries, picks, (Rows(), Rows(), Rows()))
+    _, truth = engine.reduce(_brute, Queries(picked.rows, picked.input_ids, r), (RowTop(r),)).top
+    hits = sum(len(np.intersect1d(a, b)) for a, b in zip(picked.found, truth))
     return hits / truth.size
 
 
@@ -400,7 +420,7 @@ class NeighbourGraph:
         """The search, then Σ d2 and recall@r (a phase of ``rerun``: after a lost worker, the rebuilt
         partitions are searched again and both measured again)."""
         self.complete()
-        ((_, total),) = self.engine.reduce(_sum_d2, None, (KeyedSum(),))
+        _, total = self.engine.reduce(_sum_d2, None, (KeyedSum(),)).pairs
         self.sum_d2 = float(total.sum())
         if self.method == "ivf":
             self.recall = measure_recall(self.engine, self.n_neighbors, entropy)

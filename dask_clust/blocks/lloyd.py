@@ -67,7 +67,42 @@ class Moved(NamedTuple):
     shift: np.ndarray | None = None
 
 
-def lloyd_step(chunk, centers):
+class LloydPartial(NamedTuple):
+    """A chunk's part of a Lloyd step: Σ w x and Σ w per centre, the QE of its assignment, the labels that
+    changed and the distance evaluations."""
+
+    sums: np.ndarray
+    weights: np.ndarray
+    qe: float
+    changed: np.int64
+    evals: np.int64
+
+
+class Assigned(NamedTuple):
+    """The QE of an assignment and the distance evaluations it took."""
+
+    qe: float
+    evals: np.int64
+
+
+class Stepped(NamedTuple):
+    """What a Lloyd step tells the loop: the QE before the move, changed labels, evaluations, Σ w and ||Δc||²
+    per cluster."""
+
+    qe: float
+    changed: int
+    evals: int
+    weights: np.ndarray
+    moves: np.ndarray
+
+
+class Farthest(NamedTuple):
+    """The rows farthest from their centre (``Top``'s field: distance², global id, row, label, weight)."""
+
+    rows: tuple
+
+
+def lloyd_step(chunk, centers) -> LloydPartial:
     """Assign the chunk's rows and return the partial (Σ w x, Σ w, QE, changed labels, evaluations).
     ``centers``: a ``Moved`` (its centres a ``Prepared``, or a sharded model's float64 array), or a bare
     ``Prepared`` (every row searched).
@@ -108,7 +143,7 @@ def lloyd_step(chunk, centers):
     changed = chunk.n if prev is None else int(np.count_nonzero(prev != labels))
     st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"], st["lloyd_mind2"] = labels, prev, mind, mind2
     st["lloyd_step"] = moved.token
-    return sums, weights, qe, np.int64(changed), np.int64(evals)
+    return LloydPartial(sums, weights, qe, np.int64(changed), np.int64(evals))
 
 
 def _sums(chunk, centers, labels, mind):
@@ -138,24 +173,25 @@ def _moved(centers, dtype):
     return centers
 
 
-def _update_step(chunk, centers):
+def _update_step(chunk, centers) -> LloydPartial:
     """``lloyd_step``'s partial without its state (nothing is kept per row; no label counts as changed)."""
     prepared = _moved(centers, chunk.x.dtype).centers
     labels, mind, evals = nearest(chunk.x, prepared)
-    return (*_sums(chunk, prepared, labels, mind), np.int64(0), np.int64(evals))
+    sums, weights, qe = _sums(chunk, prepared, labels, mind)
+    return LloydPartial(sums, weights, qe, np.int64(0), np.int64(evals))
 
 
-def _assigned_qe(chunk, centers):
+def _assigned_qe(chunk, centers) -> Assigned:
     """``lloyd_step``'s QE and evaluations alone (the last assignment pass of a sharded model)."""
-    _, _, qe, _, evals = lloyd_step(chunk, centers)
-    return qe, evals
+    part = lloyd_step(chunk, centers)
+    return Assigned(part.qe, part.evals)
 
 
-def farthest_rows(chunk, m):
+def farthest_rows(chunk, m) -> Farthest:
     """The chunk's m rows farthest from their centre: (distance², global id, row, label, weight)."""
     mind = chunk.state["lloyd_mind"]
     idx = np.lexsort((np.arange(mind.shape[0]), -mind))[:m]
-    return ((mind[idx], idx + chunk.start, chunk.rows(idx), chunk.state["lloyd_labels"][idx], chunk.w[idx]),)
+    return Farthest((mind[idx], idx + chunk.start, chunk.rows(idx), chunk.state["lloyd_labels"][idx], chunk.w[idx]))
 
 
 def relocation(engine, weights):
@@ -165,7 +201,7 @@ def relocation(engine, weights):
     empty = np.flatnonzero(weights == 0)
     if not len(empty):
         return None
-    ((_, _, rows, labels, w),) = engine.reduce(farthest_rows, len(empty), (Top(len(empty), largest=True),))
+    _, _, rows, labels, w = engine.reduce(farthest_rows, len(empty), (Top(len(empty), largest=True),)).rows
     left = weights.copy()
     gives = np.zeros(len(rows), bool)
     for i, (e, old, wi) in enumerate(zip(empty, labels, w)):
@@ -267,15 +303,15 @@ def sharded_relocation(shard, params: Relocation, lo):
     return (new, sums, weights, old), (shifts(new, old),)
 
 
-def _qe_step(chunk, centers):
+def _qe_step(chunk, centers) -> Assigned:
     _, mind, evals = nearest(chunk.x, centers)
-    return float(np.dot(chunk.w, mind)), np.int64(evals)
+    return Assigned(float(np.dot(chunk.w, mind)), np.int64(evals))
 
 
 def quantization_error(engine, centers):
     """Σ w min_c ||x − c||² over the engine's rows (exact nearest centre) and the evaluations spent."""
-    qe, evals = engine.reduce(_qe_step, Prepared(centers, engine.dtype))
-    return float(qe), int(evals)
+    out = engine.reduce(_qe_step, Prepared(centers, engine.dtype))
+    return float(out.qe), int(out.evals)
 
 
 class DriverCentres(Steps):
@@ -288,12 +324,11 @@ class DriverCentres(Steps):
 
     def step(self, step=lloyd_step):
         """Steps 1-3 from the current centres: (QE, changed labels, evaluations, Σ w and ||Δc||² per cluster)."""
-        moved = self._moved(Prepared(self.centers, self.engine.dtype))
-        self._sums, self._weights, qe, changed, e = self.engine.reduce(step, moved)
-        self._old = self.centers
+        out = self.engine.reduce(step, self._moved(Prepared(self.centers, self.engine.dtype)))
+        self._sums, self._weights, self._old = out.sums, out.weights, self.centers
         self.centers = m_step(self._sums, self._weights, self._old, self.unit)
         self.moves = shifts(self.centers, self._old)
-        return qe, changed, e, self._weights, self.moves
+        return Stepped(out.qe, out.changed, out.evals, self._weights, self.moves)
 
     def relocate(self, moves):
         """The relocation's moves on the step's sums, and step 3 again: ||Δc||² per cluster."""
@@ -310,9 +345,9 @@ class DriverCentres(Steps):
         return self.centers
 
     def assigned_qe(self):
-        """One assignment pass for the labels and QE of the current centres: (QE, evaluations)."""
-        _, _, qe, _, e = self.engine.reduce(lloyd_step, self._moved(Prepared(self.centers, self.engine.dtype)))
-        return qe, e
+        """One assignment pass for the labels and QE of the current centres (``Assigned``)."""
+        out = self.engine.reduce(lloyd_step, self._moved(Prepared(self.centers, self.engine.dtype)))
+        return Assigned(out.qe, out.evals)
 
 
 class ShardedCentres(Steps):
@@ -327,8 +362,8 @@ class ShardedCentres(Steps):
     def step(self, step=lloyd_step):
         at_shard = functools.partial(sharded_m_step, unit=True) if self.unit else sharded_m_step
         scatter = ReduceScatter(self.model, at_shard, (Rows(), Rows()))
-        out = self.engine.reduce(step, self._moved(self.model.ref()), SHARDED_STEP, scatter=scatter)
-        self.moves = out[-1]
+        out = Stepped(*self.engine.reduce(step, self._moved(self.model.ref()), SHARDED_STEP, scatter=scatter))
+        self.moves = out.moves
         return out
 
     def relocate(self, moves):
@@ -361,8 +396,8 @@ def lloyd_update(engine, centers, unit=False):
     """One Lloyd step from ``centers`` without relocation (a cluster no row chose keeps its centre) and no
     state kept on the rows (``unit``: spherical): the new centres and the evaluations."""
     with centres_on(engine, "lloyd update", centers, unit) as model:
-        _, _, e, _, _ = model.step(_update_step)
-        return model.gather(), int(e)
+        evals = int(model.step(_update_step).evals)
+        return model.gather(), evals
 
 
 # Lloyd's per-row state in a checkpoint: each key's fields as ``restored_rows`` checks them (the bound is
@@ -420,22 +455,25 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None, unit=False):
     centers, evals, objective, strict, steps = _restored(engine, centers, loop)
     with centres_on(engine, "lloyd", centers, unit, **steps) as model:
         for _ in loop:
-            qe, changed, e, weights, shift = model.step()
-            evals += e
-            moves = relocation(engine, weights)
+            stepped = model.step()
+            qe, changed, shift = stepped.qe, stepped.changed, stepped.moves
+            evals += stepped.evals
+            moves = relocation(engine, stepped.weights)
             if moves is not None:
                 shift = model.relocate(moves)
             relocated = 0 if moves is None else len(moves[0])
             shift = float(shift.sum())
-            loop.record(half * qe, e, changed, centers=model.local(), center_shift=shift, relocated=relocated)
+            loop.record(
+                half * qe, stepped.evals, changed, centers=model.local(), center_shift=shift, relocated=relocated
+            )
             strict = changed == 0 and relocated == 0
             objective = half * qe
             if strict or shift <= tol:
                 loop.converged = True
             _save(engine, loop, model, evals, objective, strict)
         if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
-            qe, e = model.assigned_qe()
-            objective = half * qe
-            evals += e
+            assigned = model.assigned_qe()
+            objective = half * assigned.qe
+            evals += assigned.evals
         centers = model.gather()
     return FitResult(centers, float(objective), loop.n_iter, loop.converged, int(evals), loop.history)

@@ -52,7 +52,17 @@ class HardStart(NamedTuple):
     moments: int
 
 
-def _hard_stats(chunk, params: HardStart):
+class StartStats(NamedTuple):
+    """A mixture's start statistics: Σ w x per component, the responsibilities' Σ w (U) and second moments
+    (Q, as the covariance type keeps them); with a hard start, the distance evaluations."""
+
+    sums: np.ndarray
+    U: np.ndarray
+    Q: np.ndarray
+    evals: np.int64 = np.int64(0)
+
+
+def _hard_stats(chunk, params: HardStart) -> StartStats:
     """Each row wholly its nearest centre's: the sums about the centres, and the evaluations."""
     centers, moments = params.centers, params.moments
     labels, mind, evals = nearest(chunk.x, centers)
@@ -63,7 +73,7 @@ def _hard_stats(chunk, params: HardStart):
         component_scatter(x, np.arange(chunk.n), labels, chunk.w, centers.C, Q)
     else:
         np.add.at(Q, labels, chunk.w[:, None] * (x - centers.C[labels]) ** 2)
-    return sums, U, Q, np.int64(evals)
+    return StartStats(sums, U, Q, np.int64(evals))
 
 
 class RandomStart(NamedTuple):
@@ -74,7 +84,7 @@ class RandomStart(NamedTuple):
     moments: int
 
 
-def _random_stats(chunk, params: RandomStart):
+def _random_stats(chunk, params: RandomStart) -> StartStats:
     """Responsibilities uniform random per row (the chunk's own stream), normalised: the sums about the
     data's mean, in blocks of RESPONSIBILITY_ROWS rows."""
     n_clusters, mean, moments = params.n_clusters, params.mean, params.moments
@@ -87,7 +97,7 @@ def _random_stats(chunk, params: RandomStart):
         resp = rng.random((b.stop - b.start, n_clusters))
         resp /= resp.sum(axis=1, keepdims=True)
         _add_stats(chunk.x[b].astype(np.float64), chunk.w[b], resp, about, sums, U, Q)
-    return sums, U, Q
+    return StartStats(sums, U, Q)
 
 
 def mixture_start(engine, how, n_clusters, family, entropy):
@@ -103,13 +113,15 @@ def mixture_start(engine, how, n_clusters, family, entropy):
         seeds, evals = seed(engine, C, "k-means||", entropy)
         result = lloyd(engine, seeds, max_iter=KMEANS_MAX_ITER, tol=KMEANS_TOL * float(np.mean(s.var)))
         about = result.centers
-        sums, U, Q, e = engine.reduce(_hard_stats, HardStart(Prepared(about, engine.dtype), family.cov.moments))
-        evals += result.distance_evals + int(e)
+        stats = engine.reduce(_hard_stats, HardStart(Prepared(about, engine.dtype), family.cov.moments))
+        evals += result.distance_evals + int(stats.evals)
     else:
         about = np.tile(s.mean, (C, 1))
-        sums, U, Q = engine.reduce(_random_stats, RandomStart(C, s.mean, family.cov.moments))
+        stats = engine.reduce(_random_stats, RandomStart(C, s.mean, family.cov.moments))
     var = family.cov.isotropic_var(1.0, C, D) * np.maximum(s.var, family.floor)
-    mu, var, weights, resid = mixture_m_step(family, about, var, np.full(C, 1.0 / C), sums, U, Q, total)
+    mu, var, weights, resid = mixture_m_step(
+        family, about, var, np.full(C, 1.0 / C), stats.sums, stats.U, stats.Q, total
+    )
     if covariance(family.covariance_type).tied:  # one σ² from every component's residual
         var[:] = new_sigma2(resid, D, total, family.floor)
     return mu, var, weights, evals

@@ -35,7 +35,7 @@ from ..kernels.assign import (
 )
 from ..kernels.distance import gemm_tolerance
 from ..kernels.sampling import draw_proportional, greedy_plusplus
-from .coreset import MASSES, chunk_masses, proposal, proposal_masses
+from .coreset import MASSES, Masses, chunk_masses, proposal, proposal_masses
 from .lloyd import lloyd
 
 SEEDERS = ("k-means||", "k-means++", "afkmc2", "random")
@@ -78,7 +78,53 @@ class Proposal(NamedTuple):
     uniform: bool
 
 
-def _propose(chunk, params: Proposal):
+class Proposals(NamedTuple):
+    """A chunk's proposals: its mass (Σ of what it draws by), the evaluations, and the rows it proposes."""
+
+    masses: np.ndarray
+    evals: np.int64
+    rows: object
+
+
+class ProposedRow(NamedTuple):
+    """The one row a chunk proposes (none from the other chunks)."""
+
+    rows: object
+
+
+class ChunkMass(NamedTuple):
+    """Σ w per chunk, in chunk order."""
+
+    masses: np.ndarray
+
+
+class Potentials(NamedTuple):
+    """Greedy k-means++'s potential of each candidate, and the evaluations."""
+
+    potentials: np.ndarray
+    evals: np.int64
+
+
+class CandidateWeights(NamedTuple):
+    """Σ w of the rows nearest each k-means|| candidate, and the evaluations."""
+
+    weights: np.ndarray
+    evals: np.int64
+
+
+class Chained(NamedTuple):
+    """A round's AFK-MC2 proposals: their slots, d² to the round's centres, rows, weights, proposal
+    probabilities, and the evaluations."""
+
+    slots: np.ndarray
+    d2: np.ndarray
+    rows: object
+    w: np.ndarray
+    q: np.ndarray
+    evals: np.int64
+
+
+def _propose(chunk, params: Proposal) -> Proposals:
     """Commit the last chosen centre, then propose ``trials`` rows ∝ w·mind (∝ w when ``uniform``, which
     needs no state): (the chunk's mass, evaluations, its proposals' rows; none when its mass is 0)."""
     evals = 0
@@ -91,17 +137,17 @@ def _propose(chunk, params: Proposal):
         p = chunk.w * mind
     mass = float(p.sum())
     if mass <= 0:
-        return np.zeros(1), np.int64(evals), chunk.rows(slice(0, 0))
+        return Proposals(np.zeros(1), np.int64(evals), chunk.rows(slice(0, 0)))
     idx = draw_proportional(p, chunk.rng("propose", params.step), params.trials)
-    return np.array([mass]), np.int64(evals), chunk.rows(idx)
+    return Proposals(np.array([mass]), np.int64(evals), chunk.rows(idx))
 
 
 # per chunk its mass and proposals, in chunk order (trials rows per chunk: small); evaluations summed
 PROPOSALS = (Rows(), Sum(), Rows())
 
 
-def _chunk_mass(chunk, _):
-    return (np.array([chunk.w.sum()]),)
+def _chunk_mass(chunk, _) -> ChunkMass:
+    return ChunkMass(np.array([chunk.w.sum()]))
 
 
 class OneRow(NamedTuple):
@@ -113,20 +159,20 @@ class OneRow(NamedTuple):
     dtype: np.dtype
 
 
-def _propose_in(chunk, params: OneRow):
+def _propose_in(chunk, params: OneRow) -> ProposedRow:
     """``_propose``'s uniform proposal of one row, from chunk ``params.chunk`` alone (no other chunk is read)."""
     if chunk.index != params.chunk:
-        return (np.empty((0, params.n_features), params.dtype),)
-    return (_propose(chunk, Proposal(None, 1, params.step, True))[2],)
+        return ProposedRow(np.empty((0, params.n_features), params.dtype))
+    return ProposedRow(_propose(chunk, Proposal(None, 1, params.step, True)).rows)
 
 
 _propose_in.prefetch = False
 
 
-def _potentials(chunk, centers):
+def _potentials(chunk, centers) -> Potentials:
     pot = np.zeros(centers.C.shape[0])
     evals = candidate_potentials(chunk.x, chunk.w, chunk.state["mind"], centers, pot)
-    return pot, np.int64(evals)
+    return Potentials(pot, np.int64(evals))
 
 
 def _init_candidates(chunk, cands):
@@ -266,22 +312,22 @@ class LastRound(NamedTuple):
     n_cands: int
 
 
-def _update_and_weigh(chunk, params: LastRound):
+def _update_and_weigh(chunk, params: LastRound) -> CandidateWeights:
     """The last round's ``_update_potential`` and ``_candidate_weights`` in one read of the rows."""
     _, evals = _update_potential(chunk, params.update)
-    return _candidate_weights(chunk, params.n_cands)[0], np.int64(evals)
+    return CandidateWeights(_candidate_weights(chunk, params.n_cands), np.int64(evals))
 
 
 def _candidate_weights(chunk, n_cands):
     """Σ w of the rows nearest each candidate, from the rounds' own record of it (no pass over the
     candidates)."""
-    return (np.bincount(chunk.state["k-means||"]["near"], weights=chunk.w, minlength=n_cands),)
+    return np.bincount(chunk.state["k-means||"]["near"], weights=chunk.w, minlength=n_cands)
 
 
-def _nearest_weights(chunk, centers):
+def _nearest_weights(chunk, centers) -> CandidateWeights:
     """Σ w of the rows nearest each of ``centers`` (a Prepared), by a pass over them."""
     labels, _, evals = nearest(chunk.x, centers)
-    return np.bincount(labels, weights=chunk.w, minlength=centers.C.shape[0]), np.int64(evals)
+    return CandidateWeights(np.bincount(labels, weights=chunk.w, minlength=centers.C.shape[0]), np.int64(evals))
 
 
 def _afk_build(chunk, model):
@@ -299,7 +345,7 @@ def _afk_build(chunk, model):
             update_mind(st["rows"], centers[1:], st["mind"])
 
 
-def _afk_masses(chunk, _):
+def _afk_masses(chunk, _) -> Masses:
     """The chunk's Σ w d² and Σ w (see MASSES), from d² to the first centre."""
     return chunk_masses(float(np.dot(chunk.w, chunk.state["afkmc2"]["d2"])), float(chunk.w.sum()))
 
@@ -332,7 +378,7 @@ class Chains(NamedTuple):
     chain_length: int
 
 
-def _afk_chains(chunk, params: Chains):
+def _afk_chains(chunk, params: Chains) -> Chained:
     """A round from centre j on: commit the centres chosen since the last round (applied to every proposal
     still ahead in blocks of ``AFK_BLOCK`` centres: one read of the proposals per block), then return this
     chunk's proposals of chains j .. j + n_chains − 1 with their min d² to centres 1..j−1: (position from
@@ -348,7 +394,8 @@ def _afk_chains(chunk, params: Chains):
         st["pending"], pending = [], pending[:0]
     d2 = st["mind"][a:b].copy()
     evals += update_mind(st["rows"][a:b], pending, d2)
-    return st["slot"][a:b] - (j - 1) * chain_length, d2, st["rows"][a:b], st["w"][a:b], st["q"][a:b], np.int64(evals)
+    slots = st["slot"][a:b] - (j - 1) * chain_length
+    return Chained(slots, d2, st["rows"][a:b], st["w"][a:b], st["q"][a:b], np.int64(evals))
 
 
 # the most state a seeder keeps per row: k-means||'s min d² to the candidates (float64) and its nearest
@@ -386,16 +433,15 @@ def first_center(engine, rng_tag, entropy):
     if engine.unweighted:
         masses = np.diff(engine.source.starts).astype(np.float64)
     else:
-        (masses,) = engine.reduce(_chunk_mass, None, (Rows(),))
+        masses = engine.reduce(_chunk_mass, None, (Rows(),)).masses
     total = masses.sum()
     c = int(stream(entropy, rng_tag, "driver", 0).choice(len(masses), size=1, p=masses / total)[0])
-    (row,) = engine.reduce(
+    return engine.reduce(
         _propose_in,
         OneRow(c, (rng_tag, 0), engine.n_features, engine.dtype),
         (Rows(),),
         first_pass="after" if engine.unweighted else "before",
-    )
-    return row
+    ).rows
 
 
 def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
@@ -413,16 +459,16 @@ def kmeans_plusplus(engine, k, entropy, n_local_trials=None):
         evals = 0
         new = centers[0]
         for j in range(1, k):
-            masses, e, rows = engine.reduce(_propose, Proposal(new, trials, ("k-means++", j), False), PROPOSALS)
-            evals += int(e)
-            cands = _pick_proposals(masses, rows, trials, stream(entropy, "k-means++", "driver", j))
+            proposed = engine.reduce(_propose, Proposal(new, trials, ("k-means++", j), False), PROPOSALS)
+            evals += int(proposed.evals)
+            cands = _pick_proposals(proposed.masses, proposed.rows, trials, stream(entropy, "k-means++", "driver", j))
             if cands is None:  # every row already coincides with a centre: duplicates are all that is left
                 cands = engine.take(stream(entropy, "k-means++", "dup", j).integers(0, engine.n_samples, 1))
                 new = cands[0].astype(np.float64)
             else:
-                pot, e = engine.reduce(_potentials, Prepared(cands, engine.dtype))
-                evals += int(e)
-                new = cands[int(np.argmin(pot))].astype(np.float64)
+                scored = engine.reduce(_potentials, Prepared(cands, engine.dtype))
+                evals += int(scored.evals)
+                new = cands[int(np.argmin(scored.potentials))].astype(np.float64)
             centers[j] = new
             chosen[0] = j + 1
             shown.update()
@@ -485,8 +531,8 @@ def parallel_candidates(engine, ell, entropy, max_rounds=5):
         n_cands = sum(c.shape[0] for c in cands)
         # after a round with φ = 0 its candidates are already in: nothing to add
         last = _round(engine, cands, offset if phi > 0 else n_cands)
-        weights, e = engine.reduce(_update_and_weigh, LastRound(last, n_cands))
-    return stacked(cands), weights, evals + int(e)
+        weighed = engine.reduce(_update_and_weigh, LastRound(last, n_cands))
+    return stacked(cands), weighed.weights, evals + int(weighed.evals)
 
 
 def _topped_up(engine, cands, weights, k, entropy):
@@ -496,7 +542,8 @@ def _topped_up(engine, cands, weights, k, entropy):
     if cands.shape[0] < k:
         extra = stream(entropy, "k-means||", "top-up").choice(engine.n_samples, k - cands.shape[0], replace=False)
         cands = stacked([cands, engine.take(extra, dense=False).astype(np.float64)])
-        weights, evals = engine.reduce(_nearest_weights, Prepared(cands, engine.dtype))
+        weighed = engine.reduce(_nearest_weights, Prepared(cands, engine.dtype))
+        weights, evals = weighed.weights, weighed.evals
     keep = weights > 0
     if keep.sum() >= k:
         return cands[keep], weights[keep], int(evals)
@@ -586,22 +633,22 @@ def afkmc2(engine, k, entropy, chain_length=20):
     centers[0] = first[0]
     chosen, plan = [1], [None]
     with engine.state("afkmc2", _afk_build, lambda: (first, plan[0], centers[: chosen[0]])):
-        s, w, S, W = engine.reduce(_afk_masses, None, MASSES)
-        masses = proposal_masses(s, w, S, W)
+        shares = engine.reduce(_afk_masses, None, MASSES)
+        masses = proposal_masses(shares)
         counts = rng.multinomial(m, masses / masses.sum())
         slot_of = np.argsort(rng.permutation(m))  # the proposal at place i in chunk order goes to this slot
         u = rng.random(m).reshape(-1, chain_length) if k > 1 else None
-        plan[0] = (counts, S, W, slot_of)
+        plan[0] = (counts, shares.d2, shares.w, slot_of)
         engine.reduce(_afk_draw, plan[0])
         evals = engine.n_samples
         with progress.phase("seeding afkmc2 chains", k - 1, "chain") as shown:
             for j in range(1, k, CHAINS_PER_ROUND):
                 n = min(CHAINS_PER_ROUND, k - j)
                 new = centers[max(1, j - CHAINS_PER_ROUND) : j] if j > 1 else centers[:0]
-                t, d2, rows, w, q, e = engine.reduce(_afk_chains, Chains(j, list(new), n, chain_length), CHAINS)
-                order = np.argsort(t)
-                d2, rows, w, q = d2[order], rows[order], w[order], q[order]
-                evals += int(e)
+                chained = engine.reduce(_afk_chains, Chains(j, list(new), n, chain_length), CHAINS)
+                order = np.argsort(chained.slots)
+                d2, rows, w, q = (chained.d2[order], chained.rows[order], chained.w[order], chained.q[order])
+                evals += int(chained.evals)
                 for b in range(n):
                     sl = slice(b * chain_length, (b + 1) * chain_length)
                     evals += update_mind(rows[sl], centers[j : j + b], d2[sl])

@@ -20,6 +20,7 @@ from .lloyd import m_step as mean_directions
 from .truncated_estep import (
     ESTEP,
     NO_METRIC,
+    Found,
     SearchParams,
     TruncatedInit,
     init_neighbourhoods,
@@ -143,6 +144,19 @@ class MStepResult(NamedTuple):
     active: int
 
 
+class ShardedUpdate(NamedTuple):
+    """A search with σ² known on a sharded model, as its reduce-scatter returns it: the summed fields
+    (evaluations, Σ w least cost, changed winners, the data term of F), then the shards' small fields (G_c,
+    then the M-step's)."""
+
+    evals: int
+    least_cost: float
+    changed: int
+    data_f: float
+    neighbourhoods: np.ndarray
+    small: tuple
+
+
 class Search(NamedTuple):
     """An iteration's step 4 (and 5, 6 when σ² is known): its cost evaluations, Σ w min cost, the rows whose
     winner changed, the new G_c, and step 6's result (None before σ² is known)."""
@@ -201,8 +215,9 @@ class DriverMeans:
         inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
         params = SearchParams(self.mu, Gc, key, extra_random, inv, self.grid, *self.metric, self.family.moments)
         combine = ESTEP if inv is None else ESTEP + stats_combine(self.family.moments)
-        e, minsum, changed, Gc, *stats = self.engine.reduce(truncated_estep, params, combine, neighbourhoods_at_root)
-        return Search(int(e), float(minsum), int(changed), Gc, self._m_step(sigma2, *stats) if stats else None)
+        found = self.engine.reduce(truncated_estep, params, combine, neighbourhoods_at_root)
+        m_step = self._m_step(sigma2, *found.stats) if found.stats else None
+        return Search(int(found.evals), float(found.least_cost), int(found.changed), found.neighbourhoods, m_step)
 
     def posteriors(self, sigma2):
         """Step 6 after the first search (σ² was not known when it ran)."""
@@ -275,27 +290,36 @@ class ShardedMeans:
             self.model.ref(), Gc, key, extra_random, inv, self.grid, *metric, self.family.moments,
             self._m_step_params(sigma2),
         )  # fmt: skip
-        if inv is None:
-            e, minsum, changed, Gc = self.engine.reduce(
-                truncated_estep, params, self.estep, scatter=ReduceScatter(self.model, _shard_neighbourhoods, (Rows(),))
+        if inv is None:  # (a reduce-scatter gives the summed fields, then the small ones: here G_c)
+            found = Found(
+                *self.engine.reduce(
+                    truncated_estep,
+                    params,
+                    self.estep,
+                    scatter=ReduceScatter(self.model, _shard_neighbourhoods, (Rows(),)),
+                )
             )
-            return Search(int(e), float(minsum), int(changed), Gc, None)
-        e, minsum, changed, data_f, Gc, *small = self.engine.reduce(
+            return Search(int(found.evals), float(found.least_cost), int(found.changed), found.neighbourhoods, None)
+        out = self.engine.reduce(
             truncated_estep,
             params,
             self.estep + self.stats,
             scatter=ReduceScatter(self.model, _shard_update, (Rows(),) + self.small),
         )
-        return Search(int(e), float(minsum), int(changed), Gc, self._updated(data_f, small))
+        updated = ShardedUpdate(*out[:5], out[5:])
+        m_step = self._updated(updated.data_f, updated.small)
+        return Search(
+            int(updated.evals), float(updated.least_cost), int(updated.changed), updated.neighbourhoods, m_step
+        )
 
     def posteriors(self, sigma2):
         moments = self.family.moments
         mu = self.model.ref() if moments else None
         params = PosteriorParams(0.5 / sigma2, self.n_clusters, mu, self._m_step_params(sigma2), moments)
-        data_f, *small = self.engine.reduce(
+        out = self.engine.reduce(
             posterior_step, params, self.stats, scatter=ReduceScatter(self.model, _shard_m_step, self.small)
         )
-        return self._updated(data_f, small)
+        return self._updated(out[0], out[1:])  # (the summed data term, then the shards' small fields)
 
     def _updated(self, data_f, small):
         if not self.family.isotropic:

@@ -222,12 +222,23 @@ ESTEP = (Sum(), Sum(), Sum(), KeyedSum())
 STATS = (Sum(),) * 4
 
 
-def neighbourhoods_at_root(found, params):
+class Found(NamedTuple):
+    """A search as the driver receives it: evaluations, Σ w least cost, rows whose winner changed, the new G_c,
+    and (σ² known) the posteriors' statistics, in ``stats_combine``'s order (else empty)."""
+
+    evals: int
+    least_cost: float
+    changed: int
+    neighbourhoods: np.ndarray
+    stats: tuple = ()
+
+
+def neighbourhoods_at_root(found, params) -> Found:
     """Step 5 where the E-step's partials meet: the pair statistics (O(distinct pairs)) become G_c (C × G),
-    the only part of them the driver receives."""
+    the only part of them the driver receives. ``found``: ``truncated_estep``'s fields, combined."""
     Gc = params.Gc.copy()
     update_neighbourhoods(*found[3], Gc)
-    return found[:3] + (Gc,) + found[4:]
+    return Found(found[0], found[1], found[2], Gc, tuple(found[4:]))
 
 
 def posterior_step(chunk, params):

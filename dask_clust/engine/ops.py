@@ -9,6 +9,7 @@ whatever the number of chunks or workers (a ``Rows`` field excepted: its size is
 """
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -147,8 +148,8 @@ class Engine:
     # -- verbs
     def reduce(self, step, params=None, combine=None, at_root=None, halo=None, scatter=None, first_pass="before"):
         """``step(chunk, params)`` on every chunk, its fields combined by ``combine`` (one per field; None:
-        every field an exact ``Sum``); returns the tuple of combined fields, or ``at_root(fields, params)``
-        when given.
+        every field an exact ``Sum``); returns the tuple of combined fields (as the NamedTuple the step's
+        return annotation names, when it names one: read by name), or ``at_root(fields, params)`` when given.
 
         ``first_pass``, while the engine's first pass (``summary``: the checks of the input, the grid of
         every exact float sum) has not run: "before" runs it first; "with" runs it in this call, which
@@ -178,7 +179,7 @@ class Engine:
                     raise ValueError("a call that carries the first pass takes no at_root, halo or scatter")
                 fields = self._step(carrying, (step, params), SUMMARY + tuple(combine))
                 self._first.learn(fields[: len(SUMMARY)])
-                return fields[len(SUMMARY) :]
+                return named(step, fields[len(SUMMARY) :])
             if first_pass == "before":
                 self._first_pass()
         elif step is summary_step:
@@ -191,7 +192,8 @@ class Engine:
             scatter = ReduceScatter(scatter.model.key, scatter.at_shard, tuple(scatter.small))
         if halo is not None:
             self._halos.used(halo)
-        return self._step(step, params, combine, at_root, halo, scatter)
+        out = self._step(step, params, combine, at_root, halo, scatter)
+        return out if at_root is not None or scatter is not None else named(step, out)
 
     def shards_model(self, nbytes):
         """Rule 1: whether a model of ``nbytes`` lives sharded on the workers (over ``model-bytes``)."""
@@ -366,6 +368,21 @@ class Engine:
         (``figure``: what its iterations' figure is called; k: its clusters)."""
         shape = {"N": self.source.n_samples, "D": self.source.n_features, "k": k}
         return self.backend.publisher(algo, shape, figure)
+
+
+@functools.cache
+def result_type(step):
+    """The NamedTuple class a step's return annotation names (``def step(chunk, params) -> Partial``), or None."""
+    kind = getattr(step, "__annotations__", {}).get("return")
+    if isinstance(kind, str):  # (a module with postponed annotations)
+        kind = getattr(step, "__globals__", {}).get(kind)
+    return kind if isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields") else None
+
+
+def named(step, fields):
+    """A call's combined ``fields`` as the step's declared result type, when it declares one."""
+    kind = result_type(step)
+    return fields if kind is None else kind(*fields)
 
 
 class Sender:
