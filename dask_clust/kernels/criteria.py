@@ -94,23 +94,14 @@ def nearest_m(X, Cd, cnorm, C, tol, block, ids, dists):
 @njit(nogil=True, cache=True)
 def _smallest(Gv, cnorm, rows, top, tj):
     """Each row's m + 1 smallest GEMM values ||c||² − 2 x·c and their centres (m + 1 = top.shape[1]),
-    ascending, the earlier centre first on ties: an insertion along G's contiguous rows."""
-    m = top.shape[1] - 1
+    ascending, the earlier centre first on ties: ``_keep``'s insertion along G's contiguous rows."""
     two = Gv.dtype.type(2.0)
     top[:rows] = np.inf
-    tj[:rows] = 0
+    tj[:rows] = -1
     for j in range(Gv.shape[0]):
         cj = Gv.dtype.type(cnorm[j])
         for r in range(rows):
-            v = cj - two * Gv[j, r]
-            if v < top[r, m]:
-                p = m
-                while p > 0 and v < top[r, p - 1]:
-                    top[r, p] = top[r, p - 1]
-                    tj[r, p] = tj[r, p - 1]
-                    p -= 1
-                top[r, p] = v
-                tj[r, p] = j
+            _keep(tj, top, r, j, cj - two * Gv[j, r])
 
 
 @njit(nogil=True, cache=True)
