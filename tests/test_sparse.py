@@ -118,8 +118,10 @@ def test_sharded_centres_from_csr_rows_give_the_model_of_the_driver(documents, m
     X, _ = documents
     kw = dict(algo="kmeans", n_clusters=12, random_state=3, client="in-process", max_iter=8)
     driver = dask_clust.fit(X, **kw)
-    made, init = [], lloyd.ShardedCentres.__init__
-    monkeypatch.setattr(lloyd.ShardedCentres, "__init__", lambda self, *a, **k: made.append(init(self, *a, **k)))
+    from dask_clust.engine.sharded import ShardedModel
+
+    made, init = [], ShardedModel.__init__
+    monkeypatch.setattr(ShardedModel, "__init__", lambda self, *a, **k: made.append(init(self, *a, **k)))
     with dask.config.set({"dask_clust.model-bytes": "1"}):
         sharded = dask_clust.fit(X, **kw)
     assert made

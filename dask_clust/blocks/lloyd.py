@@ -34,7 +34,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..engine import ReduceScatter
 from ..engine.combine import Entries, Rows, Scatter, Sum, Top
 from ..kernels.assign import Prepared, accumulate, is_csr, nearest, nearest_after_move
 from ..kernels.distance import rows_per_block
@@ -274,7 +273,8 @@ class Steps:
         return moved
 
 
-# the sharded path: Σ w x and Σ w reduce-scattered by cluster; QE, changed labels and evaluations summed
+# a step's fields: Σ w x and Σ w go to the centres' shards (reduce-scattered by cluster when sharded); QE,
+# changed labels and evaluations summed
 SHARDED_STEP = (Scatter(), Scatter(), Sum(), Sum(), Sum())
 
 
@@ -314,82 +314,53 @@ def quantization_error(engine, centers):
     return float(out.qe), int(out.evals)
 
 
-class DriverCentres(Steps):
-    """The centres on the driver (k × d within ``model-bytes``): a step's sums come to the driver finished and
-    step 3 runs here."""
-
-    def __init__(self, engine, centers, unit=False, **steps):
-        super().__init__(**steps)
-        self.engine, self.centers, self.unit = engine, centers, unit
-
-    def step(self, step=lloyd_step):
-        """Steps 1-3 from the current centres: (QE, changed labels, evaluations, Σ w and ||Δc||² per cluster)."""
-        out = self.engine.reduce(step, self._moved(Prepared(self.centers, self.engine.dtype)))
-        self._sums, self._weights, self._old = out.sums, out.weights, self.centers
-        self.centers = m_step(self._sums, self._weights, self._old, self.unit)
-        self.moves = shifts(self.centers, self._old)
-        return Stepped(out.qe, out.changed, out.evals, self._weights, self.moves)
-
-    def relocate(self, moves):
-        """The relocation's moves on the step's sums, and step 3 again: ||Δc||² per cluster."""
-        apply_moves(self._sums, self._weights, moves)
-        self.centers = m_step(self._sums, self._weights, self._old, self.unit)
-        self.moves = shifts(self.centers, self._old)
-        return self.moves
-
-    def local(self):
-        """The centres, for the callback (None where they are not on the driver)."""
-        return self.centers
-
-    def gather(self):
-        return self.centers
-
-    def assigned_qe(self):
-        """One assignment pass for the labels and QE of the current centres (``Assigned``)."""
-        out = self.engine.reduce(lloyd_step, self._moved(Prepared(self.centers, self.engine.dtype)))
-        return Assigned(out.qe, out.evals)
-
-
-class ShardedCentres(Steps):
-    """The centres sharded on the workers by cluster range (rule 1): step 2's sums are reduce-scattered and
-    step 3 runs where each range lives. Per step the driver receives Σ w and ||Δc||² per cluster (16·k bytes)
-    and three counters; the callback gets no centres (a checkpoint gathers them: k × d once per checkpoint)."""
+class Centres(Steps):
+    """Lloyd's centres in an engine model (``Engine.model``: on the driver while within ``model-bytes``, else
+    sharded on the workers by cluster range, rule 1). Step 2's sums go to step 3 where the centres live
+    (reduce-scattered when sharded), the same shard functions either way, so the same bits. Per step the
+    driver receives Σ w and ||Δc||² per cluster (16·k bytes) and three counters, and the sums themselves
+    (k·(D + 1)) where the centres are on the driver; the callback gets the centres only from there."""
 
     def __init__(self, engine, model, unit=False, **steps):
         super().__init__(**steps)
         self.engine, self.model, self.unit = engine, model, unit
+        self._at_shard = functools.partial(sharded_m_step, unit=True) if unit else sharded_m_step
+
+    def _ref(self):
+        """The centres for a step: prepared once on the driver when they are there."""
+        ref = self.model.ref()
+        return Prepared(ref, self.engine.dtype) if isinstance(ref, np.ndarray) else ref
 
     def step(self, step=lloyd_step):
-        at_shard = functools.partial(sharded_m_step, unit=True) if self.unit else sharded_m_step
-        scatter = ReduceScatter(self.model, at_shard, (Rows(), Rows()))
-        out = Stepped(*self.engine.reduce(step, self._moved(self.model.ref()), SHARDED_STEP, scatter=scatter))
+        """Steps 1-3 from the current centres (``Stepped``)."""
+        moved = self._moved(self._ref())
+        out = Stepped(*self.model.step(step, moved, SHARDED_STEP, self._at_shard, (Rows(), Rows())))
         self.moves = out.moves
         return out
 
     def relocate(self, moves):
+        """The relocation's moves on the step's sums, and step 3 again: ||Δc||² per cluster."""
         (self.moves,) = self.model.apply(sharded_relocation, Relocation(moves, self.unit), (Rows(),))
         return self.moves
 
     def local(self):
-        return None
+        """The centres, for the callback (None where they are not on the driver)."""
+        return self.model.local()
 
     def gather(self):
         return self.model.gather()
 
     def assigned_qe(self):
-        return self.engine.reduce(_assigned_qe, self._moved(self.model.ref()))
+        """One assignment pass for the labels and QE of the current centres (``Assigned``)."""
+        return self.engine.reduce(_assigned_qe, self._moved(self._ref()))
 
 
 @contextlib.contextmanager
 def centres_on(engine, key, centers, unit=False, **steps):
-    """Where the centres live while Lloyd runs: on the driver, or sharded on the workers when they are over
-    ``model-bytes``; the same iterations and the same bits either way. ``unit``: spherical k-means' M-step;
+    """Lloyd's centres for a fit, wherever ``Engine.model`` keeps them; ``unit``: spherical k-means' M-step;
     ``steps``: ``Steps``' (a checkpoint's)."""
-    if engine.shards_model(centers.nbytes):
-        with engine.sharded(key, (centers,)) as model:
-            yield ShardedCentres(engine, model, unit, **steps)
-    else:
-        yield DriverCentres(engine, centers, unit, **steps)
+    with engine.model(key, (centers,)) as model:
+        yield Centres(engine, model, unit, **steps)
 
 
 def lloyd_update(engine, centers, unit=False):

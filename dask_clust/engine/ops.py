@@ -30,7 +30,7 @@ from .halo import HaloPlans
 from .local import backend_for
 from .recovery import LOSSES, Restarted
 from .rowfiles import dump_chunk_rows, load_chunk_rows, rows_file
-from .sharded import ShardedModels
+from .sharded import HeldModel, ShardedModels
 
 logger = logging.getLogger("dask_clust")
 
@@ -205,8 +205,18 @@ class Engine:
         split by rows over the partitions, partition p holding ``combine.shard_bounds(rows, P)[p:p + 2]``,
         each shard copied to the next partition (restored from there when its worker is lost). The driver
         sends the arrays once; yields a ``ShardedModel``; dropped everywhere when the block ends."""
-        with self._models.block(key, arrays, self._send, self._grid()) as model:
+        with self._models.block(key, arrays, self._send, self._grid(), self.reduce) as model:
             yield model
+
+    @contextlib.contextmanager
+    def model(self, key, arrays):
+        """A context: the model ``key`` (``sharded``'s arrays) on the driver while within ``model-bytes``
+        (``HeldModel``), else sharded on the workers; the same calls and the same bits on either."""
+        if self.shards_model(sum(np.asarray(a).nbytes for a in arrays)):
+            with self.sharded(key, arrays) as model:
+                yield model
+        else:
+            yield HeldModel(arrays, self.reduce)
 
     @contextlib.contextmanager
     def state(self, key, builder, model=lambda: None, *, build=True, backup=()):
@@ -245,18 +255,7 @@ class Engine:
         step can redo on its own (an iterate: SLK's z, whose next value needs every partition's current
         one), the phase starts from what can be rebuilt (SLK's modes), so the result is the undisturbed one.
         Returns what the phase returns; a phase restarted ``recovery.LOSSES`` times ends in ``Restarted``."""
-        for attempt in range(LOSSES + 1):
-            self._sender.restarting += 1
-            try:
-                if attempt and repair is not None:
-                    repair()
-                return phase(attempt > 0)
-            except Restarted:
-                if attempt == LOSSES:
-                    raise
-            finally:
-                self._sender.restarting -= 1
-        raise AssertionError("unreachable")
+        return self._sender.rerun(phase, repair)
 
     def dump_rows(self, directory, key, fields=None, order=None):
         """Write every chunk's state ``key`` (of a dict-valued state, ``fields`` when given) into
@@ -418,6 +417,21 @@ class Sender:
         self._states.ran(call)
         self._models.written(call)
         return out
+
+    def rerun(self, phase, repair):
+        """``Engine.rerun``: ``phase`` restarted after a loss, up to ``LOSSES`` times."""
+        for attempt in range(LOSSES + 1):
+            self.restarting += 1
+            try:
+                if attempt and repair is not None:
+                    repair()
+                return phase(attempt > 0)
+            except Restarted:
+                if attempt == LOSSES:
+                    raise
+            finally:
+                self.restarting -= 1
+        raise AssertionError("unreachable")
 
 
 class Figures:

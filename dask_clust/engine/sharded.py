@@ -14,7 +14,7 @@ import numpy as np
 
 from . import combine as combines
 from .backups import BACKUP_COPIES, buddies
-from .calls import Gather, ShardApply, ShardDrop, ShardKeep, ShardRef, resolved_params
+from .calls import Gather, ReduceScatter, ShardApply, ShardDrop, ShardKeep, ShardRef, resolved_params
 from .mailbox import Answer, PartitionView, RebuiltPartition, gather_all, keep_newest, peer_call
 
 logger = logging.getLogger("dask_clust")
@@ -248,26 +248,62 @@ class ShardedModels:
         return list(self.versions)
 
     @contextlib.contextmanager
-    def block(self, key, arrays, send, top):
+    def block(self, key, arrays, send, top, reduce):
         arrays = tuple(np.asarray(a) for a in arrays)
         if len({len(a) for a in arrays}) != 1:
             raise ValueError("the arrays of a sharded model must have the same number of rows")
         send(ShardKeep, key=key, arrays=arrays)
         try:
-            yield ShardedModel(key, self.versions, send, top)
+            yield ShardedModel(key, self.versions, send, top, reduce)
         finally:
             self.versions.pop(key, None)
             send(ShardDrop, key=key)
 
 
+class HeldModel:
+    """A model small enough for the driver (``Engine.model`` within ``model-bytes``): one shard, the whole of
+    it, held here. A step's ``Scatter`` fields are summed whole and the shard function runs here on the one
+    shard (``lo`` = 0), so a fit writes its shard functions once and has the same bits on either model."""
+
+    def __init__(self, arrays, reduce):
+        self.shard = tuple(arrays)
+        self._reduce = reduce
+
+    def ref(self, field=0):
+        """For a call's parameters: the field itself."""
+        return self.shard[field]
+
+    def local(self, field=0):
+        """The field where it is on the driver (None on a ``ShardedModel``)."""
+        return self.shard[field]
+
+    def step(self, step, params, combine, at_shard, small):
+        """``Engine.reduce(step, params, combine, scatter=ReduceScatter(model, at_shard, small))`` on the one
+        shard: the other fields, then ``at_shard``'s small ones."""
+        whole = tuple(combines.Sum() if isinstance(c, combines.Scatter) else c for c in combine)
+        fields = self._reduce(step, params, whole)
+        spread = tuple(f for f, c in zip(fields, combine) if isinstance(c, combines.Scatter))
+        self.shard, small_fields = at_shard(spread, self.shard, params, 0)
+        return tuple(f for f, c in zip(fields, combine) if not isinstance(c, combines.Scatter)) + tuple(small_fields)
+
+    def apply(self, fn, params=None, small=()):
+        """``fn(shard, params, 0)`` -> (new shard, small fields): the small fields."""
+        self.shard, small_fields = fn(self.shard, params, 0)
+        return tuple(small_fields)
+
+    def gather(self, field=0):
+        return self.shard[field]
+
+
 class ShardedModel:
     """A model that lives on the workers, split by rows over the partitions (``Engine.sharded``)."""
 
-    def __init__(self, key, versions, send, top):
+    def __init__(self, key, versions, send, top, reduce):
         self.key = key
         self._versions = versions
         self._send = send
         self._top = top
+        self._reduce = reduce
 
     def ref(self, field=0):
         """For a call's parameters: the whole field as it is now, assembled on every partition from the
@@ -282,6 +318,14 @@ class ShardedModel:
     def gather(self, field=0):
         """The whole field on the driver (the end of a fit)."""
         return self._send(Gather, ref=self.ref(field))
+
+    def local(self, field=0):
+        return None
+
+    def step(self, step, params, combine, at_shard, small):
+        """``Engine.reduce(step, params, combine, scatter=ReduceScatter(self, at_shard, small))``: the fields
+        the shards' rows need reduce-scattered to them, ``at_shard`` run where each shard lives."""
+        return self._reduce(step, params, combine, scatter=ReduceScatter(self, at_shard, tuple(small)))
 
 
 def restore_shards(part: RebuiltPartition, models):
