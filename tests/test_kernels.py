@@ -85,7 +85,7 @@ def test_distances_to_labels_are_the_direct_sums_bits(dtype):
         C = rng.normal(size=(5, d)) * 300
         labels = rng.integers(0, 5, len(X)).astype(np.int32)
         got = np.empty(len(X))
-        sqdist_to_labels(X, 0, len(X), C, labels, got)
+        sqdist_to_labels(X, 0, len(X), C, labels, got, labels[:0])
         want = []
         for x, c in zip(X.astype(np.float64).tolist(), C[labels].tolist()):
             chains = [0.0] * 4
@@ -94,6 +94,11 @@ def test_distances_to_labels_are_the_direct_sums_bits(dtype):
                 chains[t % 4 if t < d - d % 4 else 0] += a * a  # (** 2 is libm's pow: not always a * a)
             want.append((chains[0] + chains[1]) + (chains[2] + chains[3]))
         assert got.tolist() == want, d
+        # rows whose label is ``known`` keep the distance already there; the others are measured
+        known = np.where(np.arange(len(X)) % 2 == 0, labels, (labels + 1) % 5).astype(np.int32)
+        again = np.full(len(X), -1.0)
+        sqdist_to_labels(X, 0, len(X), C, labels, again, known)
+        assert again.tolist() == [-1.0 if i % 2 == 0 else w for i, w in enumerate(want)], d
 
 
 @settings(max_examples=150, deadline=None)

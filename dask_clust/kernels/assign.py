@@ -417,7 +417,7 @@ def assign_moved(X, Cd, cnorm, C, tol, block, shift, prev, labels, mind, mind2):
     n = X.shape[0]
     if _most_fail(shift, far, second, arg, prev, mind, mind2):
         return assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2, prev[:0])
-    sqdist_to_labels(X, 0, n, C, prev, mind)  # in a loop of its own (see ``nearest_rows``)
+    sqdist_to_labels(X, 0, n, C, prev, mind, prev[:0])  # in a loop of its own (see ``nearest_rows``)
     kept = np.empty(n, np.bool_)
     n_kept = 0
     for i in range(n):  # branch-free: which rows pass is a coin toss while the centres travel

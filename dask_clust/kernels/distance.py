@@ -64,36 +64,24 @@ def sqdist_squares(X, i, C, j, squares):
 
 
 @njit(nogil=True, cache=True)
-def sqdist_to_labels(X, lo, hi, C, labels, out):
+def sqdist_to_labels(X, lo, hi, C, labels, out, known):
     """out[i] = ``sqdist``(X, i, C, labels[i]) for rows lo..hi, by ``sqdist_squares`` from ``SQUARES_FROM``
-    features (the choice outside the loop: inside, it undid the vectorising).
+    features (the choice outside the loop: inside, it undid the vectorising), but for the rows whose label
+    is ``known[i]``: their ``out[i]`` already holds ``sqdist`` to that centre (the same function of the same
+    row and centre: the same bits).
 
-    X : IN float32/float64 (n, d);  C : IN float64 (k, d);  labels : IN int32 (n,);  out : OUT float64 (n,)
+    X : IN float32/float64 (n, d);  C : IN float64 (k, d);  labels : IN int32 (n,);  out : INOUT float64 (n,)
+    known : IN int32 (n,) the centre each row's ``out`` is already measured to, or (0,): none
     """
+    some = known.shape[0] > 0
     if X.shape[1] >= SQUARES_FROM:
         squares = np.empty(X.shape[1] + 4)
         for i in range(lo, hi):
-            out[i] = sqdist_squares(X, i, C, labels[i], squares)
-    else:
-        for i in range(lo, hi):
-            out[i] = sqdist(X, i, C, labels[i])
-
-
-@njit(nogil=True, cache=True)
-def sqdist_to_new_labels(X, lo, hi, C, labels, known, out):
-    """``sqdist_to_labels`` for the rows whose label is not ``known[i]``: the others' ``out[i]`` already holds
-    ``sqdist`` to that centre (the same function of the same row and centre: the same bits).
-
-    known : IN int32 (n,) the centre each row's ``out`` is already measured to;  the rest as ``sqdist_to_labels``
-    """
-    if X.shape[1] >= SQUARES_FROM:
-        squares = np.empty(X.shape[1] + 4)
-        for i in range(lo, hi):
-            if labels[i] != known[i]:
+            if not (some and labels[i] == known[i]):
                 out[i] = sqdist_squares(X, i, C, labels[i], squares)
     else:
         for i in range(lo, hi):
-            if labels[i] != known[i]:
+            if not (some and labels[i] == known[i]):
                 out[i] = sqdist(X, i, C, labels[i])
 
 
@@ -231,10 +219,7 @@ def nearest_rows(X, b0, b1, Cd, cnorm, C, tol, G, best, second, jb, top, band, l
     labels[b0:b1] = jb[:m]
     # every row measured against its scan's best in a loop of its own (inside the one below the squares'
     # loop ran 40 % slower); a near tie's is thrown away for its re-search
-    if known.shape[0]:
-        sqdist_to_new_labels(X, b0, b1, C, labels, known, mind)
-    else:
-        sqdist_to_labels(X, b0, b1, C, labels, mind)
+    sqdist_to_labels(X, b0, b1, C, labels, mind, known)
     for r in range(m):
         i = b0 + r
         xx = rough_sqnorm(X, i)
