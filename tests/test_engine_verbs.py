@@ -399,6 +399,59 @@ def test_a_sharded_model_never_passes_through_the_driver(cluster):
         assert eng.shards_model(C.nbytes) and not eng.shards_model(C[:100].nbytes)
 
 
+def _cells_per_label(chunk, k):
+    """Per (label, cell) of the rows (label: the first feature's integer part mod k, cell: the second's mod
+    k): the count, as a sparse keyed field of up to k² keys."""
+    x = np.floor(chunk.x[:, :2].astype(np.float64)).astype(np.int64) % k
+    keys, counts = np.unique(x[:, 0] * k + x[:, 1], return_counts=True)
+    return np.int64(len(x)), (keys, counts.astype(np.int64))
+
+
+def _cells_of_shard(fields, shard, params, lo):
+    """Where labels lo.. live: how many cells their rows reach, and the model plus its rows' counts."""
+    ((keys, counts),) = fields
+    rows = keys // params - lo
+    reached = np.bincount(rows, minlength=len(shard[0]))
+    total = np.bincount(rows, weights=counts, minlength=len(shard[0]))
+    return (shard[0] + total[:, None],), (reached,)
+
+
+@pytest.mark.cluster
+def test_a_held_model_keeps_a_large_combined_field_at_the_root(cluster):
+    """A model on the driver (``Engine.model`` within model-bytes) runs its shard function where the step's
+    fields are finished: a keyed field of ~40k (label, cell) entries never reaches the driver, only the new
+    model and the small fields, and they are the bits of the same step on the model sharded, and of numpy."""
+    import dask
+
+    from dask_clust.engine.combine import KeyedSum, Rows, Scatter, Sum
+    from harness.scaling import DriverBytes
+
+    rng = np.random.default_rng(5)
+    k = 512
+    X = (rng.random((60_000, 2)) * k).astype(np.float32)
+    start = np.zeros((k, 1))
+    combine = (Sum(), Scatter(KeyedSum(rows=k)))
+    got = {}
+    with open_engine(as_source(X, chunk_rows=10_000), cluster, 0) as eng:
+        assert eng.n_workers == 2
+        with DriverBytes() as whole:
+            n, (keys, _) = eng.reduce(_cells_per_label, k, (Sum(), KeyedSum()))
+        for bytes_ in ("1GiB", "1"):
+            with dask.config.set({"dask_clust.model-bytes": bytes_}), eng.model("cells", (start,)) as model:
+                with DriverBytes() as io:
+                    out = model.step(_cells_per_label, k, combine, _cells_of_shard, (Rows(),))
+                got[bytes_] = (out, model.gather(), io.read)
+    cells = np.floor(X.astype(np.float64)).astype(np.int64) % k
+    reached = np.array([len(np.unique(cells[cells[:, 0] == i, 1])) for i in range(k)])
+    for out, model, _ in got.values():
+        assert out[0] == n == len(X)
+        np.testing.assert_array_equal(out[1], reached)
+        np.testing.assert_array_equal(model[:, 0], np.bincount(cells[:, 0], minlength=k))
+    assert len(keys) == reached.sum() > 30_000
+    assert whole.read > 16 * 30_000  # the keyed field to the driver: a key and a count an entry
+    assert got["1GiB"][2] < whole.read / 4, (got["1GiB"][2], whole.read)
+
+
 def test_every_peer_call_is_a_method_of_its_part_taking_its_fields():
     """Partition to partition, a call is a typed message (``mailbox.peer_call``), not a method's name: each
     registered type names a function of the part it reaches, whose parameters are its fields, in order."""

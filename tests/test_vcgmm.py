@@ -142,16 +142,16 @@ def test_extra_random_explores(data):
 
 
 def test_truncated_and_neighbour_sets_stay_distinct(data, monkeypatch):
-    from dask_clust.blocks import truncated_estep
+    from dask_clust.blocks import truncated_em, truncated_estep
 
     seen = []
-    original = truncated_estep.update_neighbourhoods
+    original = truncated_em.update_neighbourhoods
 
-    def spy(*pairs_and_Gc):
-        original(*pairs_and_Gc)
-        seen.append(pairs_and_Gc[-1].copy())
+    def spy(keys, count, dsum, Gc, *where):
+        original(keys, count, dsum, Gc, *where)
+        seen.append(Gc.copy())
 
-    monkeypatch.setattr(truncated_estep, "update_neighbourhoods", spy)
+    monkeypatch.setattr(truncated_em, "update_neighbourhoods", spy)
     states = []
     original_search = truncated_estep.truncated_search
 

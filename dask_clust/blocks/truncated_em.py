@@ -12,20 +12,19 @@ from typing import NamedTuple
 import numpy as np
 
 from .._random import stream
-from ..engine import ReduceScatter, restored_rows
-from ..engine.combine import KeyedSum, Max, Min, Rows, Scatter, Sum
+from ..engine import restored_rows
+from ..engine.combine import Max, Min, Rows, Sum
 from ..errors import InputError
 from .gaussian import covariance, own_model
 from .lloyd import m_step as mean_directions
 from .truncated_estep import (
-    ESTEP,
     NO_METRIC,
     Found,
     SearchParams,
     TruncatedInit,
+    estep_combine,
     init_neighbourhoods,
     init_truncated_sets,
-    neighbourhoods_at_root,
     pair_grid,
     posterior_step,
     row_fields,
@@ -190,122 +189,40 @@ class PosteriorParams(NamedTuple):
     moments: int = 0
 
 
-class DriverMeans:
-    """The model on the driver (C·D within ``model-bytes``): the E-step's statistics come to the driver
-    finished, G_c selected where they meet (``neighbourhoods_at_root``). Per iteration the driver receives
-    Σ w s x (C·D·8 bytes), U (C·8), Q (C·8; C·D·8 for the per-cluster models) and G_c (C·G·4)."""
+class Means:
+    """The model in an engine model (``Engine.model``: on the driver while its bytes are within
+    ``model-bytes``, else sharded on the workers by cluster range, ARCHITECTURE.md rule 1): the means (and the
+    other models' σ², π, and their metric h and offset). The pair and posterior statistics go to where each
+    range of clusters lives (reduce-scattered when sharded; combined whole at the root partition when on the
+    driver) and G_c and the M-step run there, the same shard functions either way, so the same bits; every
+    partition reads the whole means (and metric, ``model.ref()``) for its search. Per iteration the driver
+    receives G_c (C·G·4 bytes), each cluster's residual (C·8), the metric's range and a few scalars, and the
+    new model where it is on the driver (C·D·8 per array; C·D²·8 for σ² and h of "full"); never the pair
+    statistics. A sharded model holds diagonal variances only (``means_for``)."""
 
-    def __init__(self, engine, mu, family, mixture=None):
-        self.engine, self.mu, self.family, self.grid = engine, mu, family, pair_grid(engine)
-        self.total_weight = engine.summary.total_weight
-        self.var = self.weights = None  # the other models' σ² (C, D) and π, from their first M-step on
-        self.misfit = None  # each component's (``CovarianceType.misfit``), from the first M-step on
-        self.metric = NO_METRIC
-        if mixture is not None:
-            self.var, self.weights = mixture
-            self._set_metric()
-
-    @property
-    def scaled(self):
-        """Whether the next search ranks by −ℓ (the other models after their first M-step), not d²."""
-        return self.var is not None
-
-    def search(self, Gc, key, extra_random, sigma2):
-        """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: a ``Search``."""
-        inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
-        params = SearchParams(self.mu, Gc, key, extra_random, inv, self.grid, *self.metric, self.family.moments)
-        combine = ESTEP if inv is None else ESTEP + stats_combine(self.family.moments)
-        found = self.engine.reduce(truncated_estep, params, combine, neighbourhoods_at_root)
-        m_step = self._m_step(sigma2, *found.stats) if found.stats else None
-        return Search(int(found.evals), float(found.least_cost), int(found.changed), found.neighbourhoods, m_step)
-
-    def posteriors(self, sigma2):
-        """Step 6 after the first search (σ² was not known when it ran)."""
-        moments = self.family.moments
-        params = PosteriorParams(0.5 / sigma2, self.mu.shape[0], self.mu if moments else None, moments=moments)
-        return self._m_step(sigma2, *self.engine.reduce(posterior_step, params, stats_combine(moments)))
-
-    def _m_step(self, sigma2, sums, U, Q, data_f, *fourth):
-        # the costs the E-step summed: −ℓ once scaled, else squared distances at 1/2σ²
-        inv, offset = (1.0, self.metric[1]) if self.scaled else (0.5 / sigma2, NO_METRIC[1])
-        if self.family.isotropic:
-            self.mu, resid = m_step(self.mu, sums, U, Q, self.family.unit)
-        else:
-            if self.var is None:  # the first M-step starts from the isotropic model the first search used
-                self.var = self.family.cov.isotropic_var(sigma2, *self.mu.shape)
-                self.weights = np.full(len(U), 1.0 / len(U))
-            self.mu, self.var, self.weights, resid = mixture_m_step(
-                self.family, self.mu, self.var, self.weights, sums, U, Q, self.total_weight
-            )
-            self.misfit = self.family.cov.misfit(U, Q, fourth, inv, offset, self.mu.shape[1])
-            self._set_metric()
-        return MStepResult(float(data_f), resid, int(np.count_nonzero(U > 0)))
-
-    def set_tied(self, sigma2):
-        """The shared σ² of "tied-spherical" with learned weights, once every cluster's residual is in."""
-        self.var[:] = sigma2
-        self._set_metric()
-
-    def _set_metric(self):
-        self.metric = self.family.cov.metric(self.var, self.weights)
-        self.grid = pair_grid(self.engine, metric_range(self.family, *self.metric))
-
-    def means(self):
-        return self.mu
-
-    def mixture(self):
-        """σ² (C, D) and π, as the last M-step left them (the other models)."""
-        return self.var, self.weights
-
-    def result(self):
-        """The final means on the driver."""
-        return self.mu
-
-
-class ShardedMeans:
-    """The model sharded on the workers by cluster range (C·D over ``model-bytes``, ARCHITECTURE.md rule 1):
-    the means (and the other models' σ², π, h and offset); the pair and posterior statistics are
-    reduce-scattered by cluster, and G_c and the M-step run where each range lives; every partition reads
-    the whole means (and metric, ``model.ref()``) for its search. Per iteration the driver receives G_c
-    (C·G·4 bytes), each cluster's residual (C·8) and a few scalars, never C·D. Diagonal models only
-    (``means_for``): no misfit."""
-
-    misfit = None
-
-    def __init__(self, engine, model, n_clusters, family, scaled=False):
+    def __init__(self, engine, model, n_clusters, family, mixture=None):
         self.engine, self.model, self.n_clusters, self.family = engine, model, n_clusters, family
-        self.total_weight, self.scaled, self.grid = engine.summary.total_weight, scaled, pair_grid(engine)
-        pairs = Scatter(KeyedSum(rows=n_clusters))
-        self.estep = ESTEP[:3] + (pairs,)
-        self.stats = (Scatter(), Scatter(), Scatter(), Sum())
-        self.small = (Rows(), Sum()) + (() if family.isotropic else RANGE)
+        self.total_weight, self.scaled = engine.summary.total_weight, mixture is not None
+        self.grid = pair_grid(engine, metric_range(family, *family.cov.metric(*mixture)) if mixture else None)
+        self.misfit = None  # each component's (``CovarianceType.misfit``), from the first M-step on
+        self.estep, self.stats = estep_combine(n_clusters), stats_combine(family.moments)
+        self.small = (Rows(), Sum()) + (() if family.isotropic else RANGE + (Rows(),))
 
     def _m_step_params(self, sigma2):
         return MStep(self.family, self.total_weight, self.n_clusters, sigma2, not self.scaled)
 
     def search(self, Gc, key, extra_random, sigma2):
+        """Step 4 (+ its posteriors when σ² is known), step 5, and step 6 when σ² is known: a ``Search``."""
         inv = None if sigma2 is None else 1.0 if self.scaled else 0.5 / sigma2
         metric = (self.model.ref(3), self.model.ref(4)) if self.scaled else NO_METRIC
         params = SearchParams(
             self.model.ref(), Gc, key, extra_random, inv, self.grid, *metric, self.family.moments,
             self._m_step_params(sigma2),
         )  # fmt: skip
-        if inv is None:  # (a reduce-scatter gives the summed fields, then the small ones: here G_c)
-            found = Found(
-                *self.engine.reduce(
-                    truncated_estep,
-                    params,
-                    self.estep,
-                    scatter=ReduceScatter(self.model, _shard_neighbourhoods, (Rows(),)),
-                )
-            )
+        if inv is None:  # (the summed fields, then the small ones: here G_c)
+            found = Found(*self.model.step(truncated_estep, params, self.estep, _shard_neighbourhoods, (Rows(),)))
             return Search(int(found.evals), float(found.least_cost), int(found.changed), found.neighbourhoods, None)
-        out = self.engine.reduce(
-            truncated_estep,
-            params,
-            self.estep + self.stats,
-            scatter=ReduceScatter(self.model, _shard_update, (Rows(),) + self.small),
-        )
+        out = self.model.step(truncated_estep, params, self.estep + self.stats, _shard_update, (Rows(),) + self.small)
         updated = ShardedUpdate(*out[:5], out[5:])
         m_step = self._updated(updated.data_f, updated.small)
         return Search(
@@ -313,29 +230,33 @@ class ShardedMeans:
         )
 
     def posteriors(self, sigma2):
+        """Step 6 after the first search (σ² was not known when it ran)."""
         moments = self.family.moments
         mu = self.model.ref() if moments else None
         params = PosteriorParams(0.5 / sigma2, self.n_clusters, mu, self._m_step_params(sigma2), moments)
-        out = self.engine.reduce(
-            posterior_step, params, self.stats, scatter=ReduceScatter(self.model, _shard_m_step, self.small)
-        )
+        out = self.model.step(posterior_step, params, self.stats, _shard_m_step, self.small)
         return self._updated(out[0], out[1:])  # (the summed data term, then the shards' small fields)
 
     def _updated(self, data_f, small):
         if not self.family.isotropic:
-            self.scaled, self.grid = True, pair_grid(self.engine, small[2:])
+            self.scaled, self.grid = True, pair_grid(self.engine, small[2:5])
+            self.misfit = small[5] if len(small[5]) else None
         return MStepResult(float(data_f), small[0], int(small[1]))
 
     def set_tied(self, sigma2):
+        """The shared σ² of "tied-spherical" with learned weights, once every cluster's residual is in."""
         self.grid = pair_grid(self.engine, self.model.apply(_shard_set_tied, TiedSet(sigma2, self.family), RANGE))
 
     def means(self):
-        return None
+        """The means where they are on the driver (None where sharded)."""
+        return self.model.local()
 
     def mixture(self):
+        """σ² and π, as the last M-step left them (the other models)."""
         return self.model.gather(1), self.model.gather(2)
 
     def result(self):
+        """The final means on the driver."""
         return self.model.gather()
 
 
@@ -351,26 +272,31 @@ def _shard_neighbourhoods(fields, shard, params, lo):
 
 
 def _shard_m_step(fields, shard, params, lo):
-    """Step 6 where clusters lo.. live: their new means (the other models: σ², π, and the metric, whose range
-    goes up); their residuals and active count go up."""
-    sums, U, Q = fields[-3:]
+    """Step 6 where clusters lo.. live, from their posterior statistics ``fields`` (Σ w s x, U, Q, and Σ w s r⁴
+    for "full"): their new means (the other models: σ², π, and the metric, whose range goes up with each
+    component's misfit, empty for the types that measure none); their residuals and active count go up."""
+    sums, U, Q, *fourth = fields
     won = np.int64(np.count_nonzero(U > 0))
     ms = params.m_step
     if ms.family.isotropic:
         mu, resid = m_step(shard[0], sums, U, Q, ms.family.unit)
         return (mu,), (resid, won)
-    mu, var, weights = shard[:3]
-    if ms.first:
-        var, weights = np.full(mu.shape, ms.sigma2), np.full(len(U), 1.0 / ms.n_clusters)
+    mu, var, weights, _, offset = shard
+    # the costs the E-step summed: −ℓ after the first M-step, else squared distances at 1/2σ²
+    inv, offset = (0.5 / ms.sigma2, NO_METRIC[1]) if ms.first else (1.0, offset)
+    if ms.first:  # the per-cluster model starts from the isotropic one the first search used
+        var, weights = ms.family.cov.isotropic_var(ms.sigma2, *mu.shape), np.full(len(U), 1.0 / ms.n_clusters)
     mu, var, weights, resid = mixture_m_step(ms.family, mu, var, weights, sums, U, Q, ms.total_weight)
+    misfit = ms.family.cov.misfit(U, Q, fourth, inv, offset, mu.shape[1])
     h, offset = ms.family.cov.metric(var, weights)
-    return (mu, var, weights, h, offset), (resid, won, *metric_range(ms.family, h, offset))
+    misfit = np.empty(0) if misfit is None else misfit
+    return (mu, var, weights, h, offset), (resid, won, *metric_range(ms.family, h, offset), misfit)
 
 
 def _shard_update(fields, shard, params, lo):
     """Steps 5 and 6 where clusters lo.. live (σ² known: the search's posteriors came with it)."""
     _, (Gc,) = _shard_neighbourhoods(fields, shard, params, lo)
-    shard, small = _shard_m_step(fields, shard, params, lo)
+    shard, small = _shard_m_step(fields[1:], shard, params, lo)
     return shard, (Gc,) + small
 
 
@@ -384,22 +310,18 @@ class TiedSet(NamedTuple):
 def _shard_set_tied(shard, params: TiedSet, lo):
     """The shared σ² where clusters lo.. live, and their metric."""
     mu, var, weights = shard[:3]
-    var = np.full(mu.shape, params.sigma2)
+    var = np.full(var.shape, params.sigma2)
     h, offset = params.family.cov.metric(var, weights)
     return (mu, var, weights, h, offset), metric_range(params.family, h, offset)
 
 
 @contextlib.contextmanager
 def means_for(engine, mu, family, mixture=None):
-    """Where the model lives during the EM: on the driver, or sharded on the workers when its C·D·8 bytes
-    (three times that for the other models: μ, σ², h) are over ``model-bytes``. ``mixture``: a resumed fit's
-    σ² and π."""
+    """The model for the EM (``Means``), in an engine model of C·D·8 bytes (three times that for the other
+    models: μ, σ², h; "full" adds its matrices). ``mixture``: a resumed fit's σ² and π."""
     C, D = mu.shape
     nbytes = mu.nbytes * (1 if family.isotropic else 3) + (8 * C * D * D * 3 if family.cov.moments == 2 else 0)
-    if not engine.shards_model(nbytes):
-        yield DriverMeans(engine, mu, family, mixture)
-        return
-    if family.cov.var_shape(C, D) != mu.shape:
+    if engine.shards_model(nbytes) and family.cov.var_shape(C, D) != mu.shape:
         raise InputError(
             f"covariance_type={family.covariance_type!r} with C = {C:,}, D = {D:,} makes a model of {nbytes:,} bytes, "
             "over dask_clust.model-bytes: a sharded model holds diagonal variances only (use 'diag', or raise "
@@ -409,8 +331,8 @@ def means_for(engine, mu, family, mixture=None):
     if not family.isotropic:  # σ² and h take their width at the first M-step
         var, weights = mixture or (np.empty((C, 0)), np.full(C, 1.0 / C))
         arrays = (mu, var, weights, *(family.cov.metric(var, weights) if mixture else (np.empty((C, 0)), np.zeros(C))))
-    with engine.sharded("vcgmm", arrays) as model:
-        yield ShardedMeans(engine, model, C, family, scaled=mixture is not None)
+    with engine.model("vcgmm", arrays, nbytes) as model:
+        yield Means(engine, model, C, family, mixture)
 
 
 class EMResult(NamedTuple):

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..engine.combine import KeyedSum, Sum
+from ..engine.combine import KeyedSum, Scatter, Sum
 from ..kernels.assign import Prepared, is_csr, kernel_rows, nearest
 from ..kernels.truncated import (
     draw_distinct,
@@ -129,9 +129,17 @@ def _new_stats(n_clusters, n_features, moments):
 
 
 def stats_combine(moments):
-    """How the posterior statistics of ``_new_stats`` combine: exact sums (STATS), and Σ w s r⁴ beside them
-    for the per-component matrices (``moments`` 2)."""
-    return STATS + ((Sum(),) if moments == 2 else ())
+    """How the posterior statistics of ``_new_stats`` combine: exact sums, each per-cluster one
+    reduce-scattered to where its clusters live (Σ w s x, U, Q; Σ w s r⁴ for the per-component matrices,
+    ``moments`` 2), the data term of F whole."""
+    return (Scatter(), Scatter(), Scatter(), Sum()) + ((Scatter(),) if moments == 2 else ())
+
+
+def estep_combine(n_clusters):
+    """How the search's fields combine: its evaluations, Σ w min cost and changed winners summed whole; the
+    pair statistics (each (c_o, c~) once per partition up the tree) reduce-scattered by winner c_o, to be
+    turned into G_c where those clusters live (exact sums: any tree of partitions gives the same bits)."""
+    return (Sum(), Sum(), Sum(), Scatter(KeyedSum(rows=n_clusters)))
 
 
 def _block(x, b):
@@ -184,7 +192,7 @@ def truncated_estep(chunk, params: SearchParams):
     """Step 4's search, step 5's statistics and (when σ² is known) the posteriors' statistics on one chunk,
     in blocks of rows (the search spaces of one block are buffered). Updates K^(n) in place; returns
     (evaluations, Σ w min d², changed winners, the blocks' pair statistics keyed by c_o·C + c~, then the
-    posterior statistics when σ² is known), combined by ESTEP (+ ``stats_combine``)."""
+    posterior statistics when σ² is known), combined by ``estep_combine`` (+ ``stats_combine``)."""
     mu, Gc, key, extra_random, inv = params.mu, params.Gc, params.key, params.extra_random, params.inv
     grid, h, offset, moments = params.grid, params.h, params.offset, params.moments
     st = chunk.state["vcgmm"]
@@ -215,30 +223,14 @@ def truncated_estep(chunk, params: SearchParams):
     return found if stats is None else found + tuple(stats)
 
 
-# the search's evaluations, Σ w min cost, changed winners and the pair statistics (each (c_o, c~) once per
-# partition up the tree, turned into G_c where they meet, ``neighbourhoods_at_root``); the posterior
-# statistics (Σ w s x, U, Q, F): all exact sums, so any tree of partitions gives the same bits
-ESTEP = (Sum(), Sum(), Sum(), KeyedSum())
-STATS = (Sum(),) * 4
-
-
 class Found(NamedTuple):
-    """A search as the driver receives it: evaluations, Σ w least cost, rows whose winner changed, the new G_c,
-    and (σ² known) the posteriors' statistics, in ``stats_combine``'s order (else empty)."""
+    """A search before σ² is known as the driver receives it: evaluations, Σ w least cost, rows whose winner
+    changed, the new G_c."""
 
     evals: int
     least_cost: float
     changed: int
     neighbourhoods: np.ndarray
-    stats: tuple = ()
-
-
-def neighbourhoods_at_root(found, params) -> Found:
-    """Step 5 where the E-step's partials meet: the pair statistics (O(distinct pairs)) become G_c (C × G),
-    the only part of them the driver receives. ``found``: ``truncated_estep``'s fields, combined."""
-    Gc = params.Gc.copy()
-    update_neighbourhoods(*found[3], Gc)
-    return Found(found[0], found[1], found[2], Gc, tuple(found[4:]))
 
 
 def posterior_step(chunk, params):

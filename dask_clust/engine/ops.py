@@ -209,10 +209,13 @@ class Engine:
             yield model
 
     @contextlib.contextmanager
-    def model(self, key, arrays):
+    def model(self, key, arrays, nbytes=None):
         """A context: the model ``key`` (``sharded``'s arrays) on the driver while within ``model-bytes``
-        (``HeldModel``), else sharded on the workers; the same calls and the same bits on either."""
-        if self.shards_model(sum(np.asarray(a).nbytes for a in arrays)):
+        (``HeldModel``), else sharded on the workers; the same calls and the same bits on either. ``nbytes``:
+        what the model grows to, where its arrays take their width later (default: their bytes now)."""
+        if nbytes is None:
+            nbytes = sum(np.asarray(a).nbytes for a in arrays)
+        if self.shards_model(nbytes):
             with self.sharded(key, arrays) as model:
                 yield model
         else:

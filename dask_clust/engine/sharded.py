@@ -6,6 +6,7 @@ version; a reduce-scatter sends every partition the rows it owns of the others' 
 and runs ``at_shard`` where each shard lives. ``ShardedModels`` and ``ShardedModel`` are the driver's side."""
 
 import contextlib
+import functools
 import logging
 import weakref
 from typing import NamedTuple
@@ -262,8 +263,10 @@ class ShardedModels:
 
 class HeldModel:
     """A model small enough for the driver (``Engine.model`` within ``model-bytes``): one shard, the whole of
-    it, held here. A step's ``Scatter`` fields are summed whole and the shard function runs here on the one
-    shard (``lo`` = 0), so a fit writes its shard functions once and has the same bits on either model."""
+    it, held here. A step's ``Scatter`` fields are combined whole and the shard function runs on the one
+    shard (``lo`` = 0) where they are finished (``at_root``: the root partition), so a fit writes its shard
+    functions once, has the same bits on either model, and the driver receives the new shard and the small
+    fields, never a large combined field (the pair statistics of a truncated E-step)."""
 
     def __init__(self, arrays, reduce):
         self.shard = tuple(arrays)
@@ -280,11 +283,13 @@ class HeldModel:
     def step(self, step, params, combine, at_shard, small):
         """``Engine.reduce(step, params, combine, scatter=ReduceScatter(model, at_shard, small))`` on the one
         shard: the other fields, then ``at_shard``'s small ones."""
-        whole = tuple(combines.Sum() if isinstance(c, combines.Scatter) else c for c in combine)
-        fields = self._reduce(step, params, whole)
-        spread = tuple(f for f, c in zip(fields, combine) if isinstance(c, combines.Scatter))
-        self.shard, small_fields = at_shard(spread, self.shard, params, 0)
-        return tuple(f for f, c in zip(fields, combine) if not isinstance(c, combines.Scatter)) + tuple(small_fields)
+        whole = tuple(c.inner if isinstance(c, combines.Scatter) else c for c in combine)
+        spread = tuple(i for i, c in enumerate(combine) if isinstance(c, combines.Scatter))
+        shard, fields = self._reduce(
+            step, params, whole, at_root=functools.partial(held_shard_step, at_shard, spread, self.shard)
+        )
+        self.shard = self.shard if shard is None else shard
+        return fields
 
     def apply(self, fn, params=None, small=()):
         """``fn(shard, params, 0)`` -> (new shard, small fields): the small fields."""
@@ -293,6 +298,15 @@ class HeldModel:
 
     def gather(self, field=0):
         return self.shard[field]
+
+
+def held_shard_step(at_shard, spread, shard, fields, params):
+    """``HeldModel.step`` where the combined fields are finished: ``at_shard`` on the whole ``shard`` with the
+    fields at the indices ``spread``; returns (the new shard, None where ``at_shard`` left it as it was: it
+    need not travel back; the other fields then the small ones)."""
+    new, small = at_shard(tuple(fields[i] for i in spread), shard, params, 0)
+    new = None if new is shard else tuple(new)
+    return new, tuple(f for i, f in enumerate(fields) if i not in spread) + tuple(small)
 
 
 class ShardedModel:
