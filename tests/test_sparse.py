@@ -35,7 +35,7 @@ def test_kmeans_on_csr_rows_equals_lloyds_oracle_on_the_dense_rows(documents, mo
 
     if terms:
         monkeypatch.setattr(lloyd, "ENTRIES_SHARE", 0)
-    X, _ = documents
+    X = documents[0][:2000]  # (the oracle's brute-force distances over 2,000 terms are its time)
     init = _init(X, 12)
     m = dask_clust.fit(X, "kmeans", 12, init=init, tol=0, client="in-process")
     C, labels, qe, n_iter, _ = ref.lloyd(X.toarray(), init, tol=0)

@@ -6,7 +6,12 @@ import numpy as np
 
 def sqdist(X, C):
     X = np.asarray(X, np.float64)
-    return ((X[:, None, :] - C[None, :, :]) ** 2).sum(-1)
+    return np.stack([((X - c) ** 2).sum(-1) for c in np.asarray(C, np.float64)], axis=1).reshape(len(X), len(C))
+
+
+def label_sums(X, labels, w, k):
+    """Σ w x over each label's rows."""
+    return np.stack([(w[labels == j, None] * X[labels == j]).sum(0) for j in range(k)]).reshape(k, X.shape[1])
 
 
 def assign(X, C):
@@ -30,8 +35,7 @@ def spherical_kmeans(X, init, sample_weight=None, max_iter=300):
         if labels is not None and np.array_equal(labels, new_labels):
             break
         labels = new_labels
-        sums = np.zeros_like(C)
-        np.add.at(sums, labels, w[:, None] * X)
+        sums = label_sums(X, labels, w, len(C))
         norms = np.linalg.norm(sums, axis=1)
         C[norms > 0] = sums[norms > 0] / norms[norms > 0, None]
     labels = np.argmax(X @ C.T, axis=1)
@@ -50,8 +54,7 @@ def lloyd(X, init, sample_weight=None, max_iter=300, tol=1e-4):
     strict = False
     for it in range(max_iter):
         labels, d = assign(X, C)
-        sums = np.zeros_like(C)
-        np.add.at(sums, labels, w[:, None] * X)
+        sums = label_sums(X, labels, w, k)
         weights = np.bincount(labels, weights=w, minlength=k)
         empty = np.flatnonzero(weights == 0)
         if len(empty):  # farthest rows from their centre, ties by lowest row index
