@@ -424,17 +424,17 @@ def test_slk_worker_killed_mid_fit_gives_the_same_model(three_workers, monkeypat
     normalised rows stay on the workers (in-process-bytes), in 10 chunks so that every worker holds some."""
     import dask
 
-    from dask_clust.algorithms import slk
+    from dask_clust.blocks import laplacian_kmodes
     from dask_clust.datasets import make_blobs
 
     repairs = []
-    real_repair = slk.BoundLoops.repair
+    real_repair = laplacian_kmodes.BoundLoops.repair
 
     def counted(self):
         repairs.append(1)
         return real_repair(self)
 
-    monkeypatch.setattr(slk.BoundLoops, "repair", counted)
+    monkeypatch.setattr(laplacian_kmodes.BoundLoops, "repair", counted)
     X, _ = make_blobs(6000, 8, 5, chunks=600, random_state=5)
     # 20 bound updates per outer iteration (of the 72 to 117 they take here): a round trip with a halo each
     kw = dict(algo="slk", mode=mode, knn_method=method, n_clusters=5, random_state=0, tol=0, min_iter=5, max_iter=5)

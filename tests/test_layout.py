@@ -220,3 +220,58 @@ def test_reached_privates_are_found():
     assert reached_privates("backend._part_futures[0]\nself._x\nparams._replace(a=1)\nX._meta") == [
         "backend._part_futures"
     ]
+
+
+def test_no_algorithm_module_is_over_600_lines():
+    """Issue #52: an algorithm's module is its config and fit; its steps go to ``blocks/`` before it passes
+    600 lines (vcgmm.py was 1,019 lines of two algorithms and a family; slk.py reached 613)."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / "algorithms").glob("*.py"))}
+    assert {name: n for name, n in sizes.items() if n > 600} == {}
+
+
+# scikit-learn's covariance types and vc-GMM's, as ``covariance_type`` names them
+COVARIANCE_TYPES = {"tied-spherical", "spherical", "diag", "full", "tied"}
+
+
+def covariance_type_tests(source):
+    """Lines of ``source`` that dispatch on a covariance type by its name: a comparison (``==``, ``in``, ...)
+    with one of the names (or a literal tuple, list or set holding one), or a dict keyed by the names. Checking
+    that a name is valid (``covariance_type in COVARIANCE_TYPES``) is not dispatching on it."""
+
+    def a_name(node):
+        return isinstance(node, ast.Constant) and node.value in COVARIANCE_TYPES
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(
+            a_name(n) or (isinstance(n, (ast.Tuple, ast.List, ast.Set)) and any(map(a_name, n.elts)))
+            for n in (node.left, *node.comparators)
+        ):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Dict) and any(map(a_name, node.keys)):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_covariance_type_is_compared_outside_the_gaussian_family():
+    """Issue #52: the Gaussian family (``blocks/gaussian.py``: one class per covariance type) is the only
+    place that tells the types apart by name; everything else asks the type's class."""
+    found = {
+        name: covariance_type_tests(path.read_text())
+        for name, path in MODULES.items()
+        if name != "dask_clust.blocks.gaussian"
+    }
+    assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def test_covariance_type_tests_are_found():
+    source = (
+        'if cov == "full":\n    pass\n'
+        'if covariance_type in ("diag", x):\n    pass\n'
+        'ok = self.covariance_type != "tied-spherical"\n'
+        'steps = {"tied": 1}\n'
+        'fine = cfg.name == "kmeans"\n'
+        "valid = covariance_type in COVARIANCE_TYPES\n"
+        "auto = covariance(cfg.covariance_type).auto_start is not None\n"
+    )
+    assert covariance_type_tests(source) == [1, 3, 5, 6]

@@ -60,7 +60,7 @@ def test_reference_reproduces_the_authors_program(fixtures, data, seeds, sigma, 
 
 
 def engine_slk(X, seeds, mode, client="in-process", chunk_rows=None, **kw):
-    from dask_clust.algorithms.slk import slk
+    from dask_clust.blocks.laplacian_kmodes import slk
     from dask_clust.engine import as_source, open_engine
     from dask_clust.loop import Loop
 
@@ -177,7 +177,7 @@ def _kept_z(chunk, params):
 
 def engine_slk_z(X, seeds, mode, chunk_rows=None, client="in-process", **kw):
     """``slk`` step by step, keeping z: (result, z in input order)."""
-    from dask_clust.algorithms import slk as s
+    from dask_clust.blocks import laplacian_kmodes as s
     from dask_clust.blocks.knn import neighbour_graph
     from dask_clust.engine import as_source, open_engine
     from dask_clust.engine.combine import Rows
@@ -306,7 +306,7 @@ def _reversed(chunk, params):
 
 def one_update(g, lmbda):
     """One bound update on the hand state: (z in input order, relaxed energy of HAND_Z, BO's argmax ids)."""
-    from dask_clust.algorithms import slk as s
+    from dask_clust.blocks import laplacian_kmodes as s
     from dask_clust.engine import Halo
     from dask_clust.engine.combine import ArgMax, Rows, Sum
 
@@ -332,7 +332,7 @@ def test_one_bound_update_is_jacobi_and_ties_go_to_the_lowest_input_id(cluster, 
     chunks, partitions and row orders: softmax(a + λ W z) to 1e-15, where a Gauss-Seidel sweep (each row
     reading the rows already updated) is off by > 1e-3; BO's argmax rows are the lowest input ids among
     exact ties (1 and 3), whichever rows come first."""
-    from dask_clust.algorithms.slk import softmax
+    from dask_clust.blocks.laplacian_kmodes import softmax
     from dask_clust.engine import as_source, open_engine
 
     lmbda = 1.3

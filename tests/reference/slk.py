@@ -1,5 +1,5 @@
 """Plain-numpy Scalable Laplacian K-modes (SLK-BO and SLK-MS), written from Ziko, Granger & Ben Ayed
-(NeurIPS 2018, §3) as algorithms/slk.py states them: the oracle for dask_clust's slk. Slow and simple on
+(NeurIPS 2018, §3) as blocks/laplacian_kmodes.py states them: the oracle for dask_clust's slk. Slow and simple on
 purpose: a brute-force kNN graph, dense kernels, float64."""
 
 import numpy as np
