@@ -1,5 +1,6 @@
 import contextlib
 import os
+import time
 from pathlib import Path
 
 import dask
@@ -85,9 +86,18 @@ def _three_worker_client():
 @pytest.fixture
 def three_workers(_three_worker_client):
     """3 single-thread worker processes under nannies (a killed worker is restarted at a new address), all
-    three back from the last test's kills."""
-    _three_worker_client.wait_for_workers(3, timeout=60)
-    return _three_worker_client
+    three back from the last test's kills and answering. Just after a SIGKILL the scheduler can still list the
+    dead worker (2 of 5 tries: ``wait_for_workers(3)`` returned at once), and a test started then saw its
+    partition rebuilt in a fit meant to be undisturbed; so each listed worker must answer a call."""
+    client, deadline = _three_worker_client, time.monotonic() + 60
+    while True:
+        client.wait_for_workers(3, timeout=max(1.0, deadline - time.monotonic()))
+        answers = client.run(os.getpid, on_error="return")
+        if len(answers) == 3 and all(isinstance(pid, int) for pid in answers.values()):
+            return client
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"3 answering workers not back within 60 s: {answers}")
+        time.sleep(0.1)
 
 
 @pytest.fixture
