@@ -86,9 +86,9 @@ def _three_worker_client():
 @pytest.fixture
 def three_workers(_three_worker_client):
     """3 single-thread worker processes under nannies (a killed worker is restarted at a new address), all
-    three back from the last test's kills and answering. Just after a SIGKILL the scheduler can still list the
-    dead worker (2 of 5 tries: ``wait_for_workers(3)`` returned at once), and a test started then saw its
-    partition rebuilt in a fit meant to be undisturbed; so each listed worker must answer a call."""
+    three back from the last test's kills and answering: just after a SIGKILL the scheduler can still list the
+    dead worker, so ``wait_for_workers(3)`` alone can return at once and a fit meant to be undisturbed would
+    then lose a partition; each listed worker must answer a call."""
     client, deadline = _three_worker_client, time.monotonic() + 60
     while True:
         client.wait_for_workers(3, timeout=max(1.0, deadline - time.monotonic()))
