@@ -769,20 +769,24 @@ def _peak(model, X):
     return max(peaks), (ll, ids, p, bic)
 
 
-def test_likelihoods_posteriors_and_criteria_hold_memory_flat_in_the_components():
-    """Issue #52: ``score_samples`` (every component), ``predict_proba`` (truncated) and ``bic`` of 50,000
-    rows under 4,096 components work in row blocks of at most PROBA_BLOCK_BYTES (32 MiB) of costs, a few of
-    them per thread, whatever the components: the peak of what numpy allocates stays under 12 blocks, under a
-    quarter of the rows × components matrix (1.64 GB); their values are the dense computation's on a slice of the
-    rows (an oracle in plain numpy)."""
-    from dask_clust.models import PROBA_BLOCK_BYTES
+def test_likelihoods_posteriors_and_criteria_hold_memory_flat_in_the_components(monkeypatch):
+    """Issue #52: ``score_samples`` (every component), ``predict_proba`` (truncated) and ``bic`` of 8,000 rows
+    under 4,096 components work in row blocks of at most PROBA_BLOCK_BYTES of costs, a few of them per thread,
+    whatever the components: the peak of what numpy allocates stays under 12 blocks, under a quarter of the
+    rows × components matrix (262 MB); their values are the dense computation's on a slice of the rows (an
+    oracle in plain numpy). The block is set to 4 MiB here, an eighth of its 32 MiB, so that the claim needs
+    an eighth of the rows (tracemalloc slows every allocation)."""
+    from dask_clust import mixture, models
 
+    block = 4 << 20
+    monkeypatch.setattr(models, "PROBA_BLOCK_BYTES", block)
+    monkeypatch.setattr(mixture, "PROBA_BLOCK_BYTES", block)
     rng = np.random.default_rng(0)
-    n, D = 50_000, 4
+    n, D = 8_000, 4
     X = rng.normal(0, 5, (n, D))
     model = _mixture_of(4096, D, rng)
     peak, (ll, ids, p, bic) = _peak(model, X)
-    assert peak < 12 * PROBA_BLOCK_BYTES < 0.25 * n * 4096 * 8, peak
+    assert peak < 12 * block < 0.25 * n * 4096 * 8, peak
     mu, var, pi = model.means_, model.extras_["variances_"], model.extras_["weights_"]
     x = X[:300]
     logp = np.log(pi) - 0.5 * np.log(2 * np.pi * var).sum(axis=1) - 0.5 * (((x[:, None] - mu) ** 2) / var).sum(axis=2)
