@@ -139,6 +139,31 @@ def test_a_sum_given_by_entries_is_the_exact_sum_of_its_terms(threads):
     np.testing.assert_array_equal(both[0], both[1])
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_sum_given_as_words_adds_them_as_they_are(threads):
+    """A float Sum field may come as ``Words``, already on the grid (a chunk's exact sums kept from step to
+    step): the result is that of the same values given as floats, for any tree and threads (striped past 2^16
+    positions), plain or scattered, and the chunk's words are not changed."""
+    from dask_clust.kernels.stats import N_WORDS, to_fixed
+
+    rng = np.random.default_rng(9)
+    shape = (300, 256)
+    floats, words = [], []
+    for _ in range(N_CHUNKS):
+        x = rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 6, shape)
+        w = np.empty((x.size, N_WORDS), np.int64)
+        assert to_fixed(x.ravel(), TOP, w) == 0
+        floats.append((x, x))
+        words.append((c.Words(w, shape), c.Words(w, shape)))
+    kept = [p[0].words.copy() for p in words]
+    combine = (c.Sum(), c.Scatter(c.Sum()))
+    want = through_partitions(floats, combine, 2, 2, threads=1)
+    for n_parts, split_every in ((1, 2), (3, 2), (23, 16)):
+        assert_same(through_partitions(words, combine, n_parts, split_every, threads=threads), want)
+    for p, w in zip(words, kept):
+        np.testing.assert_array_equal(p[0].words, w)
+
+
 @pytest.mark.parametrize("n_parts,split_every", SHAPES)
 @pytest.mark.parametrize("kind", [c.ArgMin, c.ArgMax])
 def test_argmin_argmax_ties_go_to_the_lowest_id(n_parts, split_every, kind):

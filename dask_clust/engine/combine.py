@@ -6,6 +6,7 @@ with each other on the workers and only the root's finished result reaches the d
 
     Sum()            exact sum: floats as fixed point on the fit's grid (``kernels.stats``), ints as int64;
                      a float field may come as ``Entries`` (its non-zeros: the sums of a chunk's CSR rows)
+                     or as ``Words`` (already exact on that grid: sums a chunk keeps from step to step)
     Fold(start)      float64 sum in chunk order, start + p_0 + p_1 + ... (a left fold: the pieces travel
                      to the root, so keep it for small fields or for bits an older sum order fixed)
     Rows()           per-chunk arrays of any length, concatenated along axis 0 in chunk order (CSR pieces
@@ -88,10 +89,23 @@ class Entries(NamedTuple):
     shape: tuple
 
 
+class Words(NamedTuple):
+    """A float ``Sum`` field of ``shape`` already on the fit's fixed-point grid: ``words`` (prod(shape), 3)
+    int64, as ``kernels.stats`` makes them. A chunk that keeps exact sums through a fit (Lloyd's step over
+    lazily kept bounds) sends them as they are: rounded to float64 first, they would be that chunk's bits
+    alone, not the sum of its rows'."""
+
+    words: np.ndarray  # int64 (n, N_WORDS)
+    shape: tuple
+
+
 class Sum:
     """Exact sum: any tree order gives the same bits."""
 
     def lift(self, value, chunk, top):
+        if isinstance(value, Words):
+            _check_grid(top)
+            return "f", tuple(value.shape), np.array(value.words, dtype=np.int64, copy=True)
         if isinstance(value, Entries):
             words = np.zeros((int(np.prod(value.shape)), N_WORDS), dtype=np.int64)
             return self.accumulate(("f", tuple(value.shape), words), value, chunk, top)
@@ -117,18 +131,17 @@ class Sum:
             return a
         _check_grid(top)
         words, entries = a[2], isinstance(value, Entries)
+        if isinstance(value, Words):
+            for lo, hi, lock in _ranges(words.shape[0], stripes, first):
+                with lock:
+                    fixed_add(words[lo:hi], value.words[lo:hi])
+            return a
         if entries:
             keys, flat = value.keys, np.ascontiguousarray(value.values, dtype=np.float64)
         else:
             flat = np.ascontiguousarray(value, dtype=np.float64).ravel()
-        n = words.shape[0]
-        if stripes is None:
-            ranges = [(0, n, contextlib.nullcontext())]
-        else:
-            k = len(stripes)
-            ranges = [((j % k) * n // k, (j % k + 1) * n // k, stripes[j % k]) for j in range(first, first + k)]
         bad = 0
-        for lo, hi, lock in ranges:
+        for lo, hi, lock in _ranges(words.shape[0], stripes, first):
             with lock:
                 if entries:
                     bad += fixed_accumulate_entries(words[lo:hi], keys, flat, top, lo)
@@ -157,6 +170,15 @@ class Sum:
             return kind, (hi - lo,) + shape[1:], data[lo:hi].copy()
         per_row = int(np.prod(shape[1:], dtype=np.int64))
         return kind, (hi - lo,) + shape[1:], data[lo * per_row : hi * per_row].copy()
+
+
+def _ranges(n, stripes, first):
+    """(lo, hi, lock) of each row range of a lifted float field of n rows, in the order a thread takes them:
+    the whole field under no lock, or equal ranges from stripe ``first`` on."""
+    if stripes is None:
+        return [(0, n, contextlib.nullcontext())]
+    k = len(stripes)
+    return [((j % k) * n // k, (j % k + 1) * n // k, stripes[j % k]) for j in range(first, first + k)]
 
 
 class _Pieces:
@@ -377,7 +399,7 @@ class Scatter:
             raise TypeError("Scatter combines an elementwise field, Sum(), Min() or Max(), or a KeyedSum(rows)")
 
     def lift(self, value, chunk, top):
-        if not isinstance(self.inner, KeyedSum) and not isinstance(value, Entries) and np.ndim(value) == 0:
+        if not isinstance(self.inner, KeyedSum) and not isinstance(value, (Entries, Words)) and np.ndim(value) == 0:
             raise ValueError("a Scatter field is split by rows: it must be an array, not a scalar")
         return self.inner.lift(value, chunk, top)
 

@@ -90,7 +90,7 @@ class Engine:
         self._models = ShardedModels()
         self._sender = Sender(backend, self._states, self._halos, self._models)
         self._send = self._sender.send
-        self._opened = SubEngines(self, self._grid)  # the engines opened from this one
+        self._opened = SubEngines(self, self.fixed_grid)  # the engines opened from this one
         self._figures = Figures(self)
         # the first pass runs when first needed (``reduce``'s ``first_pass``)
         self._first = FirstPass(source, summary, top)
@@ -111,8 +111,9 @@ class Engine:
         size, known without a pass."""
         return getattr(self.source, "weights", 0) is None
 
-    def _grid(self):
-        """The exponent of the fixed-point grid every exact float ``Sum`` is made on (from the first pass)."""
+    def fixed_grid(self):
+        """The exponent of the fixed-point grid every exact float ``Sum`` is made on (from the first pass);
+        a step that keeps exact sums of its own makes them on it (``combine.Words``)."""
         self._first_pass()
         return self._first.top
 
@@ -205,7 +206,7 @@ class Engine:
         split by rows over the partitions, partition p holding ``combine.shard_bounds(rows, P)[p:p + 2]``,
         each shard copied to the next partition (restored from there when its worker is lost). The driver
         sends the arrays once; yields a ``ShardedModel``; dropped everywhere when the block ends."""
-        with self._models.block(key, arrays, self._send, self._grid(), self.reduce) as model:
+        with self._models.block(key, arrays, self._send, self.fixed_grid(), self.reduce) as model:
             yield model
 
     @contextlib.contextmanager

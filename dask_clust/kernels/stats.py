@@ -76,6 +76,30 @@ def fixed_accumulate_entries(acc, keys, values, top, lo):
     return bad
 
 
+@njit(nogil=True, cache=True)
+def fixed_add_weighted(acc, values, w, at, top):
+    """acc[at[r] + t] += fl(w[r] · values[r, t]) for every r and t, exactly: rows' weighted shares of exact
+    sums (``at``: the word row each row's first value goes to, e.g. its cluster's). A row taken back with
+    its weight negated adds the same products negated, so the words return to theirs before.
+
+    acc    : INOUT int64 (m, 3)
+    values : IN    float32/float64 (n, c)
+    w      : IN    float64 (n,)
+    at     : IN    int64 (n,)
+    top    : IN    int
+    Returns the number of products that did not fit (not added).
+    """
+    limit = math.ldexp(1.0, top)
+    box = np.empty(1)  # a product's bits, read through memory (numba has no scalar bit cast)
+    bits = box.view(np.int64)
+    bad = 0
+    for r in range(values.shape[0]):
+        for t in range(values.shape[1]):
+            box[0] = w[r] * np.float64(values[r, t])
+            bad += _add_exact(acc, at[r] + t, box[0], bits[0], limit, top)
+    return bad
+
+
 @njit(nogil=True, cache=True, inline="always")
 def _add_exact(acc, i, v, b, limit, top):
     """acc[i] += v (its bit pattern b) on the grid 2^(top - 186); 1 when it did not fit (not added), else 0."""
