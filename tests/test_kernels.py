@@ -24,6 +24,7 @@ from dask_clust.kernels.assign import (
     update_mind,
 )
 from dask_clust.kernels.distance import gemm_tolerance, rows_per_block, sqdist_to_labels
+from dask_clust.kernels.lazy import add_shares, lazy_bounds, lazy_qe, lazy_search
 from dask_clust.kernels.sampling import greedy_plusplus, sample_proportional
 from dask_clust.kernels.stats import N_WORDS, chunk_summary, fixed_add, fixed_top_exponent, from_fixed, to_fixed
 from tests.reference.lloyd import sqdist
@@ -250,6 +251,85 @@ def test_search_after_a_small_move_measures_few_rows_in_full(csr):
     labels, mind, evals = nearest_after_move(X, Prepared(moved, X.dtype), shift, prev, None, mind, mind2)
     assert evals == X.shape[0]
     np.testing.assert_array_equal(labels, nearest(X, Prepared(moved, X.dtype))[0])
+
+
+def _lazy_start(X, w, C, ref, top):
+    """A chunk's lazy state from a full search: (labels, bounds, words), as ``lloyd._lazy_step`` makes it."""
+    k, d = C.shape
+    labels, mind, mind2 = np.empty(len(X), np.int32), np.empty(len(X)), np.empty(len(X))
+    nearest(X, Prepared(C, X.dtype), labels, mind, mind2)
+    words = (np.zeros((k * d, N_WORDS), np.int64), np.zeros((k, N_WORDS), np.int64), np.zeros((k, N_WORDS), np.int64))
+    assert add_shares(X, w, labels, ref, top, *words) == 0
+    ub, lb = np.empty(len(X), np.float32), np.empty(len(X), np.float32)
+    lazy_bounds(labels, mind, mind2, np.zeros(k), 0.0, ub, lb)
+    return labels, ub, lb, words
+
+
+@settings(max_examples=100, deadline=None)
+@given(data_and_centers(), st.integers(0, 2**31), st.sampled_from([0.0, 1e-3, 0.1, 10.0]))
+def test_lazy_steps_match_full_searches_and_exact_sums(xc, seed, scale):
+    """Three moves of the centres, each followed by a lazy step (``kernels/lazy.py``): the labels are a full
+    search's (ties to the lowest index), the words the exact sums of the rows by their new labels (the bits of
+    words made afresh from them: a rebuilt chunk's), Σ w x and Σ w within an ulp of math.fsum's, and the QE
+    formed from the words that of the rows' distances."""
+    X, C = xc
+    rng = np.random.default_rng(seed)
+    w = rng.choice([0.0, 0.5, 1.0, 3.0], len(X))
+    k, d = C.shape
+    ref = X.astype(np.float64).mean(0)
+    top = fixed_top_exponent(w.sum(), d, max(1.0, float(np.abs(X).max())))
+    labels, ub, lb, words = _lazy_start(X, w, C, ref, top)
+    drift, far = np.zeros(k), 0.0
+    for _ in range(3):
+        moved = C + rng.normal(scale=scale, size=C.shape) * (rng.random(k) < 0.5)[:, None]
+        shift = np.sqrt(((moved - C) ** 2).sum(1)) * (1 + 1e-9)
+        drift, far, C = drift + shift, far + shift.max(), moved
+        before = labels.copy()
+        P = Prepared(C, X.dtype)
+        evals, changed, bad = lazy_search(
+            X, w, P.Cd, P.cnorm, P.C, P.tol, P.block, drift, far, ref, top, labels, ub, lb, *words
+        )
+        np.testing.assert_array_equal(labels, nearest(X, P)[0])
+        assert bad == 0 and changed == np.count_nonzero(labels != before) and 0 <= evals <= len(X) * (2 * k + 1)
+        fresh = _lazy_start(X, w, C, ref, top)[3]
+        for mine, theirs in zip(words, fresh):
+            np.testing.assert_array_equal(mine, theirs)
+    S1, W = np.empty(k * d), np.empty(k)
+    from_fixed(words[0], top, S1)
+    from_fixed(words[1], top, W)
+    x64 = X.astype(np.float64)
+    for c in range(k):
+        rows = labels == c
+        want = [math.fsum(w[rows] * x64[rows, t]) for t in range(d)]
+        # (a product below the grid's unit, 2^(top - 186), is rounded to it: 1e-39 against rows of 100)
+        np.testing.assert_allclose(S1[c * d : (c + 1) * d], want, rtol=4e-16, atol=len(X) * 2.0 ** (top - 186))
+        assert W[c] == math.fsum(w[rows])
+    qe = float(np.dot(w, sqdist(X, C)[np.arange(len(X)), labels]))
+    scale_qe = float(np.dot(w, ((x64 - ref) ** 2).sum(1)))
+    bound = 1e-12 * (qe + scale_qe + float(w.sum()) * (C**2).sum(1).max()) + 1e-30  # (the grid's unit: < 1e-40)
+    assert abs(lazy_qe(C, ref, *words, top) - qe) <= bound
+
+
+def test_lazy_step_reads_only_the_rows_that_fail():
+    """Well-separated centres that barely move: every row passes the lazy test, so none is searched (no
+    evaluation) and the words do not change."""
+    rng = np.random.default_rng(1)
+    C = rng.normal(scale=100.0, size=(16, 4))
+    X = (C[rng.integers(0, 16, 3000)] + rng.normal(size=(3000, 4))).astype(np.float32)
+    w, ref = np.ones(len(X)), X.astype(np.float64).mean(0)
+    top = fixed_top_exponent(len(X), 4, float(np.abs(X).max()))
+    labels, ub, lb, words = _lazy_start(X, w, C, ref, top)
+    before = [a.copy() for a in words]
+    moved = C + 1e-3
+    shift = np.sqrt(((moved - C) ** 2).sum(1)) * (1 + 1e-9)
+    P = Prepared(moved, X.dtype)
+    evals, changed, _ = lazy_search(
+        X, w, P.Cd, P.cnorm, P.C, P.tol, P.block, shift, shift.max(), ref, top, labels, ub, lb, *words
+    )
+    assert evals == 0 and changed == 0
+    np.testing.assert_array_equal(labels, nearest(X, P)[0])
+    for a, b in zip(words, before):
+        np.testing.assert_array_equal(a, b)
 
 
 def _greedy_plusplus_reference(X, w, first, u):

@@ -48,6 +48,35 @@ def test_matches_reference(small_blobs, dtype, max_iter):
         assert m.history_[-1]["distance_evals"] < 0.5 * len(X) * 6
 
 
+@pytest.mark.parametrize("far_start", [False, True])
+def test_lazy_bounds_label_every_row_as_the_eager_step(monkeypatch, far_start):
+    """Lloyd over lazily kept bounds (``kernels/lazy.py``, the choice at small k·d) labels every row as the
+    eager step does: the same changes in every iteration and the same relocations (``far_start``: two centres
+    no row picks), so the same iterations, and centres and objective equal within rounding (its sums are
+    exact, the eager step's rounded per chunk first); after the first step it measures fewer distances."""
+    from dask_clust.blocks import lloyd
+    from dask_clust.datasets import make_blobs
+
+    X = np.asarray(make_blobs(40_000, 8, 12, random_state=2)[0])
+    init = X[:12].astype(np.float64)
+    if far_start:
+        init[-2:] = [[1e4] * 8, [2e4] * 8]
+    fit = lambda: dask_clust.fit(X, n_clusters=12, init=init, tol=0, max_iter=40, client="in-process")  # noqa: E731
+    lazy = fit()
+    monkeypatch.setattr(lloyd, "LAZY_VALUES", 0)
+    eager = fit()
+    for key in ("changed", "relocated"):
+        assert [h[key] for h in lazy.history_] == [h[key] for h in eager.history_]
+    assert lazy.history_[0]["relocated"] == 2 * far_start and lazy.n_iter_ == eager.n_iter_ > 5
+    np.testing.assert_allclose(lazy.cluster_centers_, eager.cluster_centers_, rtol=1e-12)
+    assert lazy.objective_ == pytest.approx(eager.objective_, rel=1e-12)
+    np.testing.assert_allclose(
+        [h["objective"] for h in lazy.history_], [h["objective"] for h in eager.history_], rtol=1e-11
+    )
+    evals = [sum(h["distance_evals"] for h in m.history_[1:]) for m in (lazy, eager)]
+    assert evals[0] < 0.9 * evals[1], evals  # (a kept row costs the eager step one evaluation)
+
+
 def test_empty_cluster_relocation_matches_reference(small_blobs):
     X, _ = small_blobs
     init = np.vstack([X[:4].astype(np.float64), [[1e4] * 4, [2e4] * 4]])  # two centres nobody picks

@@ -99,6 +99,8 @@ def saved(cfg, n_samples, n_features):
     return {
         "centers": centres(cfg, n_features),
         "moves": ("floats", (cfg.n_clusters,)),
+        "drift": ("floats", (cfg.n_clusters,)),
+        "far": ("float", 0.0, BIG, False),
         "evals": COUNT,
         "objective": ("float", 0.0, BIG, True),
         "strict": ("bool",),

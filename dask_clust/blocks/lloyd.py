@@ -10,6 +10,11 @@ One iteration (``lloyd_step`` on every chunk, exact sum, ``m_step``):
      the largest move of another centre: Hamerly's test, SDM 2010) keeps its label and is measured against
      that centre alone, so the labels are those of a full search at a fraction of its cost;
   2. accumulate Σ w x, Σ w and Σ w d² per centre (float64);
+  1-2 at small k·d (dense rows, ``lazy_for``): each row's bounds are kept lazily, against its centre's
+     moves accumulated since the fit began, so a row the test keeps is not read at all, and each chunk keeps
+     its clusters' Σ w x, Σ w and Σ w ||x − mean||² as exact fixed-point words, into which only the rows that
+     change label move their shares (``kernels/lazy.py``); the step's QE comes from those sums, the fit's
+     objective from a last pass that measures every row;
   3. centres ← Σ w x / Σ w; an empty cluster takes the row farthest from its centre (as scikit-learn);
   4. stop when no label changed, or when Σ ||Δc||² ≤ tol (scikit-learn's rule, tol already scaled by
      the mean feature variance), then one assignment pass so that the returned labels and QE belong to
@@ -34,15 +39,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..engine.combine import Entries, Rows, Scatter, Sum, Top
+from ..engine.combine import Entries, Rows, Scatter, Sum, Top, Words
 from ..kernels.assign import Prepared, accumulate, is_csr, nearest, nearest_after_move
-from ..kernels.distance import rows_per_block
+from ..kernels.distance import rows_per_block, sqdist_to_labels
+from ..kernels.lazy import add_shares, lazy_bounds, lazy_qe, lazy_search
 from ..kernels.sparse import csr_sum_entries
+from ..kernels.stats import N_WORDS
 from ..loop import FitResult, Loop
 
 # what ``lloyd_step`` keeps per row through the fit: the labels, the previous iteration's (int32 each), the
 # min d² and the bound of the second-nearest d² (float64 each)
 LLOYD_ROW_BYTES = 4 + 4 + 8 + 8
+# over lazy bounds (``Lazy``): the labels and two float32 bounds; each chunk holds its clusters' sums besides,
+# as exact words (24 bytes a value), which must fit in the difference, on average over the chunks
+LAZY_ROW_BYTES = 4 + 4 + 4
+# the largest k·d whose fits keep their bounds lazily: the share of rows that fail the test grows with k
+LAZY_VALUES = 1 << 14
 # relative slack on a centre's move: far above the rounding of its float64 distance
 SHIFT_SLACK = 1e-9
 # rows a Lloyd step searches and sums at a time: while they sit in the 2-4 MB of a core's cache, the sums read
@@ -55,15 +67,30 @@ SLAB_BYTES = 1 << 20
 ENTRIES_SHARE = 8
 
 
+class Lazy(NamedTuple):
+    """What a step over lazily kept bounds needs besides its centres (``kernels/lazy.py``): the fit it
+    belongs to (a chunk's state from another fit is searched afresh), each centre's moves since the fit
+    began and the sum of the largest (upper bounds), the point the squared norms are taken about (the
+    data's mean) and the fixed-point grid of the words."""
+
+    fit: int
+    drift: np.ndarray
+    far: float
+    ref: np.ndarray
+    top: int
+
+
 class Moved(NamedTuple):
     """The centres of a Lloyd step (a ``Prepared``), called ``token``, each at most ``shift`` from those of
     the step ``since``: a chunk whose labels belong to that step searches only the rows whose label may
-    have changed (``nearest_after_move``). ``since`` None: no earlier step to start from."""
+    have changed (``nearest_after_move``). ``since`` None: no earlier step to start from. ``lazy``: the
+    step keeps its bounds lazily (``Lazy``), which any earlier state of the same fit starts from."""
 
     centers: Prepared
     token: int
     since: int | None = None
     shift: np.ndarray | None = None
+    lazy: Lazy | None = None
 
 
 class LloydPartial(NamedTuple):
@@ -109,10 +136,13 @@ def lloyd_step(chunk, centers) -> LloydPartial:
     State: the labels of the previous step (to count changes, and with the distances to start the next
     step's search from; a rebuilt chunk counts all rows as changed, which can only delay convergence, and
     searches every row), the distances (for empty-cluster relocation) and the step they belong to (none
-    recorded: a checkpoint's, the step RESUMED).
+    recorded: a checkpoint's, the step RESUMED); over lazy bounds, ``_lazy_step``'s.
     """
     st = chunk.state
     moved = _moved(centers, chunk.x.dtype)
+    if moved.lazy is not None:
+        return _lazy_step(chunk, moved)
+    _drop(st, _LAZY_KEYS)
     prev = st.get("lloyd_labels")
     after_move = moved.since is not None and "lloyd_mind2" in st and st.get("lloyd_step", RESUMED) == moved.since
     labels, mind, mind2 = (st.get(key) for key in ("lloyd_spare", "lloyd_mind", "lloyd_mind2"))
@@ -143,6 +173,75 @@ def lloyd_step(chunk, centers) -> LloydPartial:
     st["lloyd_labels"], st["lloyd_spare"], st["lloyd_mind"], st["lloyd_mind2"] = labels, prev, mind, mind2
     st["lloyd_step"] = moved.token
     return LloydPartial(sums, weights, qe, np.int64(changed), np.int64(evals))
+
+
+_LAZY_KEYS = ("lazy_fit", "lazy_ub", "lazy_lb", "lazy_words", "lazy_centers")
+_EAGER_KEYS = ("lloyd_spare", "lloyd_mind", "lloyd_mind2", "lloyd_step")
+
+
+def _drop(st, keys):
+    """Forget the other kind of step's state (a fit of another k on the same rows)."""
+    for key in keys:
+        st.pop(key, None)
+
+
+def _lazy_step(chunk, moved) -> LloydPartial:
+    """``lloyd_step`` over lazily kept bounds (dense rows, k·d ≤ ``LAZY_VALUES``): the partial's sums are the
+    chunk's exact words (``Words``) and its QE comes from them (``kernels/lazy.py``).
+
+    State: the labels, the lazy bounds, the words and the fit they belong to; a chunk without them (the fit's
+    first step, a rebuilt chunk) searches every row and sums it into new words; one given a checkpoint's
+    labels and bounds sums its words from those labels. The centres are kept too, for a relocation's
+    distances (``farthest_rows``)."""
+    st, lazy, P = chunk.state, moved.lazy, moved.centers
+    k, d = P.C.shape
+    bad = 0
+    if "lazy_fit" not in st and "lazy_ub" in st:  # a checkpoint's labels and bounds: the words from them
+        words = _new_words(k, d)
+        bad = add_shares(chunk.x, chunk.w, st["lloyd_labels"], lazy.ref, lazy.top, *words)
+        st.update(lazy_words=words, lazy_fit=lazy.fit)
+    if st.get("lazy_fit") == lazy.fit:
+        labels, ub, lb, words = st["lloyd_labels"], st["lazy_ub"], st["lazy_lb"], st["lazy_words"]
+        evals, changed, found = lazy_search(
+            chunk.x,
+            chunk.w,
+            P.Cd,
+            P.cnorm,
+            P.C,
+            P.tol,
+            P.block,
+            lazy.drift,
+            lazy.far,
+            lazy.ref,
+            lazy.top,
+            labels,
+            ub,
+            lb,
+            *words,
+        )
+        bad += found
+    else:
+        _drop(st, _EAGER_KEYS)
+        prev = st.get("lloyd_labels")
+        labels, mind, mind2 = np.empty(chunk.n, np.int32), np.empty(chunk.n), np.empty(chunk.n)
+        evals = nearest(chunk.x, P, labels, mind, mind2)[2]
+        words = _new_words(k, d)
+        bad = add_shares(chunk.x, chunk.w, labels, lazy.ref, lazy.top, *words)
+        ub, lb = np.empty(chunk.n, np.float32), np.empty(chunk.n, np.float32)
+        lazy_bounds(labels, mind, mind2, lazy.drift, lazy.far, ub, lb)
+        changed = chunk.n if prev is None else int(np.count_nonzero(prev != labels))
+        st.update(lloyd_labels=labels, lazy_ub=ub, lazy_lb=lb, lazy_words=words, lazy_fit=lazy.fit)
+    if bad:
+        raise FloatingPointError(f"a Lloyd sum exceeds 2^{lazy.top}; the data's scale was misjudged")
+    st["lazy_centers"] = P
+    qe = lazy_qe(P.C, lazy.ref, *words, lazy.top)
+    sums, weights = Words(words[0].copy(), (k, d)), Words(words[1].copy(), (k,))
+    return LloydPartial(sums, weights, qe, np.int64(changed), np.int64(evals))
+
+
+def _new_words(k, d):
+    """Empty exact words for a chunk's Σ w x, Σ w and Σ w ||x − ref||² per cluster."""
+    return np.zeros((k * d, N_WORDS), np.int64), np.zeros((k, N_WORDS), np.int64), np.zeros((k, N_WORDS), np.int64)
 
 
 def _sums(chunk, centers, labels, mind):
@@ -181,14 +280,24 @@ def _update_step(chunk, centers) -> LloydPartial:
 
 
 def _assigned_qe(chunk, centers) -> Assigned:
-    """``lloyd_step``'s QE and evaluations alone (the last assignment pass of a sharded model)."""
+    """``lloyd_step``'s QE and evaluations alone (the last assignment pass). Over lazy bounds every row is
+    measured, as ``quantization_error`` does: a fit's objective is a sum of the rows' distances, where a
+    lazy step's QE is formed from its sums."""
+    if centers.lazy is not None:
+        return _qe_step(chunk, _moved(centers, chunk.x.dtype).centers)
     part = lloyd_step(chunk, centers)
     return Assigned(part.qe, part.evals)
 
 
 def farthest_rows(chunk, m) -> Farthest:
-    """The chunk's m rows farthest from their centre: (distance², global id, row, label, weight)."""
-    mind = chunk.state["lloyd_mind"]
+    """The chunk's m rows farthest from their centre: (distance², global id, row, label, weight). Over lazy
+    bounds the rows' distances to the step's centres are measured here: its kept rows were not."""
+    st = chunk.state
+    if "lazy_fit" in st:
+        labels, mind = st["lloyd_labels"], np.empty(chunk.n)
+        sqdist_to_labels(chunk.x, 0, chunk.n, st["lazy_centers"].C, labels, mind, labels[:0])
+    else:
+        mind = st["lloyd_mind"]
     idx = np.lexsort((np.arange(mind.shape[0]), -mind))[:m]
     return Farthest((mind[idx], idx + chunk.start, chunk.rows(idx), chunk.state["lloyd_labels"][idx], chunk.w[idx]))
 
@@ -260,17 +369,33 @@ RESUMED = -1
 class Steps:
     """What the centres tell each step, wherever they live: its name, the last step's, and how far each
     centre moved since (``Moved``). ``moves``: ||Δc||² per cluster since the last step, which the M-step and
-    the relocation set; from a checkpoint, the saved ones and the step RESUMED."""
+    the relocation set; from a checkpoint, the saved ones and the step RESUMED. ``lazy``: a fit over lazy
+    bounds (``Lazy``), whose moves accumulate here."""
 
-    def __init__(self, since=None, moves=None):
-        self._token, self.moves = since, moves
+    def __init__(self, since=None, moves=None, lazy=None):
+        self._token, self.moves, self.lazy = since, moves, lazy
 
     def _moved(self, centers):
         token = next(_STEPS)
         shift = None if self.moves is None else np.sqrt(self.moves) * (1.0 + SHIFT_SLACK)
-        moved = Moved(centers, token, self._token, shift)
+        if self.lazy is not None and shift is not None:
+            lazy = self.lazy
+            self.lazy = lazy._replace(drift=lazy.drift + shift, far=lazy.far + float(shift.max(initial=0.0)))
+        moved = Moved(centers, token, self._token, shift, self.lazy)
         self._token = token
         return moved
+
+
+def lazy_for(engine, centers):
+    """A new fit's ``Lazy`` where its bounds are kept lazily (dense rows, k·d ≤ ``LAZY_VALUES``, the words of
+    every chunk within the state the eager bounds would take), else None: a choice of the data, its chunks
+    and k alone, so a fit takes it alike on any worker count and after a resume."""
+    k, d = centers.shape
+    words = (k * d + 2 * k) * N_WORDS * 8
+    room = (LLOYD_ROW_BYTES - LAZY_ROW_BYTES) * engine.n_samples
+    if engine.sparse or k * d > LAZY_VALUES or words * engine.n_chunks > room:
+        return None
+    return Lazy(next(_STEPS), np.zeros(k), 0.0, np.asarray(engine.summary.mean, np.float64), engine.fixed_grid())
 
 
 # a step's fields: Σ w x and Σ w go to the centres' shards (reduce-scattered by cluster when sharded); QE,
@@ -358,7 +483,7 @@ class Centres(Steps):
 @contextlib.contextmanager
 def centres_on(engine, key, centers, unit=False, **steps):
     """Lloyd's centres for a fit, wherever ``Engine.model`` keeps them; ``unit``: spherical k-means' M-step;
-    ``steps``: ``Steps``' (a checkpoint's)."""
+    ``steps``: ``Steps``' (a checkpoint's, a ``lazy_for``)."""
     with engine.model(key, (centers,)) as model:
         yield Centres(engine, model, unit, **steps)
 
@@ -372,35 +497,44 @@ def lloyd_update(engine, centers, unit=False):
 
 
 # Lloyd's per-row state in a checkpoint: each key's fields as ``restored_rows`` checks them (the bound is
-# any float: a wrong one can only search rows, or keep a label, that the checksum would have refused)
-def _row_fields(k):
+# any float: a wrong one can only search rows, or keep a label, that the checksum would have refused). Over
+# lazy bounds the labels and the two bounds (any float), from which a chunk rebuilds its words.
+def _row_fields(k, lazy=False):
+    labels = {"lloyd_labels": {"": ("int32", (), 0, k)}}
+    if lazy:
+        return {**labels, "lazy_ub": {"": ("float32", (), None, None)}, "lazy_lb": {"": ("float32", (), None, None)}}
     return {
-        "lloyd_labels": {"": ("int32", (), 0, k)},
+        **labels,
         "lloyd_mind": {"": ("float64", (), 0.0, np.inf)},
         "lloyd_mind2": {"": ("float64", (), None, None)},
     }
 
 
-def _restored(engine, centers, loop):
+def _restored(engine, centers, loop, lazy):
     """(centres, evaluations, QE, whether no label moved, ``Steps``' arguments) to start from: the
-    checkpoint's, with every chunk's labels and distances of its last iteration (so ``changed`` counts and
-    the next search skips rows as they would have), or ``centers``."""
+    checkpoint's, with every chunk's labels and distances (or lazy bounds, and the moves they are kept
+    against) of its last iteration (so ``changed`` counts and the next search skips rows as they would
+    have), or ``centers``."""
     state = loop.restored
     if state is None:
-        return centers, 0, None, False, {}
-    if loop.restored_rows is not None:
-        for key, fields in _row_fields(len(state["centers"])).items():
-            engine.load_rows(loop.restored_rows, key, fields)
-    steps = {"since": RESUMED, "moves": state["moves"]} if loop.restored_rows is not None else {}
+        return centers, 0, None, False, {"lazy": lazy}
+    if loop.restored_rows is None:
+        return state["centers"], state["evals"], state["objective"], state["strict"], {"lazy": lazy}
+    for key, fields in _row_fields(len(state["centers"]), lazy is not None).items():
+        engine.load_rows(loop.restored_rows, key, fields)
+    if lazy is not None:
+        lazy = lazy._replace(drift=state["drift"], far=state["far"])
+    steps = {"since": RESUMED, "moves": state["moves"], "lazy": lazy}
     return state["centers"], state["evals"], state["objective"], state["strict"], steps
 
 
-def _save(engine, loop, model, evals, objective, strict):
+def _save(engine, loop, model, evals, objective, strict, lazy):
     """A checkpoint when one is due: the centres, how far they moved in the last step, the counters and
-    every chunk's labels and distances."""
+    every chunk's labels and distances (``lazy``: its lazy bounds, and the moves they are kept against)."""
 
     def rows(directory):
-        return {name: sha for key in _row_fields(0) for name, sha in engine.dump_rows(directory, key).items()}
+        keys = _row_fields(0, lazy)
+        return {name: sha for key in keys for name, sha in engine.dump_rows(directory, key).items()}
 
     loop.save(
         lambda: {
@@ -409,6 +543,9 @@ def _save(engine, loop, model, evals, objective, strict):
             "evals": int(evals),
             "objective": objective,
             "strict": strict,
+            # the moves the lazy bounds are kept against (none where the fit keeps its bounds eagerly)
+            "drift": model.lazy.drift if lazy else np.zeros_like(model.moves),
+            "far": model.lazy.far if lazy else 0.0,
         },
         rows=rows,
     )
@@ -423,7 +560,8 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None, unit=False):
     """
     loop = loop or Loop("lloyd", max_iter)
     half = 0.5 if unit else 1.0
-    centers, evals, objective, strict, steps = _restored(engine, centers, loop)
+    lazy = lazy_for(engine, centers if loop.restored is None else loop.restored["centers"])
+    centers, evals, objective, strict, steps = _restored(engine, centers, loop, lazy)
     with centres_on(engine, "lloyd", centers, unit, **steps) as model:
         for _ in loop:
             stepped = model.step()
@@ -441,8 +579,9 @@ def lloyd(engine, centers, *, max_iter, tol, loop=None, unit=False):
             objective = half * qe
             if strict or shift <= tol:
                 loop.converged = True
-            _save(engine, loop, model, evals, objective, strict)
-        if not strict:  # the last M-step moved the centres: one assignment pass for the labels and QE
+            _save(engine, loop, model, evals, objective, strict, lazy is not None)
+        if lazy is not None or not strict:  # the last M-step moved the centres, or a lazy step's QE is its sums'
+            # one assignment pass for the labels and QE
             assigned = model.assigned_qe()
             objective = half * assigned.qe
             evals += assigned.evals
