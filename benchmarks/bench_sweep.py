@@ -9,9 +9,14 @@
    C = 64, 128, ..., 8,192 and k-means over k = 8, 16, ..., 1,024 on blobs of ``--rows`` (1M) x 32 (targets:
    <= 2x and <= 3x), with each k's fit and criteria time; ``--unshared``: k-means' sweep again with
    ``shared_seeding=False`` (each k's own k-means|| rounds), for each k's QE against the shared seeding's.
+3. steps: what a Lloyd iteration costs on the same blobs at k = 8, 32, 128, 512 and 1,024, from the same
+   k-means|| seeds, ``tol=0`` and at most 60 iterations (a fit whose labels all stay stops sooner): ours over
+   lazy bounds where it chooses them, ours with the eager step everywhere, and scikit-learn's ``KMeans``
+   (float32, ``n_init=1``, its whole time over its iterations); ours as the mean of iterations 21 on (the
+   steps a long fit is made of).
 
-    python benchmarks/bench_sweep.py [--parts pick,speed] [--seeds 10] [--rows 1000000] [--algos vcgmm,kmeans]
-        [--unshared]
+    python benchmarks/bench_sweep.py [--parts pick,speed,steps] [--seeds 10] [--rows 1000000]
+        [--algos vcgmm,kmeans] [--unshared]
 """
 
 import argparse
@@ -101,6 +106,35 @@ def speed(rows, algos, unshared=False):
         )
 
 
+def steps(rows, ks=(8, 32, 128, 512, 1024), iters=60, first=21):
+    from sklearn.cluster import KMeans
+
+    from dask_clust.blocks import lloyd
+    from dask_clust.blocks.seeding import seed
+    from dask_clust.engine import as_source, open_engine
+
+    X, _ = blobs(rows, 32, 1000, seed=0)
+    for k in ks:
+        with open_engine(as_source(X), "in-process", 0) as engine:
+            init, _ = seed(engine, k, "k-means||", 0)
+        ms = {}
+        for name, values in (("lazy", lloyd.LAZY_VALUES), ("eager", 0)):
+            kept, lloyd.LAZY_VALUES = lloyd.LAZY_VALUES, values
+            try:
+                m = dask_clust.fit(X, "kmeans", k, init=init, tol=0, max_iter=iters, client="in-process")
+            finally:
+                lloyd.LAZY_VALUES = kept
+            wall = [h["wall_s"] for h in m.history_]
+            at = min(first, len(wall) // 2)
+            ms[name] = 1000 * float(np.mean(wall[at:]))
+            ms[f"{name}_iterations"] = m.n_iter_
+        t = time.perf_counter()
+        km = KMeans(k, init=init.astype(np.float32), n_init=1, tol=0, max_iter=iters).fit(X)
+        ms["sklearn"] = 1000 * (time.perf_counter() - t) / km.n_iter_
+        ms["sklearn_iterations"] = int(km.n_iter_)
+        emit("lloyd_step_ms", {"rows": rows, "k": k, **ms, "lazy_chosen": k * 32 <= lloyd.LAZY_VALUES})
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", default="pick,speed")
@@ -115,6 +149,8 @@ def main():
             pick(a.seeds)
         if "speed" in a.parts:
             speed(a.rows, a.algos.split(","), a.unshared)
+        if "steps" in a.parts:
+            steps(a.rows)
 
 
 if __name__ == "__main__":
