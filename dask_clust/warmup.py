@@ -59,6 +59,19 @@ def compile_part(part):
             _compile_sparse(X, truth)
         else:
             _compile_criteria(X, model.cluster_centers_)
+            _compile_eager_lloyd(X)
+
+
+def _compile_eager_lloyd(X):
+    """Lloyd's eager step (``kernels/assign.py: nearest_after_move``): the small fits above keep their bounds
+    lazily, which a fit does only where its chunks have room for their exact sums (``blocks/lloyd.py:
+    lazy_for``); these rows in chunks of 1 KiB have none."""
+    import dask
+
+    from . import api
+
+    with dask.config.set({"dask_clust.min-chunk-bytes": "1KiB"}):
+        api.fit(X, "kmeans", 4, client="in-process", random_state=0, progress=False)
 
 
 def _compile_sparse(X, truth):
