@@ -328,7 +328,7 @@ def lower_near(X, Cd, cnorm, C, tol, block, order, gaps, most, offset, mind, nea
     """
     n = X.shape[0]
     width = gaps.shape[1]
-    rows, Xg, labels, d2, _, _ = _gather_buffers(X)
+    rows, Xg, labels, d2, _, _ = gather_buffers(X)
     skip = np.empty(0)  # no second-nearest bound wanted
     evals = 0
     g = 0
@@ -365,7 +365,7 @@ def lower_near(X, Cd, cnorm, C, tol, block, order, gaps, most, offset, mind, nea
 
 
 @njit(nogil=True, cache=True)
-def _gather_buffers(X):
+def gather_buffers(X):
     """Room for GATHER_ROWS rows sent to the GEMM: (their indices, the rows, their labels, min d² and
     second-nearest bound as ``assign`` writes them, and the labels their d² was measured to before)."""
     rows = np.empty(GATHER_ROWS, np.int64)
@@ -429,7 +429,7 @@ def assign_moved(X, Cd, cnorm, C, tol, block, shift, prev, labels, mind, mind2):
         n_kept += keep
     if n - n_kept > FULL_SEARCH_SHARE * n:  # (``mind`` is exact for ``prev``: kept labels are not measured again)
         return n + assign(X, Cd, cnorm, C, tol, block, labels, mind, mind2, prev)
-    rows, Xg, glabels, gmind, gmind2, gknown = _gather_buffers(X)
+    rows, Xg, glabels, gmind, gmind2, gknown = gather_buffers(X)
     evals = n
     g = 0
     for i in range(n):

@@ -20,7 +20,7 @@ of the data's spread, so a step's QE, formed from the three (``lazy_qe``), loses
 import numpy as np
 from numba import njit
 
-from .assign import GATHER_ROWS, assign
+from .assign import GATHER_ROWS, assign, gather_buffers
 from .stats import fixed_add_weighted, from_fixed
 
 # relative slack on the lazy test: far above the rounding of a bound plus its accumulated moves
@@ -100,11 +100,7 @@ def lazy_search(X, w, Cd, cnorm, C, tol, block, drift, far, ref, top, labels, ub
     Returns (distance evaluations, labels changed, products that did not fit).
     """
     n, d = X.shape
-    rows = np.empty(GATHER_ROWS, np.int64)
-    Xg = np.empty((GATHER_ROWS, d), X.dtype)
-    glabels = np.empty(GATHER_ROWS, np.int32)
-    gmind = np.empty(GATHER_ROWS)
-    gmind2 = np.empty(GATHER_ROWS)
+    rows, Xg, glabels, gmind, gmind2, _ = gather_buffers(X)
     evals = changed = bad = 0
     g = 0
     for i in range(n):
